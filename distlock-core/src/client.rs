@@ -1,0 +1,177 @@
+//! A connected client: the command connection, the watchdog and the release subscriber.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, FromRedisValue, IntoConnectionInfo};
+
+use crate::acquire::LockBuilder;
+use crate::config::Config;
+use crate::error::{Error, Operation};
+use crate::scripts::Lua;
+use crate::waiters::Waiters;
+use crate::watchdog::Watchdog;
+
+/// A connection to one Redis server with its lock defaults. Cheap to clone.
+///
+/// Get one from [`Config::connect`] (not registered), [`Config::install`] / [`crate::init`]
+/// (the default client) or [`Config::install_as`] (a named client). It reconnects by itself
+/// after Redis restarts.
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) name: Option<String>,
+    pub(crate) config: Config,
+    pub(crate) conn: ConnectionManager,
+    pub(crate) watchdog: Watchdog,
+    pub(crate) waiters: Waiters,
+    /// 128 random bits; owners are `<id>:<n>`, unique across processes.
+    id: String,
+    next: AtomicU64,
+    /// The bound on one operation seen by callers (slightly above the connection's own
+    /// response timeout, which also triggers a reconnect).
+    pub(crate) op_timeout: Duration,
+}
+
+impl Client {
+    pub(crate) async fn connect(config: Config, name: Option<String>) -> Result<Client, Error> {
+        let info = config.url.as_str().into_connection_info().map_err(|e| Error::InvalidConfig {
+            reason: format!("`{}` is not a valid Redis URL: {}", config.redacted_url(), describe(&e)),
+        })?;
+        let redis = redis::Client::open(info).map_err(|e| Error::InvalidConfig {
+            reason: format!("`{}` cannot be used: {}", config.redacted_url(), describe(&e)),
+        })?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_response_timeout(Some(config.response_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let connect_error = |source| Error::Redis {
+            op: Operation::Connect,
+            key: String::new(),
+            source,
+        };
+        let conn = tokio::time::timeout(
+            config.connect_timeout + config.response_timeout,
+            ConnectionManager::new_with_config(redis.clone(), manager_config),
+        )
+        .await
+        .map_err(|_| Error::Timeout {
+            op: Operation::Connect,
+            key: String::new(),
+            after: config.connect_timeout + config.response_timeout,
+        })?
+        .map_err(connect_error)?;
+        let watchdog = Watchdog::start(conn.clone(), config.renew_batch, config.response_timeout);
+        let waiters = Waiters::new(redis, config.connect_timeout, config.response_timeout);
+        let op_timeout = config.response_timeout + config.response_timeout / 10 + Duration::from_millis(10);
+        tracing::debug!(url = %config.redacted_url(), client = ?name, "distlock client connected");
+        Ok(Client {
+            inner: Arc::new(Inner {
+                name,
+                config,
+                conn,
+                watchdog,
+                waiters,
+                id: uuid::Uuid::new_v4().simple().to_string(),
+                next: AtomicU64::new(0),
+                op_timeout,
+            }),
+        })
+    }
+
+    /// Starts building a lock on `name` through this client.
+    pub fn lock(&self, name: impl Into<String>) -> LockBuilder {
+        LockBuilder::with_client(self.clone(), name.into())
+    }
+
+    /// The name this client was installed under (`None` for the default or unregistered client).
+    pub fn name(&self) -> Option<&str> {
+        self.inner.name.as_deref()
+    }
+
+    /// The configuration this client was created with.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// Number of leases the watchdog is renewing right now.
+    pub fn renewing(&self) -> usize {
+        self.inner.watchdog.len()
+    }
+
+    /// Number of release channels this client is subscribed to (waiters present) right now.
+    pub fn waiting_channels(&self) -> usize {
+        self.inner.waiters.active_channels()
+    }
+
+    /// Identity of this client, for matching held-lock frames.
+    pub(crate) fn identity(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+
+    /// A fresh owner id: 128 random bits of the client plus a counter.
+    pub(crate) fn new_owner(&self) -> Arc<str> {
+        let n = self.inner.next.fetch_add(1, Ordering::Relaxed);
+        format!("{}:{n}", self.inner.id).into()
+    }
+
+    /// A fresh hold field name (unique within this client).
+    pub(crate) fn new_hold(&self) -> Arc<str> {
+        let n = self.inner.next.fetch_add(1, Ordering::Relaxed);
+        format!("h{n}").into()
+    }
+
+    /// Runs a script command with the client's timeout, mapping failures to [`Error`].
+    pub(crate) async fn call<T: FromRedisValue>(
+        &self,
+        op: Operation,
+        key: &str,
+        script: &Lua,
+        cmd: &Cmd,
+    ) -> Result<T, Error> {
+        let mut conn = self.inner.conn.clone();
+        let after = self.inner.op_timeout;
+        match tokio::time::timeout(after, script.run(&mut conn, cmd)).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(source)) if source.is_timeout() => Err(Error::Timeout {
+                op,
+                key: key.to_owned(),
+                after: self.inner.config.response_timeout,
+            }),
+            Ok(Err(source)) => Err(Error::Redis {
+                op,
+                key: key.to_owned(),
+                source,
+            }),
+            Err(_) => Err(Error::Timeout {
+                op,
+                key: key.to_owned(),
+                after,
+            }),
+        }
+    }
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("name", &self.inner.name)
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A redis-rs error's category and detail; never the URL it was parsing.
+fn describe(e: &redis::RedisError) -> String {
+    match e.detail() {
+        Some(detail) => format!("{}: {detail}", e.category()),
+        None => e.category().to_owned(),
+    }
+}

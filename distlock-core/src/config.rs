@@ -1,0 +1,202 @@
+//! Client configuration: where Redis is, how keys are named, and the timing defaults.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::error::Error;
+use crate::keys::validate_prefix;
+use crate::registry;
+
+/// How to reach Redis and the defaults for locks taken through the client.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), distlock_core::Error> {
+/// use std::time::Duration;
+/// distlock_core::Config::new("redis://:secret@127.0.0.1:6379/")
+///     .key_prefix("payments-lock")
+///     .default_ttl(Duration::from_secs(10))
+///     .response_timeout(Duration::from_millis(500))
+///     .install_as("payments")
+///     .await?;
+/// # Ok(()) }
+/// ```
+///
+/// `Debug` never shows the password from the URL.
+#[derive(Clone)]
+pub struct Config {
+    pub(crate) url: String,
+    pub(crate) key_prefix: String,
+    pub(crate) default_ttl: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) fence_retention: Duration,
+    pub(crate) renew_batch: usize,
+    pub(crate) max_hold: Option<Duration>,
+}
+
+impl Config {
+    /// A configuration for the Redis server at `url` (`redis://[:password@]host[:port][/db]`),
+    /// with the defaults: key prefix `distlock`, ttl 30 s, connect timeout 5 s, response timeout
+    /// 2 s, fence retention 10 min, renewal batches of 256, no cap on hold time.
+    pub fn new(url: impl Into<String>) -> Self {
+        Config {
+            url: url.into(),
+            key_prefix: "distlock".to_owned(),
+            default_ttl: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(2),
+            fence_retention: Duration::from_secs(600),
+            renew_batch: 256,
+            max_hold: None,
+        }
+    }
+
+    /// Prefix of every Redis key and channel this client creates (default `distlock`).
+    /// Must be 1–128 bytes without `{` or `}`.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// Lease length for locks that do not set their own `ttl` (default 30 s).
+    pub fn default_ttl(mut self, ttl: Duration) -> Self {
+        self.default_ttl = ttl;
+        self
+    }
+
+    /// How long to wait for a TCP connection and handshake (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long any single Redis operation may take before it fails with
+    /// [`Error::Timeout`] (default 2 s). A hung server never hangs a caller longer than this.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// How long a lock name's last fencing token is remembered after its last acquisition
+    /// (default 10 min; never less than the lock's ttl). See the crate docs on fencing.
+    pub fn fence_retention(mut self, retention: Duration) -> Self {
+        self.fence_retention = retention;
+        self
+    }
+
+    /// Most leases renewed by one renewal script call (default 256).
+    pub fn renew_batch_size(mut self, size: usize) -> Self {
+        self.renew_batch = size;
+        self
+    }
+
+    /// Cap on the total time a renewed lock may be held (default: no cap). When the cap is
+    /// reached the watchdog stops renewing and the lock is lost when its lease runs out.
+    pub fn max_hold(mut self, cap: Duration) -> Self {
+        self.max_hold = Some(cap);
+        self
+    }
+
+    /// Connects and returns a client that is not registered globally.
+    pub async fn connect(self) -> Result<Client, Error> {
+        self.validate()?;
+        Client::connect(self, None).await
+    }
+
+    /// Connects and installs the client as the default one (what [`crate::init`] does).
+    ///
+    /// Fails with [`Error::AlreadyInitialized`] if a default client exists.
+    pub async fn install(self) -> Result<Client, Error> {
+        self.validate()?;
+        registry::ensure_free(None)?;
+        let client = Client::connect(self, None).await?;
+        registry::insert(None, client.clone())?;
+        Ok(client)
+    }
+
+    /// Connects and installs the client under `name`, for `lock(..).client(name)` and the
+    /// attribute's `client = "name"`.
+    pub async fn install_as(self, name: impl Into<String>) -> Result<Client, Error> {
+        let name = name.into();
+        self.validate()?;
+        registry::ensure_free(Some(&name))?;
+        let client = Client::connect(self, Some(name.clone())).await?;
+        registry::insert(Some(name), client.clone())?;
+        Ok(client)
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        validate_prefix(&self.key_prefix)?;
+        let invalid = |reason: &str| Err(Error::InvalidConfig { reason: reason.into() });
+        if self.default_ttl < Duration::from_millis(10) {
+            return invalid("default_ttl must be at least 10ms");
+        }
+        if self.connect_timeout.is_zero() || self.response_timeout.is_zero() {
+            return invalid("timeouts must be greater than zero");
+        }
+        if self.renew_batch == 0 {
+            return invalid("renew_batch_size must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// The URL with any password replaced by `***`, safe for logs and errors.
+    pub fn redacted_url(&self) -> String {
+        redact_url(&self.url)
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("url", &self.redacted_url())
+            .field("key_prefix", &self.key_prefix)
+            .field("default_ttl", &self.default_ttl)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("fence_retention", &self.fence_retention)
+            .field("renew_batch", &self.renew_batch)
+            .field("max_hold", &self.max_hold)
+            .finish()
+    }
+}
+
+/// Replaces the password in `scheme://user:password@host/...` with `***`.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_owned();
+    };
+    let userinfo = &rest[..at];
+    let user = match userinfo.find(':') {
+        Some(colon) => &userinfo[..colon],
+        None if userinfo.is_empty() => return url.to_owned(),
+        // `redis://password@host` is not a form redis-rs accepts, but never echo it.
+        None => "",
+    };
+    format!("{}{}:***{}", &url[..scheme_end + 3], user, &rest[at..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_the_password() {
+        let c = Config::new("redis://alice:hunter2@10.0.0.1:6380/2?protocol=resp3");
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("redis://alice:***@10.0.0.1:6380/2"), "{shown}");
+        let only_pass = format!("{:?}", Config::new("redis://:s3cret@host/"));
+        assert!(!only_pass.contains("s3cret") && only_pass.contains("redis://:***@host/"));
+        let bare = format!("{:?}", Config::new("rediss://token@host"));
+        assert!(!bare.contains("token"), "{bare}");
+        assert_eq!(redact_url("redis://127.0.0.1:6379/"), "redis://127.0.0.1:6379/");
+        assert_eq!(redact_url("redis://h/?x=a@b"), "redis://h/?x=a@b");
+    }
+}

@@ -1,0 +1,70 @@
+//! The locks held by the current call chain: re-entry and [`fencing_token`].
+//!
+//! `LockBuilder::run` (and so `#[distributed_lock]`) runs its body inside a task-local frame
+//! naming the held lock. An acquisition of the same name through the same client inside that
+//! body re-enters with the same owner instead of deadlocking. A task spawned inside the body
+//! does not inherit the frame, so it is a different owner.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::keys::LockKeys;
+
+tokio::task_local! {
+    static HELD: Frame;
+}
+
+/// One held lock in the current call chain.
+#[derive(Clone)]
+pub(crate) struct Frame(Arc<FrameData>);
+
+struct FrameData {
+    client: usize,
+    keys: Arc<LockKeys>,
+    owner: Arc<str>,
+    token: u64,
+    parent: Option<Frame>,
+}
+
+impl Frame {
+    pub(crate) fn new(client: usize, keys: Arc<LockKeys>, owner: Arc<str>, token: u64) -> Self {
+        let parent = HELD.try_with(Frame::clone).ok();
+        Frame(Arc::new(FrameData {
+            client,
+            keys,
+            owner,
+            token,
+            parent,
+        }))
+    }
+
+    /// Runs `fut` with this frame as the innermost held lock.
+    pub(crate) fn scope<F: Future>(self, fut: F) -> impl Future<Output = F::Output> {
+        HELD.scope(self, fut)
+    }
+}
+
+/// The owner id to re-enter with, if this call chain holds `name` through `client`.
+pub(crate) fn reentry_owner(client: usize, name: &str) -> Option<Arc<str>> {
+    HELD.try_with(|frame| {
+        let mut cursor = Some(frame);
+        while let Some(Frame(data)) = cursor {
+            if data.client == client && data.keys.name == name {
+                return Some(data.owner.clone());
+            }
+            cursor = data.parent.as_ref();
+        }
+        None
+    })
+    .ok()
+    .flatten()
+}
+
+/// The fencing token of the innermost lock held by this call chain, or `None` outside a body
+/// run under a lock (`#[distributed_lock]` or [`LockBuilder::run`](crate::LockBuilder::run)).
+///
+/// Pass it to the protected resource so it can reject writes from a holder whose lock has since
+/// been taken by someone else (see the crate docs on fencing).
+pub fn fencing_token() -> Option<u64> {
+    HELD.try_with(|frame| frame.0.token).ok()
+}

@@ -1,0 +1,174 @@
+//! The one error type every distlock operation returns.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Why a held lock stopped being held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// Renewal found the lock key gone (it expired, or someone deleted it).
+    Expired,
+    /// Renewal found the lock held by another owner.
+    Stolen,
+    /// Redis could not be reached before the lease ran out, so the lock can no longer be
+    /// guaranteed.
+    Unreachable,
+    /// The lease ran out without renewal (`renew` was off, or the hold cap was reached).
+    LeaseElapsed,
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossReason::Expired => "the lock key expired or was deleted",
+            LossReason::Stolen => "another owner holds the lock now",
+            LossReason::Unreachable => "Redis could not be reached before the lease ran out",
+            LossReason::LeaseElapsed => "the lease (ttl) elapsed without renewal",
+        })
+    }
+}
+
+/// Which Redis operation an error happened in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Operation {
+    /// Connecting to Redis.
+    Connect,
+    /// Acquiring a lock.
+    Acquire,
+    /// Releasing a lock.
+    Release,
+    /// Renewing a lease.
+    Renew,
+    /// Subscribing to release notifications.
+    Subscribe,
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Operation::Connect => "connect",
+            Operation::Acquire => "acquire",
+            Operation::Release => "release",
+            Operation::Renew => "renew",
+            Operation::Subscribe => "subscribe",
+        })
+    }
+}
+
+/// Everything that can go wrong while taking, holding or releasing a lock.
+///
+/// Every message names the lock key (when there is one) and says what to do about it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The lock is held by someone else and was not released within the wait time.
+    #[error("lock `{key}` is busy: held by another owner and not released within {waited:?} (raise `wait` or retry later)")]
+    Busy {
+        /// The lock's name.
+        key: String,
+        /// How long this caller waited before giving up (zero when `wait` was not set).
+        waited: Duration,
+    },
+    /// A lock this caller held is no longer guaranteed to be held.
+    #[error("lock `{key}` was lost: {reason}; the protected work must not be trusted to have run exclusively")]
+    Lost {
+        /// The lock's name.
+        key: String,
+        /// What happened.
+        reason: LossReason,
+    },
+    /// Release was refused because the lock is held by another owner (or nobody).
+    #[error("lock `{key}` is not held by this owner, so it was not released (it expired or was taken over)")]
+    NotOwner {
+        /// The lock's name.
+        key: String,
+    },
+    /// No client was installed before the first lock.
+    #[error("distlock is not initialized: call `distlock::init(\"redis://...\").await` once at startup, before taking any lock")]
+    NotInitialized,
+    /// A client was installed twice under the same name.
+    #[error("{}", already_initialized_message(.client.as_deref()))]
+    AlreadyInitialized {
+        /// The client name, `None` for the default client.
+        client: Option<String>,
+    },
+    /// A lock asked for a named client that was never installed.
+    #[error("no distlock client named `{name}`: install it at startup with `distlock::Config::new(url).install_as(\"{name}\").await`")]
+    UnknownClient {
+        /// The name that was asked for.
+        name: String,
+    },
+    /// The lock name cannot be used as a Redis key.
+    #[error("invalid lock key `{key}`: {reason}")]
+    InvalidKey {
+        /// The lock name (shortened when very long).
+        key: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The configuration (URL, durations) is invalid.
+    #[error("invalid distlock configuration: {reason}")]
+    InvalidConfig {
+        /// What is wrong, without any secret from the URL.
+        reason: String,
+    },
+    /// Redis did not answer within the configured response timeout.
+    #[error("Redis did not answer the {op} of lock `{key}` within {after:?}: check that the server is up and reachable, or raise `Config::response_timeout`")]
+    Timeout {
+        /// The operation.
+        op: Operation,
+        /// The lock's name (empty for connection set-up).
+        key: String,
+        /// The timeout that elapsed.
+        after: Duration,
+    },
+    /// Redis returned an error or the connection failed.
+    #[error("Redis error during {op} of lock `{key}`: {source}")]
+    Redis {
+        /// The operation.
+        op: Operation,
+        /// The lock's name (empty for connection set-up).
+        key: String,
+        /// The underlying error from redis-rs.
+        #[source]
+        source: redis::RedisError,
+    },
+}
+
+fn already_initialized_message(client: Option<&str>) -> String {
+    match client {
+        None => "distlock is already initialized: call `distlock::init` only once, at startup (use `Config::install_as(name)` for more clients)".to_owned(),
+        Some(name) => format!("a distlock client named `{name}` is already installed: install each name once, at startup"),
+    }
+}
+
+impl Error {
+    /// True for [`Error::Busy`]: the lock was held by someone else.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, Error::Busy { .. })
+    }
+
+    /// True for [`Error::Lost`]: a held lock can no longer be guaranteed.
+    pub fn is_lost(&self) -> bool {
+        matches!(self, Error::Lost { .. })
+    }
+
+    /// True for errors that may go away on retry (timeouts, connection failures).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Timeout { .. } => true,
+            Error::Redis { source, .. } => {
+                source.is_io_error()
+                    || source.is_connection_dropped()
+                    || source.is_timeout()
+                    || source.is_connection_refusal()
+            }
+            _ => false,
+        }
+    }
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,211 @@
+//! The lock guard: token, loss notification, release, and release on drop.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::error::{Error, LossReason, Operation};
+use crate::keys::LockKeys;
+use crate::lease::Lease;
+use crate::scripts::RELEASE_SCRIPT;
+
+/// One hold of a lock in Redis: enough to release it from anywhere.
+#[derive(Clone)]
+pub(crate) struct Hold {
+    pub(crate) client: Client,
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) owner: Arc<str>,
+    pub(crate) hold: Arc<str>,
+}
+
+impl Hold {
+    /// Runs the release script once: `Ok(true)` released (or fewer holds), `Ok(false)` not owner.
+    pub(crate) async fn release(&self) -> Result<bool, Error> {
+        let mut cmd = RELEASE_SCRIPT.evalsha();
+        cmd.arg(2)
+            .arg(&self.keys.lock)
+            .arg(&self.keys.channel)
+            .arg(&*self.owner)
+            .arg(&*self.hold);
+        let left: i64 = self
+            .client
+            .call(Operation::Release, &self.keys.name, &RELEASE_SCRIPT, &cmd)
+            .await?;
+        Ok(left >= 0)
+    }
+}
+
+/// Releases a hold in the background when dropped while armed: the cleanup for cancelled
+/// acquires, cancelled releases and guards dropped without `release()`.
+pub(crate) struct ReleaseOnDrop {
+    hold: Option<Hold>,
+    handle: Handle,
+}
+
+impl ReleaseOnDrop {
+    pub(crate) fn new(hold: Hold, handle: Handle) -> Self {
+        ReleaseOnDrop {
+            hold: Some(hold),
+            handle,
+        }
+    }
+
+    pub(crate) fn disarm(&mut self) -> Option<Hold> {
+        self.hold.take()
+    }
+
+    pub(crate) fn hold(&self) -> Option<&Hold> {
+        self.hold.as_ref()
+    }
+}
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        if let Some(hold) = self.hold.take() {
+            // Fails only if the runtime is shutting down; then the lease expires at its ttl.
+            let _ = self.handle.spawn(async move {
+                match hold.release().await {
+                    Ok(_) => tracing::debug!(key = %hold.keys.name, "released in background"),
+                    Err(error) => {
+                        tracing::warn!(key = %hold.keys.name, %error, "background release failed; the lock expires at its ttl")
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// A held lock. Release it with [`LockGuard::release`]; dropping it releases in the background.
+///
+/// Renewal (if enabled) stops the moment the guard is released or dropped.
+pub struct LockGuard {
+    pub(crate) cleanup: ReleaseOnDrop,
+    pub(crate) token: u64,
+    pub(crate) reentry: bool,
+    pub(crate) lease: Arc<Lease>,
+    pub(crate) renewal: Option<u64>,
+    pub(crate) acquired_at: Instant,
+}
+
+impl LockGuard {
+    fn hold(&self) -> &Hold {
+        self.cleanup
+            .hold()
+            .expect("a LockGuard holds its lock until release() consumes it")
+    }
+
+    /// The lock's name, as passed to [`crate::lock`].
+    pub fn name(&self) -> &str {
+        &self.hold().keys.name
+    }
+
+    /// The fencing token: strictly greater than every token previously handed out for this name
+    /// (a re-entry shares its outer hold's token).
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// True if this guard re-entered a lock its call chain already held.
+    pub fn is_reentry(&self) -> bool {
+        self.reentry
+    }
+
+    /// How long ago the lock was acquired.
+    pub fn held_for(&self) -> Duration {
+        self.acquired_at.elapsed()
+    }
+
+    /// Until when the lease is guaranteed, as far as this process knows.
+    pub fn guaranteed_until(&self) -> Instant {
+        self.lease.deadline()
+    }
+
+    /// Why the lock is lost, or `None` while it is still guaranteed.
+    pub fn lost_reason(&self) -> Option<LossReason> {
+        self.lease.lost_reason()
+    }
+
+    /// `Ok(())` while the lock is guaranteed, otherwise [`Error::Lost`]. Call it before an
+    /// irreversible step.
+    pub fn ensure_held(&self) -> Result<(), Error> {
+        match self.lost_reason() {
+            None => Ok(()),
+            Some(reason) => Err(Error::Lost {
+                key: self.name().to_owned(),
+                reason,
+            }),
+        }
+    }
+
+    /// Resolves when the lock is lost: renewal found it gone or taken, Redis stayed unreachable
+    /// until the lease ran out, or (without renewal) the ttl elapsed. Never resolves while the
+    /// lease is guaranteed. The future does not borrow the guard.
+    pub fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
+        let lease = self.lease.clone();
+        async move { lease.lost().await }
+    }
+
+    /// Releases this hold (the lock itself when it is the outermost hold) and stops renewal.
+    ///
+    /// Returns [`Error::NotOwner`] if the lock had expired or been taken over: then nothing was
+    /// changed in Redis. If this future is dropped before Redis answers, the release finishes in
+    /// the background.
+    pub async fn release(mut self) -> Result<(), Error> {
+        self.stop_renewal();
+        let hold = self.hold().clone();
+        let released = hold.release().await;
+        // Answered (either way): nothing left to clean up in the background.
+        self.cleanup.disarm();
+        match released {
+            Ok(true) => {
+                tracing::debug!(key = %hold.keys.name, held_ms = self.acquired_at.elapsed().as_millis() as u64, "released");
+                Ok(())
+            }
+            Ok(false) => Err(Error::NotOwner {
+                key: hold.keys.name.clone(),
+            }),
+            Err(error) => {
+                if error.is_transient() {
+                    // The release may not have reached Redis; try once more in the background.
+                    let retry = ReleaseOnDrop::new(hold, self.cleanup.handle.clone());
+                    drop(retry);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    fn stop_renewal(&mut self) {
+        if let Some(id) = self.renewal.take() {
+            if let Some(hold) = self.cleanup.hold() {
+                hold.client.inner.watchdog.unregister(id);
+            }
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        self.stop_renewal();
+        // `cleanup` (if still armed) releases in the background as it drops.
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("LockGuard");
+        if let Some(hold) = self.cleanup.hold() {
+            d.field("name", &hold.keys.name);
+        }
+        d.field("token", &self.token)
+            .field("reentry", &self.reentry)
+            .field("renewing", &self.renewal.is_some())
+            .field("lost", &self.lease.lost_reason())
+            .finish()
+    }
+}

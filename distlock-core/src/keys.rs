@@ -1,0 +1,145 @@
+//! Redis key layout of one lock: lock hash, fencing floor and release channel, all in one slot.
+//!
+//! For a lock named `order:42` under the prefix `distlock` the keys are
+//! `distlock:{order:42}` (the lock hash), `distlock:{order:42}:fence` (the fencing floor) and
+//! `distlock:{order:42}:released` (the release channel). Redis Cluster hashes only the text
+//! between the first `{` and the next `}`; the prefix may not contain braces and the name may
+//! not contain `}`, so that text is exactly the lock name for all three keys: they always share
+//! one hash slot, and nothing in the name can move one of them to another slot.
+
+use crate::error::Error;
+
+/// Longest accepted lock name, in bytes.
+pub const MAX_NAME_LEN: usize = 1024;
+
+/// The Redis keys of one lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LockKeys {
+    pub(crate) name: String,
+    pub(crate) lock: String,
+    pub(crate) fence: String,
+    pub(crate) channel: String,
+}
+
+impl LockKeys {
+    pub(crate) fn new(prefix: &str, name: String) -> Result<Self, Error> {
+        validate_name(&name)?;
+        let mut lock = String::with_capacity(prefix.len() + name.len() + 3);
+        lock.push_str(prefix);
+        lock.push_str(":{");
+        lock.push_str(&name);
+        lock.push('}');
+        let fence = format!("{lock}:fence");
+        let channel = format!("{lock}:released");
+        Ok(LockKeys {
+            name,
+            lock,
+            fence,
+            channel,
+        })
+    }
+}
+
+fn validate_name(name: &str) -> Result<(), Error> {
+    let reason = if name.is_empty() {
+        "a lock name cannot be empty"
+    } else if name.len() > MAX_NAME_LEN {
+        "a lock name is limited to 1024 bytes; hash long values before putting them in a key"
+    } else if name.contains('}') || name.contains('{') {
+        "a lock name cannot contain `{` or `}` (they would change the Redis Cluster hash slot); the `#[distributed_lock]` key templates escape them for you"
+    } else {
+        return Ok(());
+    };
+    Err(Error::InvalidKey {
+        key: shorten(name),
+        reason,
+    })
+}
+
+/// Validates a key prefix (no braces, not empty).
+pub(crate) fn validate_prefix(prefix: &str) -> Result<(), Error> {
+    if prefix.is_empty() || prefix.contains('{') || prefix.contains('}') || prefix.len() > 128 {
+        return Err(Error::InvalidConfig {
+            reason: format!(
+                "key prefix `{}` must be 1 to 128 bytes without `{{` or `}}`",
+                shorten(prefix)
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The first 64 characters of a long name, for error messages.
+pub(crate) fn shorten(name: &str) -> String {
+    const SHOWN: usize = 64;
+    match name.char_indices().nth(SHOWN) {
+        None => name.to_owned(),
+        Some((cut, _)) => format!("{}… ({} bytes)", &name[..cut], name.len()),
+    }
+}
+
+/// The Redis Cluster hash slot of a key (CRC16/XMODEM of the hash tag, modulo 16384).
+pub fn hash_slot(key: &[u8]) -> u16 {
+    let tagged = match key.iter().position(|&b| b == b'{') {
+        Some(open) => match key[open + 1..].iter().position(|&b| b == b'}') {
+            Some(len) if len > 0 => &key[open + 1..open + 1 + len],
+            _ => key,
+        },
+        None => key,
+    };
+    crc16_xmodem(tagged) % 16384
+}
+
+fn crc16_xmodem(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_shares_one_tag() {
+        let k = LockKeys::new("distlock", "order:42".into()).unwrap();
+        assert_eq!(k.lock, "distlock:{order:42}");
+        assert_eq!(k.fence, "distlock:{order:42}:fence");
+        assert_eq!(k.channel, "distlock:{order:42}:released");
+        let slot = hash_slot(k.lock.as_bytes());
+        assert_eq!(slot, hash_slot(b"order:42"));
+        assert_eq!(slot, hash_slot(k.fence.as_bytes()));
+        assert_eq!(slot, hash_slot(k.channel.as_bytes()));
+    }
+
+    #[test]
+    fn crc16_matches_redis_reference() {
+        // Values from the Redis Cluster specification.
+        assert_eq!(crc16_xmodem(b"123456789"), 0x31C3);
+        assert_eq!(hash_slot(b"foo"), 12182);
+        assert_eq!(hash_slot(b"{user1000}.following"), hash_slot(b"user1000"));
+    }
+
+    #[test]
+    fn rejects_bad_names() {
+        for bad in ["", "a{b", "a}b"] {
+            assert!(matches!(
+                LockKeys::new("p", bad.into()),
+                Err(Error::InvalidKey { .. })
+            ));
+        }
+        let long = "x".repeat(MAX_NAME_LEN + 1);
+        let err = LockKeys::new("p", long).unwrap_err();
+        assert!(err.to_string().contains("1025 bytes"), "{err}");
+        assert!(LockKeys::new("p", "x".repeat(MAX_NAME_LEN)).is_ok());
+    }
+}

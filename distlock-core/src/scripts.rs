@@ -1,0 +1,126 @@
+//! The Lua scripts: every key through KEYS, every value through ARGV, invoked by EVALSHA.
+//!
+//! The lock is a hash: field `o` is the owner id, `f` the fencing token, and one field per hold
+//! (`h<id>`) makes the hold count. Holds are fields rather than a counter so that a retried
+//! acquire or release (after a lost reply) is idempotent: setting or deleting the same field
+//! twice changes nothing.
+
+use std::sync::LazyLock;
+
+use redis::aio::ConnectionManager;
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, ServerErrorKind};
+
+/// Acquire or re-enter.
+///
+/// KEYS: lock, fence. ARGV: owner, hold field, ttl ms, fence retention ms.
+/// Returns `{1, token}` (fresh), `{2, token}` (re-entry) or `{0, pttl}` (held by another owner).
+///
+/// The fencing token is the server's clock in microseconds, raised above the last token handed
+/// out for this name (kept in the fence key for the retention time), so it strictly increases
+/// per name while the fence key stays bounded in memory.
+pub(crate) const ACQUIRE: &str = r#"
+local owner = redis.call('HGET', KEYS[1], 'o')
+if owner == false then
+  local t = redis.call('TIME')
+  local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local last = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if token <= last then token = last + 1 end
+  local s = string.format('%d', token)
+  redis.call('HSET', KEYS[1], 'o', ARGV[1], 'f', s, ARGV[2], '1')
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  redis.call('SET', KEYS[2], s, 'PX', ARGV[4])
+  return {1, token}
+end
+if owner == ARGV[1] then
+  redis.call('HSET', KEYS[1], ARGV[2], '1')
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  end
+  return {2, tonumber(redis.call('HGET', KEYS[1], 'f'))}
+end
+return {0, redis.call('PTTL', KEYS[1])}
+"#;
+
+/// Release one hold.
+///
+/// KEYS: lock, channel. ARGV: owner, hold field.
+/// Returns -1 (not the owner: nothing changed), 0 (released; waiters notified) or the number of
+/// holds left (re-entrant holds remain).
+pub(crate) const RELEASE: &str = r#"
+if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then
+  return -1
+end
+redis.call('HDEL', KEYS[1], ARGV[2])
+local left = redis.call('HLEN', KEYS[1]) - 2
+if left > 0 then
+  return left
+end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', KEYS[2], '1')
+return 0
+"#;
+
+/// Renew a batch of leases.
+///
+/// KEYS: lock keys. ARGV: for each key, its ttl ms then its owner.
+/// Returns one status per key: 1 renewed, 0 gone, -1 owned by someone else.
+pub(crate) const RENEW: &str = r#"
+local out = {}
+for i, key in ipairs(KEYS) do
+  local owner = redis.call('HGET', key, 'o')
+  if owner == ARGV[2 * i] then
+    redis.call('PEXPIRE', key, ARGV[2 * i - 1])
+    out[i] = 1
+  elseif owner == false then
+    out[i] = 0
+  else
+    out[i] = -1
+  end
+end
+return out
+"#;
+
+/// A Lua script and its SHA1, loaded on demand.
+pub(crate) struct Lua {
+    source: &'static str,
+    script: LazyLock<redis::Script>,
+}
+
+impl Lua {
+    const fn new(source: &'static str, make: fn() -> redis::Script) -> Self {
+        Lua {
+            source,
+            script: LazyLock::new(make),
+        }
+    }
+
+    /// An `EVALSHA` command with the script's hash; append `numkeys`, keys and args.
+    pub(crate) fn evalsha(&self) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.script.get_hash());
+        cmd
+    }
+
+    /// Runs `cmd` (built with [`Lua::evalsha`]); on NOSCRIPT loads the script and runs it again.
+    pub(crate) async fn run<T: FromRedisValue>(
+        &self,
+        conn: &mut ConnectionManager,
+        cmd: &Cmd,
+    ) -> RedisResult<T> {
+        match cmd.query_async(conn).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(self.source)
+                    .exec_async(conn)
+                    .await?;
+                cmd.query_async(conn).await
+            }
+            other => other,
+        }
+    }
+}
+
+pub(crate) static ACQUIRE_SCRIPT: Lua = Lua::new(ACQUIRE, || redis::Script::new(ACQUIRE));
+pub(crate) static RELEASE_SCRIPT: Lua = Lua::new(RELEASE, || redis::Script::new(RELEASE));
+pub(crate) static RENEW_SCRIPT: Lua = Lua::new(RENEW, || redis::Script::new(RENEW));

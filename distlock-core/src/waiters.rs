@@ -1,0 +1,214 @@
+//! Release notifications: one shared RESP3 subscriber connection per client.
+//!
+//! A waiter subscribes to the lock's release channel before it retries, so a release between
+//! its failed attempt and its wait is never missed: every message bumps a per-channel
+//! generation, and a waiter sleeps only until the generation moves past the one it saw before
+//! its attempt (or until the holder's remaining ttl, because a crashed holder never publishes).
+//! A channel is unsubscribed when its last waiter leaves, so `PUBSUB CHANNELS` is empty at rest.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{ProtocolVersion, PushInfo, PushKind, Value};
+use tokio::sync::{watch, OnceCell};
+use tokio::time::Instant;
+
+use crate::error::{Error, Operation};
+
+type ChannelMap = HashMap<Vec<u8>, Arc<Channel>>;
+
+struct Channel {
+    generation: watch::Sender<u64>,
+    /// Serialises SUBSCRIBE/UNSUBSCRIBE for this channel and counts its waiters.
+    state: tokio::sync::Mutex<ChannelState>,
+}
+
+#[derive(Default)]
+struct ChannelState {
+    waiters: usize,
+    subscribed: bool,
+    retired: bool,
+}
+
+/// The subscriber side of one client.
+pub(crate) struct Waiters {
+    redis: redis::Client,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    conn: OnceCell<ConnectionManager>,
+    channels: Arc<Mutex<ChannelMap>>,
+}
+
+impl Waiters {
+    pub(crate) fn new(redis: redis::Client, connect_timeout: Duration, response_timeout: Duration) -> Self {
+        Waiters {
+            redis,
+            connect_timeout,
+            response_timeout,
+            conn: OnceCell::new(),
+            channels: Arc::default(),
+        }
+    }
+
+    async fn connection(&self, key: &str) -> Result<ConnectionManager, Error> {
+        let make = async {
+            let info = self.redis.get_connection_info().clone();
+            let settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+            let client = redis::Client::open(info.set_redis_settings(settings))
+                .map_err(|e| subscribe_error(key, e))?;
+            let channels = self.channels.clone();
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(self.connect_timeout))
+                .set_response_timeout(Some(self.response_timeout))
+                .set_number_of_retries(2)
+                .set_automatic_resubscription()
+                .set_push_sender(move |push: PushInfo| {
+                    dispatch(&channels, push);
+                    Ok::<(), std::convert::Infallible>(())
+                });
+            ConnectionManager::new_with_config(client, config)
+                .await
+                .map_err(|e| subscribe_error(key, e))
+        };
+        let conn = tokio::time::timeout(self.connect_timeout, self.conn.get_or_try_init(|| make))
+            .await
+            .map_err(|_| Error::Timeout {
+                op: Operation::Subscribe,
+                key: key.to_owned(),
+                after: self.connect_timeout,
+            })??;
+        Ok(conn.clone())
+    }
+
+    /// Subscribes to `channel` (if no one in this client already is) and returns the waiter's
+    /// handle. The subscription is confirmed by Redis when this returns.
+    pub(crate) async fn subscribe(&self, channel: &str, key: &str) -> Result<Subscription, Error> {
+        let mut conn = self.connection(key).await?;
+        loop {
+            let entry = {
+                let mut map = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+                map.entry(channel.as_bytes().to_vec())
+                    .or_insert_with(|| {
+                        Arc::new(Channel {
+                            generation: watch::Sender::new(0),
+                            state: tokio::sync::Mutex::new(ChannelState::default()),
+                        })
+                    })
+                    .clone()
+            };
+            let mut state = entry.state.lock().await;
+            if state.retired {
+                continue; // removed from the map while we waited; take the fresh entry
+            }
+            state.waiters += 1;
+            // From here on, dropping this future (or an error) gives the waiter back.
+            let sub = Subscription {
+                rx: entry.generation.subscribe(),
+                entry: entry.clone(),
+                channels: self.channels.clone(),
+                conn: conn.clone(),
+                name: channel.as_bytes().to_vec(),
+            };
+            if !state.subscribed {
+                tokio::time::timeout(self.response_timeout, conn.subscribe(channel))
+                    .await
+                    .map_err(|_| Error::Timeout {
+                        op: Operation::Subscribe,
+                        key: key.to_owned(),
+                        after: self.response_timeout,
+                    })?
+                    .map_err(|e| subscribe_error(key, e))?;
+                state.subscribed = true;
+            }
+            drop(state);
+            return Ok(sub);
+        }
+    }
+
+    /// Channels with at least one waiter (for tests and diagnostics).
+    pub(crate) fn active_channels(&self) -> usize {
+        self.channels.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+fn subscribe_error(key: &str, source: redis::RedisError) -> Error {
+    Error::Redis {
+        op: Operation::Subscribe,
+        key: key.to_owned(),
+        source,
+    }
+}
+
+fn dispatch(channels: &Mutex<ChannelMap>, push: PushInfo) {
+    let map = channels.lock().unwrap_or_else(|e| e.into_inner());
+    match push.kind {
+        PushKind::Message => {
+            if let Some(Value::BulkString(name)) = push.data.first() {
+                if let Some(entry) = map.get(name.as_slice()) {
+                    entry.generation.send_modify(|g| *g += 1);
+                }
+            }
+        }
+        // Messages may have been missed while disconnected: make every waiter look again.
+        PushKind::Disconnection => {
+            for entry in map.values() {
+                entry.generation.send_modify(|g| *g += 1);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// One waiter's interest in a release channel; dropping it gives the interest back.
+pub(crate) struct Subscription {
+    rx: watch::Receiver<u64>,
+    entry: Arc<Channel>,
+    channels: Arc<Mutex<ChannelMap>>,
+    conn: ConnectionManager,
+    name: Vec<u8>,
+}
+
+impl Subscription {
+    /// Call before each attempt: later messages wake [`Subscription::wait_until`].
+    pub(crate) fn mark_seen(&mut self) {
+        self.rx.borrow_and_update();
+    }
+
+    /// Waits for a release message published after the last [`Subscription::mark_seen`],
+    /// or until `deadline`.
+    pub(crate) async fn wait_until(&mut self, deadline: Instant) {
+        let _ = tokio::time::timeout_at(deadline, self.rx.changed()).await;
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let entry = self.entry.clone();
+        let channels = self.channels.clone();
+        let mut conn = self.conn.clone();
+        let name = std::mem::take(&mut self.name);
+        let leave = async move {
+            let mut state = entry.state.lock().await;
+            state.waiters -= 1;
+            if state.waiters > 0 {
+                return;
+            }
+            if state.subscribed {
+                if let Err(error) = conn.unsubscribe(&name[..]).await {
+                    tracing::debug!(%error, "unsubscribe failed; the server drops it on reconnect");
+                }
+                state.subscribed = false;
+            }
+            state.retired = true;
+            let mut map = channels.lock().unwrap_or_else(|e| e.into_inner());
+            if map.get(&name).is_some_and(|e| Arc::ptr_eq(e, &entry)) {
+                map.remove(&name);
+            }
+        };
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(leave);
+        }
+    }
+}

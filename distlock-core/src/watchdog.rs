@@ -1,0 +1,232 @@
+//! The watchdog: one task per client renews every `renew` lease in batched script calls.
+//!
+//! Each lease is renewed every ttl/3. When the watchdog wakes for the earliest due lease it also
+//! takes every lease that is at least half-way to its next renewal, so leases taken at different
+//! moments fall into the same batches and round trips grow with `held / batch size`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use tokio::sync::Notify;
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+
+use crate::error::LossReason;
+use crate::lease::{guaranteed_until, Lease};
+use crate::scripts::RENEW_SCRIPT;
+
+/// Retry delay after a failed renewal round trip.
+const RETRY_AFTER_ERROR: Duration = Duration::from_millis(100);
+
+struct Entry {
+    key: Arc<str>,
+    name: Arc<str>,
+    owner: Arc<str>,
+    ttl: Duration,
+    due: Instant,
+    hold_until: Option<Instant>,
+    lease: Arc<Lease>,
+}
+
+impl Entry {
+    fn interval(&self) -> Duration {
+        self.ttl / 3
+    }
+}
+
+#[derive(Default)]
+struct Table {
+    entries: HashMap<u64, Entry>,
+    next_id: u64,
+}
+
+struct Shared {
+    table: Mutex<Table>,
+    wake: Notify,
+}
+
+/// What one lease asks of the watchdog.
+pub(crate) struct Renewal {
+    pub(crate) key: Arc<str>,
+    pub(crate) name: Arc<str>,
+    pub(crate) owner: Arc<str>,
+    pub(crate) ttl: Duration,
+    pub(crate) hold_until: Option<Instant>,
+    pub(crate) lease: Arc<Lease>,
+}
+
+/// Handle to a client's renewal task; dropping it stops the task.
+pub(crate) struct Watchdog {
+    shared: Arc<Shared>,
+    task: AbortHandle,
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Watchdog {
+    pub(crate) fn start(conn: ConnectionManager, batch: usize, timeout: Duration) -> Self {
+        let shared = Arc::new(Shared {
+            table: Mutex::new(Table::default()),
+            wake: Notify::new(),
+        });
+        let task = tokio::spawn(run(shared.clone(), conn, batch, timeout)).abort_handle();
+        Watchdog { shared, task }
+    }
+
+    /// Starts renewing a lease; returns the id to [`Watchdog::unregister`] it with.
+    pub(crate) fn register(&self, r: Renewal) -> u64 {
+        let due = Instant::now() + r.ttl / 3;
+        let id = {
+            let mut table = self.table();
+            table.next_id += 1;
+            let id = table.next_id;
+            table.entries.insert(
+                id,
+                Entry {
+                    key: r.key,
+                    name: r.name,
+                    owner: r.owner,
+                    ttl: r.ttl,
+                    due,
+                    hold_until: r.hold_until,
+                    lease: r.lease,
+                },
+            );
+            id
+        };
+        // A stored permit: the task re-plans even if it is between two waits.
+        self.shared.wake.notify_one();
+        id
+    }
+
+    /// Stops renewing a lease at once (the next batch will not contain it).
+    pub(crate) fn unregister(&self, id: u64) {
+        self.table().entries.remove(&id);
+    }
+
+    /// Number of leases being renewed.
+    pub(crate) fn len(&self) -> usize {
+        self.table().entries.len()
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.shared.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+struct Due {
+    id: u64,
+    key: Arc<str>,
+    owner: Arc<str>,
+    ttl: Duration,
+}
+
+/// Takes the leases due now (or at least half-way there); returns them and the next wake time.
+fn collect(shared: &Shared, now: Instant) -> (Vec<Due>, Option<Instant>) {
+    let mut table = shared.table.lock().unwrap_or_else(|e| e.into_inner());
+    let mut due = Vec::new();
+    let mut next: Option<Instant> = None;
+    table.entries.retain(|&id, e| {
+        if let Some(reason) = e.lease.lost_reason() {
+            tracing::debug!(key = %e.name, %reason, "lease lost; renewal stopped");
+            return false;
+        }
+        if e.due <= now + e.interval() / 2 {
+            let mut ttl = e.ttl;
+            if let Some(cap) = e.hold_until {
+                let left = cap.saturating_duration_since(now);
+                if left < Duration::from_millis(1) {
+                    tracing::info!(key = %e.name, "hold time cap reached; renewal stopped");
+                    return false;
+                }
+                ttl = ttl.min(left);
+            }
+            e.due = now + e.interval();
+            due.push(Due {
+                id,
+                key: e.key.clone(),
+                owner: e.owner.clone(),
+                ttl,
+            });
+        }
+        next = Some(next.map_or(e.due, |n: Instant| n.min(e.due)));
+        true
+    });
+    (due, next)
+}
+
+async fn run(shared: Arc<Shared>, mut conn: ConnectionManager, batch: usize, timeout: Duration) {
+    loop {
+        let (due, next) = collect(&shared, Instant::now());
+        if due.is_empty() {
+            match next {
+                Some(at) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(at) => {}
+                        () = shared.wake.notified() => {}
+                    }
+                }
+                None => shared.wake.notified().await,
+            }
+            continue;
+        }
+        for chunk in due.chunks(batch) {
+            renew_chunk(&shared, &mut conn, chunk, timeout).await;
+        }
+    }
+}
+
+async fn renew_chunk(shared: &Shared, conn: &mut ConnectionManager, chunk: &[Due], timeout: Duration) {
+    let mut cmd = RENEW_SCRIPT.evalsha();
+    cmd.arg(chunk.len());
+    for d in chunk {
+        cmd.arg(&*d.key);
+    }
+    for d in chunk {
+        cmd.arg(d.ttl.as_millis() as u64).arg(&*d.owner);
+    }
+    let sent_at = Instant::now();
+    let reply = tokio::time::timeout(timeout, RENEW_SCRIPT.run::<Vec<i64>>(conn, &cmd)).await;
+    let mut table = shared.table.lock().unwrap_or_else(|e| e.into_inner());
+    match reply {
+        Ok(Ok(statuses)) if statuses.len() == chunk.len() => {
+            for (d, status) in chunk.iter().zip(statuses) {
+                let Some(e) = table.entries.get(&d.id) else {
+                    continue; // released while the batch was in flight
+                };
+                let lost = match status {
+                    1 => {
+                        e.lease.extend(guaranteed_until(sent_at, d.ttl));
+                        continue;
+                    }
+                    0 => LossReason::Expired,
+                    _ => LossReason::Stolen,
+                };
+                if e.lease.mark_lost(lost) {
+                    tracing::warn!(key = %e.name, reason = %lost, "lock lost: renewal found it no longer ours");
+                }
+                table.entries.remove(&d.id);
+            }
+        }
+        failed => {
+            let why = match failed {
+                Ok(Ok(_)) => "reply of the wrong length".to_owned(),
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no reply within {timeout:?}"),
+            };
+            let retry = Instant::now() + RETRY_AFTER_ERROR;
+            for d in chunk {
+                if let Some(e) = table.entries.get_mut(&d.id) {
+                    tracing::warn!(key = %e.name, error = %why, "lease renewal failed; retrying");
+                    e.due = e.due.min(retry);
+                }
+            }
+        }
+    }
+}

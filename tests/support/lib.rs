@@ -1,0 +1,1 @@
+//! Test support: throwaway `redis-server` processes on free loopback ports.
