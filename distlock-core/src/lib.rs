@@ -85,7 +85,7 @@ mod keys;
 mod lease;
 mod macro_support;
 mod registry;
-mod scripts;
+pub mod scripts;
 mod waiters;
 mod watchdog;
 

@@ -1,4 +1,5 @@
-//! The Lua scripts: every key through KEYS, every value through ARGV, invoked by EVALSHA.
+//! The Lua scripts (the wire protocol): every key through KEYS, every value through ARGV,
+//! invoked by EVALSHA and reloaded on NOSCRIPT.
 //!
 //! The lock is a hash: field `o` is the owner id, `f` the fencing token, and one field per hold
 //! (`h<id>`) makes the hold count. Holds are fields rather than a counter so that a retried
@@ -18,7 +19,7 @@ use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, ServerErrorKind};
 /// The fencing token is the server's clock in microseconds, raised above the last token handed
 /// out for this name (kept in the fence key for the retention time), so it strictly increases
 /// per name while the fence key stays bounded in memory.
-pub(crate) const ACQUIRE: &str = r#"
+pub const ACQUIRE: &str = r#"
 local owner = redis.call('HGET', KEYS[1], 'o')
 if owner == false then
   local t = redis.call('TIME')
@@ -46,7 +47,7 @@ return {0, redis.call('PTTL', KEYS[1])}
 /// KEYS: lock, channel. ARGV: owner, hold field.
 /// Returns -1 (not the owner: nothing changed), 0 (released; waiters notified) or the number of
 /// holds left (re-entrant holds remain).
-pub(crate) const RELEASE: &str = r#"
+pub const RELEASE: &str = r#"
 if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then
   return -1
 end
@@ -64,7 +65,7 @@ return 0
 ///
 /// KEYS: lock keys. ARGV: for each key, its ttl ms then its owner.
 /// Returns one status per key: 1 renewed, 0 gone, -1 owned by someone else.
-pub(crate) const RENEW: &str = r#"
+pub const RENEW: &str = r#"
 local out = {}
 for i, key in ipairs(KEYS) do
   local owner = redis.call('HGET', key, 'o')

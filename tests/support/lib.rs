@@ -1,1 +1,230 @@
-//! Test support: throwaway `redis-server` processes on free loopback ports.
+//! Test support for distlock's integration tests, examples and benchmarks: throwaway
+//! `redis-server` processes on free loopback ports, stopped by PID.
+//!
+//! Each [`RedisServer`] runs with `--save ""` and no AOF, so nothing touches the disk, and is
+//! killed when dropped. `scripts/test.sh` installs `redis-server` when it is missing.
+#![deny(missing_docs)]
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// How long a server may take to say it is ready.
+const READY_WITHIN: Duration = Duration::from_secs(10);
+
+/// A `redis-server` child process on `127.0.0.1:<port>`.
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    extra: Vec<String>,
+    password: Option<String>,
+}
+
+/// Options for [`RedisServer::start_with`].
+#[derive(Default, Clone)]
+pub struct ServerOptions {
+    /// `--requirepass`.
+    pub password: Option<String>,
+    /// `--cluster-enabled yes` (a one-node cluster, for `CLUSTER KEYSLOT`).
+    pub cluster: bool,
+    /// Use this port instead of a free one.
+    pub port: Option<u16>,
+}
+
+/// A free TCP port on the loopback interface.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free loopback port")
+}
+
+fn redis_binary() -> String {
+    std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
+}
+
+impl RedisServer {
+    /// Starts a plain server on a free port.
+    pub fn start() -> RedisServer {
+        Self::start_with(ServerOptions::default())
+    }
+
+    /// Starts a server with options.
+    pub fn start_with(opts: ServerOptions) -> RedisServer {
+        let port = opts.port.unwrap_or_else(free_port);
+        let mut extra = Vec::new();
+        if let Some(pass) = &opts.password {
+            extra.extend(["--requirepass".to_owned(), pass.clone()]);
+        }
+        if opts.cluster {
+            let dir = std::env::temp_dir().join(format!("distlock-cluster-{port}"));
+            std::fs::create_dir_all(&dir).expect("temp dir");
+            extra.extend([
+                "--cluster-enabled".to_owned(),
+                "yes".to_owned(),
+                "--cluster-config-file".to_owned(),
+                dir.join("nodes.conf").display().to_string(),
+            ]);
+        }
+        let mut server = RedisServer {
+            child: None,
+            port,
+            extra,
+            password: opts.password,
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let mut child = Command::new(redis_binary())
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--logfile", ""])
+            .args(["--daemonize", "no", "--protected-mode", "no"])
+            .args(&self.extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start redis-server ({e}); run scripts/test.sh, which installs it")
+            });
+        // The server's own log line is the readiness signal.
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut ready = Some(tx);
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if line.contains("Ready to accept connections") {
+                    if let Some(tx) = ready.take() {
+                        let _ = tx.send(());
+                    }
+                }
+            }
+        });
+        if rx.recv_timeout(READY_WITHIN).is_err() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("redis-server on port {} did not become ready", self.port);
+        }
+        self.child = Some(child);
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server is running").id()
+    }
+
+    /// `redis://127.0.0.1:<port>/` (with the password, if any).
+    pub fn url(&self) -> String {
+        match &self.password {
+            Some(pass) => format!("redis://:{pass}@127.0.0.1:{}/", self.port),
+            None => format!("redis://127.0.0.1:{}/", self.port),
+        }
+    }
+
+    /// A plain redis-rs client for assertions.
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("valid url")
+    }
+
+    /// A multiplexed connection for assertions.
+    pub async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        self.client()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to test redis")
+    }
+
+    fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([sig, &self.pid().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {sig} failed");
+    }
+
+    /// Freezes the server (`SIGSTOP`): connections stay open, nothing answers.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Thaws a paused server (`SIGCONT`).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    /// Kills the server with `SIGKILL` and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port (after [`RedisServer::kill`]); data is gone.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            // A paused server ignores SIGTERM but not SIGKILL.
+            self.kill();
+        }
+    }
+}
+
+/// Runs `f` until it returns `Some`, or panics after `within` (for conditions Redis exposes no
+/// signal for, such as `PUBSUB CHANNELS` emptying after an asynchronous unsubscribe).
+pub async fn eventually<T, F, Fut>(within: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {within:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// All keys on the server (test servers are small).
+pub async fn all_keys(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
+    redis::cmd("KEYS")
+        .arg("*")
+        .query_async(conn)
+        .await
+        .expect("KEYS")
+}
+
+/// The `calls` count of one command in `INFO commandstats` (e.g. `evalsha`).
+pub async fn command_calls(conn: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .expect("INFO");
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}

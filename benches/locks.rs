@@ -1,0 +1,2 @@
+//! Benchmark harness (placeholder; being written).
+fn main() {}
