@@ -9,9 +9,10 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, FromRedisValue, IntoConnectionInfo};
 
 use crate::acquire::LockBuilder;
+use crate::background::Background;
 use crate::config::Config;
 use crate::error::{Error, Operation};
-use crate::scripts::Lua;
+use crate::scripts::{Lua, ACQUIRE_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT};
 use crate::waiters::Waiters;
 use crate::watchdog::Watchdog;
 
@@ -31,6 +32,7 @@ pub(crate) struct Inner {
     pub(crate) conn: ConnectionManager,
     pub(crate) watchdog: Watchdog,
     pub(crate) waiters: Waiters,
+    pub(crate) background: Background,
     /// 128 random bits; owners are `<id>:<n>`, unique across processes.
     id: String,
     next: AtomicU64,
@@ -68,8 +70,10 @@ impl Client {
             after: config.connect_timeout + config.response_timeout,
         })?
         .map_err(connect_error)?;
+        preload_scripts(conn.clone(), config.response_timeout).await;
+        let background = Background::default();
         let watchdog = Watchdog::start(conn.clone(), config.renew_batch, config.response_timeout);
-        let waiters = Waiters::new(redis, config.connect_timeout, config.response_timeout);
+        let waiters = Waiters::new(redis, config.connect_timeout, config.response_timeout, background.clone());
         let op_timeout = config.response_timeout + config.response_timeout / 10 + Duration::from_millis(10);
         tracing::debug!(url = %config.redacted_url(), client = ?name, "distlock client connected");
         Ok(Client {
@@ -79,6 +83,7 @@ impl Client {
                 conn,
                 watchdog,
                 waiters,
+                background,
                 id: uuid::Uuid::new_v4().simple().to_string(),
                 next: AtomicU64::new(0),
                 op_timeout,
@@ -109,6 +114,12 @@ impl Client {
     /// Number of release channels this client is subscribed to (waiters present) right now.
     pub fn waiting_channels(&self) -> usize {
         self.inner.waiters.active_channels()
+    }
+
+    /// Number of background tasks in flight: releases of dropped guards and cancelled
+    /// acquires, and unsubscribes of departed waiters. Zero when the client is at rest.
+    pub fn background_tasks(&self) -> usize {
+        self.inner.background.count()
     }
 
     /// Identity of this client, for matching held-lock frames.
@@ -173,5 +184,19 @@ fn describe(e: &redis::RedisError) -> String {
     match e.detail() {
         Some(detail) => format!("{}: {detail}", e.category()),
         None => e.category().to_owned(),
+    }
+}
+
+/// Loads the scripts at connect so the first locks skip the NOSCRIPT round trip. Best effort:
+/// a server that refuses `SCRIPT LOAD` here still gets them loaded on first use.
+async fn preload_scripts(mut conn: ConnectionManager, timeout: Duration) {
+    let mut pipe = redis::pipe();
+    for script in [&ACQUIRE_SCRIPT, &RELEASE_SCRIPT, &RENEW_SCRIPT] {
+        pipe.add_command(script.load()).ignore();
+    }
+    match tokio::time::timeout(timeout, pipe.exec_async(&mut conn)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::debug!(%error, "script preload failed; scripts load on first use"),
+        Err(_) => tracing::debug!("script preload timed out; scripts load on first use"),
     }
 }

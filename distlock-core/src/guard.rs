@@ -67,8 +67,9 @@ impl ReleaseOnDrop {
 impl Drop for ReleaseOnDrop {
     fn drop(&mut self) {
         if let Some(hold) = self.hold.take() {
-            // Fails only if the runtime is shutting down; then the lease expires at its ttl.
-            let _ = self.handle.spawn(async move {
+            // If the runtime is shutting down the task never runs; the lease expires at its ttl.
+            let background = hold.client.inner.background.clone();
+            background.spawn(&self.handle, async move {
                 match hold.release().await {
                     Ok(_) => tracing::debug!(key = %hold.keys.name, "released in background"),
                     Err(error) => {

@@ -76,6 +76,7 @@
 #![deny(missing_docs)]
 
 mod acquire;
+mod background;
 mod client;
 mod config;
 mod context;

@@ -102,6 +102,13 @@ impl Lua {
         cmd
     }
 
+    /// The `SCRIPT LOAD` command for this script.
+    pub(crate) fn load(&self) -> Cmd {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(self.source);
+        cmd
+    }
+
     /// Runs `cmd` (built with [`Lua::evalsha`]); on NOSCRIPT loads the script and runs it again.
     pub(crate) async fn run<T: FromRedisValue>(
         &self,
@@ -110,11 +117,7 @@ impl Lua {
     ) -> RedisResult<T> {
         match cmd.query_async(conn).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(self.source)
-                    .exec_async(conn)
-                    .await?;
+                self.load().exec_async(conn).await?;
                 cmd.query_async(conn).await
             }
             other => other,

@@ -15,6 +15,7 @@ use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 use tokio::sync::{watch, OnceCell};
 use tokio::time::Instant;
 
+use crate::background::Background;
 use crate::error::{Error, Operation};
 
 type ChannelMap = HashMap<Vec<u8>, Arc<Channel>>;
@@ -39,16 +40,23 @@ pub(crate) struct Waiters {
     response_timeout: Duration,
     conn: OnceCell<ConnectionManager>,
     channels: Arc<Mutex<ChannelMap>>,
+    background: Background,
 }
 
 impl Waiters {
-    pub(crate) fn new(redis: redis::Client, connect_timeout: Duration, response_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        redis: redis::Client,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+        background: Background,
+    ) -> Self {
         Waiters {
             redis,
             connect_timeout,
             response_timeout,
             conn: OnceCell::new(),
             channels: Arc::default(),
+            background,
         }
     }
 
@@ -110,6 +118,7 @@ impl Waiters {
                 channels: self.channels.clone(),
                 conn: conn.clone(),
                 name: channel.as_bytes().to_vec(),
+                background: self.background.clone(),
             };
             if !state.subscribed {
                 tokio::time::timeout(self.response_timeout, conn.subscribe(channel))
@@ -168,6 +177,7 @@ pub(crate) struct Subscription {
     channels: Arc<Mutex<ChannelMap>>,
     conn: ConnectionManager,
     name: Vec<u8>,
+    background: Background,
 }
 
 impl Subscription {
@@ -208,7 +218,7 @@ impl Drop for Subscription {
             }
         };
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(leave);
+            self.background.spawn(&handle, leave);
         }
     }
 }
