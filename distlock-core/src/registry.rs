@@ -44,15 +44,11 @@ pub(crate) fn insert(name: Option<String>, client: Client) -> Result<(), Error> 
 pub(crate) fn get(name: Option<&str>) -> Result<Client, Error> {
     match name {
         None => DEFAULT.get().cloned().ok_or(Error::NotInitialized),
-        Some(name) => read_named(|map| map.get(name).cloned()).ok_or_else(|| {
-            if DEFAULT.get().is_none() && read_named(|map| map.is_empty()) {
-                Error::NotInitialized
-            } else {
-                Error::UnknownClient {
-                    name: name.to_owned(),
-                }
-            }
-        }),
+        Some(name) => {
+            read_named(|map| map.get(name).cloned()).ok_or_else(|| Error::UnknownClient {
+                name: name.to_owned(),
+            })
+        }
     }
 }
 
