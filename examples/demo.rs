@@ -1,0 +1,182 @@
+//! The README demo: several OS processes share one lock through `#[distributed_lock]`.
+//!
+//! `cargo run --example demo` starts a throwaway `redis-server` (or uses `REDIS_URL`), then
+//! re-runs itself as worker processes. Each worker runs tasks that add to a shared Redis
+//! counter with a deliberately racy read-modify-write. First without the lock (updates get
+//! lost), then with `#[distributed_lock]` (the counter ends exactly right). It prints who held
+//! the lock, who waited, who skipped the once-only job, and the fencing tokens.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use distlock::distributed_lock;
+use redis::AsyncCommands;
+
+const WORKERS: usize = 3;
+const TASKS: usize = 4;
+const ROUNDS: usize = 5;
+
+#[derive(Debug)]
+enum AppError {
+    Lock(distlock::Error),
+    Redis(redis::RedisError),
+}
+
+impl std::fmt::Display for AppError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AppError::Lock(e) => write!(f, "lock: {e}"),
+            AppError::Redis(e) => write!(f, "redis: {e}"),
+        }
+    }
+}
+
+impl From<distlock::Error> for AppError {
+    fn from(e: distlock::Error) -> Self {
+        AppError::Lock(e)
+    }
+}
+
+impl From<redis::RedisError> for AppError {
+    fn from(e: redis::RedisError) -> Self {
+        AppError::Redis(e)
+    }
+}
+
+/// The racy critical section: read, think, write.
+async fn add_one(redis: &mut redis::aio::MultiplexedConnection, counter: &str) -> Result<i64, AppError> {
+    let value: i64 = redis.get(counter).await.unwrap_or(0);
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let _: () = redis.set(counter, value + 1).await?;
+    Ok(value + 1)
+}
+
+/// Protected by a lock whose key comes from the `account` parameter (checked at compile time).
+#[distributed_lock(key = "account:<account>", ttl = "2s", renew, wait = "10s")]
+async fn deposit(
+    account: &str,
+    redis: &mut redis::aio::MultiplexedConnection,
+    who: &str,
+    called_at: Instant,
+) -> Result<(), AppError> {
+    let waited = called_at.elapsed();
+    let token = distlock::fencing_token().expect("inside the lock");
+    let value = add_one(redis, &format!("demo:{account}:locked")).await?;
+    let verb = if waited > Duration::from_millis(1) { "waited" } else { "took  " };
+    println!("{who} {verb} {:>4.1}ms  holds account:{account}  token {token}  counter -> {value}", waited.as_secs_f64() * 1e3);
+    Ok(())
+}
+
+/// Every worker calls this once; only one of them runs it (ShedLock-style `skip`).
+#[distributed_lock(key = "nightly-report", ttl = "5s", skip)]
+async fn nightly_report(who: &str) -> Result<bool, AppError> {
+    println!("{who} RUNS the once-only job (token {})", distlock::fencing_token().unwrap_or(0));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Ok(true)
+}
+
+async fn worker(id: usize, url: String) -> Result<(), AppError> {
+    distlock::init(&url).await?;
+    let redis = redis::Client::open(url)?;
+    // Phase 1: the same read-modify-write with no lock.
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let mut conn = redis.get_multiplexed_async_connection().await?;
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                add_one(&mut conn, "demo:shared:unlocked").await?;
+            }
+            Ok::<_, AppError>(())
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task")?;
+    }
+    // Phase 2: under #[distributed_lock].
+    let mut tasks = Vec::new();
+    for task in 0..TASKS {
+        let mut conn = redis.get_multiplexed_async_connection().await?;
+        tasks.push(tokio::spawn(async move {
+            let who = format!("[process {id} task {task}]");
+            for _ in 0..ROUNDS {
+                deposit("shared", &mut conn, &who, Instant::now()).await?;
+            }
+            Ok::<_, AppError>(())
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task")?;
+    }
+    let who = format!("[process {id}]");
+    if !nightly_report(&who).await? {
+        println!("{who} skipped the once-only job: another process holds nightly-report");
+    }
+    Ok(())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("worker") {
+        let id = args[2].parse().expect("worker id");
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        if let Err(e) = rt.block_on(worker(id, args[3].clone())) {
+            eprintln!("worker {id} failed: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+
+    let (_server, url) = match std::env::var("REDIS_URL") {
+        Ok(url) => (None, url),
+        Err(_) => {
+            let server = testkit::RedisServer::start();
+            let url = server.url();
+            (Some(server), url)
+        }
+    };
+    println!("distlock demo: {WORKERS} processes x {TASKS} tasks x {ROUNDS} increments against {url}\n");
+    let exe = std::env::current_exe().expect("current exe");
+    let children: Vec<_> = (0..WORKERS)
+        .map(|id| {
+            Command::new(&exe)
+                .args(["worker", &id.to_string(), &url])
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn worker")
+        })
+        .collect();
+    let printers: Vec<_> = children
+        .into_iter()
+        .map(|mut child| {
+            let out = child.stdout.take().expect("stdout");
+            std::thread::spawn(move || {
+                for line in BufReader::new(out).lines().map_while(Result::ok) {
+                    println!("{line}");
+                }
+                child.wait().expect("wait worker").success()
+            })
+        })
+        .collect();
+    let all_ok = printers.into_iter().all(|p| p.join().expect("printer"));
+
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (unlocked, locked): (i64, i64) = rt.block_on(async {
+        let mut conn = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect");
+        let u: i64 = conn.get("demo:shared:unlocked").await.unwrap_or(0);
+        let l: i64 = conn.get("demo:shared:locked").await.unwrap_or(0);
+        let _: () = conn.del(&["demo:shared:unlocked", "demo:shared:locked"]).await.unwrap();
+        (u, l)
+    });
+    let expected = (WORKERS * TASKS * ROUNDS) as i64;
+    println!();
+    println!("without a lock: counter = {unlocked:>3} (expected {expected}) -> {} updates lost", expected - unlocked);
+    println!("with the lock:  counter = {locked:>3} (expected {expected}) -> {}", if locked == expected { "exactly right" } else { "WRONG" });
+    if !all_ok || locked != expected {
+        std::process::exit(1);
+    }
+}
