@@ -1,17 +1,199 @@
 //! # distlock
 //!
-//! Redis-backed distributed locks as a one-line attribute, with lock keys checked against the
-//! function's parameters at compile time. (Crate docs are completed with the macro.)
+//! Redis-backed distributed locks as a one-line attribute, with the lock key checked against
+//! the function's parameters **at compile time**.
+//!
+//! ```no_run
+//! use distlock::distributed_lock;
+//!
+//! #[derive(Debug)]
+//! enum AppError { Lock(distlock::Error) }
+//! impl From<distlock::Error> for AppError {
+//!     fn from(e: distlock::Error) -> Self { AppError::Lock(e) }
+//! }
+//!
+//! /// At most one replica settles a given order at a time.
+//! #[distributed_lock(key = "order:<id>", ttl = "10s", renew)]
+//! async fn settle(id: u64) -> Result<u64, AppError> {
+//!     // ... talk to the payment provider ...
+//!     Ok(id)
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), AppError> {
+//!     distlock::init("redis://127.0.0.1:6379/").await?; // once, at startup
+//!     settle(42).await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Each call builds the key (`order:42`), acquires the lock in one round trip, renews its lease
+//! while the body runs (`renew`), and releases it on every exit path: return, `?`, panic, or
+//! the caller dropping the future. A typo in the template is a compile error that names the
+//! parameters you have:
+//!
+//! ```compile_fail
+//! # use distlock::distributed_lock;
+//! # struct E; impl From<distlock::Error> for E { fn from(_: distlock::Error) -> Self { E } }
+//! #[distributed_lock(key = "order:<order_id>")] // error: no parameter `order_id`; available: `id`
+//! async fn settle(id: u64) -> Result<(), E> { Ok(()) }
+//! # fn main() {}
+//! ```
+//!
+//! ## Options
+//!
+//! | option | meaning | default |
+//! | --- | --- | --- |
+//! | `key = "order:<id>"` | the lock name template (required) | — |
+//! | `ttl = "10s"` | lease length: `ms`, `s`, `m`, `h` | `30s` |
+//! | `renew` | watchdog: extend the lease every ttl/3 while the body runs | off |
+//! | `wait = "2s"` | wait this long for a busy lock (woken by the holder's release) | fail at once with [`Error::Busy`] |
+//! | `skip` | busy lock: return `Ok(Default::default())` without running the body | off |
+//! | `client = "payments"` | a client installed with [`Config::install_as`] | the default client |
+//! | `crate = "my::reexport"` | path to this crate, for re-exporters | `::distlock` |
+//!
+//! ```no_run
+//! # use distlock::distributed_lock;
+//! # #[derive(Debug)] struct AppError;
+//! # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
+//! # struct Request { user_id: u64 }
+//! # struct Service { tenant: String }
+//! impl Service {
+//!     /// Waits up to 2 s for a concurrent update of the same user, on the "payments" client.
+//!     #[distributed_lock(key = "user:<self.tenant>:<req.user_id>", ttl = "500ms", wait = "2s", client = "payments")]
+//!     async fn update(&self, req: &Request) -> Result<(), AppError> { Ok(()) }
+//! }
+//!
+//! /// Several replicas fire this; one runs it, the others return `Ok(())` at once.
+//! #[distributed_lock(key = "nightly-report", ttl = "5m", skip)]
+//! async fn nightly() -> Result<(), AppError> { Ok(()) }
+//! ```
+//!
+//! ## Key templates
+//!
+//! `<name>` is a parameter, `<name.field.sub>` a field path, `<self.field>` a field of the
+//! receiver; everything else is literal text, and `<<` is a literal `<`. Values are rendered
+//! with `Display`. So that two different arguments can never produce the same key, and a value
+//! can never choose the Redis Cluster hash slot, a value's `%`, `{`, `}` and the character that
+//! follows its placeholder in the template are written as `%XX`; plain values such as `42` or
+//! `abc-1` render unchanged and keys stay readable in `redis-cli`. The key is built once per
+//! call, before acquiring, into one `String`.
+//!
+//! ## What it expands to, written by hand
+//!
+//! ```no_run
+//! # #[derive(Debug)] struct AppError;
+//! # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
+//! # use std::time::Duration;
+//! async fn settle(id: u64) -> Result<u64, AppError> {
+//!     distlock::lock(format!("order:{id}"))
+//!         .ttl(Duration::from_secs(10))
+//!         .renew(true)
+//!         .run(async move {
+//!             // the original body
+//!             Ok::<_, AppError>(id)
+//!         })
+//!         .await? // acquire failure or loss: Err(AppError::from(distlock::Error))
+//! }
+//! ```
+//!
+//! [`LockBuilder::run`] is also the manual API's way to hold a lock around a future. For full
+//! control, take a guard:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), distlock::Error> {
+//! # use std::time::Duration;
+//! let guard = distlock::lock("order:42")
+//!     .ttl(Duration::from_secs(10)).renew(true).wait(Duration::from_secs(2))
+//!     .acquire().await?;
+//! let token = guard.token(); // fencing token for the protected resource
+//! # let _ = token;
+//! guard.release().await?;   // dropping the guard also releases, in the background
+//! # Ok(()) }
+//! ```
+//!
+//! ## Losing the lock: the body never runs unprotected
+//!
+//! A lease can end while the body is still running: without `renew` the ttl elapses; with it,
+//! renewal can find the lock gone or taken, or fail to reach Redis before the lease runs out.
+//! Other lock libraries log this and let the body carry on as if it still held the lock. Here
+//! the body future is **cancelled** at its next `.await` and the call returns
+//! `Err(Error::Lost { .. }.into())`. Code between two `.await` points cannot be interrupted, so
+//! also pass [`fencing_token()`] to the resource you protect: it rejects a writer whose token
+//! is lower than one it has already seen.
+//!
+//! ## Re-entry and tasks
+//!
+//! A nested annotated call (or a manual `lock(..)`) on the same key, in the same call chain and
+//! through the same client, re-enters instead of deadlocking. A task spawned inside the body is
+//! a different owner. [`fencing_token()`] returns the innermost held lock's token.
+//!
+//! ## Using it with `#[async_trait]`
+//!
+//! Put `#[async_trait]` on the `impl` block and `#[distributed_lock]` on the method, as with
+//! any method attribute; `async_trait` expands first and the lock wraps the boxed body.
+//!
+//! ## Mistakes are compile errors
+//!
+//! The function must be `async`:
+//!
+//! ```compile_fail
+//! # use distlock::distributed_lock;
+//! # struct E; impl From<distlock::Error> for E { fn from(_: distlock::Error) -> Self { E } }
+//! #[distributed_lock(key = "job")] // error: the `async` keyword is missing
+//! fn job() -> Result<(), E> { Ok(()) }
+//! # fn main() {}
+//! ```
+//!
+//! Its error type must be able to carry a lock failure:
+//!
+//! ```compile_fail
+//! # use distlock::distributed_lock;
+//! struct PlainError; // no `From<distlock::Error>`
+//! #[distributed_lock(key = "job")]
+//! async fn job() -> Result<(), PlainError> { Ok(()) }
+//! # fn main() {}
+//! ```
+//!
+//! Values in the key must implement `Display`, options must be spelled right, and durations must
+//! be valid and non-zero:
+//!
+//! ```compile_fail
+//! # use distlock::distributed_lock;
+//! # struct E; impl From<distlock::Error> for E { fn from(_: distlock::Error) -> Self { E } }
+//! struct Opaque;
+//! #[distributed_lock(key = "item:<item>")] // error: `Opaque` does not implement `Display`
+//! async fn take(item: Opaque) -> Result<(), E> { Ok(()) }
+//! # fn main() {}
+//! ```
+//!
+//! ```compile_fail
+//! # use distlock::distributed_lock;
+//! # struct E; impl From<distlock::Error> for E { fn from(_: distlock::Error) -> Self { E } }
+//! #[distributed_lock(key = "job", ttl = "0s")] // error: zero duration
+//! async fn job() -> Result<(), E> { Ok(()) }
+//! # fn main() {}
+//! ```
+//!
+//! ## Runtime guarantees
+//!
+//! The runtime is [`distlock_core`]; its crate docs state what a lock guarantees (atomic
+//! acquire with an owner, re-entry, idempotent retries, batched renewal, loss detection, waiting
+//! by pub/sub, cancellation safety, bounded waits on Redis), how fencing tokens are made and why
+//! their memory is bounded, and the limits of a single Redis node.
 #![deny(missing_docs)]
 
 #[doc(inline)]
 pub use distlock_core::{
-    fencing_token, init, lock, Client, Config, Error, LockBuilder, LockGuard, LossReason,
-    Operation, Result,
+    fencing_token, hash_slot, init, lock, scripts, Client, Config, Error, LockBuilder, LockGuard,
+    LossReason, Operation, Result, MAX_NAME_LEN,
 };
 
 #[doc(inline)]
 pub use distlock_macros::distributed_lock;
+
+/// The runtime crate, for its documentation of guarantees and limits.
+pub use distlock_core;
 
 /// Support for generated code. **Not public API**: may change in any release without notice.
 #[doc(hidden)]
