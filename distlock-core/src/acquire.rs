@@ -274,8 +274,7 @@ fn into_guard(
     }
 }
 
-/// One acquire round trip, retried once (with the same hold field, so it is idempotent) if the
-/// reply was lost to a connection failure or timeout.
+/// One acquire round trip (two if the connection dropped).
 async fn try_acquire(hold: &Hold, ttl: Duration) -> Result<Attempt, Error> {
     let retention = hold.client.inner.config.fence_retention.max(ttl);
     let mut cmd = ACQUIRE_SCRIPT.evalsha();
@@ -287,8 +286,12 @@ async fn try_acquire(hold: &Hold, ttl: Duration) -> Result<Attempt, Error> {
         .arg(ttl.as_millis() as u64)
         .arg(retention.as_millis() as u64);
     let call = || hold.client.call::<(i64, i64)>(Operation::Acquire, &hold.keys.name, &ACQUIRE_SCRIPT, &cmd);
+    // A dropped connection fails fast and the connection reconnects: retry once, with the same
+    // hold field so a reply lost after the script ran is not counted twice. A timeout is not
+    // retried (the caller's bound is one response timeout); the caller's cleanup releases the
+    // hold in case the script ran.
     let (status, value) = match call().await {
-        Err(error) if error.is_transient() => {
+        Err(error) if error.is_connection_failure() => {
             tracing::debug!(%error, "acquire reply lost; retrying with the same hold");
             call().await?
         }

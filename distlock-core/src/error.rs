@@ -155,6 +155,19 @@ impl Error {
         matches!(self, Error::Lost { .. })
     }
 
+    /// True when the connection failed (dropped, refused, reset) rather than timed out.
+    pub(crate) fn is_connection_failure(&self) -> bool {
+        match self {
+            Error::Redis { source, .. } => {
+                !source.is_timeout()
+                    && (source.is_io_error()
+                        || source.is_connection_dropped()
+                        || source.is_connection_refusal())
+            }
+            _ => false,
+        }
+    }
+
     /// True for errors that may go away on retry (timeouts, connection failures).
     pub fn is_transient(&self) -> bool {
         match self {
