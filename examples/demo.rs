@@ -45,7 +45,10 @@ impl From<redis::RedisError> for AppError {
 }
 
 /// The racy critical section: read, think, write.
-async fn add_one(redis: &mut redis::aio::MultiplexedConnection, counter: &str) -> Result<i64, AppError> {
+async fn add_one(
+    redis: &mut redis::aio::MultiplexedConnection,
+    counter: &str,
+) -> Result<i64, AppError> {
     let value: i64 = redis.get(counter).await.unwrap_or(0);
     tokio::time::sleep(Duration::from_millis(2)).await;
     let _: () = redis.set(counter, value + 1).await?;
@@ -63,15 +66,25 @@ async fn deposit(
     let waited = called_at.elapsed();
     let token = distlock::fencing_token().expect("inside the lock");
     let value = add_one(redis, &format!("demo:{account}:locked")).await?;
-    let verb = if waited > Duration::from_millis(1) { "waited" } else { "took  " };
-    println!("{who} {verb} {:>4.1}ms  holds account:{account}  token {token}  counter -> {value}", waited.as_secs_f64() * 1e3);
+    let verb = if waited > Duration::from_millis(1) {
+        "waited"
+    } else {
+        "took  "
+    };
+    println!(
+        "{who} {verb} {:>4.1}ms  holds account:{account}  token {token}  counter -> {value}",
+        waited.as_secs_f64() * 1e3
+    );
     Ok(())
 }
 
 /// Every worker calls this once; only one of them runs it (ShedLock-style `skip`).
 #[distributed_lock(key = "nightly-report", ttl = "5s", skip)]
 async fn nightly_report(who: &str) -> Result<bool, AppError> {
-    println!("{who} RUNS the once-only job (token {})", distlock::fencing_token().unwrap_or(0));
+    println!(
+        "{who} RUNS the once-only job (token {})",
+        distlock::fencing_token().unwrap_or(0)
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     Ok(true)
 }
@@ -135,7 +148,9 @@ fn main() {
             (Some(server), url)
         }
     };
-    println!("distlock demo: {WORKERS} processes x {TASKS} tasks x {ROUNDS} increments against {url}\n");
+    println!(
+        "distlock demo: {WORKERS} processes x {TASKS} tasks x {ROUNDS} increments against {url}\n"
+    );
     let exe = std::env::current_exe().expect("current exe");
     let children: Vec<_> = (0..WORKERS)
         .map(|id| {
@@ -169,13 +184,26 @@ fn main() {
             .expect("connect");
         let u: i64 = conn.get("demo:shared:unlocked").await.unwrap_or(0);
         let l: i64 = conn.get("demo:shared:locked").await.unwrap_or(0);
-        let _: () = conn.del(&["demo:shared:unlocked", "demo:shared:locked"]).await.unwrap();
+        let _: () = conn
+            .del(&["demo:shared:unlocked", "demo:shared:locked"])
+            .await
+            .unwrap();
         (u, l)
     });
     let expected = (WORKERS * TASKS * ROUNDS) as i64;
     println!();
-    println!("without a lock: counter = {unlocked:>3} (expected {expected}) -> {} updates lost", expected - unlocked);
-    println!("with the lock:  counter = {locked:>3} (expected {expected}) -> {}", if locked == expected { "exactly right" } else { "WRONG" });
+    println!(
+        "without a lock: counter = {unlocked:>3} (expected {expected}) -> {} updates lost",
+        expected - unlocked
+    );
+    println!(
+        "with the lock:  counter = {locked:>3} (expected {expected}) -> {}",
+        if locked == expected {
+            "exactly right"
+        } else {
+            "WRONG"
+        }
+    );
     if !all_ok || locked != expected {
         std::process::exit(1);
     }

@@ -57,10 +57,14 @@ fn status(result: &Result<String, HandlerError>) -> String {
 
 #[tokio::main]
 async fn main() -> Result<(), HandlerError> {
-    let server = std::env::var("REDIS_URL").is_err().then(testkit::RedisServer::start);
+    let server = std::env::var("REDIS_URL")
+        .is_err()
+        .then(testkit::RedisServer::start);
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| server.as_ref().unwrap().url());
     distlock::init(url).await?;
-    let service = std::sync::Arc::new(OrderService { tenant: "acme".into() });
+    let service = std::sync::Arc::new(OrderService {
+        tenant: "acme".into(),
+    });
 
     // Five requests: three for order 1 (serialized; the last may time out), two for others.
     let started = Instant::now();
@@ -71,16 +75,28 @@ async fn main() -> Result<(), HandlerError> {
             let service = service.clone();
             tokio::spawn(async move {
                 let result = service.pay(&Request { order_id, amount }).await;
-                (order_id, amount, started.elapsed(), status(&result), result.is_ok())
+                (
+                    order_id,
+                    amount,
+                    started.elapsed(),
+                    status(&result),
+                    result.is_ok(),
+                )
             })
         })
         .collect();
     let mut paid = 0;
     for h in handles {
         let (order, amount, at, status, ok) = h.await.expect("request task");
-        println!("order {order} amount {amount:>2} after {:>3} ms: {status}", at.as_millis());
+        println!(
+            "order {order} amount {amount:>2} after {:>3} ms: {status}",
+            at.as_millis()
+        );
         paid += usize::from(ok);
     }
-    assert!(paid >= 4, "different orders run in parallel, same-order requests wait");
+    assert!(
+        paid >= 4,
+        "different orders run in parallel, same-order requests wait"
+    );
     Ok(())
 }

@@ -28,7 +28,9 @@ async fn nightly_report(day: u32, replica: usize) -> Result<Option<usize>, JobEr
 
 #[tokio::main]
 async fn main() -> Result<(), JobError> {
-    let server = std::env::var("REDIS_URL").is_err().then(testkit::RedisServer::start);
+    let server = std::env::var("REDIS_URL")
+        .is_err()
+        .then(testkit::RedisServer::start);
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| server.as_ref().unwrap().url());
     distlock::init(url).await?;
 

@@ -34,7 +34,12 @@ async fn acquire_is_exclusive_and_release_frees() {
     let mut conn = server.conn().await;
 
     let before = command_calls(&mut conn, "evalsha").await;
-    let guard = a.lock("order:1").ttl(Duration::from_secs(5)).acquire().await.unwrap();
+    let guard = a
+        .lock("order:1")
+        .ttl(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
     // One script call set owner and ttl together (no SETNX, no separate EXPIRE round trip).
     assert_eq!(command_calls(&mut conn, "evalsha").await - before, 1);
     assert_eq!(command_calls(&mut conn, "setnx").await, 0);
@@ -42,14 +47,29 @@ async fn acquire_is_exclusive_and_release_frees() {
     assert!((1..=5000).contains(&pttl), "pttl {pttl}");
 
     let busy = b.lock("order:1").acquire().await.unwrap_err();
-    assert!(matches!(&busy, Error::Busy { key, .. } if key == "order:1"), "{busy}");
+    assert!(
+        matches!(&busy, Error::Busy { key, .. } if key == "order:1"),
+        "{busy}"
+    );
     assert!(busy.to_string().contains("order:1"));
     // A different name is independent.
-    b.lock("order:2").acquire().await.unwrap().release().await.unwrap();
+    b.lock("order:2")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 
     guard.release().await.unwrap();
     assert!(lock_keys(&mut conn).await.is_empty());
-    b.lock("order:1").acquire().await.unwrap().release().await.unwrap();
+    b.lock("order:1")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -57,14 +77,27 @@ async fn non_owner_release_is_refused_and_changes_nothing() {
     let server = RedisServer::start();
     let (a, b) = (client(&server).await, client(&server).await);
     let mut conn = server.conn().await;
-    let stale = a.lock("k").ttl(Duration::from_secs(5)).acquire().await.unwrap();
+    let stale = a
+        .lock("k")
+        .ttl(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
     // The lease "expires" and someone else takes the lock.
     let _: () = conn.del("distlock:{k}").await.unwrap();
-    let current = b.lock("k").ttl(Duration::from_secs(5)).acquire().await.unwrap();
+    let current = b
+        .lock("k")
+        .ttl(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
     let owner_before: String = conn.hget("distlock:{k}", "o").await.unwrap();
 
     let err = stale.release().await.unwrap_err();
-    assert!(matches!(&err, Error::NotOwner { key } if key == "k"), "{err}");
+    assert!(
+        matches!(&err, Error::NotOwner { key } if key == "k"),
+        "{err}"
+    );
     let owner_after: String = conn.hget("distlock:{k}", "o").await.unwrap();
     assert_eq!(owner_before, owner_after);
     assert!(current.token() > 0);
@@ -81,7 +114,11 @@ async fn reentry_counts_holds_and_shares_the_token() {
         .lock("re")
         .run(async move {
             let outer_token = distlock::fencing_token().expect("inside a locked body");
-            let inner = c2.lock("re").acquire().await.expect("re-entry, not deadlock");
+            let inner = c2
+                .lock("re")
+                .acquire()
+                .await
+                .expect("re-entry, not deadlock");
             assert!(inner.is_reentry());
             assert_eq!(inner.token(), outer_token);
             let mut conn = redis::Client::open(c2.config().redacted_url())
@@ -125,16 +162,27 @@ async fn fencing_tokens_strictly_increase_with_bounded_memory() {
     }
     // The floor key expires (bounded memory for high-cardinality names).
     let pttl: i64 = conn.pttl("distlock:{fence}:fence").await.unwrap();
-    assert!(pttl > 0 && pttl <= 600_000, "fence key must expire, pttl {pttl}");
+    assert!(
+        pttl > 0 && pttl <= 600_000,
+        "fence key must expire, pttl {pttl}"
+    );
     // Acquire through a client with a short retention: the floor key lives max(ttl, retention).
     let short = Config::new(server.url())
         .fence_retention(Duration::from_millis(50))
         .connect()
         .await
         .unwrap();
-    let g = short.lock("f2").ttl(Duration::from_secs(2)).acquire().await.unwrap();
+    let g = short
+        .lock("f2")
+        .ttl(Duration::from_secs(2))
+        .acquire()
+        .await
+        .unwrap();
     let pttl: i64 = conn.pttl("distlock:{f2}:fence").await.unwrap();
-    assert!(pttl > 1000 && pttl <= 2000, "retention is at least the ttl, pttl {pttl}");
+    assert!(
+        pttl > 1000 && pttl <= 2000,
+        "retention is at least the ttl, pttl {pttl}"
+    );
     g.release().await.unwrap();
 }
 
@@ -146,10 +194,23 @@ async fn all_keys_of_a_lock_share_one_cluster_slot() {
     });
     let mut conn = server.conn().await;
     let c = client(&server).await;
-    let names = ["order:42", "a:b:c", "x", "ünï:cødé", "with space", "%7B", "{", "a}b"];
+    let names = [
+        "order:42",
+        "a:b:c",
+        "x",
+        "ünï:cødé",
+        "with space",
+        "%7B",
+        "{",
+        "a}b",
+    ];
     for name in names {
         let lock = format!("distlock:{{{name}}}");
-        let keys = [lock.clone(), format!("{lock}:fence"), format!("{lock}:released")];
+        let keys = [
+            lock.clone(),
+            format!("{lock}:fence"),
+            format!("{lock}:released"),
+        ];
         if name.contains(['{', '}']) {
             // Such names are refused rather than allowed to move the slot.
             let err = c.lock(name).acquire().await.unwrap_err();
@@ -182,7 +243,11 @@ async fn all_keys_of_a_lock_share_one_cluster_slot() {
 async fn invalid_keys_are_typed_errors() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    for bad in [String::new(), "x".repeat(distlock::MAX_NAME_LEN + 1), "a{b}".into()] {
+    for bad in [
+        String::new(),
+        "x".repeat(distlock::MAX_NAME_LEN + 1),
+        "a{b}".into(),
+    ] {
         let err = c.lock(bad.clone()).acquire().await.unwrap_err();
         assert!(matches!(err, Error::InvalidKey { .. }), "{bad:.20}: {err}");
     }
@@ -210,25 +275,45 @@ async fn watchdog_keeps_the_lock_and_stops_on_release() {
     let calls = command_calls(&mut conn, "evalsha").await;
     tokio::time::sleep(ttl * 2).await;
     assert_eq!(command_calls(&mut conn, "evalsha").await, calls);
-    b.lock("long").acquire().await.unwrap().release().await.unwrap();
+    b.lock("long")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
 async fn renewal_is_batched() {
     let server = RedisServer::start();
-    let c = Config::new(server.url()).renew_batch_size(100).connect().await.unwrap();
+    let c = Config::new(server.url())
+        .renew_batch_size(100)
+        .connect()
+        .await
+        .unwrap();
     let mut conn = server.conn().await;
     let ttl = Duration::from_millis(600);
     let mut guards = Vec::new();
     for i in 0..300 {
-        guards.push(c.lock(format!("batch:{i}")).ttl(ttl).renew(true).acquire().await.unwrap());
+        guards.push(
+            c.lock(format!("batch:{i}"))
+                .ttl(ttl)
+                .renew(true)
+                .acquire()
+                .await
+                .unwrap(),
+        );
     }
     let before = command_calls(&mut conn, "evalsha").await;
     let window = Duration::from_secs(2);
     tokio::time::sleep(window).await;
     let renew_calls = command_calls(&mut conn, "evalsha").await - before;
     // Unbatched: 300 locks × (2 s / 200 ms) = 3000 calls. Batched: ~3 per tick.
-    assert!(renew_calls <= 90, "{renew_calls} renewal calls for 300 locks");
+    assert!(
+        renew_calls <= 90,
+        "{renew_calls} renewal calls for 300 locks"
+    );
     assert!(renew_calls >= 9, "renewal must happen: {renew_calls}");
     for g in &guards {
         assert!(g.lost_reason().is_none());
@@ -261,23 +346,48 @@ async fn loss_is_detected_within_one_renewal_interval() {
     let guard = a.lock("gone").ttl(ttl).renew(true).acquire().await.unwrap();
     let _: () = conn.del("distlock:{gone}").await.unwrap();
     let deleted = Instant::now();
-    let reason = tokio::time::timeout(ttl, guard.lost()).await.expect("loss detected");
+    let reason = tokio::time::timeout(ttl, guard.lost())
+        .await
+        .expect("loss detected");
     assert_eq!(reason, LossReason::Expired);
     assert!(deleted.elapsed() <= ttl / 3 + Duration::from_millis(150));
     assert!(matches!(guard.ensure_held(), Err(Error::Lost { .. })));
     drop(guard);
 
-    let guard = a.lock("taken").ttl(ttl).renew(true).acquire().await.unwrap();
+    let guard = a
+        .lock("taken")
+        .ttl(ttl)
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
     let _: () = conn.del("distlock:{taken}").await.unwrap();
-    let thief = b.lock("taken").ttl(Duration::from_secs(5)).acquire().await.unwrap();
-    let reason = tokio::time::timeout(ttl, guard.lost()).await.expect("loss detected");
+    let thief = b
+        .lock("taken")
+        .ttl(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    let reason = tokio::time::timeout(ttl, guard.lost())
+        .await
+        .expect("loss detected");
     assert_eq!(reason, LossReason::Stolen);
-    assert!(guard.release().await.unwrap_err().to_string().contains("not held"));
+    assert!(guard
+        .release()
+        .await
+        .unwrap_err()
+        .to_string()
+        .contains("not held"));
     assert!(thief.ensure_held().is_ok());
     thief.release().await.unwrap();
 
     // Without renewal the lease simply elapses.
-    let short = a.lock("short").ttl(Duration::from_millis(200)).acquire().await.unwrap();
+    let short = a
+        .lock("short")
+        .ttl(Duration::from_millis(200))
+        .acquire()
+        .await
+        .unwrap();
     let started = Instant::now();
     assert_eq!(short.lost().await, LossReason::LeaseElapsed);
     assert!(started.elapsed() <= Duration::from_millis(250));
@@ -299,9 +409,21 @@ async fn run_cancels_the_body_when_the_lease_is_lost() {
         })
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Lost { reason: LossReason::LeaseElapsed, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Lost {
+                reason: LossReason::LeaseElapsed,
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(started.elapsed() < Duration::from_secs(1));
-    assert!(!finished.load(std::sync::atomic::Ordering::SeqCst), "body was cancelled");
+    assert!(
+        !finished.load(std::sync::atomic::Ordering::SeqCst),
+        "body was cancelled"
+    );
 }
 
 #[tokio::test]
@@ -309,12 +431,22 @@ async fn waiters_are_woken_by_release_not_by_polling() {
     let server = RedisServer::start();
     let (a, b) = (client(&server).await, client(&server).await);
     let mut conn = server.conn().await;
-    let holder = a.lock("w").ttl(Duration::from_secs(10)).acquire().await.unwrap();
+    let holder = a
+        .lock("w")
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
     let waiter = tokio::spawn({
         let b = b.clone();
         async move {
             let started = Instant::now();
-            let g = b.lock("w").wait(Duration::from_secs(5)).acquire().await.unwrap();
+            let g = b
+                .lock("w")
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+                .unwrap();
             let waited = started.elapsed();
             g.release().await.unwrap();
             waited
@@ -324,7 +456,11 @@ async fn waiters_are_woken_by_release_not_by_polling() {
     eventually(Duration::from_secs(5), "waiter subscribed", || {
         let mut conn = conn.clone();
         async move {
-            let chans: Vec<String> = redis::cmd("PUBSUB").arg("CHANNELS").query_async(&mut conn).await.unwrap();
+            let chans: Vec<String> = redis::cmd("PUBSUB")
+                .arg("CHANNELS")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
             (chans == ["distlock:{w}:released"]).then_some(())
         }
     })
@@ -337,12 +473,19 @@ async fn waiters_are_woken_by_release_not_by_polling() {
     holder.release().await.unwrap();
     let waited = waiter.await.unwrap();
     assert!(waited >= Duration::from_millis(300));
-    assert!(released.elapsed() < Duration::from_secs(1), "woken by the release message");
+    assert!(
+        released.elapsed() < Duration::from_secs(1),
+        "woken by the release message"
+    );
     // Nobody waits: no subscription is left.
     eventually(Duration::from_secs(5), "subscriptions removed", || {
         let mut conn = conn.clone();
         async move {
-            let chans: Vec<String> = redis::cmd("PUBSUB").arg("CHANNELS").query_async(&mut conn).await.unwrap();
+            let chans: Vec<String> = redis::cmd("PUBSUB")
+                .arg("CHANNELS")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
             chans.is_empty().then_some(())
         }
     })
@@ -357,23 +500,47 @@ async fn waiter_takes_over_from_a_crashed_holder_at_its_ttl() {
     let mut conn = server.conn().await;
     // A holder that crashed: its lock exists with 400 ms left and it will never publish.
     let _: () = redis::pipe()
-        .hset_multiple("distlock:{crash}", &[("o", "dead-owner"), ("f", "1"), ("h1", "1")])
+        .hset_multiple(
+            "distlock:{crash}",
+            &[("o", "dead-owner"), ("f", "1"), ("h1", "1")],
+        )
         .pexpire("distlock:{crash}", 400)
         .query_async(&mut conn)
         .await
         .unwrap();
     let started = Instant::now();
-    let g = c.lock("crash").wait(Duration::from_secs(5)).acquire().await.unwrap();
+    let g = c
+        .lock("crash")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
     let waited = started.elapsed();
-    assert!(waited >= Duration::from_millis(300), "not before the lease ran out: {waited:?}");
-    assert!(waited < Duration::from_millis(1500), "re-checked at the holder's ttl: {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(300),
+        "not before the lease ran out: {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_millis(1500),
+        "re-checked at the holder's ttl: {waited:?}"
+    );
     g.release().await.unwrap();
 
     // And `wait` gives up with Busy when the holder outlives it.
-    let _holder = c.lock("held").ttl(Duration::from_secs(10)).acquire().await.unwrap();
+    let _holder = c
+        .lock("held")
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
     let other = client(&server).await;
     let started = Instant::now();
-    let err = other.lock("held").wait(Duration::from_millis(300)).acquire().await.unwrap_err();
+    let err = other
+        .lock("held")
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::Busy { waited, .. } if waited >= Duration::from_millis(300)));
     assert!(started.elapsed() < Duration::from_secs(2));
 }
@@ -388,7 +555,12 @@ async fn cancelled_acquires_and_dropped_guards_leave_nothing_behind() {
         let c = c.clone();
         tasks.push(tokio::spawn(async move {
             let name = format!("cancel:{}", i % 20);
-            let acquire = c.lock(name).ttl(Duration::from_secs(30)).renew(i % 2 == 0).wait(Duration::from_secs(5)).acquire();
+            let acquire = c
+                .lock(name)
+                .ttl(Duration::from_secs(30))
+                .renew(i % 2 == 0)
+                .wait(Duration::from_secs(5))
+                .acquire();
             // Cancel at varied points: before sending, in flight, or while waiting.
             match tokio::time::timeout(Duration::from_micros(50 * (i % 40)), acquire).await {
                 Ok(Ok(guard)) => {
@@ -406,32 +578,53 @@ async fn cancelled_acquires_and_dropped_guards_leave_nothing_behind() {
     for t in tasks {
         t.await.unwrap();
     }
-    eventually(Duration::from_secs(5), "background cleanup finished", || {
-        let c = c.clone();
-        async move { (c.background_tasks() == 0).then_some(()) }
-    })
+    eventually(
+        Duration::from_secs(5),
+        "background cleanup finished",
+        || {
+            let c = c.clone();
+            async move { (c.background_tasks() == 0).then_some(()) }
+        },
+    )
     .await;
     assert!(lock_keys(&mut conn).await.is_empty(), "no lock keys remain");
     assert_eq!(c.renewing(), 0, "no renewal continues");
-    let chans: Vec<String> = redis::cmd("PUBSUB").arg("CHANNELS").query_async(&mut conn).await.unwrap();
+    let chans: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     assert!(chans.is_empty(), "no subscriptions remain: {chans:?}");
     let calls = command_calls(&mut conn, "evalsha").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(command_calls(&mut conn, "evalsha").await, calls, "no traffic at rest");
+    assert_eq!(
+        command_calls(&mut conn, "evalsha").await,
+        calls,
+        "no traffic at rest"
+    );
 }
 
 #[tokio::test]
 async fn a_paused_server_times_out_instead_of_hanging() {
     let server = RedisServer::start();
     let c = client(&server).await; // response timeout 500 ms
-    let held = c.lock("p").ttl(Duration::from_millis(900)).renew(true).acquire().await.unwrap();
+    let held = c
+        .lock("p")
+        .ttl(Duration::from_millis(900))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
     server.pause();
     let started = Instant::now();
     let err = c.lock("q").acquire().await.unwrap_err();
     let took = started.elapsed();
     server.resume();
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
-    assert!(took < Duration::from_millis(800), "bounded by the response timeout: {took:?}");
+    assert!(
+        took < Duration::from_millis(800),
+        "bounded by the response timeout: {took:?}"
+    );
     assert!(err.is_transient());
     drop(held);
     // Works again after the pause.
@@ -452,7 +645,9 @@ async fn held_lock_is_lost_when_redis_is_unreachable() {
     let ttl = Duration::from_millis(900);
     let held = c.lock("p").ttl(ttl).renew(true).acquire().await.unwrap();
     server.pause();
-    let reason = tokio::time::timeout(ttl * 2, held.lost()).await.expect("loss reported");
+    let reason = tokio::time::timeout(ttl * 2, held.lost())
+        .await
+        .expect("loss reported");
     server.resume();
     assert_eq!(reason, LossReason::Unreachable);
 }
@@ -461,14 +656,25 @@ async fn held_lock_is_lost_when_redis_is_unreachable() {
 async fn reconnects_after_restart_without_reinit() {
     let mut server = RedisServer::start();
     let c = client(&server).await;
-    let held = c.lock("r").ttl(Duration::from_millis(900)).renew(true).acquire().await.unwrap();
+    let held = c
+        .lock("r")
+        .ttl(Duration::from_millis(900))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
     server.kill();
     let err = c.lock("x").acquire().await.unwrap_err();
     assert!(err.is_transient(), "{err}");
     server.restart();
     // The held lock vanished with the server's data: reported lost.
-    let reason = tokio::time::timeout(Duration::from_secs(3), held.lost()).await.expect("loss reported");
-    assert!(matches!(reason, LossReason::Expired | LossReason::Unreachable), "{reason:?}");
+    let reason = tokio::time::timeout(Duration::from_secs(3), held.lost())
+        .await
+        .expect("loss reported");
+    assert!(
+        matches!(reason, LossReason::Expired | LossReason::Unreachable),
+        "{reason:?}"
+    );
     let g = eventually(Duration::from_secs(5), "acquire after restart", || {
         let c = c.clone();
         async move { c.lock("x").acquire().await.ok() }
@@ -482,10 +688,34 @@ async fn scripts_reload_after_script_flush_and_client_kill() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let mut conn = server.conn().await;
-    c.lock("s").acquire().await.unwrap().release().await.unwrap();
-    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut conn).await.unwrap();
-    c.lock("s").acquire().await.unwrap().release().await.unwrap();
-    let _: () = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal").arg("SKIPME").arg("yes").query_async(&mut conn).await.unwrap();
+    c.lock("s")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    c.lock("s")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     let g = eventually(Duration::from_secs(5), "acquire after CLIENT KILL", || {
         let c = c.clone();
         async move { c.lock("s").acquire().await.ok() }

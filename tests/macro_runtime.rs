@@ -84,8 +84,15 @@ impl From<Error> for AppError {
 
 #[distributed_lock(key = "exit:<case>", ttl = "5s")]
 async fn exit_paths(case: &str, fail: bool) -> Result<u32, AppError> {
-    assert!(is_held(&format!("exit:{case}")).await, "body runs under the lock");
-    let parsed: u32 = if fail { Err(AppError::Body("bad input"))? } else { 7 };
+    assert!(
+        is_held(&format!("exit:{case}")).await,
+        "body runs under the lock"
+    );
+    let parsed: u32 = if fail {
+        Err(AppError::Body("bad input"))?
+    } else {
+        7
+    };
     if case == "early" {
         return Ok(parsed + 1);
     }
@@ -100,7 +107,10 @@ fn releases_on_return_question_mark_and_early_return() {
     run(async {
         assert_eq!(exit_paths("ok", false).await, Ok(7));
         assert!(!is_held("exit:ok").await, "released before returning");
-        assert_eq!(exit_paths("err", true).await, Err(AppError::Body("bad input")));
+        assert_eq!(
+            exit_paths("err", true).await,
+            Err(AppError::Body("bad input"))
+        );
         assert!(!is_held("exit:err").await);
         assert_eq!(exit_paths("early", false).await, Ok(8));
         assert!(!is_held("exit:early").await);
@@ -137,7 +147,10 @@ fn releases_promptly_when_the_caller_drops_the_future() {
         timed.await.unwrap().unwrap();
         let dropped_at = Instant::now();
         freed("slow:1").await;
-        assert!(dropped_at.elapsed() < Duration::from_secs(2), "not held until the 30 s ttl");
+        assert!(
+            dropped_at.elapsed() < Duration::from_secs(2),
+            "not held until the 30 s ttl"
+        );
     });
 }
 
@@ -152,7 +165,11 @@ async fn outlives_lease(id: u32, finished: Arc<AtomicUsize>) -> Result<(), AppEr
 async fn gets_stolen(id: u32, finished: Arc<AtomicUsize>) -> Result<(), AppError> {
     let mut conn = shared().server.conn().await;
     // Someone deletes our lock (an operator, an expiry after a pause...).
-    let _: () = redis::cmd("DEL").arg(format!("distlock:{{stolen:{id}}}")).query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(format!("distlock:{{stolen:{id}}}"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
     finished.fetch_add(1, Ordering::SeqCst);
     Ok(())
@@ -165,13 +182,23 @@ fn body_is_cancelled_when_the_lease_cannot_be_guaranteed() {
         let started = Instant::now();
         let r = outlives_lease(1, finished.clone()).await;
         assert_eq!(r, Err(AppError::Lock("lost: LeaseElapsed".into())));
-        assert!(started.elapsed() < Duration::from_secs(1), "cancelled at the lease end");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "cancelled at the lease end"
+        );
 
         let started = Instant::now();
         let r = gets_stolen(1, finished.clone()).await;
         assert_eq!(r, Err(AppError::Lock("lost: Expired".into())));
-        assert!(started.elapsed() < Duration::from_secs(1), "cancelled within a renewal interval");
-        assert_eq!(finished.load(Ordering::SeqCst), 0, "no body ran to completion unprotected");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "cancelled within a renewal interval"
+        );
+        assert_eq!(
+            finished.load(Ordering::SeqCst),
+            0,
+            "no body ran to completion unprotected"
+        );
     });
 }
 
@@ -195,16 +222,28 @@ fn nested_calls_reenter_and_share_the_token() {
     run(async {
         let (outer_token, inner_token, after) = outer(9).await.unwrap();
         assert_eq!(outer_token, inner_token);
-        assert_eq!(after, Some(outer_token), "innermost token restored after the nested call");
+        assert_eq!(
+            after,
+            Some(outer_token),
+            "innermost token restored after the nested call"
+        );
         assert!(!is_held("acct:9").await);
-        assert_eq!(distlock::fencing_token(), None, "no token outside a locked body");
+        assert_eq!(
+            distlock::fencing_token(),
+            None,
+            "no token outside a locked body"
+        );
         let next = inner(9).await.unwrap();
         assert!(next > outer_token, "fresh acquisition, larger token");
     });
 }
 
 #[distributed_lock(key = "cron:<job>", ttl = "5s", skip)]
-async fn cron(job: &str, gate: Arc<tokio::sync::Barrier>, ran: Arc<AtomicUsize>) -> Result<Option<u32>, AppError> {
+async fn cron(
+    job: &str,
+    gate: Arc<tokio::sync::Barrier>,
+    ran: Arc<AtomicUsize>,
+) -> Result<Option<u32>, AppError> {
     ran.fetch_add(1, Ordering::SeqCst);
     gate.wait().await;
     Ok(Some(1))
@@ -216,7 +255,12 @@ fn skip_returns_default_when_busy() {
         let gate = Arc::new(tokio::sync::Barrier::new(2));
         let ran = Arc::new(AtomicUsize::new(0));
         let first = tokio::spawn(cron("nightly", gate.clone(), ran.clone()));
-        eventually(Duration::from_secs(2), "first run holds the lock", || async { is_held("cron:nightly").await.then_some(()) }).await;
+        eventually(
+            Duration::from_secs(2),
+            "first run holds the lock",
+            || async { is_held("cron:nightly").await.then_some(()) },
+        )
+        .await;
         let second = cron("nightly", gate.clone(), ran.clone()).await;
         assert_eq!(second, Ok(None), "skipped with Default");
         gate.wait().await;
@@ -244,7 +288,9 @@ fn wait_serialises_callers_and_busy_is_an_error_without_it() {
     run(async {
         let inside = Arc::new(AtomicUsize::new(0));
         let max = Arc::new(AtomicUsize::new(0));
-        let calls: Vec<_> = (0..10).map(|_| tokio::spawn(queued(5, inside.clone(), max.clone()))).collect();
+        let calls: Vec<_> = (0..10)
+            .map(|_| tokio::spawn(queued(5, inside.clone(), max.clone())))
+            .collect();
         for c in calls {
             c.await.unwrap().unwrap();
         }
@@ -269,7 +315,11 @@ impl Tenant {
     #[distributed_lock(key = "user:<self.name>:<req.user>", ttl = "5s", client = "other")]
     async fn update(&self, req: &Req) -> Result<String, AppError> {
         let mut conn = shared().server.conn().await;
-        let held: bool = redis::cmd("EXISTS").arg("other:{user:acme:7}").query_async(&mut conn).await.unwrap();
+        let held: bool = redis::cmd("EXISTS")
+            .arg("other:{user:acme:7}")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
         Ok(format!("{}:{}:{held}", self.name, req.user))
     }
 }
@@ -277,7 +327,9 @@ impl Tenant {
 #[test]
 fn methods_field_paths_and_named_clients() {
     run(async {
-        let t = Tenant { name: "acme".into() };
+        let t = Tenant {
+            name: "acme".into(),
+        };
         assert_eq!(t.update(&Req { user: 7 }).await, Ok("acme:7:true".into()));
     });
 }
@@ -285,7 +337,11 @@ fn methods_field_paths_and_named_clients() {
 #[distributed_lock(key = "esc:<a>:<b>", ttl = "5s")]
 async fn escaped(a: &str, b: &str) -> Result<Vec<String>, AppError> {
     let mut conn = shared().server.conn().await;
-    let keys: Vec<String> = redis::cmd("KEYS").arg("distlock:{esc:*}").query_async(&mut conn).await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("distlock:{esc:*}")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     Ok(keys)
 }
 
@@ -293,12 +349,24 @@ async fn escaped(a: &str, b: &str) -> Result<Vec<String>, AppError> {
 fn values_with_separators_and_braces_make_distinct_safe_keys() {
     run(async {
         // Without escaping both would be `esc:1:2:3`.
-        assert_eq!(escaped("1:2", "3").await, Ok(vec!["distlock:{esc:1%3A2:3}".to_owned()]));
-        assert_eq!(escaped("1", "2:3").await, Ok(vec!["distlock:{esc:1:2:3}".to_owned()]));
+        assert_eq!(
+            escaped("1:2", "3").await,
+            Ok(vec!["distlock:{esc:1%3A2:3}".to_owned()])
+        );
+        assert_eq!(
+            escaped("1", "2:3").await,
+            Ok(vec!["distlock:{esc:1:2:3}".to_owned()])
+        );
         // Braces in values never reach the key (they would pick the hash slot).
-        assert_eq!(escaped("{x}", "}").await, Ok(vec!["distlock:{esc:%7Bx%7D:%7D}".to_owned()]));
+        assert_eq!(
+            escaped("{x}", "}").await,
+            Ok(vec!["distlock:{esc:%7Bx%7D:%7D}".to_owned()])
+        );
         let long = "v".repeat(2000);
         let err = escaped(&long, "b").await.unwrap_err();
-        assert!(matches!(err, AppError::Lock(ref m) if m.contains("invalid lock key")), "{err:?}");
+        assert!(
+            matches!(err, AppError::Lock(ref m) if m.contains("invalid lock key")),
+            "{err:?}"
+        );
     });
 }

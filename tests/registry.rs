@@ -39,7 +39,10 @@ async fn registry_lifecycle_and_setup_errors() {
     // Bad URLs and credentials fail at init, never echoing the password.
     let err = distlock::init("http://not-redis").await.unwrap_err();
     assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
-    let err = Config::new("redis://:pa55word@[::1").install().await.unwrap_err();
+    let err = Config::new("redis://:pa55word@[::1")
+        .install()
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
     assert!(!err.to_string().contains("pa55word"), "{err}");
 
@@ -64,25 +67,49 @@ async fn registry_lifecycle_and_setup_errors() {
     let server = RedisServer::start();
     distlock::init(server.url()).await.unwrap();
     let err = distlock::init(server.url()).await.unwrap_err();
-    assert!(matches!(err, Error::AlreadyInitialized { client: None }), "{err}");
+    assert!(
+        matches!(err, Error::AlreadyInitialized { client: None }),
+        "{err}"
+    );
     Config::new(secured.url())
         .key_prefix("pay")
         .install_as("payments")
         .await
         .unwrap();
-    let err = Config::new(secured.url()).install_as("payments").await.unwrap_err();
-    assert!(matches!(&err, Error::AlreadyInitialized { client: Some(n) } if n == "payments"), "{err}");
+    let err = Config::new(secured.url())
+        .install_as("payments")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::AlreadyInitialized { client: Some(n) } if n == "payments"),
+        "{err}"
+    );
 
     let g = distlock::lock("a").acquire().await.unwrap();
-    let p = distlock::lock("a").client("payments").acquire().await.unwrap();
+    let p = distlock::lock("a")
+        .client("payments")
+        .acquire()
+        .await
+        .unwrap();
     let mut conn = secured.conn().await;
-    let exists: bool = redis::cmd("EXISTS").arg("pay:{a}").query_async(&mut conn).await.unwrap();
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("pay:{a}")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     assert!(exists, "named client uses its own server and prefix");
     g.release().await.unwrap();
     p.release().await.unwrap();
 
-    let err = distlock::lock("a").client("nope").acquire().await.unwrap_err();
-    assert!(matches!(&err, Error::UnknownClient { name } if name == "nope"), "{err}");
+    let err = distlock::lock("a")
+        .client("nope")
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::UnknownClient { name } if name == "nope"),
+        "{err}"
+    );
     assert!(err.to_string().contains("install_as(\"nope\")"), "{err}");
 
     // Observability: acquire spans and events are emitted; the password never is.
@@ -90,7 +117,10 @@ async fn registry_lifecycle_and_setup_errors() {
     assert!(text.contains("distlock.acquire"), "acquire span logged");
     assert!(text.contains("acquired"), "acquire outcome logged");
     assert!(text.contains("released"), "release logged");
-    assert!(text.contains("redis://:***@127.0.0.1"), "redacted URL logged: {text}");
+    assert!(
+        text.contains("redis://:***@127.0.0.1"),
+        "redacted URL logged: {text}"
+    );
     for secret in ["s3cret-pass", "wrong-pass", "pa55word"] {
         assert!(!text.contains(secret), "{secret} leaked into logs");
     }

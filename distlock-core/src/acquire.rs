@@ -191,8 +191,8 @@ async fn acquire(
 ) -> Result<LockGuard, Error> {
     let started = Instant::now();
     let give_up = wait.map(|w| started + w);
-    let owner = context::reentry_owner(client.identity(), &keys.name)
-        .unwrap_or_else(|| client.new_owner());
+    let owner =
+        context::reentry_owner(client.identity(), &keys.name).unwrap_or_else(|| client.new_owner());
     let hold = Hold {
         client: client.clone(),
         keys: keys.clone(),
@@ -213,7 +213,12 @@ async fn acquire(
             Attempt::Acquired { token, reentry } => {
                 pending.disarm();
                 let guard = into_guard(hold, handle, token, reentry, ttl, renew, sent_at);
-                tracing::debug!(token, reentry, waited_ms = started.elapsed().as_millis() as u64, "acquired");
+                tracing::debug!(
+                    token,
+                    reentry,
+                    waited_ms = started.elapsed().as_millis() as u64,
+                    "acquired"
+                );
                 return Ok(guard);
             }
             Attempt::Held { pttl } => {
@@ -232,7 +237,13 @@ async fn acquire(
         match subscription.as_mut() {
             // Subscribed now: try again at once, a release may have happened meanwhile.
             None => {
-                subscription = Some(client.inner.waiters.subscribe(&keys.channel, &keys.name).await?);
+                subscription = Some(
+                    client
+                        .inner
+                        .waiters
+                        .subscribe(&keys.channel, &keys.name)
+                        .await?,
+                );
             }
             Some(sub) => {
                 // A holder that crashed never publishes: look again when its lease runs out.
@@ -285,7 +296,10 @@ async fn try_acquire(hold: &Hold, ttl: Duration) -> Result<Attempt, Error> {
         .arg(&*hold.hold)
         .arg(ttl.as_millis() as u64)
         .arg(retention.as_millis() as u64);
-    let call = || hold.client.call::<(i64, i64)>(Operation::Acquire, &hold.keys.name, &ACQUIRE_SCRIPT, &cmd);
+    let call = || {
+        hold.client
+            .call::<(i64, i64)>(Operation::Acquire, &hold.keys.name, &ACQUIRE_SCRIPT, &cmd)
+    };
     // A dropped connection fails fast and the connection reconnects: retry once, with the same
     // hold field so a reply lost after the script ran is not counted twice. A timeout is not
     // retried (the caller's bound is one response timeout); the caller's cleanup releases the

@@ -28,10 +28,10 @@ impl Background {
         self.0.fetch_add(1, Ordering::AcqRel);
         let running = Running(self.0.clone());
         // If the runtime is shutting down the task (and `running`) is dropped: count stays right.
-        let _ = handle.spawn(async move {
+        drop(handle.spawn(async move {
             let _running = running;
             task.await;
-        });
+        }));
     }
 
     pub(crate) fn count(&self) -> usize {

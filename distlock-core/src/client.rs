@@ -43,11 +43,24 @@ pub(crate) struct Inner {
 
 impl Client {
     pub(crate) async fn connect(config: Config, name: Option<String>) -> Result<Client, Error> {
-        let info = config.url.as_str().into_connection_info().map_err(|e| Error::InvalidConfig {
-            reason: format!("`{}` is not a valid Redis URL: {}", config.redacted_url(), describe(&e)),
-        })?;
+        let info =
+            config
+                .url
+                .as_str()
+                .into_connection_info()
+                .map_err(|e| Error::InvalidConfig {
+                    reason: format!(
+                        "`{}` is not a valid Redis URL: {}",
+                        config.redacted_url(),
+                        describe(&e)
+                    ),
+                })?;
         let redis = redis::Client::open(info).map_err(|e| Error::InvalidConfig {
-            reason: format!("`{}` cannot be used: {}", config.redacted_url(), describe(&e)),
+            reason: format!(
+                "`{}` cannot be used: {}",
+                config.redacted_url(),
+                describe(&e)
+            ),
         })?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
@@ -73,8 +86,14 @@ impl Client {
         preload_scripts(conn.clone(), config.response_timeout).await;
         let background = Background::default();
         let watchdog = Watchdog::start(conn.clone(), config.renew_batch, config.response_timeout);
-        let waiters = Waiters::new(redis, config.connect_timeout, config.response_timeout, background.clone());
-        let op_timeout = config.response_timeout + config.response_timeout / 10 + Duration::from_millis(10);
+        let waiters = Waiters::new(
+            redis,
+            config.connect_timeout,
+            config.response_timeout,
+            background.clone(),
+        );
+        let op_timeout =
+            config.response_timeout + config.response_timeout / 10 + Duration::from_millis(10);
         tracing::debug!(url = %config.redacted_url(), client = ?name, "distlock client connected");
         Ok(Client {
             inner: Arc::new(Inner {
@@ -196,7 +215,9 @@ async fn preload_scripts(mut conn: ConnectionManager, timeout: Duration) {
     }
     match tokio::time::timeout(timeout, pipe.exec_async(&mut conn)).await {
         Ok(Ok(())) => {}
-        Ok(Err(error)) => tracing::debug!(%error, "script preload failed; scripts load on first use"),
+        Ok(Err(error)) => {
+            tracing::debug!(%error, "script preload failed; scripts load on first use")
+        }
         Err(_) => tracing::debug!("script preload timed out; scripts load on first use"),
     }
 }

@@ -128,7 +128,11 @@ impl Config {
 
     fn validate(&self) -> Result<(), Error> {
         validate_prefix(&self.key_prefix)?;
-        let invalid = |reason: &str| Err(Error::InvalidConfig { reason: reason.into() });
+        let invalid = |reason: &str| {
+            Err(Error::InvalidConfig {
+                reason: reason.into(),
+            })
+        };
         if self.default_ttl < Duration::from_millis(10) {
             return invalid("default_ttl must be at least 10ms");
         }
@@ -191,12 +195,18 @@ mod tests {
         let c = Config::new("redis://alice:hunter2@10.0.0.1:6380/2?protocol=resp3");
         let shown = format!("{c:?}");
         assert!(!shown.contains("hunter2"), "{shown}");
-        assert!(shown.contains("redis://alice:***@10.0.0.1:6380/2"), "{shown}");
+        assert!(
+            shown.contains("redis://alice:***@10.0.0.1:6380/2"),
+            "{shown}"
+        );
         let only_pass = format!("{:?}", Config::new("redis://:s3cret@host/"));
         assert!(!only_pass.contains("s3cret") && only_pass.contains("redis://:***@host/"));
         let bare = format!("{:?}", Config::new("rediss://token@host"));
         assert!(!bare.contains("token"), "{bare}");
-        assert_eq!(redact_url("redis://127.0.0.1:6379/"), "redis://127.0.0.1:6379/");
+        assert_eq!(
+            redact_url("redis://127.0.0.1:6379/"),
+            "redis://127.0.0.1:6379/"
+        );
         assert_eq!(redact_url("redis://h/?x=a@b"), "redis://h/?x=a@b");
     }
 }

@@ -185,7 +185,10 @@ impl fmt::Write for Escaper<'_> {
 mod tests {
     use super::*;
 
-    fn render(parts: &[(&str, Option<(&str, Option<char>)>)]) -> String {
+    /// A literal, then optionally a value with its terminator.
+    type Part<'a> = (&'a str, Option<(&'a str, Option<char>)>);
+
+    fn render(parts: &[Part<'_>]) -> String {
         let mut k = KeyBuilder::with_capacity(8);
         for (lit, val) in parts {
             k.literal(lit);

@@ -63,7 +63,10 @@ impl Waiters {
     async fn connection(&self, key: &str) -> Result<ConnectionManager, Error> {
         let make = async {
             let info = self.redis.get_connection_info().clone();
-            let settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+            let settings = info
+                .redis_settings()
+                .clone()
+                .set_protocol(ProtocolVersion::RESP3);
             let client = redis::Client::open(info.set_redis_settings(settings))
                 .map_err(|e| subscribe_error(key, e))?;
             let channels = self.channels.clone();
@@ -138,7 +141,10 @@ impl Waiters {
 
     /// Channels with at least one waiter (for tests and diagnostics).
     pub(crate) fn active_channels(&self) -> usize {
-        self.channels.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
     }
 }
 

@@ -182,7 +182,12 @@ async fn run(shared: Arc<Shared>, mut conn: ConnectionManager, batch: usize, tim
     }
 }
 
-async fn renew_chunk(shared: &Shared, conn: &mut ConnectionManager, chunk: &[Due], timeout: Duration) {
+async fn renew_chunk(
+    shared: &Shared,
+    conn: &mut ConnectionManager,
+    chunk: &[Due],
+    timeout: Duration,
+) {
     let mut cmd = RENEW_SCRIPT.evalsha();
     cmd.arg(chunk.len());
     for d in chunk {
