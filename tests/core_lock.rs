@@ -723,3 +723,39 @@ async fn scripts_reload_after_script_flush_and_client_kill() {
     .await;
     g.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn hold_cap_stops_renewal_and_the_lease_elapses() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let started = Instant::now();
+    let g = c
+        .lock("capped")
+        .ttl(Duration::from_millis(300))
+        .renew(true)
+        .max_hold(Duration::from_millis(700))
+        .acquire()
+        .await
+        .unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(3), g.lost())
+        .await
+        .expect("lease ends after the cap");
+    let held = started.elapsed();
+    assert_eq!(reason, LossReason::LeaseElapsed);
+    assert!(
+        held >= Duration::from_millis(650),
+        "renewed up to the cap: {held:?}"
+    );
+    assert!(
+        held < Duration::from_millis(1200),
+        "not renewed past the cap: {held:?}"
+    );
+    // Redis agrees: the key expired.
+    let mut conn = server.conn().await;
+    eventually(Duration::from_secs(2), "key expired", || {
+        let mut conn = conn.clone();
+        async move { lock_keys(&mut conn).await.is_empty().then_some(()) }
+    })
+    .await;
+    assert!(lock_keys(&mut conn).await.is_empty());
+}

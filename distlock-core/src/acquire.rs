@@ -49,6 +49,7 @@ pub struct LockBuilder {
     ttl: Option<Duration>,
     renew: bool,
     wait: Option<Duration>,
+    max_hold: Option<Duration>,
 }
 
 /// Starts building a lock on `name` through the default client (see [`crate::init`]).
@@ -59,6 +60,7 @@ pub fn lock(name: impl Into<String>) -> LockBuilder {
         ttl: None,
         renew: false,
         wait: None,
+        max_hold: None,
     }
 }
 
@@ -85,6 +87,7 @@ impl LockBuilder {
             ttl: Some(spec.ttl),
             renew: spec.renew,
             wait: spec.wait,
+            max_hold: None,
         }
     }
 
@@ -105,6 +108,13 @@ impl LockBuilder {
     /// with [`Error::Busy`].
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
+        self
+    }
+
+    /// Cap on the total time a renewed lock is held (overrides [`crate::Config::max_hold`]):
+    /// renewal stops once the cap is reached and the lock is lost when its lease runs out.
+    pub fn max_hold(mut self, cap: Duration) -> Self {
+        self.max_hold = Some(cap);
         self
     }
 
@@ -135,11 +145,15 @@ impl LockBuilder {
                 reason: format!("lock `{}`: ttl must be at least 1ms", self.name),
             });
         }
+        let terms = Terms {
+            ttl,
+            renew: self.renew,
+            wait: self.wait,
+            max_hold: self.max_hold.or(client.inner.config.max_hold),
+        };
         let keys = Arc::new(LockKeys::new(&client.inner.config.key_prefix, self.name)?);
         let span = tracing::debug_span!("distlock.acquire", key = %keys.name, ttl_ms = ttl.as_millis() as u64);
-        acquire(client, keys, ttl, self.renew, self.wait)
-            .instrument(span)
-            .await
+        acquire(client, keys, terms).instrument(span).await
     }
 
     /// Runs `body` while holding the lock, then releases it.
@@ -182,15 +196,17 @@ impl LockBuilder {
     }
 }
 
-async fn acquire(
-    client: Client,
-    keys: Arc<LockKeys>,
+/// The resolved terms of one acquisition.
+struct Terms {
     ttl: Duration,
     renew: bool,
     wait: Option<Duration>,
-) -> Result<LockGuard, Error> {
+    max_hold: Option<Duration>,
+}
+
+async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<LockGuard, Error> {
     let started = Instant::now();
-    let give_up = wait.map(|w| started + w);
+    let give_up = terms.wait.map(|w| started + w);
     let owner =
         context::reentry_owner(client.identity(), &keys.name).unwrap_or_else(|| client.new_owner());
     let hold = Hold {
@@ -208,11 +224,11 @@ async fn acquire(
         // Armed while the script may have run: cancelled or failed here, it is released.
         let mut pending = ReleaseOnDrop::new(hold.clone(), handle.clone());
         let sent_at = Instant::now();
-        let attempt = try_acquire(&hold, ttl).await?;
+        let attempt = try_acquire(&hold, terms.ttl).await?;
         let pttl = match attempt {
             Attempt::Acquired { token, reentry } => {
                 pending.disarm();
-                let guard = into_guard(hold, handle, token, reentry, ttl, renew, sent_at);
+                let guard = into_guard(hold, handle, token, reentry, &terms, sent_at);
                 tracing::debug!(
                     token,
                     reentry,
@@ -259,19 +275,20 @@ fn into_guard(
     handle: Handle,
     token: u64,
     reentry: bool,
-    ttl: Duration,
-    renew: bool,
+    terms: &Terms,
     sent_at: Instant,
 ) -> LockGuard {
-    let lease = Arc::new(Lease::new(guaranteed_until(sent_at, ttl), renew));
-    let renewal = renew.then(|| {
-        let max_hold = hold.client.inner.config.max_hold;
+    let lease = Arc::new(Lease::new(
+        guaranteed_until(sent_at, terms.ttl),
+        terms.renew,
+    ));
+    let renewal = terms.renew.then(|| {
         hold.client.inner.watchdog.register(Renewal {
             key: hold.keys.lock.as_str().into(),
             name: hold.keys.name.as_str().into(),
             owner: hold.owner.clone(),
-            ttl,
-            hold_until: max_hold.map(|cap| sent_at + cap),
+            ttl: terms.ttl,
+            hold_until: terms.max_hold.map(|cap| sent_at + cap),
             lease: lease.clone(),
         })
     });

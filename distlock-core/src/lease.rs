@@ -1,5 +1,6 @@
 //! The holder's view of a lease: until when the lock is guaranteed, and whether it was lost.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -24,7 +25,9 @@ struct LeaseState {
 #[derive(Debug)]
 pub(crate) struct Lease {
     state: watch::Sender<LeaseState>,
-    renewing: bool,
+    /// True while the watchdog renews this lease: a passed deadline then means Redis could not
+    /// be reached; otherwise the lease simply elapsed.
+    renewing: AtomicBool,
 }
 
 impl Lease {
@@ -34,7 +37,7 @@ impl Lease {
                 deadline,
                 lost: None,
             }),
-            renewing,
+            renewing: AtomicBool::new(renewing),
         }
     }
 
@@ -62,6 +65,11 @@ impl Lease {
         })
     }
 
+    /// The watchdog stopped renewing on purpose (hold cap reached): the lease will elapse.
+    pub(crate) fn stop_renewing(&self) {
+        self.renewing.store(false, Ordering::Release);
+    }
+
     pub(crate) fn deadline(&self) -> Instant {
         self.state.borrow().deadline
     }
@@ -80,7 +88,7 @@ impl Lease {
     }
 
     fn elapsed_reason(&self) -> LossReason {
-        if self.renewing {
+        if self.renewing.load(Ordering::Acquire) {
             LossReason::Unreachable
         } else {
             LossReason::LeaseElapsed

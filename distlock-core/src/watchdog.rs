@@ -123,8 +123,10 @@ impl Watchdog {
 struct Due {
     id: u64,
     key: Arc<str>,
+    name: Arc<str>,
     owner: Arc<str>,
     ttl: Duration,
+    lease: Arc<Lease>,
 }
 
 /// Takes the leases due now (or at least half-way there); returns them and the next wake time.
@@ -137,24 +139,35 @@ fn collect(shared: &Shared, now: Instant) -> (Vec<Due>, Option<Instant>) {
             tracing::debug!(key = %e.name, %reason, "lease lost; renewal stopped");
             return false;
         }
-        if e.due <= now + e.interval() / 2 {
-            let mut ttl = e.ttl;
-            if let Some(cap) = e.hold_until {
-                let left = cap.saturating_duration_since(now);
-                if left < Duration::from_millis(1) {
-                    tracing::info!(key = %e.name, "hold time cap reached; renewal stopped");
-                    return false;
-                }
-                ttl = ttl.min(left);
+        if e.due > now + e.interval() / 2 {
+            next = Some(next.map_or(e.due, |n: Instant| n.min(e.due)));
+            return true;
+        }
+        let mut ttl = e.ttl;
+        let mut last = false;
+        if let Some(cap) = e.hold_until {
+            let left = cap.saturating_duration_since(now);
+            if left <= ttl {
+                // The final renewal, up to the cap; then the lease elapses.
+                tracing::info!(key = %e.name, "hold time cap reached; last renewal");
+                e.lease.stop_renewing();
+                (ttl, last) = (left, true);
             }
-            e.due = now + e.interval();
+        }
+        if ttl >= Duration::from_millis(1) {
             due.push(Due {
                 id,
                 key: e.key.clone(),
+                name: e.name.clone(),
                 owner: e.owner.clone(),
                 ttl,
+                lease: e.lease.clone(),
             });
         }
+        if last {
+            return false;
+        }
+        e.due = now + e.interval();
         next = Some(next.map_or(e.due, |n: Instant| n.min(e.due)));
         true
     });
@@ -202,21 +215,18 @@ async fn renew_chunk(
     match reply {
         Ok(Ok(statuses)) if statuses.len() == chunk.len() => {
             for (d, status) in chunk.iter().zip(statuses) {
-                let Some(e) = table.entries.get(&d.id) else {
-                    continue; // released while the batch was in flight
-                };
                 let lost = match status {
                     1 => {
-                        e.lease.extend(guaranteed_until(sent_at, d.ttl));
+                        d.lease.extend(guaranteed_until(sent_at, d.ttl));
                         continue;
                     }
                     0 => LossReason::Expired,
                     _ => LossReason::Stolen,
                 };
-                if e.lease.mark_lost(lost) {
-                    tracing::warn!(key = %e.name, reason = %lost, "lock lost: renewal found it no longer ours");
+                // Released while the batch was in flight: not a loss.
+                if table.entries.remove(&d.id).is_some() && d.lease.mark_lost(lost) {
+                    tracing::warn!(key = %d.name, reason = %lost, "lock lost: renewal found it no longer ours");
                 }
-                table.entries.remove(&d.id);
             }
         }
         failed => {
@@ -227,8 +237,8 @@ async fn renew_chunk(
             };
             let retry = Instant::now() + RETRY_AFTER_ERROR;
             for d in chunk {
+                tracing::warn!(key = %d.name, error = %why, "lease renewal failed; retrying");
                 if let Some(e) = table.entries.get_mut(&d.id) {
-                    tracing::warn!(key = %e.name, error = %why, "lease renewal failed; retrying");
                     e.due = e.due.min(retry);
                 }
             }
