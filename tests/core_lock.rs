@@ -759,3 +759,39 @@ async fn hold_cap_stops_renewal_and_the_lease_elapses() {
     .await;
     assert!(lock_keys(&mut conn).await.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_waiters_take_turns() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let mut conn = server.conn().await;
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let tasks: Vec<_> = (0..8)
+        .map(|task| {
+            let (c, order) = (c.clone(), order.clone());
+            tokio::spawn(async move {
+                for _ in 0..10 {
+                    let g = c.lock("fair").wait(Duration::from_secs(10)).acquire().await.unwrap();
+                    order.lock().unwrap().push(task);
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    g.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    let before = command_calls(&mut conn, "evalsha").await;
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let attempts = command_calls(&mut conn, "evalsha").await - before;
+    let order = order.lock().unwrap().clone();
+    assert_eq!(order.len(), 80);
+    let longest_run = order
+        .chunk_by(|a, b| a == b)
+        .map(<[usize]>::len)
+        .max()
+        .unwrap();
+    assert!(longest_run <= 2, "a releasing task queues behind waiters: {order:?}");
+    // 80 acquisitions + 80 releases; without turn-taking every release wakes all 7 waiters.
+    assert!(attempts < 80 * 2 + 80 * 3, "{attempts} script calls");
+}

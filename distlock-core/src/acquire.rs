@@ -217,49 +217,59 @@ async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<Lo
     };
     let handle = Handle::current();
     let mut subscription: Option<crate::waiters::Subscription> = None;
+    // Tasks of this client already wait for the lock: queue behind them instead of barging.
+    let mut queue_first = give_up.is_some() && client.inner.waiters.has_waiters(&keys.channel);
     loop {
-        if let Some(sub) = subscription.as_mut() {
-            sub.mark_seen();
+        let mut pttl = 0;
+        if !std::mem::take(&mut queue_first) {
+            if let Some(sub) = subscription.as_mut() {
+                sub.mark_seen();
+            }
+            // Armed while the script may have run: cancelled or failed here, it is released.
+            let mut pending = ReleaseOnDrop::new(hold.clone(), handle.clone());
+            let sent_at = Instant::now();
+            let attempt = try_acquire(&hold, terms.ttl).await?;
+            pending.disarm();
+            match attempt {
+                Attempt::Acquired { token, reentry } => {
+                    let guard = into_guard(hold, handle, token, reentry, &terms, sent_at);
+                    tracing::debug!(
+                        token,
+                        reentry,
+                        waited_ms = started.elapsed().as_millis() as u64,
+                        "acquired"
+                    );
+                    return Ok(guard);
+                }
+                Attempt::Held { pttl: left } => pttl = left,
+            }
         }
-        // Armed while the script may have run: cancelled or failed here, it is released.
-        let mut pending = ReleaseOnDrop::new(hold.clone(), handle.clone());
-        let sent_at = Instant::now();
-        let attempt = try_acquire(&hold, terms.ttl).await?;
-        let pttl = match attempt {
-            Attempt::Acquired { token, reentry } => {
-                pending.disarm();
-                let guard = into_guard(hold, handle, token, reentry, &terms, sent_at);
-                tracing::debug!(
-                    token,
-                    reentry,
-                    waited_ms = started.elapsed().as_millis() as u64,
-                    "acquired"
-                );
-                return Ok(guard);
-            }
-            Attempt::Held { pttl } => {
-                pending.disarm();
-                pttl
-            }
-        };
         let now = Instant::now();
-        let Some(give_up) = give_up.filter(|&g| now < g) else {
-            tracing::debug!(waited_ms = started.elapsed().as_millis() as u64, "busy");
-            return Err(Error::Busy {
+        let busy = || {
+            let waited = Instant::now() - started;
+            tracing::debug!(waited_ms = waited.as_millis() as u64, "busy");
+            Err(Error::Busy {
                 key: keys.name.clone(),
-                waited: now - started,
-            });
+                waited,
+            })
+        };
+        let Some(give_up) = give_up.filter(|&g| now < g) else {
+            return busy();
         };
         match subscription.as_mut() {
-            // Subscribed now: try again at once, a release may have happened meanwhile.
+            // Subscribed and at the head of the queue: try again at once, the lock may have
+            // been released meanwhile.
             None => {
-                subscription = Some(
+                let sub = subscription.insert(
                     client
                         .inner
                         .waiters
                         .subscribe(&keys.channel, &keys.name)
                         .await?,
                 );
+                if !sub.take_turn(give_up).await {
+                    return busy();
+                }
             }
             Some(sub) => {
                 // A holder that crashed never publishes: look again when its lease runs out.

@@ -5,6 +5,11 @@
 //! generation, and a waiter sleeps only until the generation moves past the one it saw before
 //! its attempt (or until the holder's remaining ttl, because a crashed holder never publishes).
 //! A channel is unsubscribed when its last waiter leaves, so `PUBSUB CHANNELS` is empty at rest.
+//!
+//! Within one client, waiters for the same lock take turns in FIFO order: only the waiter at
+//! the head retries when the lock is released, so a release costs one attempt per process
+//! instead of one per waiting task, and a task that releases and immediately asks again queues
+//! behind the tasks already waiting instead of barging in front of them.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -12,7 +17,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ProtocolVersion, PushInfo, PushKind, Value};
-use tokio::sync::{watch, OnceCell};
+use tokio::sync::{watch, OnceCell, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::background::Background;
@@ -22,6 +27,8 @@ type ChannelMap = HashMap<Vec<u8>, Arc<Channel>>;
 
 struct Channel {
     generation: watch::Sender<u64>,
+    /// One permit: the waiter holding it is the one that retries.
+    turn: Arc<Semaphore>,
     /// Serialises SUBSCRIBE/UNSUBSCRIBE for this channel and counts its waiters.
     state: tokio::sync::Mutex<ChannelState>,
 }
@@ -104,6 +111,7 @@ impl Waiters {
                     .or_insert_with(|| {
                         Arc::new(Channel {
                             generation: watch::Sender::new(0),
+                            turn: Arc::new(Semaphore::new(1)),
                             state: tokio::sync::Mutex::new(ChannelState::default()),
                         })
                     })
@@ -122,6 +130,7 @@ impl Waiters {
                 conn: conn.clone(),
                 name: channel.as_bytes().to_vec(),
                 background: self.background.clone(),
+                turn: None,
             };
             if !state.subscribed {
                 tokio::time::timeout(self.response_timeout, conn.subscribe(channel))
@@ -137,6 +146,14 @@ impl Waiters {
             drop(state);
             return Ok(sub);
         }
+    }
+
+    /// True if some task of this client is waiting for `channel`'s lock.
+    pub(crate) fn has_waiters(&self, channel: &str) -> bool {
+        self.channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(channel.as_bytes())
     }
 
     /// Channels with at least one waiter (for tests and diagnostics).
@@ -184,9 +201,24 @@ pub(crate) struct Subscription {
     conn: ConnectionManager,
     name: Vec<u8>,
     background: Background,
+    /// Held while this waiter is at the head of the queue; dropped with the subscription.
+    turn: Option<OwnedSemaphorePermit>,
 }
 
 impl Subscription {
+    /// Waits (FIFO) until this waiter is the one to retry, or `deadline`; false on timeout.
+    pub(crate) async fn take_turn(&mut self, deadline: Instant) -> bool {
+        if self.turn.is_none() {
+            let turn = self.entry.turn.clone().acquire_owned();
+            // The semaphore is never closed.
+            self.turn = tokio::time::timeout_at(deadline, turn)
+                .await
+                .ok()
+                .and_then(Result::ok);
+        }
+        self.turn.is_some()
+    }
+
     /// Call before each attempt: later messages wake [`Subscription::wait_until`].
     pub(crate) fn mark_seen(&mut self) {
         self.rx.borrow_and_update();
@@ -201,6 +233,8 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
+        // Hand the turn to the next waiter now, not after the unsubscribe bookkeeping.
+        self.turn = None;
         let entry = self.entry.clone();
         let channels = self.channels.clone();
         let mut conn = self.conn.clone();
