@@ -370,3 +370,53 @@ fn values_with_separators_and_braces_make_distinct_safe_keys() {
         );
     });
 }
+
+#[async_trait::async_trait]
+trait Settle {
+    async fn settle(&self, id: u64) -> Result<u64, AppError>;
+}
+
+struct Settler;
+
+#[async_trait::async_trait]
+impl Settle for Settler {
+    #[distributed_lock(key = "settle:<id>", ttl = "5s")]
+    async fn settle(&self, id: u64) -> Result<u64, AppError> {
+        assert!(is_held(&format!("settle:{id}")).await);
+        Ok(distlock::fencing_token().unwrap())
+    }
+}
+
+trait Native {
+    async fn native(&self, id: u64) -> Result<u64, AppError>;
+}
+
+impl Native for Settler {
+    #[distributed_lock(key = "native:<id>", ttl = "5s")]
+    async fn native(&self, id: u64) -> Result<u64, AppError> {
+        assert!(is_held(&format!("native:{id}")).await);
+        Ok(id)
+    }
+}
+
+#[distributed_lock(key = "generic:<key>", ttl = "5s")]
+async fn generic<K, V>(key: K, value: impl Into<V>) -> Result<V, AppError>
+where
+    K: std::fmt::Display + Send,
+{
+    assert!(is_held(&format!("generic:{key}")).await);
+    Ok(value.into())
+}
+
+#[test]
+fn trait_methods_async_trait_and_generics_lock_at_run_time() {
+    run(async {
+        let dyn_settler: Box<dyn Settle + Send + Sync> = Box::new(Settler);
+        assert!(dyn_settler.settle(1).await.unwrap() > 0);
+        assert!(!is_held("settle:1").await);
+        assert_eq!(Settler.native(2).await, Ok(2));
+        let v: u64 = generic("g", 5u32).await.unwrap();
+        assert_eq!(v, 5);
+        assert!(!is_held("generic:g").await);
+    });
+}
