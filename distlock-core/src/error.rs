@@ -64,7 +64,7 @@ impl fmt::Display for Operation {
 #[non_exhaustive]
 pub enum Error {
     /// The lock is held by someone else and was not released within the wait time.
-    #[error("lock `{key}` is busy: held by another owner and not released within {waited:?} (raise `wait` or retry later)")]
+    #[error("{}", busy_message(key, .waited))]
     Busy {
         /// The lock's name.
         key: String,
@@ -135,6 +135,14 @@ pub enum Error {
         #[source]
         source: redis::RedisError,
     },
+}
+
+fn busy_message(key: &str, waited: &Duration) -> String {
+    if waited.is_zero() {
+        format!("lock `{key}` is busy: another owner holds it (set `wait` to wait for its release, or retry later)")
+    } else {
+        format!("lock `{key}` is busy: another owner held it for the whole {waited:?} this caller waited (raise `wait` or retry later)")
+    }
 }
 
 fn already_initialized_message(client: Option<&str>) -> String {
