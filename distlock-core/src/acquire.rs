@@ -84,7 +84,7 @@ impl LockBuilder {
                 Some(client) => ClientChoice::Named(client.to_owned()),
                 None => ClientChoice::Default,
             },
-            ttl: Some(spec.ttl),
+            ttl: spec.ttl,
             renew: spec.renew,
             wait: spec.wait,
             max_hold: None,

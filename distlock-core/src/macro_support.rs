@@ -17,8 +17,8 @@ pub use std::time::Duration as StdDuration;
 pub struct LockSpec {
     /// Named client (`client = "..."`), `None` for the default client.
     pub client: Option<&'static str>,
-    /// Lease length (`ttl = "..."`).
-    pub ttl: Duration,
+    /// Lease length (`ttl = "..."`), `None` for the client's `default_ttl`.
+    pub ttl: Option<Duration>,
     /// Watchdog renewal (`renew`).
     pub renew: bool,
     /// How long to wait for a busy lock (`wait = "..."`), `None` to fail at once.
@@ -83,20 +83,28 @@ pub trait KeyPart: Display {}
 impl<T: Display + ?Sized> KeyPart for T {}
 
 /// The return type of an annotated function: `Result<T, E>` with `E: From<distlock::Error>`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a `Result`",
+    label = "`#[distributed_lock]` functions must return `Result<T, E>` with `E: From<distlock::Error>`"
+)]
 pub trait LockResult {
     /// The success type `T`.
     type Ok;
     /// The error type `E`.
     type Err;
 }
-impl<T, E: LockError> LockResult for Result<T, E> {
+impl<T, E> LockResult for Result<T, E> {
     type Ok = T;
     type Err = E;
 }
 
 /// Asserts that `R` (the function's return type) is a `Result` whose error type can carry a
 /// lock error. Generated code references it (unused) spanned at the return type.
-pub const fn assert_lock_result<R: LockResult>() {}
+pub const fn assert_lock_result<R: LockResult>()
+where
+    R::Err: LockError,
+{
+}
 
 /// Asserts that `R`'s success type implements `Default` (generated for `skip`).
 pub const fn assert_skip_result<R: LockResult>()

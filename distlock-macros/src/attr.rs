@@ -24,25 +24,18 @@ const VALID_OPTIONS: &str = "`key`, `ttl`, `renew`, `wait`, `skip`, `client` and
 pub(crate) struct LockArgs {
     /// `key = "..."`: the template literal.
     pub(crate) key: Option<LitStr>,
-    /// `ttl = "..."`.
-    pub(crate) ttl: Option<DurationArg>,
+    /// `ttl = "..."`, in milliseconds.
+    pub(crate) ttl: Option<u64>,
     /// `renew`: the span of the flag.
     pub(crate) renew: Option<Span>,
-    /// `wait = "..."`.
-    pub(crate) wait: Option<DurationArg>,
+    /// `wait = "..."`, in milliseconds.
+    pub(crate) wait: Option<u64>,
     /// `skip`: the span of the flag.
     pub(crate) skip: Option<Span>,
     /// `client = "..."`.
     pub(crate) client: Option<LitStr>,
     /// `crate = "..."`.
     pub(crate) krate: Option<Path>,
-}
-
-/// A duration option's value, already converted to milliseconds.
-pub(crate) struct DurationArg {
-    /// The option name's span.
-    pub(crate) name_span: Span,
-    pub(crate) millis: u64,
 }
 
 impl Parse for LockArgs {
@@ -78,14 +71,14 @@ impl LockArgs {
         } else if input.peek(kw::ttl) {
             let name = input.parse::<kw::ttl>()?;
             let value = string_value(input, "a duration, e.g. `ttl = \"10s\"`")?;
-            match duration_arg("ttl", name.span, &value) {
+            match duration_millis("ttl", &value) {
                 Ok(arg) => set_once(&mut self.ttl, arg, "ttl", name.span, errors),
                 Err(error) => errors.push(error),
             }
         } else if input.peek(kw::wait) {
             let name = input.parse::<kw::wait>()?;
             let value = string_value(input, "a duration, e.g. `wait = \"2s\"`")?;
-            match duration_arg("wait", name.span, &value) {
+            match duration_millis("wait", &value) {
                 Ok(arg) => set_once(&mut self.wait, arg, "wait", name.span, errors),
                 Err(error) => errors.push(error),
             }
@@ -126,9 +119,9 @@ impl LockArgs {
                 "the lock key is a named option: write `key = \"...\"`, e.g. `#[distributed_lock(key = \"order:<id>\")]`",
             ));
         } else {
-            let name = input.call(Ident::parse_any).map_err(|_| {
-                input.error(format!("expected an option: one of {VALID_OPTIONS}"))
-            })?;
+            let name = input
+                .call(Ident::parse_any)
+                .map_err(|_| input.error(format!("expected an option: one of {VALID_OPTIONS}")))?;
             return Err(syn::Error::new(name.span(), unknown_option_message(&name)));
         }
         Ok(())
@@ -139,7 +132,9 @@ fn unknown_option_message(name: &Ident) -> String {
     let name = name.unraw().to_string();
     let hint = match name.as_str() {
         "name" | "lock" | "resource" => " (did you mean `key`?)",
-        "lease" | "expire" | "expiry" | "expires" | "timeout" | "duration" => " (did you mean `ttl`?)",
+        "lease" | "expire" | "expiry" | "expires" | "timeout" | "duration" => {
+            " (did you mean `ttl`?)"
+        }
         "renewal" | "watchdog" | "auto_renew" | "extend" => " (did you mean `renew`?)",
         "wait_for" | "wait_timeout" | "block" | "retry" => " (did you mean `wait`?)",
         "skip_if_busy" | "try_lock" | "skip_if_locked" | "nowait" => " (did you mean `skip`?)",
@@ -184,9 +179,9 @@ fn set_once<T>(slot: &mut Option<T>, value: T, name: &str, name_span: Span, erro
     }
 }
 
-fn duration_arg(name: &str, name_span: Span, value: &LitStr) -> syn::Result<DurationArg> {
+fn duration_millis(name: &str, value: &LitStr) -> syn::Result<u64> {
     let text = value.value();
-    let millis = parse_duration(&text).map_err(|error| {
+    parse_duration(&text).map_err(|error| {
         let message = match error {
             DurationError::Malformed => format!(
                 "invalid duration {text:?} for `{name}`: write an integer followed by `ms`, `s`, `m` or `h`, e.g. \"500ms\", \"10s\", \"5m\", \"1h\"{}",
@@ -203,8 +198,7 @@ fn duration_arg(name: &str, name_span: Span, value: &LitStr) -> syn::Result<Dura
             ),
         };
         syn::Error::new(value.span(), message)
-    })?;
-    Ok(DurationArg { name_span, millis })
+    })
 }
 
 /// Why a duration string was rejected.
@@ -300,7 +294,11 @@ mod tests {
             "", "10", "s", "ms", "10 s", " 10s", "10s ", "1.5s", "-1s", "+1s", "10S", "10sec",
             "1_000ms", "10d", "1h30m", "１s",
         ] {
-            assert_eq!(parse_duration(text), Err(DurationError::Malformed), "{text:?}");
+            assert_eq!(
+                parse_duration(text),
+                Err(DurationError::Malformed),
+                "{text:?}"
+            );
         }
     }
 
@@ -308,9 +306,18 @@ mod tests {
     fn zero_and_overflowing_durations() {
         assert_eq!(parse_duration("0s"), Err(DurationError::Zero));
         assert_eq!(parse_duration("000ms"), Err(DurationError::Zero));
-        assert_eq!(parse_duration("18446744073709551616ms"), Err(DurationError::Overflow));
-        assert_eq!(parse_duration("5124095576030432h"), Err(DurationError::Overflow));
-        assert_eq!(parse_duration("99999999999999999999999h"), Err(DurationError::Overflow));
+        assert_eq!(
+            parse_duration("18446744073709551616ms"),
+            Err(DurationError::Overflow)
+        );
+        assert_eq!(
+            parse_duration("5124095576030432h"),
+            Err(DurationError::Overflow)
+        );
+        assert_eq!(
+            parse_duration("99999999999999999999999h"),
+            Err(DurationError::Overflow)
+        );
     }
 
     #[test]
@@ -320,9 +327,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(args.key.unwrap().value(), "user:<self.tenant>");
-        assert_eq!(args.ttl.unwrap().millis, 500);
+        assert_eq!(args.ttl.unwrap(), 500);
         assert!(args.renew.is_some());
-        assert_eq!(args.wait.unwrap().millis, 2_000);
+        assert_eq!(args.wait.unwrap(), 2_000);
         assert!(args.skip.is_none());
         assert_eq!(args.client.unwrap().value(), "payments");
         let krate = args.krate.unwrap();
@@ -337,7 +344,10 @@ mod tests {
 
     #[test]
     fn duplicates() {
-        assert_eq!(error(r#"key = "a", ttl = "1s", ttl = "2s""#), "`ttl` set multiple times");
+        assert_eq!(
+            error(r#"key = "a", ttl = "1s", ttl = "2s""#),
+            "`ttl` set multiple times"
+        );
         assert_eq!(error("skip, skip"), "`skip` set multiple times");
     }
 
@@ -353,14 +363,16 @@ mod tests {
             error(r#"key = "a", foo = 1"#),
             "unknown option `foo`; valid options are `key`, `ttl`, `renew`, `wait`, `skip`, `client` and `crate`"
         );
-        assert!(error("timeout = \"1s\"").starts_with("unknown option `timeout` (did you mean `ttl`?)"));
+        assert!(
+            error("timeout = \"1s\"").starts_with("unknown option `timeout` (did you mean `ttl`?)")
+        );
         assert!(error("123").starts_with("expected an option"));
     }
 
     #[test]
     fn value_shapes() {
         assert!(error(r#""order:<id>""#).contains("write `key = \"...\"`"));
-        assert!(error("key").starts_with("expected `=`"));
+        assert!(error("key").contains("expected `=` and the lock key"));
         assert!(error("ttl = 10").starts_with("expected a string literal: a duration"));
         assert!(error("renew = true").starts_with("`renew` is a flag and takes no value"));
         assert!(error(r#"key = "a" ttl = "1s""#).contains("expected `,`"));

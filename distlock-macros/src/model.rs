@@ -1,99 +1,24 @@
 //! The checked model of one annotated function: options, key template and function shape,
 //! validated against each other before any code is generated.
 
-use proc_macro2::{Delimiter, Group, Span, TokenStream};
+use proc_macro2::{Span, TokenStream};
 use quote::{quote, ToTokens};
 use syn::ext::IdentExt;
-use syn::parse::{Parse, ParseStream, Parser};
-use syn::spanned::Spanned;
 use syn::{
-    Attribute, Block, Expr, FnArg, GenericArgument, Ident, LitStr, Pat, Path, PathArguments,
-    ReturnType, Signature, Stmt, Token, Type, TypeParamBound, Visibility,
+    Expr, FnArg, Ident, LitStr, Pat, Path, PathArguments, ReturnType, Signature, Token, Type,
 };
 
 use crate::attr::{Errors, LockArgs};
+use crate::item::{async_trait_body, future_output, LockFn};
 use crate::template::{Field, KeyTemplate, Placeholder, Segment, TemplateError};
-
-/// The annotated item, parsed loosely: a body that doesn't parse is kept as tokens so a
-/// half-typed function still expands (and rust-analyzer keeps working).
-pub(crate) struct LockFn {
-    pub(crate) outer_attrs: Vec<Attribute>,
-    pub(crate) inner_attrs: Vec<Attribute>,
-    pub(crate) vis: Visibility,
-    pub(crate) sig: Signature,
-    pub(crate) body: Body,
-}
-
-/// A function body.
-pub(crate) enum Body {
-    /// The statements parsed.
-    Parsed(Block),
-    /// The statements did not parse; the brace group as written.
-    Raw(Group),
-}
-
-impl ToTokens for Body {
-    fn to_tokens(&self, tokens: &mut TokenStream) {
-        match self {
-            Body::Parsed(block) => block.to_tokens(tokens),
-            Body::Raw(group) => group.to_tokens(tokens),
-        }
-    }
-}
-
-impl Parse for LockFn {
-    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
-        let outer_attrs = input.call(Attribute::parse_outer)?;
-        let vis: Visibility = input.parse()?;
-        let starts_like_fn = input.peek(Token![fn])
-            || input.peek(Token![async])
-            || input.peek(Token![const])
-            || input.peek(Token![unsafe])
-            || input.peek(Token![extern]);
-        if !starts_like_fn {
-            return Err(syn::Error::new(
-                Span::call_site(),
-                "`#[distributed_lock]` can only be applied to an `async fn`",
-            ));
-        }
-        let sig: Signature = input.parse()?;
-        if input.peek(Token![;]) {
-            return Err(syn::Error::new(
-                input.span(),
-                "`#[distributed_lock]` needs a function body: put it on the method in the `impl` block (or on a default method body), not on the trait's declaration",
-            ));
-        }
-        let content;
-        let brace = syn::braced!(content in input);
-        let inner_attrs = content.call(Attribute::parse_inner)?;
-        let tokens: TokenStream = content.parse()?;
-        let body = match Block::parse_within.parse2(tokens.clone()) {
-            Ok(stmts) => Body::Parsed(Block {
-                brace_token: brace,
-                stmts,
-            }),
-            Err(_) => {
-                let mut group = Group::new(Delimiter::Brace, tokens);
-                group.set_span(brace.span.join());
-                Body::Raw(group)
-            }
-        };
-        Ok(LockFn {
-            outer_attrs,
-            inner_attrs,
-            vis,
-            sig,
-            body,
-        })
-    }
-}
 
 /// Everything `expand.rs` needs, all checked.
 pub(crate) struct LockModel {
     /// Path to the `distlock` crate (`crate = "..."`, default `::distlock`).
     pub(crate) krate: Path,
     pub(crate) client: Option<LitStr>,
-    pub(crate) ttl_millis: u64,
+    /// `None`: the client's `default_ttl` applies.
+    pub(crate) ttl_millis: Option<u64>,
     pub(crate) renew: bool,
     pub(crate) wait_millis: Option<u64>,
     pub(crate) skip: bool,
@@ -130,9 +55,9 @@ pub(crate) enum Shape {
     /// whose last statement is `Box::pin(async move { ... })`; the async block is wrapped.
     AsyncTrait {
         /// The `Box::pin` path, as async-trait wrote it.
-        box_pin: Expr,
+        box_pin: Box<Expr>,
         /// The async block.
-        future: Expr,
+        future: Box<Expr>,
     },
 }
 
@@ -144,9 +69,12 @@ enum Param {
     Named(Ident),
     /// A name bound inside a destructuring pattern: `(a, b): (u32, u32)`.
     Destructured(Ident),
+    /// A destructuring pattern that async-trait replaced with a positional `__argN` name: the
+    /// names it binds exist only inside async-trait's block.
+    Positional,
 }
 
-const RESULT_HELP: &str = "`#[distributed_lock]` functions must return `Result<T, E>` (or an alias named `Result`, such as `io::Result<T>` or `anyhow::Result<T>`) where `E: From<distlock::Error>`, so that a lock failure can be returned as an error";
+const RESULT_HELP: &str = "`#[distributed_lock]` functions must return `Result<T, E>` (or an alias named `Result`, such as `anyhow::Result<T>`) where `E: From<distlock::Error>`, so that a lock failure can be returned as an error";
 
 /// Checks the options, the key template and the function against each other.
 pub(crate) fn build(args: syn::Result<LockArgs>, item: &LockFn) -> syn::Result<LockModel> {
@@ -181,9 +109,9 @@ pub(crate) fn build(args: syn::Result<LockArgs>, item: &LockFn) -> syn::Result<L
     Ok(LockModel {
         krate: args.krate.unwrap_or_else(|| syn::parse_quote!(::distlock)),
         client: args.client,
-        ttl_millis: args.ttl.map_or(30_000, |ttl| ttl.millis),
+        ttl_millis: args.ttl,
         renew: args.renew.is_some(),
-        wait_millis: args.wait.map(|wait| wait.millis),
+        wait_millis: args.wait,
         skip: args.skip.is_some(),
         key,
         ret,
@@ -194,14 +122,16 @@ pub(crate) fn build(args: syn::Result<LockArgs>, item: &LockFn) -> syn::Result<L
 /// Checks `const`, `async` and the return type; finds the async-trait shape.
 fn check_function(item: &LockFn, errors: &mut Errors) -> (Option<Shape>, Option<Type>) {
     let sig = &item.sig;
-    let mut async_trait = None;
-    if sig.asyncness.is_none() && sig.constness.is_none() {
-        async_trait = async_trait_shape(item);
-    }
-    // For async-trait, the user's return type is the boxed future's `Output`.
+    let async_trait = async_trait_body(item);
     let ret = match (&async_trait, &sig.output) {
-        (Some((_, output)), _) => Ok(output),
-        (None, ReturnType::Type(_, ty)) => Ok(&**ty),
+        // After async-trait, the user's return type is the boxed future's `Output`.
+        (Some(body), _) => Ok(body.output.clone()),
+        // A hand-written future-returning `fn`: the `async` error covers it, so check the
+        // future's output rather than report the future type as a second mistake.
+        (None, ReturnType::Type(_, ty)) if sig.asyncness.is_none() => {
+            Ok(future_output(ty).unwrap_or(ty).clone())
+        }
+        (None, ReturnType::Type(_, ty)) => Ok((**ty).clone()),
         (None, ReturnType::Default) => Err(sig.paren_token.span.close()),
     };
     let shape = if let Some(constness) = sig.constness {
@@ -212,8 +142,11 @@ fn check_function(item: &LockFn, errors: &mut Errors) -> (Option<Shape>, Option<
         None
     } else if sig.asyncness.is_some() {
         Some(Shape::AsyncFn)
-    } else if let Some((shape, _)) = async_trait {
-        Some(shape)
+    } else if let Some(body) = async_trait {
+        Some(Shape::AsyncTrait {
+            box_pin: body.box_pin,
+            future: body.future,
+        })
     } else {
         errors.push(syn::Error::new(
             sig.fn_token.span,
@@ -222,7 +155,7 @@ fn check_function(item: &LockFn, errors: &mut Errors) -> (Option<Shape>, Option<
         None
     };
     let ret = match ret {
-        Ok(ty) => errors.check(check_result_type(ty).map(|()| ty.clone())),
+        Ok(ty) => errors.check(check_result_type(&ty).map(|()| ty)),
         Err(span) => {
             errors.push(syn::Error::new(
                 span,
@@ -257,82 +190,6 @@ fn check_result_type(ty: &Type) -> syn::Result<()> {
     Err(syn::Error::new_spanned(ty, RESULT_HELP))
 }
 
-/// Recognizes a method already rewritten by `#[async_trait]` (which, on the impl block, expands
-/// before this attribute): `fn ... -> Pin<Box<dyn Future<Output = R> + Send + 'async_trait>>`
-/// whose last statement is `Box::pin(async move { ... })`.
-fn async_trait_shape(item: &LockFn) -> Option<(Shape, Type)> {
-    let Body::Parsed(block) = &item.body else {
-        return None;
-    };
-    let Some(Stmt::Expr(Expr::Call(call), None)) = block.stmts.last() else {
-        return None;
-    };
-    let Expr::Path(func) = &*call.func else {
-        return None;
-    };
-    let mut segments = func.path.segments.iter().rev();
-    let is_box_pin = segments.next().is_some_and(|s| s.ident == "pin")
-        && segments.next().is_some_and(|s| s.ident == "Box");
-    if !is_box_pin || call.args.len() != 1 {
-        return None;
-    }
-    let future @ Expr::Async(_) = &call.args[0] else {
-        return None;
-    };
-    let ReturnType::Type(_, ty) = &item.sig.output else {
-        return None;
-    };
-    let output = boxed_future_output(ty)?;
-    let shape = Shape::AsyncTrait {
-        box_pin: (*call.func).clone(),
-        future: future.clone(),
-    };
-    Some((shape, output.clone()))
-}
-
-/// `R` in `Pin<Box<dyn Future<Output = R> + ...>>`.
-fn boxed_future_output(ty: &Type) -> Option<&Type> {
-    let pin = last_segment_args(ty, "Pin")?;
-    let boxed = last_segment_args(pin, "Box")?;
-    let Type::TraitObject(object) = boxed else {
-        return None;
-    };
-    object.bounds.iter().find_map(|bound| {
-        let TypeParamBound::Trait(bound) = bound else {
-            return None;
-        };
-        let future = bound.path.segments.last()?;
-        let PathArguments::AngleBracketed(args) = &future.arguments else {
-            return None;
-        };
-        if future.ident != "Future" {
-            return None;
-        }
-        args.args.iter().find_map(|arg| match arg {
-            GenericArgument::AssocType(assoc) if assoc.ident == "Output" => Some(&assoc.ty),
-            _ => None,
-        })
-    })
-}
-
-/// The first type argument of a path type whose last segment is `name`.
-fn last_segment_args<'a>(ty: &'a Type, name: &str) -> Option<&'a Type> {
-    let Type::Path(path) = ty else {
-        return None;
-    };
-    let last = path.path.segments.last()?;
-    if last.ident != name {
-        return None;
-    }
-    let PathArguments::AngleBracketed(args) = &last.arguments else {
-        return None;
-    };
-    args.args.iter().find_map(|arg| match arg {
-        GenericArgument::Type(ty) => Some(ty),
-        _ => None,
-    })
-}
-
 /// The function's parameters. After async-trait, destructured parameters appear as positional
 /// `__argN` names, which are hidden from users.
 fn params(sig: &Signature, async_trait: bool) -> Vec<Param> {
@@ -343,10 +200,12 @@ fn params(sig: &Signature, async_trait: bool) -> Vec<Param> {
             FnArg::Typed(typed) => match &*typed.pat {
                 Pat::Ident(binding) => {
                     let name = binding.ident.to_string();
-                    let positional = name.strip_prefix("__arg").is_some_and(|n| {
-                        !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
-                    });
-                    if !(async_trait && positional) {
+                    let positional = name
+                        .strip_prefix("__arg")
+                        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+                    if async_trait && positional {
+                        params.push(Param::Positional);
+                    } else {
                         params.push(Param::Named(binding.ident.clone()));
                     }
                     if let Some((_, subpat)) = &binding.subpat {
@@ -380,7 +239,7 @@ fn resolve_key(lit: &LitStr, params: &[Param], sig: &Signature) -> syn::Result<K
     let span = lit.span();
     let template = KeyTemplate::parse(&lit.value())
         .map_err(|error: TemplateError| syn::Error::new(span, error))?;
-    let mut errors = Errors::default();
+    let mut problems = Problems::default();
     let mut parts = Vec::with_capacity(template.segments.len());
     for (index, segment) in template.segments.iter().enumerate() {
         match segment {
@@ -390,57 +249,121 @@ fn resolve_key(lit: &LitStr, params: &[Param], sig: &Signature) -> syn::Result<K
                     Some(Segment::Literal(text)) => text.chars().next(),
                     _ => None,
                 };
-                let expr = resolve_placeholder(placeholder, params, sig, span)
-                    .map_err(|message| syn::Error::new(span, message));
-                if let Some(expr) = errors.check(expr) {
+                if let Some(expr) = resolve_placeholder(placeholder, params, span, &mut problems) {
                     parts.push(KeyPart::Value { expr, terminator });
                 }
             }
         }
     }
-    errors.finish()?;
-    Ok(Key { span, parts })
+    match problems.message(params, sig) {
+        Some(message) => Err(syn::Error::new(span, message)),
+        None => Ok(Key { span, parts }),
+    }
 }
 
+/// Placeholders that name nothing usable, grouped by what is wrong with them. They all share the
+/// key literal's span, so they are reported as one error: one line per kind of mistake.
+#[derive(Default)]
+struct Problems {
+    /// `<self...>` without a receiver.
+    no_receiver: Vec<String>,
+    /// Placeholder and the variable bound by a destructuring pattern it names.
+    destructured: Vec<(String, String)>,
+    /// Placeholder and its unknown root.
+    unknown: Vec<(String, String)>,
+}
+
+impl Problems {
+    fn message(&self, params: &[Param], sig: &Signature) -> Option<String> {
+        let list = |items: &mut dyn Iterator<Item = &String>| {
+            items
+                .map(|item| format!("`{item}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut lines = Vec::new();
+        if !self.no_receiver.is_empty() {
+            lines.push(format!(
+                "{} in the lock key {} `self`, but `{}` has no `self` parameter; {}",
+                list(&mut self.no_receiver.iter()),
+                if self.no_receiver.len() == 1 {
+                    "refers to"
+                } else {
+                    "refer to"
+                },
+                sig.ident,
+                param_hint(params, sig)
+            ));
+        }
+        if let [(placeholder, name)] = &self.destructured[..] {
+            lines.push(format!(
+                "`{placeholder}` in the lock key names `{name}`, which is bound by a destructuring pattern; {DESTRUCTURED_HELP}"
+            ));
+        } else if !self.destructured.is_empty() {
+            lines.push(format!(
+                "{} in the lock key name {}, which are bound by a destructuring pattern; {DESTRUCTURED_HELP}",
+                list(&mut self.destructured.iter().map(|(placeholder, _)| placeholder)),
+                list(&mut self.destructured.iter().map(|(_, name)| name)),
+            ));
+        }
+        if !self.unknown.is_empty() {
+            let positional = if params.iter().any(|p| matches!(p, Param::Positional)) {
+                "; names bound by a destructuring pattern cannot be used, bind the parameter to a name instead"
+            } else {
+                ""
+            };
+            lines.push(format!(
+                "unknown parameter{} {} in the lock key ({}); {}{positional} (for a literal `<`, write `<<`)",
+                if self.unknown.len() == 1 { "" } else { "s" },
+                list(&mut self.unknown.iter().map(|(_, root)| root)),
+                list(&mut self.unknown.iter().map(|(placeholder, _)| placeholder)),
+                param_hint(params, sig)
+            ));
+        }
+        (!lines.is_empty()).then(|| lines.join("\n"))
+    }
+}
+
+const DESTRUCTURED_HELP: &str = "bind the parameter to a name instead (e.g. `pair: (A, B)`, then `<pair.0>`), so the key can be built before the body runs";
+
+/// The expression a placeholder stands for: the parameter (or `self`) with the user's own span,
+/// then the fields, spanned at the key.
 fn resolve_placeholder(
     placeholder: &Placeholder,
     params: &[Param],
-    sig: &Signature,
     span: Span,
-) -> Result<TokenStream, String> {
+    problems: &mut Problems,
+) -> Option<TokenStream> {
     let root = &placeholder.root;
     let mut expr = if root == "self" {
         let receiver = params.iter().find_map(|param| match param {
             Param::Receiver(token) => Some(token),
             _ => None,
         });
-        match receiver {
-            Some(token) => token.to_token_stream(),
-            None => {
-                return Err(format!(
-                    "`{placeholder}` in the lock key refers to `self`, but `{}` has no `self` parameter; {}",
-                    sig.ident,
-                    param_hint(params, sig)
-                ))
-            }
-        }
+        let Some(token) = receiver else {
+            problems.no_receiver.push(placeholder.to_string());
+            return None;
+        };
+        token.to_token_stream()
     } else {
         let found = params.iter().find(|param| match param {
-            Param::Named(ident) | Param::Destructured(ident) => ident.unraw() == root.trim_start_matches("r#"),
-            Param::Receiver(_) => false,
+            Param::Named(ident) | Param::Destructured(ident) => {
+                ident.unraw() == root.trim_start_matches("r#")
+            }
+            Param::Receiver(_) | Param::Positional => false,
         });
         match found {
             Some(Param::Named(ident)) => ident.to_token_stream(),
             Some(Param::Destructured(ident)) => {
-                return Err(format!(
-                    "`{placeholder}` in the lock key names `{ident}`, which is bound by a destructuring pattern; bind the parameter to a name instead (e.g. `pair: (A, B)`, then `<pair.0>`), so the key can be built before the body runs"
-                ))
+                let name = ident.unraw().to_string();
+                problems.destructured.push((placeholder.to_string(), name));
+                return None;
             }
             _ => {
-                return Err(format!(
-                    "unknown parameter `{root}` in the lock key placeholder `{placeholder}`; {} (for a literal `<`, write `<<`)",
-                    param_hint(params, sig)
-                ));
+                problems
+                    .unknown
+                    .push((placeholder.to_string(), root.clone()));
+                return None;
             }
         }
     };
@@ -459,7 +382,7 @@ fn resolve_placeholder(
         };
         expr.extend(quote!(#dot #member));
     }
-    Ok(expr)
+    Some(expr)
 }
 
 /// The placeholders the function's parameters allow, for error messages.
@@ -469,7 +392,7 @@ fn param_hint(params: &[Param], sig: &Signature) -> String {
         .filter_map(|param| match param {
             Param::Receiver(_) => Some("`<self.field>`".to_owned()),
             Param::Named(ident) => Some(format!("`<{}>`", ident.unraw())),
-            Param::Destructured(_) => None,
+            Param::Destructured(_) | Param::Positional => None,
         })
         .collect();
     if names.is_empty() {
@@ -481,3 +404,6 @@ fn param_hint(params: &[Param], sig: &Signature) -> String {
         format!("the parameters allow {}", names.join(", "))
     }
 }
+
+#[cfg(test)]
+mod tests;

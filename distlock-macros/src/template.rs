@@ -166,7 +166,9 @@ fn parse_placeholder(text: &str) -> Result<Placeholder, TemplateError> {
             if is_identifier(part) {
                 Ok(Field::Named(part.to_owned()))
             } else {
-                tuple_index(part).map(Field::Index).ok_or_else(|| invalid(part))
+                tuple_index(part)
+                    .map(Field::Index)
+                    .ok_or_else(|| invalid(part))
             }
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -337,7 +339,10 @@ mod tests {
 
     #[test]
     fn empty_placeholder() {
-        assert_eq!(KeyTemplate::parse("a:<>"), Err(TemplateError::EmptyPlaceholder));
+        assert_eq!(
+            KeyTemplate::parse("a:<>"),
+            Err(TemplateError::EmptyPlaceholder)
+        );
         assert!(error("<>").contains("write `<<` for a literal `<`"));
     }
 

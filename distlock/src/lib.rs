@@ -45,7 +45,7 @@
 //! | option | meaning | default |
 //! | --- | --- | --- |
 //! | `key = "order:<id>"` | the lock name template (required) | — |
-//! | `ttl = "10s"` | lease length: `ms`, `s`, `m`, `h` | `30s` |
+//! | `ttl = "10s"` | lease length: `ms`, `s`, `m`, `h` | the client's `Config::default_ttl` (30 s) |
 //! | `renew` | watchdog: extend the lease every ttl/3 while the body runs | off |
 //! | `wait = "2s"` | wait this long for a busy lock (woken by the holder's release) | fail at once with [`Error::Busy`] |
 //! | `skip` | busy lock: return `Ok(Default::default())` without running the body | off |

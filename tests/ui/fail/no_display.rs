@@ -1,0 +1,25 @@
+use distlock::distributed_lock;
+
+#[derive(Debug)]
+struct AppError;
+
+impl From<distlock::Error> for AppError {
+    fn from(_: distlock::Error) -> Self {
+        AppError
+    }
+}
+
+#[derive(Debug)]
+struct Request {
+    user_id: u64,
+}
+
+#[distributed_lock(key = "user:<req>")]
+async fn update(req: Request) -> Result<(), AppError> {
+    let _ = req.user_id;
+    Ok(())
+}
+
+fn main() {
+    let _ = update(Request { user_id: 1 });
+}
