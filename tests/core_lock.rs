@@ -771,7 +771,12 @@ async fn local_waiters_take_turns() {
             let (c, order) = (c.clone(), order.clone());
             tokio::spawn(async move {
                 for _ in 0..10 {
-                    let g = c.lock("fair").wait(Duration::from_secs(10)).acquire().await.unwrap();
+                    let g = c
+                        .lock("fair")
+                        .wait(Duration::from_secs(10))
+                        .acquire()
+                        .await
+                        .unwrap();
                     order.lock().unwrap().push(task);
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     g.release().await.unwrap();
@@ -791,7 +796,81 @@ async fn local_waiters_take_turns() {
         .map(<[usize]>::len)
         .max()
         .unwrap();
-    assert!(longest_run <= 2, "a releasing task queues behind waiters: {order:?}");
+    assert!(
+        longest_run <= 2,
+        "a releasing task queues behind waiters: {order:?}"
+    );
     // 80 acquisitions + 80 releases; without turn-taking every release wakes all 7 waiters.
     assert!(attempts < 80 * 2 + 80 * 3, "{attempts} script calls");
+}
+
+#[tokio::test]
+async fn replayed_scripts_change_nothing_and_echo_their_request() {
+    let server = RedisServer::start();
+    let mut conn = server.conn().await;
+    let shared = conn.clone();
+    let acquire = redis::Script::new(distlock::scripts::ACQUIRE);
+    let release = redis::Script::new(distlock::scripts::RELEASE);
+    let run_acquire = |hold: &'static str| {
+        let mut conn = shared.clone();
+        let acquire = acquire.clone();
+        async move {
+            let reply: (String, (i64, i64)) = acquire
+                .key("distlock:{r}")
+                .key("distlock:{r}:fence")
+                .arg("owner-1")
+                .arg(hold)
+                .arg(5000)
+                .arg(60000)
+                .invoke_async(&mut conn)
+                .await
+                .unwrap();
+            reply
+        }
+    };
+    let (echo, (status, token)) = run_acquire("h1").await;
+    assert_eq!((echo.as_str(), status), ("h1", 1));
+    // The same request again (its reply was lost): still a fresh acquisition, same token.
+    assert_eq!(run_acquire("h1").await, ("h1".to_owned(), (1, token)));
+    let fields: usize = conn.hlen("distlock:{r}").await.unwrap();
+    assert_eq!(fields, 3, "owner, token, one hold: not counted twice");
+    // A real re-entry is reported as one, and a replay of it too.
+    assert_eq!(run_acquire("h2").await, ("h2".to_owned(), (2, token)));
+    assert_eq!(run_acquire("h2").await, ("h2".to_owned(), (2, token)));
+    let fields: usize = conn.hlen("distlock:{r}").await.unwrap();
+    assert_eq!(fields, 4);
+
+    let run_release = |hold: &'static str| {
+        let mut conn = shared.clone();
+        let release = release.clone();
+        async move {
+            let reply: (String, i64) = release
+                .key("distlock:{r}")
+                .key("distlock:{r}:released")
+                .arg("owner-1")
+                .arg(hold)
+                .invoke_async(&mut conn)
+                .await
+                .unwrap();
+            reply
+        }
+    };
+    assert_eq!(
+        run_release("h2").await,
+        ("h2".to_owned(), 1),
+        "one hold left"
+    );
+    assert_eq!(
+        run_release("h2").await,
+        ("h2".to_owned(), 1),
+        "replay frees nothing more"
+    );
+    assert_eq!(run_release("h1").await, ("h1".to_owned(), 0), "released");
+    assert_eq!(
+        run_release("h1").await,
+        ("h1".to_owned(), -2),
+        "replay finds no lock"
+    );
+    let exists: bool = conn.exists("distlock:{r}").await.unwrap();
+    assert!(!exists);
 }

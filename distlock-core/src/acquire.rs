@@ -324,8 +324,13 @@ async fn try_acquire(hold: &Hold, ttl: Duration) -> Result<Attempt, Error> {
         .arg(ttl.as_millis() as u64)
         .arg(retention.as_millis() as u64);
     let call = || {
-        hold.client
-            .call::<(i64, i64)>(Operation::Acquire, &hold.keys.name, &ACQUIRE_SCRIPT, &cmd)
+        hold.client.call::<(i64, i64)>(
+            Operation::Acquire,
+            &hold.keys.name,
+            &ACQUIRE_SCRIPT,
+            &cmd,
+            &hold.hold,
+        )
     };
     // A dropped connection fails fast and the connection reconnects: retry once, with the same
     // hold field so a reply lost after the script ran is not counted twice. A timeout is not

@@ -11,6 +11,7 @@ use redis::{Cmd, FromRedisValue, IntoConnectionInfo};
 use crate::acquire::LockBuilder;
 use crate::background::Background;
 use crate::config::Config;
+use crate::connection::{CallError, Connection};
 use crate::error::{Error, Operation};
 use crate::scripts::{Lua, ACQUIRE_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT};
 use crate::waiters::Waiters;
@@ -29,7 +30,7 @@ pub struct Client {
 pub(crate) struct Inner {
     pub(crate) name: Option<String>,
     pub(crate) config: Config,
-    pub(crate) conn: ConnectionManager,
+    pub(crate) conn: Arc<Connection>,
     pub(crate) watchdog: Watchdog,
     pub(crate) waiters: Waiters,
     pub(crate) background: Background,
@@ -74,7 +75,7 @@ impl Client {
         };
         let conn = tokio::time::timeout(
             config.connect_timeout + config.response_timeout,
-            ConnectionManager::new_with_config(redis.clone(), manager_config),
+            ConnectionManager::new_with_config(redis.clone(), manager_config.clone()),
         )
         .await
         .map_err(|_| Error::Timeout {
@@ -84,6 +85,7 @@ impl Client {
         })?
         .map_err(connect_error)?;
         preload_scripts(conn.clone(), config.response_timeout).await;
+        let conn = Arc::new(Connection::new(conn, redis.clone(), manager_config));
         let background = Background::default();
         let watchdog = Watchdog::start(conn.clone(), config.renew_batch, config.response_timeout);
         let waiters = Waiters::new(
@@ -159,31 +161,35 @@ impl Client {
     }
 
     /// Runs a script command with the client's timeout, mapping failures to [`Error`].
+    ///
+    /// Every script replies `{request id, value}`; `echo` is this request's id. A reply for
+    /// another request, a reply of the wrong shape or a timeout retires the connection (its
+    /// reply stream is out of step) and fails as a connection error or [`Error::Timeout`].
     pub(crate) async fn call<T: FromRedisValue>(
         &self,
         op: Operation,
         key: &str,
         script: &Lua,
         cmd: &Cmd,
+        echo: &str,
     ) -> Result<T, Error> {
-        let mut conn = self.inner.conn.clone();
         let after = self.inner.op_timeout;
-        match tokio::time::timeout(after, script.run(&mut conn, cmd)).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(source)) if source.is_timeout() => Err(Error::Timeout {
+        match self.inner.conn.call(script, cmd, echo, after).await {
+            Ok(value) => Ok(value),
+            Err(CallError::Timeout) => Err(Error::Timeout {
                 op,
                 key: key.to_owned(),
                 after: self.inner.config.response_timeout,
             }),
-            Ok(Err(source)) => Err(Error::Redis {
+            Err(CallError::Redis(source)) if source.is_timeout() => Err(Error::Timeout {
+                op,
+                key: key.to_owned(),
+                after: self.inner.config.response_timeout,
+            }),
+            Err(CallError::Redis(source)) => Err(Error::Redis {
                 op,
                 key: key.to_owned(),
                 source,
-            }),
-            Err(_) => Err(Error::Timeout {
-                op,
-                key: key.to_owned(),
-                after,
             }),
         }
     }

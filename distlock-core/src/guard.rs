@@ -23,20 +23,55 @@ pub(crate) struct Hold {
     pub(crate) hold: Arc<str>,
 }
 
+/// What a release found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// This hold is gone; the lock is free or still held by re-entrant holds of the same owner.
+    Yes,
+    /// The lock is held by another owner: nothing changed.
+    OtherOwner,
+    /// No lock: it expired (or a replayed release already freed it).
+    Absent,
+}
+
 impl Hold {
-    /// Runs the release script once: `Ok(true)` released (or fewer holds), `Ok(false)` not owner.
-    pub(crate) async fn release(&self) -> Result<bool, Error> {
+    /// Runs the release script; retried once (idempotently) if the connection dropped.
+    pub(crate) async fn release(&self) -> Result<Released, Error> {
+        match self.release_once().await {
+            Err(error) if error.is_connection_failure() => {
+                tracing::debug!(%error, key = %self.keys.name, "release reply lost; retrying");
+                // The first attempt may have freed the lock: then there is nothing to find.
+                self.release_once().await.map(|found| match found {
+                    Released::Absent => Released::Yes,
+                    other => other,
+                })
+            }
+            other => other,
+        }
+    }
+
+    async fn release_once(&self) -> Result<Released, Error> {
         let mut cmd = RELEASE_SCRIPT.evalsha();
         cmd.arg(2)
             .arg(&self.keys.lock)
             .arg(&self.keys.channel)
             .arg(&*self.owner)
             .arg(&*self.hold);
-        let left: i64 = self
+        let code: i64 = self
             .client
-            .call(Operation::Release, &self.keys.name, &RELEASE_SCRIPT, &cmd)
+            .call(
+                Operation::Release,
+                &self.keys.name,
+                &RELEASE_SCRIPT,
+                &cmd,
+                &self.hold,
+            )
             .await?;
-        Ok(left >= 0)
+        Ok(match code {
+            -2 => Released::Absent,
+            -1 => Released::OtherOwner,
+            _ => Released::Yes,
+        })
     }
 }
 
@@ -163,11 +198,11 @@ impl LockGuard {
         // Answered (either way): nothing left to clean up in the background.
         self.cleanup.disarm();
         match released {
-            Ok(true) => {
+            Ok(Released::Yes) => {
                 tracing::debug!(key = %hold.keys.name, held_ms = self.acquired_at.elapsed().as_millis() as u64, "released");
                 Ok(())
             }
-            Ok(false) => Err(Error::NotOwner {
+            Ok(Released::OtherOwner | Released::Absent) => Err(Error::NotOwner {
                 key: hold.keys.name.clone(),
             }),
             Err(error) => {

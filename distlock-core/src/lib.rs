@@ -79,6 +79,7 @@ mod acquire;
 mod background;
 mod client;
 mod config;
+mod connection;
 mod context;
 mod error;
 mod guard;

@@ -14,11 +14,14 @@ use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, ServerErrorKind};
 /// Acquire or re-enter.
 ///
 /// KEYS: lock, fence. ARGV: owner, hold field, ttl ms, fence retention ms.
-/// Returns `{1, token}` (fresh), `{2, token}` (re-entry) or `{0, pttl}` (held by another owner).
+/// Returns `{hold, {1, token}}` (fresh), `{hold, {2, token}}` (re-entry) or `{hold, {0, pttl}}`
+/// (held by another owner). Every reply starts with the request's id (here the hold field) so
+/// the client can tell a reply that answers another request.
 ///
 /// The fencing token is the server's clock in microseconds, raised above the last token handed
 /// out for this name (kept in the fence key for the retention time), so it strictly increases
-/// per name while the fence key stays bounded in memory.
+/// per name while the fence key stays bounded in memory. A replayed request (same hold field,
+/// after a lost reply) changes nothing and reports what the first one did.
 pub const ACQUIRE: &str = r#"
 local owner = redis.call('HGET', KEYS[1], 'o')
 if owner == false then
@@ -30,47 +33,57 @@ if owner == false then
   redis.call('HSET', KEYS[1], 'o', ARGV[1], 'f', s, ARGV[2], '1')
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   redis.call('SET', KEYS[2], s, 'PX', ARGV[4])
-  return {1, token}
+  return {ARGV[2], {1, token}}
 end
 if owner == ARGV[1] then
+  local status = 2
+  if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 and redis.call('HLEN', KEYS[1]) == 3 then
+    status = 1
+  end
   redis.call('HSET', KEYS[1], ARGV[2], '1')
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
   end
-  return {2, tonumber(redis.call('HGET', KEYS[1], 'f'))}
+  return {ARGV[2], {status, tonumber(redis.call('HGET', KEYS[1], 'f'))}}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return {ARGV[2], {0, redis.call('PTTL', KEYS[1])}}
 "#;
 
 /// Release one hold.
 ///
 /// KEYS: lock, channel. ARGV: owner, hold field.
-/// Returns -1 (not the owner: nothing changed), 0 (released; waiters notified) or the number of
-/// holds left (re-entrant holds remain).
+/// Returns `{hold, code}`: -2 (no lock: it expired, or a replayed release already freed it),
+/// -1 (another owner holds it: nothing changed), 0 (released; waiters notified) or the number
+/// of holds left (re-entrant holds remain).
 pub const RELEASE: &str = r#"
-if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then
-  return -1
+local owner = redis.call('HGET', KEYS[1], 'o')
+if owner == false then
+  return {ARGV[2], -2}
+end
+if owner ~= ARGV[1] then
+  return {ARGV[2], -1}
 end
 redis.call('HDEL', KEYS[1], ARGV[2])
 local left = redis.call('HLEN', KEYS[1]) - 2
 if left > 0 then
-  return left
+  return {ARGV[2], left}
 end
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', KEYS[2], '1')
-return 0
+return {ARGV[2], 0}
 "#;
 
 /// Renew a batch of leases.
 ///
-/// KEYS: lock keys. ARGV: for each key, its ttl ms then its owner.
-/// Returns one status per key: 1 renewed, 0 gone, -1 owned by someone else.
+/// KEYS: lock keys. ARGV: the batch id, then for each key its ttl ms and its owner.
+/// Returns `{batch id, statuses}` with one status per key: 1 renewed, 0 gone, -1 owned by
+/// someone else.
 pub const RENEW: &str = r#"
 local out = {}
 for i, key in ipairs(KEYS) do
   local owner = redis.call('HGET', key, 'o')
-  if owner == ARGV[2 * i] then
-    redis.call('PEXPIRE', key, ARGV[2 * i - 1])
+  if owner == ARGV[2 * i + 1] then
+    redis.call('PEXPIRE', key, ARGV[2 * i])
     out[i] = 1
   elseif owner == false then
     out[i] = 0
@@ -78,7 +91,7 @@ for i, key in ipairs(KEYS) do
     out[i] = -1
   end
 end
-return out
+return {ARGV[1], out}
 "#;
 
 /// A Lua script and its SHA1, loaded on demand.

@@ -103,7 +103,7 @@ impl Waiters {
     /// Subscribes to `channel` (if no one in this client already is) and returns the waiter's
     /// handle. The subscription is confirmed by Redis when this returns.
     pub(crate) async fn subscribe(&self, channel: &str, key: &str) -> Result<Subscription, Error> {
-        let mut conn = self.connection(key).await?;
+        let conn = self.connection(key).await?;
         loop {
             let entry = {
                 let mut map = self.channels.lock().unwrap_or_else(|e| e.into_inner());
@@ -133,14 +133,27 @@ impl Waiters {
                 turn: None,
             };
             if !state.subscribed {
-                tokio::time::timeout(self.response_timeout, conn.subscribe(channel))
-                    .await
-                    .map_err(|_| Error::Timeout {
-                        op: Operation::Subscribe,
-                        key: key.to_owned(),
-                        after: self.response_timeout,
-                    })?
-                    .map_err(|e| subscribe_error(key, e))?;
+                let timeout = || Error::Timeout {
+                    op: Operation::Subscribe,
+                    key: key.to_owned(),
+                    after: self.response_timeout,
+                };
+                let subscribe = || {
+                    let mut conn = conn.clone();
+                    let timeout = self.response_timeout;
+                    async move { tokio::time::timeout(timeout, conn.subscribe(channel)).await }
+                };
+                match subscribe().await.map_err(|_| timeout())? {
+                    // The subscriber connection dropped since its last use; it reconnects.
+                    Err(e) if e.is_io_error() || e.is_connection_dropped() => {
+                        tracing::debug!(error = %e, "subscribe failed on a dropped connection; retrying");
+                        subscribe()
+                            .await
+                            .map_err(|_| timeout())?
+                            .map_err(|e| subscribe_error(key, e))?;
+                    }
+                    other => other.map_err(|e| subscribe_error(key, e))?,
+                }
                 state.subscribed = true;
             }
             drop(state);
@@ -176,7 +189,9 @@ fn subscribe_error(key: &str, source: redis::RedisError) -> Error {
 fn dispatch(channels: &Mutex<ChannelMap>, push: PushInfo) {
     let map = channels.lock().unwrap_or_else(|e| e.into_inner());
     match push.kind {
-        PushKind::Message => {
+        // A release message; or a (re)subscription confirmed, which after a reconnect means
+        // releases published while the connection was down were missed: look again.
+        PushKind::Message | PushKind::Subscribe => {
             if let Some(Value::BulkString(name)) = push.data.first() {
                 if let Some(entry) = map.get(name.as_slice()) {
                     entry.generation.send_modify(|g| *g += 1);

@@ -8,11 +8,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
+use crate::connection::{CallError, Connection};
 use crate::error::LossReason;
 use crate::lease::{guaranteed_until, Lease};
 use crate::scripts::RENEW_SCRIPT;
@@ -70,7 +70,7 @@ impl Drop for Watchdog {
 }
 
 impl Watchdog {
-    pub(crate) fn start(conn: ConnectionManager, batch: usize, timeout: Duration) -> Self {
+    pub(crate) fn start(conn: Arc<Connection>, batch: usize, timeout: Duration) -> Self {
         let shared = Arc::new(Shared {
             table: Mutex::new(Table::default()),
             wake: Notify::new(),
@@ -174,7 +174,8 @@ fn collect(shared: &Shared, now: Instant) -> (Vec<Due>, Option<Instant>) {
     (due, next)
 }
 
-async fn run(shared: Arc<Shared>, mut conn: ConnectionManager, batch: usize, timeout: Duration) {
+async fn run(shared: Arc<Shared>, conn: Arc<Connection>, batch: usize, timeout: Duration) {
+    let mut batches = 0u64;
     loop {
         let (due, next) = collect(&shared, Instant::now());
         if due.is_empty() {
@@ -190,30 +191,35 @@ async fn run(shared: Arc<Shared>, mut conn: ConnectionManager, batch: usize, tim
             continue;
         }
         for chunk in due.chunks(batch) {
-            renew_chunk(&shared, &mut conn, chunk, timeout).await;
+            batches += 1;
+            renew_chunk(&shared, &conn, chunk, timeout, &format!("b{batches}")).await;
         }
     }
 }
 
 async fn renew_chunk(
     shared: &Shared,
-    conn: &mut ConnectionManager,
+    conn: &Connection,
     chunk: &[Due],
     timeout: Duration,
+    batch_id: &str,
 ) {
     let mut cmd = RENEW_SCRIPT.evalsha();
     cmd.arg(chunk.len());
     for d in chunk {
         cmd.arg(&*d.key);
     }
+    cmd.arg(batch_id);
     for d in chunk {
         cmd.arg(d.ttl.as_millis() as u64).arg(&*d.owner);
     }
     let sent_at = Instant::now();
-    let reply = tokio::time::timeout(timeout, RENEW_SCRIPT.run::<Vec<i64>>(conn, &cmd)).await;
+    let reply = conn
+        .call::<Vec<i64>>(&RENEW_SCRIPT, &cmd, batch_id, timeout)
+        .await;
     let mut table = shared.table.lock().unwrap_or_else(|e| e.into_inner());
     match reply {
-        Ok(Ok(statuses)) if statuses.len() == chunk.len() => {
+        Ok(statuses) if statuses.len() == chunk.len() => {
             for (d, status) in chunk.iter().zip(statuses) {
                 let lost = match status {
                     1 => {
@@ -231,9 +237,9 @@ async fn renew_chunk(
         }
         failed => {
             let why = match failed {
-                Ok(Ok(_)) => "reply of the wrong length".to_owned(),
-                Ok(Err(e)) => e.to_string(),
-                Err(_) => format!("no reply within {timeout:?}"),
+                Ok(_) => "reply of the wrong length".to_owned(),
+                Err(CallError::Redis(e)) => e.to_string(),
+                Err(CallError::Timeout) => format!("no reply within {timeout:?}"),
             };
             let retry = Instant::now() + RETRY_AFTER_ERROR;
             for d in chunk {
