@@ -55,6 +55,13 @@ async fn registry_lifecycle_and_setup_errors() {
     assert!(matches!(err, Error::Redis { .. }), "{err}");
     assert!(!err.to_string().contains("wrong-pass"), "{err}");
 
+    // No password for a server that wants one: reported at init, not at the first lock.
+    let err = distlock::init(format!("redis://127.0.0.1:{}/", secured.port()))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Redis { .. }), "{err}");
+    assert!(err.to_string().contains("NOAUTH"), "{err}");
+
     // Nothing listening: a connect error, bounded by the connect timeout.
     let err = Config::new(format!("redis://127.0.0.1:{}/", testkit::free_port()))
         .connect_timeout(Duration::from_millis(300))

@@ -84,7 +84,9 @@ impl Client {
             after: config.connect_timeout + config.response_timeout,
         })?
         .map_err(connect_error)?;
-        preload_scripts(conn.clone(), config.response_timeout).await;
+        preload_scripts(conn.clone(), config.response_timeout)
+            .await
+            .map_err(connect_error)?;
         let conn = Arc::new(Connection::new(conn, redis.clone(), manager_config));
         let background = Background::default();
         let watchdog = Watchdog::start(conn.clone(), config.renew_batch, config.response_timeout);
@@ -214,7 +216,21 @@ fn describe(e: &redis::RedisError) -> String {
 
 /// Loads the scripts at connect so the first locks skip the NOSCRIPT round trip. Best effort:
 /// a server that refuses `SCRIPT LOAD` here still gets them loaded on first use.
-async fn preload_scripts(mut conn: ConnectionManager, timeout: Duration) {
+///
+/// A server that wants a password nobody gave answers NOAUTH here: that fails the connect, so a
+/// missing password is reported at `init`, not at the first lock.
+async fn preload_scripts(
+    mut conn: ConnectionManager,
+    timeout: Duration,
+) -> Result<(), redis::RedisError> {
+    // A server that wants a password answers NOAUTH to anything, PING included.
+    if let Ok(Err(error)) =
+        tokio::time::timeout(timeout, redis::cmd("PING").exec_async(&mut conn)).await
+    {
+        if error.code() == Some("NOAUTH") {
+            return Err(error);
+        }
+    }
     let mut pipe = redis::pipe();
     for script in [&ACQUIRE_SCRIPT, &RELEASE_SCRIPT, &RENEW_SCRIPT] {
         pipe.add_command(script.load()).ignore();
@@ -226,4 +242,5 @@ async fn preload_scripts(mut conn: ConnectionManager, timeout: Duration) {
         }
         Err(_) => tracing::debug!("script preload timed out; scripts load on first use"),
     }
+    Ok(())
 }

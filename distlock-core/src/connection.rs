@@ -3,9 +3,12 @@
 //! redis-rs matches replies to requests by order. If a reply goes missing on a connection that
 //! stays open (a misbehaving proxy, a timeout while the server is frozen), every later reply
 //! would be handed to the wrong request. Every script therefore echoes an id of its request,
-//! and a timeout or a mismatched echo retires the connection: the next call opens a fresh one.
+//! and a mismatched echo retires the connection: the next call opens a fresh one. So does a
+//! timeout, but only once a fresh connection shows that Redis itself answers (see
+//! [`Connection::retire_if_redis_answers`]).
 
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -27,6 +30,8 @@ pub(crate) struct Connection {
     slot: RwLock<(u64, ConnectionManager)>,
     redis: redis::Client,
     config: ConnectionManagerConfig,
+    /// A health check after a timeout is running (one at a time).
+    probing: AtomicBool,
 }
 
 impl Connection {
@@ -39,6 +44,7 @@ impl Connection {
             slot: RwLock::new((0, conn)),
             redis,
             config,
+            probing: AtomicBool::new(false),
         }
     }
 
@@ -49,10 +55,10 @@ impl Connection {
     }
 
     /// Runs a script command whose reply is `{request id, value}`, checking that the reply
-    /// answers this request (`echo`). A timeout, a reply for another request or a reply of the
-    /// wrong shape retires the connection.
+    /// answers this request (`echo`). A reply for another request or a reply of the wrong shape
+    /// retires the connection; a timeout retires it if Redis answers a fresh connection.
     pub(crate) async fn call<T: FromRedisValue>(
-        &self,
+        self: &Arc<Self>,
         script: &Lua,
         cmd: &Cmd,
         echo: &str,
@@ -67,7 +73,7 @@ impl Connection {
                 Err(CallError::Redis(desync_error()))
             }
             Ok(Err(source)) if source.is_timeout() => {
-                self.retire(generation);
+                self.retire_if_redis_answers(generation, timeout);
                 Err(CallError::Timeout)
             }
             Ok(Err(source)) => {
@@ -78,10 +84,34 @@ impl Connection {
                 Err(CallError::Redis(source))
             }
             Err(_) => {
-                self.retire(generation);
+                self.retire_if_redis_answers(generation, timeout);
                 Err(CallError::Timeout)
             }
         }
+    }
+
+    /// After a timeout: a timeout alone does not tell a lost reply from a frozen or overloaded
+    /// Redis. Retiring the connection in the second case would send the cleanup of the
+    /// timed-out command (the release of a possibly applied acquire) on a fresh connection,
+    /// ahead of the command itself, which Redis still runs once it resumes: a lock held by
+    /// nobody until its ttl. So the connection is retired only if a fresh connection gets a
+    /// PING answered in time (Redis is fine, this connection is not); otherwise it is kept and
+    /// commands keep running in the order they were sent.
+    pub(crate) fn retire_if_redis_answers(self: &Arc<Self>, generation: u64, timeout: Duration) {
+        if self.probing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let ping = async {
+                let mut fresh = this.redis.get_multiplexed_async_connection().await?;
+                redis::cmd("PING").query_async::<String>(&mut fresh).await
+            };
+            if let Ok(Ok(_)) = tokio::time::timeout(timeout, ping).await {
+                this.retire(generation);
+            }
+            this.probing.store(false, Ordering::Release);
+        });
     }
 
     /// Replaces generation `generation` with a fresh, lazily connecting one (no effect if it

@@ -199,7 +199,7 @@ async fn run(shared: Arc<Shared>, conn: Arc<Connection>, batch: usize, timeout: 
 
 async fn renew_chunk(
     shared: &Shared,
-    conn: &Connection,
+    conn: &Arc<Connection>,
     chunk: &[Due],
     timeout: Duration,
     batch_id: &str,

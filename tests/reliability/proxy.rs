@@ -1,0 +1,387 @@
+//! A fault-injecting TCP proxy between a client and Redis, on 127.0.0.1.
+//!
+//! It understands just enough RESP to count commands and replies, so it can act on the reply
+//! to one specific command: drop it (the connection stays open), delay it, or reset the
+//! connection instead of delivering it. It can also add latency to every request, black-hole
+//! all traffic (a partition: nothing passes and nothing is closed; like TCP, the stalled bytes
+//! are delivered once it heals), and reset every connection (RST).
+//!
+//! Replies are matched to commands in order, per connection, which holds on a command
+//! connection (one reply per command). Push frames (`>`) are passed through and not counted;
+//! rules should match commands that are only sent on command connections (e.g. `EVALSHA`).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+type Matcher = Box<dyn Fn(&[Vec<u8>]) -> bool + Send>;
+
+/// What to do with the reply to a matched command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReplyFault {
+    /// Swallow the reply; the connection stays open.
+    Drop,
+    /// Hold the reply (and, TCP being ordered, everything behind it) this long.
+    Delay(Duration),
+    /// Reset the connection (RST) instead of delivering the reply: the command ran, its
+    /// reply is lost with the connection.
+    Reset,
+}
+
+struct Rule {
+    matcher: Matcher,
+    fault: ReplyFault,
+    remaining: u32,
+}
+
+#[derive(Default)]
+struct Faults {
+    latency: Duration,
+    rule: Option<Rule>,
+}
+
+#[derive(Default)]
+struct Shared {
+    faults: Mutex<Faults>,
+    blackhole: tokio::sync::watch::Sender<bool>,
+    connections: Mutex<Vec<Arc<Notify>>>,
+    accepted: AtomicU64,
+    replies_faulted: AtomicU64,
+    faulted: Notify,
+}
+
+impl Shared {
+    fn faults(&self) -> std::sync::MutexGuard<'_, Faults> {
+        self.faults.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn count_fault(&self) {
+        self.replies_faulted.fetch_add(1, Ordering::SeqCst);
+        self.faulted.notify_waiters();
+    }
+}
+
+/// A running proxy; stops (and resets its connections) when dropped.
+pub(crate) struct Proxy {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    accept: JoinHandle<()>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.reset_all();
+    }
+}
+
+impl Proxy {
+    /// Starts a proxy to `upstream` on a free loopback port.
+    pub(crate) async fn start(upstream: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let addr = listener.local_addr().expect("proxy addr");
+        let shared = Arc::new(Shared::default());
+        let accept = tokio::spawn(accept_loop(listener, upstream, shared.clone()));
+        Proxy {
+            addr,
+            shared,
+            accept,
+        }
+    }
+
+    /// `redis://127.0.0.1:<proxy port>/`.
+    pub(crate) fn url(&self) -> String {
+        format!("redis://{}/", self.addr)
+    }
+
+    /// Adds `latency` before every request is forwarded (zero: none).
+    pub(crate) fn set_latency(&self, latency: Duration) {
+        self.shared.faults().latency = latency;
+    }
+
+    /// While on, no byte passes in either direction and connections stay open; the stalled
+    /// bytes flow again when it is turned off.
+    pub(crate) fn set_blackhole(&self, on: bool) {
+        self.shared.blackhole.send_replace(on);
+    }
+
+    /// Applies `fault` to the replies of the next `count` commands that `matcher` accepts
+    /// (it sees the command's arguments, name first).
+    pub(crate) fn fault_next_replies(
+        &self,
+        count: u32,
+        fault: ReplyFault,
+        matcher: impl Fn(&[Vec<u8>]) -> bool + Send + 'static,
+    ) {
+        self.shared.faults().rule = Some(Rule {
+            matcher: Box::new(matcher),
+            fault,
+            remaining: count,
+        });
+    }
+
+    /// Replies dropped or delayed so far.
+    pub(crate) fn replies_faulted(&self) -> u64 {
+        self.shared.replies_faulted.load(Ordering::SeqCst)
+    }
+
+    /// Waits until at least `n` replies were dropped or delayed (or `within` passes).
+    pub(crate) async fn wait_faulted(&self, n: u64, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let notified = self.shared.faulted.notified();
+            if self.replies_faulted() >= n {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.replies_faulted() >= n;
+            }
+        }
+    }
+
+    /// Connections accepted so far.
+    pub(crate) fn accepted(&self) -> u64 {
+        self.shared.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Resets (RST) every open connection; returns how many there were.
+    pub(crate) fn reset_all(&self) -> usize {
+        let conns = std::mem::take(
+            &mut *self
+                .shared
+                .connections
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for kill in &conns {
+            kill.notify_one();
+        }
+        conns.len()
+    }
+}
+
+async fn accept_loop(listener: TcpListener, upstream: SocketAddr, shared: Arc<Shared>) {
+    loop {
+        let Ok((client, _)) = listener.accept().await else {
+            continue;
+        };
+        shared.accepted.fetch_add(1, Ordering::SeqCst);
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let Ok(server) = TcpStream::connect(upstream).await else {
+                return; // dropping `client` closes it: the client sees a failed connection
+            };
+            let kill = Arc::new(Notify::new());
+            shared
+                .connections
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(kill.clone());
+            serve(client, server, shared, kill).await;
+        });
+    }
+}
+
+async fn serve(client: TcpStream, server: TcpStream, shared: Arc<Shared>, kill: Arc<Notify>) {
+    // Closing with a zero linger sends RST: a reset, not an orderly shutdown.
+    let _ = client.set_zero_linger();
+    let _ = server.set_zero_linger();
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let (client_rd, client_wr) = client.into_split();
+    let (server_rd, server_wr) = server.into_split();
+    let pending = Arc::new(Mutex::new(VecDeque::new()));
+    let requests = pump_requests(client_rd, server_wr, shared.clone(), pending.clone());
+    let replies = pump_replies(server_rd, client_wr, shared, pending);
+    // Either direction ending (EOF, error, reset) ends the connection in both.
+    tokio::select! {
+        () = requests => {}
+        () = replies => {}
+        () = kill.notified() => {}
+    }
+}
+
+/// Client to server: counts commands (and marks the ones whose reply a rule targets).
+async fn pump_requests(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    shared: Arc<Shared>,
+    pending: Arc<Mutex<VecDeque<Option<ReplyFault>>>>,
+) {
+    let mut blackhole = shared.blackhole.subscribe();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        let mut out = Vec::new();
+        let latency;
+        {
+            let mut faults = shared.faults();
+            latency = faults.latency;
+            while let Some(len) = frame_len(&buf) {
+                let frame: Vec<u8> = buf.drain(..len).collect();
+                let args = command_args(&frame);
+                let mut fault = None;
+                if let Some(rule) = faults.rule.as_mut() {
+                    if (rule.matcher)(&args) {
+                        fault = Some(rule.fault);
+                        rule.remaining -= 1;
+                        if rule.remaining == 0 {
+                            faults.rule = None;
+                        }
+                    }
+                }
+                pending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push_back(fault);
+                out.extend_from_slice(&frame);
+            }
+        }
+        if out.is_empty() {
+            continue;
+        }
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        if blackhole.wait_for(|on| !on).await.is_err() || to.write_all(&out).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Server to client: applies the fault marked for each reply.
+async fn pump_replies(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    shared: Arc<Shared>,
+    pending: Arc<Mutex<VecDeque<Option<ReplyFault>>>>,
+) {
+    let mut blackhole = shared.blackhole.subscribe();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        let mut out = Vec::new();
+        while let Some(len) = frame_len(&buf) {
+            let frame: Vec<u8> = buf.drain(..len).collect();
+            // Pushes and attributes are not replies: pass them on uncounted.
+            let counted = !matches!(frame.first(), Some(b'>') | Some(b'|'));
+            let fault = if counted {
+                pending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .pop_front()
+                    .flatten()
+            } else {
+                None
+            };
+            match fault {
+                None => out.extend_from_slice(&frame),
+                Some(ReplyFault::Drop) => shared.count_fault(),
+                Some(ReplyFault::Delay(delay)) => {
+                    if !out.is_empty() && to.write_all(&std::mem::take(&mut out)).await.is_err() {
+                        return;
+                    }
+                    shared.count_fault();
+                    tokio::time::sleep(delay).await;
+                    out.extend_from_slice(&frame);
+                }
+                Some(ReplyFault::Reset) => {
+                    let _ = to.write_all(&out).await;
+                    shared.count_fault();
+                    // Ending the pump ends the connection; the zero linger makes it a reset.
+                    return;
+                }
+            }
+        }
+        if out.is_empty() {
+            continue;
+        }
+        if blackhole.wait_for(|on| !on).await.is_err() || to.write_all(&out).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Length of the complete RESP2/RESP3 frame at the start of `buf`, or `None` if incomplete.
+pub(crate) fn frame_len(buf: &[u8]) -> Option<usize> {
+    frame_end(buf, 0)
+}
+
+fn line_end(buf: &[u8], from: usize) -> Option<usize> {
+    buf.get(from..)?
+        .windows(2)
+        .position(|w| w == b"\r\n")
+        .map(|p| from + p)
+}
+
+fn header_number(buf: &[u8], pos: usize) -> Option<(i64, usize)> {
+    let end = line_end(buf, pos + 1)?;
+    let n = std::str::from_utf8(&buf[pos + 1..end]).ok()?.parse().ok()?;
+    Some((n, end + 2))
+}
+
+fn frame_end(buf: &[u8], pos: usize) -> Option<usize> {
+    match *buf.get(pos)? {
+        b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => line_end(buf, pos + 1).map(|e| e + 2),
+        b'$' | b'!' | b'=' => {
+            let (len, body) = header_number(buf, pos)?;
+            if len < 0 {
+                return Some(body);
+            }
+            let end = body + len as usize + 2;
+            (buf.len() >= end).then_some(end)
+        }
+        b'*' | b'~' | b'>' | b'%' | b'|' => {
+            let (n, mut next) = header_number(buf, pos)?;
+            let items = if matches!(buf[pos], b'%' | b'|') {
+                n * 2
+            } else {
+                n
+            };
+            for _ in 0..items.max(0) {
+                next = frame_end(buf, next)?;
+            }
+            Some(next)
+        }
+        // An inline command: one line.
+        _ => line_end(buf, pos).map(|e| e + 2),
+    }
+}
+
+/// The arguments of a command frame (an array of bulk strings); empty for anything else.
+pub(crate) fn command_args(frame: &[u8]) -> Vec<Vec<u8>> {
+    let mut args = Vec::new();
+    let Some((n, mut pos)) = (frame.first() == Some(&b'*'))
+        .then(|| header_number(frame, 0))
+        .flatten()
+    else {
+        return args;
+    };
+    for _ in 0..n.max(0) {
+        let Some((len, body)) = header_number(frame, pos) else {
+            break;
+        };
+        let end = body + len.max(0) as usize;
+        args.push(frame[body..end.min(frame.len())].to_vec());
+        pos = end + 2;
+    }
+    args
+}

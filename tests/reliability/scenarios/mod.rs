@@ -1,0 +1,51 @@
+//! The scenarios, in report order, and the worker roles they start.
+
+mod bad_input;
+mod cancel_storm;
+mod connection_faults;
+mod holder_faults;
+mod long_hold;
+mod mutex;
+mod proxy_faults;
+mod redis_faults;
+
+use std::time::Duration;
+
+use crate::common::Settings;
+use crate::report::Scenario;
+use crate::worker::Ctx;
+
+/// Every scenario with its budget (the longest it may run before it counts as hung).
+pub(crate) fn all(settings: &Settings) -> Vec<Scenario> {
+    let s = settings.clone();
+    let secs = Duration::from_secs;
+    let heavy = |ci: u64, heavy: u64| secs(settings.pick(ci, heavy));
+    vec![
+        mutex::scenario(&s, mutex::Mode::Wait, "1a", heavy(60, 300)),
+        mutex::scenario(&s, mutex::Mode::RetryOnBusy, "1b", heavy(60, 300)),
+        mutex::scenario(&s, mutex::Mode::Unlocked, "1c", heavy(60, 120)),
+        holder_faults::killed(&s, heavy(40, 120)),
+        holder_faults::paused(&s, heavy(40, 120)),
+        redis_faults::paused(&s, heavy(40, 120)),
+        redis_faults::restarted(&s, heavy(40, 120)),
+        connection_faults::scenario(&s, heavy(40, 120)),
+        proxy_faults::latency_and_resets(&s, heavy(40, 120)),
+        proxy_faults::dropped_reply(&s, heavy(40, 120)),
+        cancel_storm::scenario(&s, heavy(60, 300)),
+        long_hold::scenario(&s, heavy(40, 60)),
+        bad_input::scenario(&s, heavy(40, 60)),
+        bad_input::registry(&s, heavy(40, 60)),
+    ]
+}
+
+/// Runs the worker role `role` (in a worker process).
+pub(crate) async fn worker_role(role: &str, ctx: Ctx) -> Result<(), String> {
+    match role {
+        "mutex" => mutex::worker(ctx).await,
+        "holder" => holder_faults::holder_worker(ctx).await,
+        "paused-holder" => holder_faults::paused_worker(ctx).await,
+        "storm" => cancel_storm::worker(ctx).await,
+        "registry" => bad_input::registry_worker(ctx).await,
+        other => Err(format!("unknown worker role `{other}`")),
+    }
+}
