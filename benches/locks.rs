@@ -1,2 +1,0 @@
-//! Benchmark harness (placeholder; being written).
-fn main() {}

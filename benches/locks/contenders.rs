@@ -1,0 +1,413 @@
+//! The implementations under test, behind one enum so every scenario runs them the same way.
+//!
+//! * `floor`: redis-rs alone sending distlock's own ACQUIRE/RELEASE scripts by EVALSHA with
+//!   precomputed keys: what any library built on these scripts must pay at the least.
+//! * `manual` / `macro`: distlock through `Client::lock(..)` and through `#[distributed_lock]`.
+//! * peers: `rslock` and `async-redis-lock`, as published on crates.io.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use distlock::distributed_lock;
+use redis::aio::ConnectionManager;
+use tokio::time::Instant;
+
+/// Any failure inside the harness.
+pub(crate) type BenchError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BenchResult<T> = Result<T, BenchError>;
+
+/// Lease used by every contender in B1–B3 (long enough never to expire mid-run).
+pub(crate) const TTL: Duration = Duration::from_secs(10);
+/// How long a contender may wait for a busy lock in B3 (never reached in practice).
+const WAIT: Duration = Duration::from_secs(60);
+/// The peers poll a busy lock; their defaults (100–200 ms) would make B3 a measure of the
+/// sleep. Polling about every millisecond is the most favourable setting for their handoff.
+const RSLOCK_RETRY_DELAY: Duration = Duration::from_millis(2);
+const ARL_RETRY: Duration = Duration::from_millis(1);
+
+/// Which implementation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    /// Not a lock: one PING per cycle, the round-trip baseline of B1.
+    Ping,
+    Floor,
+    Manual,
+    Macro,
+    Rslock,
+    AsyncRedisLock,
+}
+
+impl Kind {
+    pub(crate) const ALL: [Kind; 5] = [
+        Kind::Floor,
+        Kind::Manual,
+        Kind::Macro,
+        Kind::Rslock,
+        Kind::AsyncRedisLock,
+    ];
+
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Kind::Ping => "PING (round-trip baseline)",
+            Kind::Floor => "floor (raw EVALSHA)",
+            Kind::Manual => "distlock manual",
+            Kind::Macro => "distlock #[distributed_lock]",
+            Kind::Rslock => "rslock 0.10",
+            Kind::AsyncRedisLock => "async-redis-lock 0.4",
+        }
+    }
+
+    /// Short form for key names and `BENCH_PROFILE`.
+    pub(crate) fn tag(self) -> &'static str {
+        match self {
+            Kind::Ping => "ping",
+            Kind::Floor => "floor",
+            Kind::Manual => "manual",
+            Kind::Macro => "macro",
+            Kind::Rslock => "rslock",
+            Kind::AsyncRedisLock => "arl",
+        }
+    }
+
+    pub(crate) fn is_peer(self) -> bool {
+        matches!(self, Kind::Rslock | Kind::AsyncRedisLock)
+    }
+}
+
+/// One lock as each contender names it. distlock (and the floor) use the lock name
+/// `bench:<id>`, so its keys are `distlock:{bench:<id>}`, `...:fence` and `...:released`.
+pub(crate) struct Target {
+    id: String,
+    name: String,
+    lock: String,
+    fence: String,
+    channel: String,
+    owner: String,
+}
+
+impl Target {
+    /// Lock number `index` of a scenario, taken by task `task` (the floor's owner id).
+    pub(crate) fn new(scenario: &str, kind: Kind, index: usize, task: usize) -> Self {
+        let id = format!("{scenario}:{}:{index}", kind.tag());
+        let name = format!("bench:{id}");
+        let lock = format!("distlock:{{{name}}}");
+        Target {
+            fence: format!("{lock}:fence"),
+            channel: format!("{lock}:released"),
+            owner: format!("floor-owner-{id}-{task}"),
+            id,
+            name,
+            lock,
+        }
+    }
+
+    /// The lock name given to distlock (`bench:<id>`).
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The Redis key holding the lock, for PTTL sampling.
+    pub(crate) fn redis_key(&self, kind: Kind) -> &str {
+        match kind {
+            Kind::AsyncRedisLock | Kind::Rslock => &self.name,
+            _ => &self.lock,
+        }
+    }
+}
+
+/// Records B3's critical sections: when each was entered, when its release returned, by
+/// which task, and whether two ever overlapped.
+pub(crate) struct Handoffs {
+    origin: Instant,
+    in_section: AtomicBool,
+    violations: AtomicU64,
+    events: Mutex<Vec<Section>>,
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct Section {
+    pub(crate) task: u32,
+    /// Nanoseconds since `origin` at which the acquire returned.
+    pub(crate) entered: u64,
+    /// Nanoseconds since `origin` at which the release returned (0: not yet).
+    pub(crate) released: u64,
+}
+
+impl Handoffs {
+    pub(crate) fn new(origin: Instant) -> Self {
+        Handoffs {
+            origin,
+            in_section: AtomicBool::new(false),
+            violations: AtomicU64::new(0),
+            events: Mutex::new(Vec::with_capacity(1 << 16)),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64
+    }
+
+    pub(crate) fn violations(&self) -> u64 {
+        self.violations.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn into_sections(self) -> Vec<Section> {
+        self.events.into_inner().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// One task's handle on [`Handoffs`].
+pub(crate) struct Recorder<'a> {
+    log: &'a Handoffs,
+    task: u32,
+    slot: AtomicUsize,
+}
+
+impl<'a> Recorder<'a> {
+    pub(crate) fn new(log: &'a Handoffs, task: u32) -> Self {
+        Recorder {
+            log,
+            task,
+            slot: AtomicUsize::new(usize::MAX),
+        }
+    }
+
+    /// Called right after the lock is acquired.
+    fn enter(&self) {
+        let entered = self.log.now();
+        if self.log.in_section.swap(true, Ordering::AcqRel) {
+            self.log.violations.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut events = self.log.events.lock().unwrap_or_else(|e| e.into_inner());
+        self.slot.store(events.len(), Ordering::Relaxed);
+        events.push(Section {
+            task: self.task,
+            entered,
+            released: 0,
+        });
+    }
+
+    /// Called right before the lock is released.
+    fn leave(&self) {
+        self.log.in_section.store(false, Ordering::Release);
+    }
+
+    /// Called when the release returned.
+    pub(crate) fn released(&self) {
+        let released = self.log.now();
+        let slot = self.slot.load(Ordering::Relaxed);
+        let mut events = self.log.events.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(section) = events.get_mut(slot) {
+            section.released = released;
+        }
+    }
+}
+
+/// redis-rs and the distlock scripts, nothing else.
+struct Floor {
+    conn: ConnectionManager,
+    acquire_sha: String,
+    release_sha: String,
+}
+
+impl Floor {
+    async fn connect(url: &str) -> BenchResult<Floor> {
+        let mut conn = ConnectionManager::new(redis::Client::open(url)?).await?;
+        let load = |source: &str| {
+            let mut cmd = redis::cmd("SCRIPT");
+            cmd.arg("LOAD").arg(source);
+            cmd
+        };
+        let acquire_sha: String = load(distlock::scripts::ACQUIRE)
+            .query_async(&mut conn)
+            .await?;
+        let release_sha: String = load(distlock::scripts::RELEASE)
+            .query_async(&mut conn)
+            .await?;
+        Ok(Floor {
+            conn,
+            acquire_sha,
+            release_sha,
+        })
+    }
+
+    /// One ACQUIRE: true if taken. Replies are `{hold, {status, token or pttl}}`.
+    async fn try_acquire(&self, t: &Target) -> BenchResult<bool> {
+        let (_, (status, _)): (String, (i64, i64)) = redis::cmd("EVALSHA")
+            .arg(&self.acquire_sha)
+            .arg(2)
+            .arg(&t.lock)
+            .arg(&t.fence)
+            .arg(&t.owner)
+            .arg("h1")
+            .arg(TTL.as_millis() as u64)
+            .arg(600_000)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(status != 0)
+    }
+
+    /// One RELEASE. Replies are `{hold, code}`: holds left, or negative if not held.
+    async fn release(&self, t: &Target) -> BenchResult<()> {
+        let (_, left): (String, i64) = redis::cmd("EVALSHA")
+            .arg(&self.release_sha)
+            .arg(2)
+            .arg(&t.lock)
+            .arg(&t.channel)
+            .arg(&t.owner)
+            .arg("h1")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        if left < 0 {
+            return Err("floor: release found the lock gone or taken".into());
+        }
+        Ok(())
+    }
+}
+
+#[distributed_lock(key = "bench:<id>", ttl = "10s")]
+async fn macro_probe(id: &str) -> Result<bool, distlock::Error> {
+    Ok(distlock::fencing_token().is_some())
+}
+
+#[distributed_lock(key = "bench:<id>", ttl = "10s")]
+async fn macro_cycle(id: &str) -> Result<(), distlock::Error> {
+    Ok(())
+}
+
+#[distributed_lock(key = "bench:<id>", ttl = "10s", wait = "60s")]
+async fn macro_section(id: &str, rec: &Recorder<'_>) -> Result<(), distlock::Error> {
+    rec.enter();
+    rec.leave();
+    Ok(())
+}
+
+/// Every contender, connected to one server.
+pub(crate) struct Contenders {
+    floor: Floor,
+    client: distlock::Client,
+    rslock: rslock::LockManager,
+    arl: async_redis_lock::Locker,
+    arl_options: async_redis_lock::Options,
+    kinds: Vec<Kind>,
+}
+
+impl Contenders {
+    /// Connects everything; installs the distlock default client (the attribute uses it).
+    pub(crate) async fn connect(url: &str) -> BenchResult<Contenders> {
+        let client = distlock::init(url).await?;
+        let floor = Floor::connect(url).await?;
+        let mut rslock = rslock::LockManager::new(vec![url]);
+        rslock.set_retry(3, RSLOCK_RETRY_DELAY);
+        let arl = async_redis_lock::Locker::from_redis_url(url).await?;
+        let arl_options = async_redis_lock::Options::new()
+            .ttl(TTL)
+            .retry(ARL_RETRY)
+            .timeout(Some(WAIT));
+        // Until `#[distributed_lock]` expands, the function runs without a lock: leave it out.
+        let mut kinds = Kind::ALL.to_vec();
+        if !macro_probe("probe").await? {
+            eprintln!("note: #[distributed_lock] did not take the lock (macro not expanded yet); the macro contender is skipped");
+            kinds.retain(|&k| k != Kind::Macro);
+        }
+        Ok(Contenders {
+            floor,
+            client,
+            rslock,
+            arl,
+            arl_options,
+            kinds,
+        })
+    }
+
+    /// The contenders that run (the macro only once it expands).
+    pub(crate) fn kinds(&self) -> &[Kind] {
+        &self.kinds
+    }
+
+    /// One uncontended acquire + release.
+    pub(crate) async fn cycle(&self, kind: Kind, t: &Target) -> BenchResult<()> {
+        match kind {
+            Kind::Ping => Ok(redis::cmd("PING")
+                .exec_async(&mut self.floor.conn.clone())
+                .await?),
+            Kind::Floor => {
+                if !self.floor.try_acquire(t).await? {
+                    return Err("floor: lock unexpectedly busy".into());
+                }
+                self.floor.release(t).await
+            }
+            Kind::Manual => {
+                let guard = self.client.lock(t.name.as_str()).ttl(TTL).acquire().await?;
+                guard.release().await?;
+                Ok(())
+            }
+            Kind::Macro => Ok(macro_cycle(&t.id).await?),
+            Kind::Rslock => {
+                let guard = self.rslock.acquire(t.name.as_str(), TTL).await?;
+                guard.release().await;
+                Ok(())
+            }
+            Kind::AsyncRedisLock => {
+                let lock = self
+                    .arl
+                    .acquire_with_options(&self.arl_options, t.name.as_str())
+                    .await?;
+                lock.release().await?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Waits for the (contended) lock, runs an empty critical section, releases.
+    pub(crate) async fn section(
+        &self,
+        kind: Kind,
+        t: &Target,
+        rec: &Recorder<'_>,
+    ) -> BenchResult<()> {
+        match kind {
+            Kind::Ping => return Err("PING has no critical section".into()),
+            Kind::Floor => {
+                // No waiting logic in the floor: spin on the script.
+                while !self.floor.try_acquire(t).await? {
+                    tokio::task::yield_now().await;
+                }
+                rec.enter();
+                rec.leave();
+                self.floor.release(t).await?;
+            }
+            Kind::Manual => {
+                let guard = self
+                    .client
+                    .lock(t.name.as_str())
+                    .ttl(TTL)
+                    .wait(WAIT)
+                    .acquire()
+                    .await?;
+                rec.enter();
+                rec.leave();
+                guard.release().await?;
+            }
+            Kind::Macro => macro_section(&t.id, rec).await?,
+            Kind::Rslock => {
+                let guard = self.rslock.acquire(t.name.as_str(), TTL).await?;
+                rec.enter();
+                rec.leave();
+                guard.release().await;
+            }
+            Kind::AsyncRedisLock => {
+                let lock = self
+                    .arl
+                    .acquire_with_options(&self.arl_options, t.name.as_str())
+                    .await?;
+                rec.enter();
+                rec.leave();
+                lock.release().await?;
+            }
+        }
+        rec.released();
+        Ok(())
+    }
+}

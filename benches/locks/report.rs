@@ -1,0 +1,491 @@
+//! The results as Markdown (printed and written to BENCHMARKS.md), with the targets checked.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use redis::aio::MultiplexedConnection;
+
+use crate::contenders::{BenchResult, Kind};
+use crate::market::Variant;
+use crate::scenarios::{RenewRun, Renewer};
+use crate::stats::{fmt_num, median};
+use crate::Plan;
+
+/// Medians of a B1/B2 run: cycles/s, p50 µs, p99 µs, Redis CPU µs per cycle, Redis commands
+/// per cycle, client CPU µs per cycle.
+pub(crate) type CycleRow = [f64; 6];
+
+pub(crate) struct B3Row {
+    pub(crate) tasks: usize,
+    pub(crate) kind: Kind,
+    pub(crate) per_sec: f64,
+    pub(crate) gap_p50_us: f64,
+    pub(crate) gap_p99_us: f64,
+    pub(crate) min_share: f64,
+    pub(crate) max_share: f64,
+    pub(crate) jain: f64,
+    pub(crate) server_cpu_us: f64,
+    pub(crate) server_calls: f64,
+    pub(crate) client_cpu_us: f64,
+    pub(crate) violations: u64,
+}
+
+pub(crate) struct B5Row {
+    pub(crate) sellers: usize,
+    pub(crate) buyers: usize,
+    pub(crate) variant: Variant,
+    pub(crate) listed: f64,
+    pub(crate) bought: f64,
+    pub(crate) bought_per_sec: f64,
+    pub(crate) missed: f64,
+    pub(crate) retries: f64,
+    pub(crate) avg_buy_ms: f64,
+    pub(crate) p99_buy_ms: f64,
+}
+
+/// Everything measured in one run of the harness.
+pub(crate) struct Report {
+    header: String,
+    renew_ttl_s: f64,
+    renew_held: usize,
+    pub(crate) macro_ran: bool,
+    pub(crate) rtt_us: f64,
+    pub(crate) b1: Vec<(Kind, CycleRow)>,
+    /// Per task count: a row per contender.
+    pub(crate) b2: Vec<(usize, Vec<(Kind, CycleRow)>)>,
+    pub(crate) b3: Vec<B3Row>,
+    /// Throughput of every repetition, per scenario (`"B1"`, `"B2 64"`, `"B3 8"`, ...) and
+    /// contender, in run order: ratios pair runs of the same repetition, which ran seconds
+    /// apart, so load from outside the benchmark mostly cancels out.
+    pub(crate) per_rep: HashMap<String, HashMap<Kind, Vec<f64>>>,
+    pub(crate) b4: Vec<(Renewer, RenewRun)>,
+    pub(crate) b5: Vec<B5Row>,
+}
+
+struct Target {
+    what: String,
+    measured: String,
+    pass: bool,
+}
+
+impl Report {
+    pub(crate) async fn new(plan: &Plan, conn: &mut MultiplexedConnection) -> BenchResult<Report> {
+        let info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
+        let redis_version = info
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .unwrap_or("?")
+            .trim()
+            .to_owned();
+        let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("model name"))
+                    .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
+            })
+            .unwrap_or_else(|| "unknown".to_owned());
+        let load = std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|s| s.split_whitespace().next().map(str::to_owned))
+            .unwrap_or_else(|| "?".to_owned());
+        let rustc = std::process::Command::new("rustc")
+            .arg("--version")
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_else(|| "?".to_owned());
+        let mut header = String::new();
+        let _ = writeln!(header, "# distlock benchmarks\n");
+        let _ = writeln!(
+            header,
+            "Reproduce: `cargo bench --bench locks` (full, ~8 min) or `BENCH_QUICK=1 cargo bench --bench locks` (~1 min). \
+             The harness starts its own `redis-server` on a loopback port; see `benches/locks/main.rs`.\n"
+        );
+        let _ = writeln!(header, "| | |\n| --- | --- |");
+        let _ = writeln!(
+            header,
+            "| mode | {} ({} repetitions × {:.1} s measured after {:.1} s warm-up; B5 {} × {} s) |",
+            if plan.quick { "quick" } else { "full" },
+            plan.reps,
+            plan.measure.as_secs_f64(),
+            plan.warmup.as_secs_f64(),
+            plan.market_reps,
+            plan.market_secs.as_secs()
+        );
+        let _ = writeln!(header, "| machine | `nproc` = {nproc}, {cpu} |");
+        let _ = writeln!(header, "| load average at start | {load} |");
+        let _ = writeln!(
+            header,
+            "| redis-server | {redis_version} (same machine, loopback) |"
+        );
+        let _ = writeln!(
+            header,
+            "| toolchain | {rustc}, tokio multi-thread runtime with {} workers |",
+            plan.workers
+        );
+        Ok(Report {
+            header,
+            renew_ttl_s: plan.renew_ttl.as_secs_f64(),
+            renew_held: plan.renew_held,
+            macro_ran: false,
+            rtt_us: f64::NAN,
+            b1: Vec::new(),
+            b2: Vec::new(),
+            b3: Vec::new(),
+            per_rep: HashMap::new(),
+            b4: Vec::new(),
+            b5: Vec::new(),
+        })
+    }
+
+    fn rtt(&self, us: f64) -> String {
+        format!("{:.1}", us / self.rtt_us)
+    }
+
+    pub(crate) fn render(&self) -> String {
+        let mut out = self.header.clone();
+        let _ = writeln!(
+            out,
+            "| round trip (RTT) | {:.1} µs: p50 of PING in B1's loop, the unit of the RTT columns |\n",
+            self.rtt_us
+        );
+        let _ = writeln!(
+            out,
+            "Medians over the repetitions; implementations alternate within each repetition \
+             (the first one rotates). *× floor* and the other ratios are medians of per-repetition \
+             ratios (runs seconds apart), which cancels most of the load that other processes put \
+             on the machine. \
+             *floor* is redis-rs sending distlock's own ACQUIRE/RELEASE scripts by EVALSHA with \
+             precomputed keys (no library logic). Peers poll a busy lock; they are set to poll \
+             about every 1 ms (rslock `set_retry(3, 2ms)`, async-redis-lock `retry(1ms)`; their \
+             defaults are 200 ms and 100 ms).\n\n\
+             Cost columns, per cycle (or per critical section), over the measured window: *Redis \
+             cmds* = commands Redis executed (`INFO commandstats`; a script call plus every command \
+             it ran), *Redis CPU* = redis-server user+system CPU time (`INFO cpu`), *client CPU* = \
+             CPU time of every thread of the benchmark process (`/proc/self/task/*/schedstat`). \
+             Client and server share the machine's cores, so both limit throughput.\n"
+        );
+        if !self.macro_ran {
+            let _ = writeln!(
+                out,
+                "**Note:** `#[distributed_lock]` did not expand in this build, so the macro rows are missing.\n"
+            );
+        }
+        let mut targets = Vec::new();
+        self.render_b1(&mut out, &mut targets);
+        self.render_b2(&mut out, &mut targets);
+        self.render_b3(&mut out, &mut targets);
+        self.render_b4(&mut out, &mut targets);
+        self.render_b5(&mut out, &mut targets);
+        self.render_peer_targets(&mut targets);
+
+        let _ = writeln!(out, "## Targets\n");
+        let _ = writeln!(out, "| target | measured | result |\n| --- | --- | --- |");
+        for t in &targets {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} |",
+                t.what,
+                t.measured,
+                if t.pass { "PASS" } else { "**FAIL**" }
+            );
+        }
+        let passed = targets.iter().filter(|t| t.pass).count();
+        let _ = writeln!(out, "\n{passed} of {} targets pass.", targets.len());
+        out
+    }
+
+    /// Median over repetitions of `kind`'s throughput divided by `base`'s in the same repetition.
+    fn ratio(&self, scenario: &str, kind: Kind, base: Kind) -> f64 {
+        let Some(runs) = self.per_rep.get(scenario) else {
+            return f64::NAN;
+        };
+        match (runs.get(&kind), runs.get(&base)) {
+            (Some(a), Some(b)) => median(&a.iter().zip(b).map(|(a, b)| a / b).collect::<Vec<_>>()),
+            _ => f64::NAN,
+        }
+    }
+
+    fn b1_of(&self, kind: Kind) -> Option<CycleRow> {
+        self.b1.iter().find(|(k, _)| *k == kind).map(|(_, v)| *v)
+    }
+
+    fn render_b1(&self, out: &mut String, targets: &mut Vec<Target>) {
+        if self.b1.is_empty() {
+            return;
+        }
+        let _ = writeln!(out, "## B1 — uncontended acquire + release (1 task)\n");
+        let _ = writeln!(
+            out,
+            "| implementation | cycles/s | × floor | p50 µs | p99 µs | p50 (RTT) | p99 (RTT) | Redis cmds/cycle | Redis CPU µs/cycle | client CPU µs/cycle |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        );
+        for (kind, [per_sec, p50, p99, cpu, calls, client]) in &self.b1 {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.2} | {:.1} | {:.1} | {} | {} | {:.1} | {:.1} | {:.1} |",
+                kind.label(),
+                fmt_num(*per_sec),
+                self.ratio("B1", *kind, Kind::Floor),
+                p50,
+                p99,
+                self.rtt(*p50),
+                self.rtt(*p99),
+                calls,
+                cpu,
+                client
+            );
+        }
+        let _ = writeln!(out);
+        if self.b1_of(Kind::Manual).is_some() {
+            let ratio = self.ratio("B1", Kind::Manual, Kind::Floor);
+            targets.push(Target {
+                what: "B1 distlock manual ≥ 0.90× floor cycles/s".into(),
+                measured: format!("{ratio:.2}×"),
+                pass: ratio >= 0.90,
+            });
+            match self.b1_of(Kind::Macro) {
+                Some(_) => {
+                    let ratio = self.ratio("B1", Kind::Macro, Kind::Manual);
+                    targets.push(Target {
+                        what: "B1 macro ≥ 0.95× manual cycles/s".into(),
+                        measured: format!("{ratio:.2}×"),
+                        pass: ratio >= 0.95,
+                    });
+                }
+                None => targets.push(Target {
+                    what: "B1 macro ≥ 0.95× manual cycles/s".into(),
+                    measured: "macro not expanded".into(),
+                    pass: false,
+                }),
+            }
+        }
+    }
+
+    fn render_b2(&self, out: &mut String, targets: &mut Vec<Target>) {
+        if self.b2.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "## B2 — parallel acquire + release, distinct keys, one client\n"
+        );
+        let _ = writeln!(
+            out,
+            "| tasks | implementation | cycles/s | × floor | p50 µs | p99 µs | Redis cmds/cycle | Redis CPU µs/cycle | client CPU µs/cycle |\n| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        );
+        for (tasks, rows) in &self.b2 {
+            let scenario = format!("B2 {tasks}");
+            for (kind, [per_sec, p50, p99, cpu, calls, client]) in rows {
+                let _ = writeln!(
+                    out,
+                    "| {tasks} | {} | {} | {:.2} | {:.0} | {:.0} | {:.1} | {:.1} | {:.1} |",
+                    kind.label(),
+                    fmt_num(*per_sec),
+                    self.ratio(&scenario, *kind, Kind::Floor),
+                    p50,
+                    p99,
+                    calls,
+                    cpu,
+                    client
+                );
+            }
+        }
+        let _ = writeln!(out);
+        for (tasks, _) in &self.b2 {
+            let ratio = self.ratio(&format!("B2 {tasks}"), Kind::Manual, Kind::Floor);
+            targets.push(Target {
+                what: format!("B2 {tasks} tasks: distlock manual ≥ 0.90× floor"),
+                measured: format!("{ratio:.2}×"),
+                pass: ratio >= 0.90,
+            });
+        }
+    }
+
+    fn render_b3(&self, out: &mut String, targets: &mut Vec<Target>) {
+        if self.b3.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "## B3 — contended handoff (N tasks, one key, waiting)\n\n\
+             Gap = release returned → next acquire returned. Share = a task's critical sections \
+             relative to an equal split (1.00 = fair); Jain's index 1.0 = perfectly fair. \
+             Overlaps = critical sections that ran concurrently (must be 0). The floor spins on \
+             the acquire script.\n"
+        );
+        let _ = writeln!(
+            out,
+            "| tasks | implementation | sections/s | gap p50 µs | gap p50 (RTT) | gap p99 (RTT) | share min–max | Jain | Redis cmds/section | Redis CPU µs/section | client CPU µs/section | overlaps |\n| ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"
+        );
+        for r in &self.b3 {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {:.1} | {} | {} | {:.2}–{:.2} | {:.3} | {:.1} | {:.1} | {:.1} | {} |",
+                r.tasks,
+                r.kind.label(),
+                fmt_num(r.per_sec),
+                r.gap_p50_us,
+                self.rtt(r.gap_p50_us),
+                self.rtt(r.gap_p99_us),
+                r.min_share,
+                r.max_share,
+                r.jain,
+                r.server_calls,
+                r.server_cpu_us,
+                r.client_cpu_us,
+                r.violations
+            );
+        }
+        let _ = writeln!(out);
+        for r in self.b3.iter().filter(|r| r.kind == Kind::Manual) {
+            let units = r.gap_p50_us / self.rtt_us;
+            targets.push(Target {
+                what: format!("B3 {} tasks: distlock p50 handoff ≤ 4 RTT", r.tasks),
+                measured: format!("{units:.1} RTT"),
+                pass: units <= 4.0,
+            });
+        }
+        let overlaps: u64 = self.b3.iter().map(|r| r.violations).sum();
+        targets.push(Target {
+            what: "B3 mutual exclusion: no overlapping critical sections (all implementations)"
+                .into(),
+            measured: format!("{overlaps} overlaps"),
+            pass: overlaps == 0,
+        });
+    }
+
+    fn render_b4(&self, out: &mut String, targets: &mut Vec<Target>) {
+        if self.b4.is_empty() {
+            return;
+        }
+        let period = self.renew_ttl_s / 3.0;
+        let _ = writeln!(
+            out,
+            "## B4 — renewal of {} held locks (ttl {:.0} s, renewed every ttl/3)\n\n\
+             Round trips = renewal script calls per second; commands = everything Redis executed \
+             for renewal (script calls plus the commands they ran), from `INFO commandstats` deltas. \
+             Expected = ⌈held / batch⌉ per renewal period. Redis CPU = redis-server CPU time per \
+             second (includes the sampler). Min PTTL = smallest remaining ttl seen by a sampler \
+             reading 5,000 random locks' PTTL per second.\n",
+            fmt_num(self.renew_held as f64),
+            self.renew_ttl_s
+        );
+        let _ = writeln!(
+            out,
+            "| renewer | round trips/s | expected | commands/s | Redis CPU ms/s | min PTTL ms | PTTL samples | lost |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        );
+        for (renewer, r) in &self.b4 {
+            let expected = match renewer {
+                Renewer::Distlock { batch } => self.renew_held.div_ceil(*batch) as f64 / period,
+                Renewer::AsyncRedisLock => self.renew_held as f64 / period,
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {:.1} | {} | {} | {} |",
+                renewer.label(),
+                fmt_num(r.round_trips_per_sec),
+                fmt_num(expected),
+                fmt_num(r.commands_per_sec),
+                r.cpu_ms_per_sec,
+                r.min_pttl_ms,
+                fmt_num(r.pttl_samples as f64),
+                r.lost
+            );
+            if let Renewer::Distlock { batch } = renewer {
+                let ratio = r.round_trips_per_sec / expected;
+                targets.push(Target {
+                    what: format!("B4 batch {batch}: renewal round trips ∝ held/batch (0.67–1.5× expected), none lost"),
+                    measured: format!("{ratio:.2}× expected, {} lost, min PTTL {} ms", r.lost, r.min_pttl_ms),
+                    pass: (0.67..=1.5).contains(&ratio) && r.lost == 0,
+                });
+            }
+        }
+        let _ = writeln!(out);
+    }
+
+    fn render_b5(&self, out: &mut String, targets: &mut Vec<Target>) {
+        if self.b5.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "## B5 — the marketplace of \"Redis in Action\" ch. 6\n\n\
+             Sellers list items, buyers buy one of the 16 cheapest listings (tables 6-1…6-3). \
+             Missed = the listing was gone when the purchase looked (bought by another buyer first). \
+             Retries = WATCH conflicts; buy latency includes retries and lock waits.\n"
+        );
+        let _ = writeln!(
+            out,
+            "| sellers/buyers | consistency | listed | bought | bought/s | missed | retries | avg buy ms | p99 buy ms |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        );
+        for r in &self.b5 {
+            let _ = writeln!(
+                out,
+                "| {}/{} | {} | {} | {} | {} | {} | {} | {:.2} | {:.2} |",
+                r.sellers,
+                r.buyers,
+                r.variant.label(),
+                fmt_num(r.listed.round()),
+                fmt_num(r.bought.round()),
+                fmt_num(r.bought_per_sec.round()),
+                fmt_num(r.missed.round()),
+                fmt_num(r.retries.round()),
+                r.avg_buy_ms,
+                r.p99_buy_ms
+            );
+        }
+        let _ = writeln!(out);
+        let find = |v: Variant| {
+            self.b5
+                .iter()
+                .find(|r| r.sellers == 5 && r.buyers == 5 && r.variant == v)
+        };
+        if let (Some(watch), Some(fine)) = (find(Variant::Watch), find(Variant::Fine)) {
+            targets.push(Target {
+                what: "B5 5/5: per-item locks beat WATCH on bought/s and p99, zero retries".into(),
+                measured: format!(
+                    "{} vs {} bought/s, p99 {:.2} vs {:.2} ms, {} retries",
+                    fmt_num(fine.bought_per_sec),
+                    fmt_num(watch.bought_per_sec),
+                    fine.p99_buy_ms,
+                    watch.p99_buy_ms,
+                    fine.retries
+                ),
+                pass: fine.bought_per_sec > watch.bought_per_sec
+                    && fine.p99_buy_ms < watch.p99_buy_ms
+                    && fine.retries == 0.0,
+            });
+        }
+    }
+
+    /// distlock (manual) ahead of every peer in B1–B3.
+    fn render_peer_targets(&self, targets: &mut Vec<Target>) {
+        let mut scenarios: Vec<&String> = self.per_rep.keys().collect();
+        // "B2 64" before "B2 256".
+        scenarios.sort_by_key(|s| {
+            let (name, n) = s.split_once(' ').unwrap_or((s, "0"));
+            (name.to_owned(), n.parse::<u32>().unwrap_or(0))
+        });
+        if scenarios.is_empty() {
+            return;
+        }
+        let mut measured = Vec::new();
+        let mut pass = true;
+        for scenario in scenarios {
+            let worst = Kind::ALL
+                .into_iter()
+                .filter(|k| k.is_peer())
+                .map(|peer| self.ratio(scenario, Kind::Manual, peer))
+                .fold(f64::NAN, f64::min);
+            pass &= worst > 1.0;
+            measured.push(format!("{scenario}: {worst:.2}×"));
+        }
+        targets.push(Target {
+            what: "distlock ahead of every peer in B1–B3 (throughput ÷ best peer's, paired by repetition)".into(),
+            measured: measured.join(", "),
+            pass,
+        });
+    }
+}
