@@ -19,20 +19,24 @@ use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, ServerErrorKind};
 /// the client can tell a reply that answers another request.
 ///
 /// The fencing token is the server's clock in microseconds, raised above the last token handed
-/// out for this name (kept in the fence key for the retention time), so it strictly increases
-/// per name while the fence key stays bounded in memory. A replayed request (same hold field,
+/// out for this name (kept in the fence key for the retention time, read and written by one
+/// `SET ... GET`), so it strictly increases per name while the fence key stays bounded in
+/// memory. A replayed request (same hold field,
 /// after a lost reply) changes nothing and reports what the first one did.
 pub const ACQUIRE: &str = r#"
 local owner = redis.call('HGET', KEYS[1], 'o')
 if owner == false then
   local t = redis.call('TIME')
   local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local last = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if token <= last then token = last + 1 end
   local s = string.format('%d', token)
+  local last = tonumber(redis.call('SET', KEYS[2], s, 'PX', ARGV[4], 'GET') or '0')
+  if token <= last then
+    token = last + 1
+    s = string.format('%d', token)
+    redis.call('SET', KEYS[2], s, 'PX', ARGV[4])
+  end
   redis.call('HSET', KEYS[1], 'o', ARGV[1], 'f', s, ARGV[2], '1')
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  redis.call('SET', KEYS[2], s, 'PX', ARGV[4])
   return {ARGV[2], {1, token}}
 end
 if owner == ARGV[1] then
@@ -56,15 +60,20 @@ return {ARGV[2], {0, redis.call('PTTL', KEYS[1])}}
 /// -1 (another owner holds it: nothing changed), 0 (released; waiters notified) or the number
 /// of holds left (re-entrant holds remain).
 pub const RELEASE: &str = r#"
-local owner = redis.call('HGET', KEYS[1], 'o')
-if owner == false then
+local found = redis.call('HMGET', KEYS[1], 'o', ARGV[2])
+if found[1] == false then
   return {ARGV[2], -2}
 end
-if owner ~= ARGV[1] then
+if found[1] ~= ARGV[1] then
   return {ARGV[2], -1}
 end
-redis.call('HDEL', KEYS[1], ARGV[2])
 local left = redis.call('HLEN', KEYS[1]) - 2
+if found[2] ~= false then
+  left = left - 1
+  if left > 0 then
+    redis.call('HDEL', KEYS[1], ARGV[2])
+  end
+end
 if left > 0 then
   return {ARGV[2], left}
 end
