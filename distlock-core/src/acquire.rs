@@ -153,7 +153,11 @@ impl LockBuilder {
         };
         let keys = Arc::new(LockKeys::new(&client.inner.config.key_prefix, self.name)?);
         let span = tracing::debug_span!("distlock.acquire", key = %keys.name, ttl_ms = ttl.as_millis() as u64);
-        acquire(client, keys, terms).instrument(span).await
+        if span.is_disabled() {
+            acquire(client, keys, terms).await
+        } else {
+            acquire(client, keys, terms).instrument(span).await
+        }
     }
 
     /// Runs `body` while holding the lock, then releases it.

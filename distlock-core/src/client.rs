@@ -150,16 +150,16 @@ impl Client {
         Arc::as_ptr(&self.inner) as usize
     }
 
-    /// A fresh owner id: 128 random bits of the client plus a counter.
+    /// A fresh owner id: 128 random bits of the client plus a counter (`<hex id>:<hex n>`).
     pub(crate) fn new_owner(&self) -> Arc<str> {
         let n = self.inner.next.fetch_add(1, Ordering::Relaxed);
-        format!("{}:{n}", self.inner.id).into()
+        id_with_counter(&self.inner.id, b':', n)
     }
 
-    /// A fresh hold field name (unique within this client).
+    /// A fresh hold field name, unique within this client (`h<hex n>`).
     pub(crate) fn new_hold(&self) -> Arc<str> {
         let n = self.inner.next.fetch_add(1, Ordering::Relaxed);
-        format!("h{n}").into()
+        id_with_counter("", b'h', n)
     }
 
     /// Runs a script command with the client's timeout, mapping failures to [`Error`].
@@ -243,4 +243,33 @@ async fn preload_scripts(
         Err(_) => tracing::debug!("script preload timed out; scripts load on first use"),
     }
     Ok(())
+}
+
+/// `<prefix><sep><n in hex>` as one allocation (ids are made on every acquire).
+fn id_with_counter(prefix: &str, sep: u8, n: u64) -> Arc<str> {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut buf = [0u8; 64];
+    let head = prefix.len().min(buf.len() - 18);
+    buf[..head].copy_from_slice(&prefix.as_bytes()[..head]);
+    buf[head] = sep;
+    let mut len = head + 1;
+    let digits = (64 - n.leading_zeros()).div_ceil(4).max(1);
+    for i in (0..digits).rev() {
+        buf[len] = HEX[((n >> (i * 4)) & 0xf) as usize];
+        len += 1;
+    }
+    // Only ASCII was written.
+    Arc::from(std::str::from_utf8(&buf[..len]).unwrap_or("h0"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::id_with_counter;
+
+    #[test]
+    fn ids_are_prefix_separator_and_hex_counter() {
+        assert_eq!(&*id_with_counter("abc", b':', 0), "abc:0");
+        assert_eq!(&*id_with_counter("abc", b':', 255), "abc:ff");
+        assert_eq!(&*id_with_counter("", b'h', u64::MAX), "hffffffffffffffff");
+    }
 }

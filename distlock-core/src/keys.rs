@@ -29,8 +29,14 @@ impl LockKeys {
         lock.push_str(":{");
         lock.push_str(&name);
         lock.push('}');
-        let fence = format!("{lock}:fence");
-        let channel = format!("{lock}:released");
+        let suffixed = |suffix: &str| {
+            let mut key = String::with_capacity(lock.len() + suffix.len());
+            key.push_str(&lock);
+            key.push_str(suffix);
+            key
+        };
+        let fence = suffixed(":fence");
+        let channel = suffixed(":released");
         Ok(LockKeys {
             name,
             lock,
