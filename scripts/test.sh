@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, unit, integration (real redis-server), UI and doc tests.
+# The whole test suite: formatting, lints, docs, unit, integration (real redis-server), UI,
+# reliability and doc tests. Ends with one summary line: "suite: N passed, M failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
-cargo test --workspace --lib --bins --tests --examples --locked
-cargo test --workspace --doc --locked
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --lib --bins --tests --examples --locked 2>&1 | tee "$log"
+cargo test --workspace --doc --locked 2>&1 | tee -a "$log"
+passed=$(grep -Eo '(ok|FAILED)\. [0-9]+ passed|^[0-9]+ passed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')
+failed=$(grep -Eo '[0-9]+ failed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')
+echo "suite: ${passed} passed, ${failed} failed"
