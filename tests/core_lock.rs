@@ -27,6 +27,36 @@ async fn lock_keys(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> 
         .collect()
 }
 
+/// Channels subscribed on the server (`PUBSUB CHANNELS`).
+async fn channels(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
+    redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+/// Takes `name` at once and releases it (the lock must be free).
+async fn take_and_release(c: &Client, name: &str) {
+    c.lock(name)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+/// Acquires `name` once the server answers again (after a fault), within 5 s.
+async fn acquire_soon(c: &Client, name: &str, what: &str) -> distlock::LockGuard {
+    eventually(Duration::from_secs(5), what, || {
+        let c = c.clone();
+        let name = name.to_owned();
+        async move { c.lock(name).acquire().await.ok() }
+    })
+    .await
+}
+
 #[tokio::test]
 async fn acquire_is_exclusive_and_release_frees() {
     let server = RedisServer::start();
@@ -53,23 +83,11 @@ async fn acquire_is_exclusive_and_release_frees() {
     );
     assert!(busy.to_string().contains("order:1"));
     // A different name is independent.
-    b.lock("order:2")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_release(&b, "order:2").await;
 
     guard.release().await.unwrap();
     assert!(lock_keys(&mut conn).await.is_empty());
-    b.lock("order:1")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_release(&b, "order:1").await;
 }
 
 #[tokio::test]
@@ -284,13 +302,7 @@ async fn watchdog_keeps_the_lock_and_stops_on_release() {
     let calls = command_calls(&mut conn, "evalsha").await;
     tokio::time::sleep(ttl * 2).await;
     assert_eq!(command_calls(&mut conn, "evalsha").await, calls);
-    b.lock("long")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_release(&b, "long").await;
 }
 
 #[tokio::test]
@@ -465,11 +477,7 @@ async fn waiters_are_woken_by_release_not_by_polling() {
     eventually(Duration::from_secs(5), "waiter subscribed", || {
         let mut conn = conn.clone();
         async move {
-            let chans: Vec<String> = redis::cmd("PUBSUB")
-                .arg("CHANNELS")
-                .query_async(&mut conn)
-                .await
-                .unwrap();
+            let chans = channels(&mut conn).await;
             (chans == ["distlock:{w}:released"]).then_some(())
         }
     })
@@ -490,11 +498,7 @@ async fn waiters_are_woken_by_release_not_by_polling() {
     eventually(Duration::from_secs(5), "subscriptions removed", || {
         let mut conn = conn.clone();
         async move {
-            let chans: Vec<String> = redis::cmd("PUBSUB")
-                .arg("CHANNELS")
-                .query_async(&mut conn)
-                .await
-                .unwrap();
+            let chans = channels(&mut conn).await;
             chans.is_empty().then_some(())
         }
     })
@@ -598,11 +602,7 @@ async fn cancelled_acquires_and_dropped_guards_leave_nothing_behind() {
     .await;
     assert!(lock_keys(&mut conn).await.is_empty(), "no lock keys remain");
     assert_eq!(c.renewing(), 0, "no renewal continues");
-    let chans: Vec<String> = redis::cmd("PUBSUB")
-        .arg("CHANNELS")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let chans = channels(&mut conn).await;
     assert!(chans.is_empty(), "no subscriptions remain: {chans:?}");
     let calls = command_calls(&mut conn, "evalsha").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -637,14 +637,11 @@ async fn a_paused_server_times_out_instead_of_hanging() {
     assert!(err.is_transient());
     drop(held);
     // Works again after the pause.
-    eventually(Duration::from_secs(5), "server answers again", || {
-        let c = c.clone();
-        async move { c.lock("q").acquire().await.ok() }
-    })
-    .await
-    .release()
-    .await
-    .unwrap();
+    acquire_soon(&c, "q", "server answers again")
+        .await
+        .release()
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -684,11 +681,7 @@ async fn reconnects_after_restart_without_reinit() {
         matches!(reason, LossReason::Expired | LossReason::Unreachable),
         "{reason:?}"
     );
-    let g = eventually(Duration::from_secs(5), "acquire after restart", || {
-        let c = c.clone();
-        async move { c.lock("x").acquire().await.ok() }
-    })
-    .await;
+    let g = acquire_soon(&c, "x", "acquire after restart").await;
     g.release().await.unwrap();
 }
 
@@ -697,25 +690,13 @@ async fn scripts_reload_after_script_flush_and_client_kill() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let mut conn = server.conn().await;
-    c.lock("s")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_release(&c, "s").await;
     let _: () = redis::cmd("SCRIPT")
         .arg("FLUSH")
         .query_async(&mut conn)
         .await
         .unwrap();
-    c.lock("s")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_release(&c, "s").await;
     let _: () = redis::cmd("CLIENT")
         .arg("KILL")
         .arg("TYPE")
@@ -725,11 +706,7 @@ async fn scripts_reload_after_script_flush_and_client_kill() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    let g = eventually(Duration::from_secs(5), "acquire after CLIENT KILL", || {
-        let c = c.clone();
-        async move { c.lock("s").acquire().await.ok() }
-    })
-    .await;
+    let g = acquire_soon(&c, "s", "acquire after CLIENT KILL").await;
     g.release().await.unwrap();
 }
 
