@@ -58,9 +58,12 @@
 //! its release changes nothing and its stale fencing token is rejected; a frozen Redis fails
 //! callers within the response timeout and reports renewed locks lost; a restarted Redis is
 //! reconnected without re-init; killed connections and flushed scripts are survived; a lost or
-//! delayed reply never double-counts a hold, never hands a reply to the wrong request and never
-//! leaves a lock held by nobody; a storm of cancelled acquires leaves no key, renewal or
-//! subscription behind; bad input of every kind is a typed error.
+//! delayed reply never double-counts a hold or hands a reply to the wrong request, and an
+//! acquire stalled by a frozen Redis or network does not outlive its cleanup; a storm of
+//! cancelled acquires leaves no key, renewal or subscription behind; bad input of every kind is
+//! a typed error. (One case remains: if a single connection stalls while Redis stays healthy and
+//! its bytes arrive much later, an acquire may land after its cleanup and the lock then sits
+//! unowned until its ttl.)
 //!
 //! ## Fencing tokens
 //!
