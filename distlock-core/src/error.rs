@@ -39,8 +39,6 @@ pub enum Operation {
     Acquire,
     /// Releasing a lock.
     Release,
-    /// Renewing a lease.
-    Renew,
     /// Subscribing to release notifications.
     Subscribe,
 }
@@ -51,7 +49,6 @@ impl fmt::Display for Operation {
             Operation::Connect => "connect",
             Operation::Acquire => "acquire",
             Operation::Release => "release",
-            Operation::Renew => "renew",
             Operation::Subscribe => "subscribe",
         })
     }
