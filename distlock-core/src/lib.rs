@@ -88,7 +88,8 @@
 //! that was just acquired on the old primary, and two owners may then hold it; fencing tokens are
 //! what protects the resource in that case. RedLock across independent nodes is not implemented.
 //! Keys are laid out so that everything one lock touches shares a Redis Cluster hash slot (see
-//! [`hash_slot`]), but the client speaks to a single node.
+//! [`hash_slot`]), but the client speaks to a single node, and one renewal batch spans the
+//! leases of many locks (a cluster client would group its batches by slot).
 #![deny(missing_docs)]
 
 mod acquire;
