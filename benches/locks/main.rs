@@ -18,17 +18,21 @@
 
 mod contenders;
 mod market;
+mod probe;
 mod report;
 mod scenarios;
 mod stats;
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
 use contenders::{BenchResult, Contenders, Kind};
-use report::{B3Row, B5Row, Report};
-use scenarios::Renewer;
+use market::Variant;
+use probe::Probe;
+use report::{B3Row, B5Row, CycleRow, Report};
+use scenarios::{Renewer, Runner};
 use stats::median;
 
 /// Durations and sizes of one run of the harness.
@@ -111,18 +115,34 @@ fn rotated<T: Copy>(items: &[T], rep: usize) -> Vec<T> {
     v
 }
 
+/// Runs `run(rep, key)` for every repetition over the keys in `order(rep)`, and gathers the
+/// results per key in repetition order: the ratios of the report pair results by position.
+async fn repeat<K: Copy + Eq + Hash, R>(
+    reps: usize,
+    order: impl Fn(usize) -> Vec<K>,
+    mut run: impl AsyncFnMut(usize, K) -> BenchResult<R>,
+) -> BenchResult<HashMap<K, Vec<R>>> {
+    let mut results: HashMap<K, Vec<R>> = HashMap::new();
+    for rep in 0..reps {
+        for key in order(rep) {
+            let result = run(rep, key).await?;
+            results.entry(key).or_default().push(result);
+        }
+    }
+    Ok(results)
+}
+
 async fn run(plan: Plan) -> BenchResult<()> {
     let server = testkit::RedisServer::start();
     let url = server.url();
     let mut admin = server.conn().await;
-    let mut probe = scenarios::Probe::new(server.conn().await);
+    let probe = Probe::new(server.conn().await);
     let contenders = Arc::new(Contenders::connect(&url).await?);
-    let kinds = contenders.kinds().to_vec();
     if let Ok(which) = std::env::var("BENCH_PROFILE") {
         return profile(&contenders, &which).await;
     }
     let mut report = Report::new(&plan, &mut admin).await?;
-    report.macro_ran = kinds.contains(&Kind::Macro);
+    report.macro_ran = contenders.kinds().contains(&Kind::Macro);
     eprintln!(
         "distlock benchmark ({} mode): {} reps × {:?} per run, {} workers, redis on {url}",
         if plan.quick { "quick" } else { "full" },
@@ -134,165 +154,171 @@ async fn run(plan: Plan) -> BenchResult<()> {
     // The round trip unit: PING p50 in B1's loop (a rough sequential measure if B1 is skipped).
     report.rtt_us = scenarios::ping_rtt_us(&mut admin, 2000).await?;
 
+    let mut bench = Bench {
+        plan: &plan,
+        url: &url,
+        admin,
+        kinds: contenders.kinds().to_vec(),
+        runner: Runner::new(probe, contenders, plan.warmup, plan.measure),
+    };
     if plan.runs("B1") {
-        flush(&mut admin).await?;
-        let mut b1_kinds = vec![Kind::Ping];
-        b1_kinds.extend(&kinds);
-        let mut runs: HashMap<Kind, Vec<[f64; 6]>> = HashMap::new();
-        for rep in 0..plan.reps {
-            for kind in rotated(&b1_kinds, rep) {
-                let mut r = scenarios::cycles(
-                    &mut probe,
-                    &contenders,
-                    kind,
-                    "b1",
-                    1,
-                    plan.warmup,
-                    plan.measure,
-                )
-                .await?;
-                let row = [
-                    r.per_sec,
-                    r.latency.quantile_us(0.5),
-                    r.latency.quantile_us(0.99),
-                    r.work.cpu_us,
-                    r.work.calls,
-                    r.work.client_cpu_us,
-                ];
+        bench.b1(&mut report).await?;
+    }
+    if plan.runs("B2") {
+        bench.b2(&mut report).await?;
+    }
+    if plan.runs("B3") {
+        bench.b3(&mut report).await?;
+    }
+    if plan.runs("B4") {
+        bench.b4(&mut report).await?;
+    }
+    if plan.runs("B5") {
+        bench.b5(&mut report).await?;
+    }
+
+    let text = report.render();
+    println!("{text}");
+    if !env_flag("BENCH_NO_WRITE") {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/BENCHMARKS.md");
+        std::fs::write(path, &text)?;
+        eprintln!("wrote {path}");
+    }
+    // The clients shut down while their server still runs.
+    drop(bench);
+    drop(server);
+    Ok(())
+}
+
+/// What every scenario runs against.
+struct Bench<'a> {
+    plan: &'a Plan,
+    url: &'a str,
+    admin: redis::aio::MultiplexedConnection,
+    /// The contenders that run (the macro only once it expands).
+    kinds: Vec<Kind>,
+    runner: Runner,
+}
+
+impl Bench<'_> {
+    /// B1/B2: every contender in `kinds`, rotated, `plan.reps` times; `progress` logs a run.
+    async fn cycle_runs(
+        &mut self,
+        kinds: &[Kind],
+        scenario: &str,
+        tasks: usize,
+        progress: impl Fn(usize, Kind, &CycleRow),
+    ) -> BenchResult<HashMap<Kind, Vec<CycleRow>>> {
+        flush(&mut self.admin).await?;
+        let runner = &mut self.runner;
+        repeat(
+            self.plan.reps,
+            |rep| rotated(kinds, rep),
+            async |rep, kind| {
+                let row = runner.cycles(kind, scenario, tasks).await?.row();
+                progress(rep, kind, &row);
+                Ok(row)
+            },
+        )
+        .await
+    }
+
+    async fn b1(&mut self, report: &mut Report) -> BenchResult<()> {
+        let mut kinds = vec![Kind::Ping];
+        kinds.extend(&self.kinds);
+        let runs = self
+            .cycle_runs(&kinds, "b1", 1, |rep, kind, row| {
                 eprintln!(
                     "B1 rep {rep} {:<30} {:>9.0} cycles/s  p50 {:>6.1} µs",
                     kind.label(),
                     row[0],
                     row[1]
                 );
-                runs.entry(kind).or_default().push(row);
-            }
-        }
-        report.b1 = b1_kinds
-            .iter()
-            .map(|k| (*k, median_cols(&runs[k])))
-            .collect();
+            })
+            .await?;
+        report.b1 = medians(&kinds, &runs);
         report.rtt_us = report.b1[0].1[1];
         report.per_rep.insert("B1".into(), throughputs(&runs));
+        Ok(())
     }
 
-    if plan.runs("B2") {
+    async fn b2(&mut self, report: &mut Report) -> BenchResult<()> {
+        let kinds = self.kinds.clone();
         for tasks in [64, 256] {
-            flush(&mut admin).await?;
-            let mut runs: HashMap<Kind, Vec<[f64; 6]>> = HashMap::new();
-            for rep in 0..plan.reps {
-                for kind in rotated(&kinds, rep) {
-                    let mut r = scenarios::cycles(
-                        &mut probe,
-                        &contenders,
-                        kind,
-                        &format!("b2-{tasks}"),
-                        tasks,
-                        plan.warmup,
-                        plan.measure,
-                    )
-                    .await?;
-                    let row = [
-                        r.per_sec,
-                        r.latency.quantile_us(0.5),
-                        r.latency.quantile_us(0.99),
-                        r.work.cpu_us,
-                        r.work.calls,
-                        r.work.client_cpu_us,
-                    ];
+            let runs = self
+                .cycle_runs(&kinds, &format!("b2-{tasks}"), tasks, |rep, kind, row| {
                     eprintln!(
                         "B2 {tasks:>3} tasks rep {rep} {:<30} {:>9.0} cycles/s",
                         kind.label(),
                         row[0]
                     );
-                    runs.entry(kind).or_default().push(row);
-                }
-            }
+                })
+                .await?;
             report
                 .per_rep
                 .insert(format!("B2 {tasks}"), throughputs(&runs));
-            report.b2.push((
-                tasks,
-                kinds.iter().map(|k| (*k, median_cols(&runs[k]))).collect(),
-            ));
+            report.b2.push((tasks, medians(&kinds, &runs)));
         }
+        Ok(())
     }
 
-    if plan.runs("B3") {
+    async fn b3(&mut self, report: &mut Report) -> BenchResult<()> {
+        let Bench {
+            plan,
+            admin,
+            kinds,
+            runner,
+            ..
+        } = self;
         for tasks in [8, 32] {
-            flush(&mut admin).await?;
-            let mut runs: HashMap<Kind, Vec<[f64; 9]>> = HashMap::new();
+            flush(admin).await?;
+            // Overlaps are failures to count, not a spread to take the median of.
             let mut violations: HashMap<Kind, u64> = HashMap::new();
-            for rep in 0..plan.reps {
-                for kind in rotated(&kinds, rep) {
-                    let mut r = scenarios::handoffs(
-                        &mut probe,
-                        &contenders,
-                        kind,
-                        &format!("b3-{tasks}-{rep}"),
-                        tasks,
-                        plan.warmup,
-                        plan.measure,
-                    )
-                    .await?;
-                    let row = [
-                        r.per_sec,
-                        r.gaps.quantile_us(0.5),
-                        r.gaps.quantile_us(0.99),
-                        r.min_share,
-                        r.max_share,
-                        r.jain,
-                        r.work.cpu_us,
-                        r.work.calls,
-                        r.work.client_cpu_us,
-                    ];
+            let runs = repeat(
+                plan.reps,
+                |rep| rotated(kinds, rep),
+                async |rep, kind| {
+                    let mut r = runner
+                        .handoffs(kind, &format!("b3-{tasks}-{rep}"), tasks)
+                        .await?;
+                    let row = r.row();
                     eprintln!(
-                        "B3 {tasks:>2} tasks rep {rep} {:<30} {:>8.0} sections/s  gap p50 {:>7.1} µs",
-                        kind.label(),
-                        row[0],
-                        row[1]
-                    );
+                    "B3 {tasks:>2} tasks rep {rep} {:<30} {:>8.0} sections/s  gap p50 {:>7.1} µs",
+                    kind.label(),
+                    row[0],
+                    row[1]
+                );
                     *violations.entry(kind).or_default() += r.violations;
-                    runs.entry(kind).or_default().push(row);
-                }
-            }
+                    Ok(row)
+                },
+            )
+            .await?;
             report
                 .per_rep
                 .insert(format!("B3 {tasks}"), throughputs(&runs));
-            for kind in &kinds {
-                let m = median_cols(&runs[kind]);
-                report.b3.push(B3Row {
-                    tasks,
-                    kind: *kind,
-                    per_sec: m[0],
-                    gap_p50_us: m[1],
-                    gap_p99_us: m[2],
-                    min_share: m[3],
-                    max_share: m[4],
-                    jain: m[5],
-                    server_cpu_us: m[6],
-                    server_calls: m[7],
-                    client_cpu_us: m[8],
-                    violations: violations[kind],
-                });
+            for (kind, m) in medians(kinds, &runs) {
+                report
+                    .b3
+                    .push(B3Row::new(tasks, kind, m, violations[&kind]));
             }
         }
+        Ok(())
     }
 
-    if plan.runs("B4") {
+    async fn b4(&mut self, report: &mut Report) -> BenchResult<()> {
         let renewers = [
             Renewer::Distlock { batch: 256 },
             Renewer::Distlock { batch: 64 },
             Renewer::AsyncRedisLock,
         ];
         for renewer in renewers {
-            flush(&mut admin).await?;
+            flush(&mut self.admin).await?;
             let r = scenarios::renewal(
-                &url,
+                self.url,
                 renewer,
-                plan.renew_held,
-                plan.renew_ttl,
-                plan.renew_measure,
+                self.plan.renew_held,
+                self.plan.renew_ttl,
+                self.plan.renew_measure,
             )
             .await?;
             eprintln!(
@@ -305,61 +331,47 @@ async fn run(plan: Plan) -> BenchResult<()> {
             );
             report.b4.push((renewer, r));
         }
+        Ok(())
     }
 
-    if plan.runs("B5") {
+    async fn b5(&mut self, report: &mut Report) -> BenchResult<()> {
+        let (plan, url) = (self.plan, self.url);
         let shapes = [(1, 1), (5, 1), (5, 5)];
-        let mut runs: HashMap<(usize, usize, market::Variant), Vec<market::MarketRun>> =
-            HashMap::new();
-        for rep in 0..plan.market_reps {
-            for &(sellers, buyers) in &shapes {
-                for variant in rotated(&market::Variant::ALL, rep) {
-                    let r = market::run(&url, variant, sellers, buyers, plan.market_secs).await?;
-                    eprintln!(
-                        "B5 {sellers}/{buyers} rep {rep} {:<30} listed {:>7} bought {:>7} retries {:>7} avg {:.2} ms p99 {:.2} ms",
-                        variant.label(),
-                        r.listed,
-                        r.bought,
-                        r.retries,
-                        r.avg_buy_ms,
-                        r.p99_buy_ms
-                    );
-                    runs.entry((sellers, buyers, variant)).or_default().push(r);
-                }
-            }
-        }
-        for &(sellers, buyers) in &shapes {
-            for variant in market::Variant::ALL {
+        // Every shape in each repetition; the variants rotate within a shape.
+        let order = |rep| {
+            shapes
+                .iter()
+                .flat_map(|&(s, b)| {
+                    rotated(&Variant::ALL, rep)
+                        .into_iter()
+                        .map(move |v| (s, b, v))
+                })
+                .collect()
+        };
+        let runs = repeat(plan.market_reps, order, async |rep, (sellers, buyers, variant)| {
+            let r = market::run(url, variant, sellers, buyers, plan.market_secs).await?;
+            eprintln!(
+                "B5 {sellers}/{buyers} rep {rep} {:<30} listed {:>7} bought {:>7} retries {:>7} avg {:.2} ms p99 {:.2} ms",
+                variant.label(),
+                r.listed,
+                r.bought,
+                r.retries,
+                r.avg_buy_ms,
+                r.p99_buy_ms
+            );
+            Ok(r)
+        })
+        .await?;
+        for (sellers, buyers) in shapes {
+            for variant in Variant::ALL {
                 let rs = &runs[&(sellers, buyers, variant)];
-                let col = |f: fn(&market::MarketRun) -> f64| {
-                    median(&rs.iter().map(f).collect::<Vec<_>>())
-                };
-                report.b5.push(B5Row {
-                    sellers,
-                    buyers,
-                    variant,
-                    listed: col(|r| r.listed as f64),
-                    bought: col(|r| r.bought as f64),
-                    bought_per_sec: col(|r| r.bought as f64 / r.elapsed.as_secs_f64()),
-                    missed: col(|r| r.missed as f64),
-                    retries: col(|r| r.retries as f64),
-                    avg_buy_ms: col(|r| r.avg_buy_ms),
-                    p99_buy_ms: col(|r| r.p99_buy_ms),
-                });
+                report
+                    .b5
+                    .push(B5Row::median_of(sellers, buyers, variant, rs));
             }
         }
+        Ok(())
     }
-
-    let text = report.render();
-    println!("{text}");
-    if !env_flag("BENCH_NO_WRITE") {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/BENCHMARKS.md");
-        std::fs::write(path, &text)?;
-        eprintln!("wrote {path}");
-    }
-    drop(contenders);
-    drop(server);
-    Ok(())
 }
 
 /// `BENCH_PROFILE=<floor|manual|macro|rslock|arl>`: only sequential B1 cycles of one contender
@@ -390,6 +402,14 @@ fn throughputs<const N: usize>(runs: &HashMap<Kind, Vec<[f64; N]>>) -> HashMap<K
     runs.iter()
         .map(|(k, rows)| (*k, rows.iter().map(|r| r[0]).collect()))
         .collect()
+}
+
+/// Each contender's column-wise medians, in the order of `kinds`.
+fn medians<const N: usize>(
+    kinds: &[Kind],
+    runs: &HashMap<Kind, Vec<[f64; N]>>,
+) -> Vec<(Kind, [f64; N])> {
+    kinds.iter().map(|k| (*k, median_cols(&runs[k]))).collect()
 }
 
 /// Column-wise medians of per-repetition rows.

@@ -13,6 +13,7 @@
 //! and the `market:` sorted set of `<item>.<seller>` scored by price.
 
 use std::fmt;
+use std::future::Future;
 use std::time::Duration;
 
 use distlock::distributed_lock;
@@ -118,6 +119,29 @@ struct Listing {
     item: String,
     seller: String,
     price: i64,
+}
+
+impl Listing {
+    /// Whether a purchase may go ahead, given the listing's current price (`None`: gone) and
+    /// the buyer's funds.
+    fn can_buy(&self, price: Option<f64>, funds: Option<i64>) -> bool {
+        price.map(|p| p.round() as i64) == Some(self.price) && funds.unwrap_or(0) >= self.price
+    }
+}
+
+/// Runs `op` under the one `market` lock (the coarse variant); the lock is released even if
+/// `op` fails.
+async fn under_market_lock<T>(
+    op: impl Future<Output = Result<T, MarketError>>,
+) -> Result<T, MarketError> {
+    let guard = distlock::lock("market")
+        .ttl(LOCK_TTL)
+        .wait(LOCK_WAIT)
+        .acquire()
+        .await?;
+    let outcome = op.await;
+    guard.release().await?;
+    outcome
 }
 
 /// Runs the market for `duration` with `sellers` listing and `buyers` buying.
@@ -239,14 +263,7 @@ async fn seller(
                 list_watched(&mut conn, &seller, &item, price, &mut tally.retries).await?
             }
             Variant::Coarse => {
-                let guard = distlock::lock("market")
-                    .ttl(LOCK_TTL)
-                    .wait(LOCK_WAIT)
-                    .acquire()
-                    .await?;
-                let listed = list_checked(&mut conn, &seller, &item, price).await;
-                guard.release().await?;
-                listed?
+                under_market_lock(list_checked(&mut conn, &seller, &item, price)).await?
             }
             Variant::Fine => list_item_locked(&mut conn, &seller, &item, price).await?,
         };
@@ -293,14 +310,7 @@ async fn buyer(
                 purchase_watched(&mut conn, &buyer, &listing, &mut tally.retries).await?
             }
             Variant::Coarse => {
-                let guard = distlock::lock("market")
-                    .ttl(LOCK_TTL)
-                    .wait(LOCK_WAIT)
-                    .acquire()
-                    .await?;
-                let outcome = purchase_checked(&mut conn, &buyer, &listing).await;
-                guard.release().await?;
-                outcome?
+                under_market_lock(purchase_checked(&mut conn, &buyer, &listing)).await?
             }
             Variant::Fine => {
                 purchase_item_locked(&mut conn, &buyer, &listing.item, &listing).await?
@@ -325,28 +335,10 @@ async fn list_checked(
     item: &str,
     price: i64,
 ) -> Result<bool, MarketError> {
-    let inventory = format!("inventory:{seller}");
-    let has: bool = redis::cmd("SISMEMBER")
-        .arg(&inventory)
-        .arg(item)
-        .query_async(conn)
-        .await?;
-    if !has {
+    if !has_item(conn, seller, item).await? {
         return Ok(false);
     }
-    redis::pipe()
-        .atomic()
-        .cmd("ZADD")
-        .arg(MARKET)
-        .arg(price)
-        .arg(format!("{item}.{seller}"))
-        .ignore()
-        .cmd("SREM")
-        .arg(&inventory)
-        .arg(item)
-        .ignore()
-        .exec_async(conn)
-        .await?;
+    list(seller, item, price).exec_async(conn).await?;
     Ok(true)
 }
 
@@ -358,36 +350,50 @@ async fn list_watched(
     price: i64,
     retries: &mut u64,
 ) -> Result<bool, MarketError> {
-    let inventory = format!("inventory:{seller}");
     loop {
-        redis::cmd("WATCH").arg(&inventory).exec_async(conn).await?;
-        let has: bool = redis::cmd("SISMEMBER")
-            .arg(&inventory)
-            .arg(item)
-            .query_async(conn)
+        redis::cmd("WATCH")
+            .arg(format!("inventory:{seller}"))
+            .exec_async(conn)
             .await?;
-        if !has {
+        if !has_item(conn, seller, item).await? {
             redis::cmd("UNWATCH").exec_async(conn).await?;
             return Ok(false);
         }
-        let done: Option<Vec<redis::Value>> = redis::pipe()
-            .atomic()
-            .cmd("ZADD")
-            .arg(MARKET)
-            .arg(price)
-            .arg(format!("{item}.{seller}"))
-            .ignore()
-            .cmd("SREM")
-            .arg(&inventory)
-            .arg(item)
-            .ignore()
-            .query_async(conn)
-            .await?;
+        let done: Option<Vec<redis::Value>> = list(seller, item, price).query_async(conn).await?;
         if done.is_some() {
             return Ok(true);
         }
         *retries += 1;
     }
+}
+
+/// Whether the item is still in the seller's inventory.
+async fn has_item(
+    conn: &mut MultiplexedConnection,
+    seller: &str,
+    item: &str,
+) -> Result<bool, MarketError> {
+    Ok(redis::cmd("SISMEMBER")
+        .arg(format!("inventory:{seller}"))
+        .arg(item)
+        .query_async(conn)
+        .await?)
+}
+
+/// MULTI: put the item on the market, take it out of the seller's inventory.
+fn list(seller: &str, item: &str, price: i64) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .cmd("ZADD")
+        .arg(MARKET)
+        .arg(price)
+        .arg(format!("{item}.{seller}"))
+        .ignore()
+        .cmd("SREM")
+        .arg(format!("inventory:{seller}"))
+        .arg(item)
+        .ignore();
+    pipe
 }
 
 /// Buys a listing if it is still there at its price and the buyer can pay.
@@ -407,7 +413,7 @@ async fn purchase_checked(
         .arg("funds")
         .query_async(conn)
         .await?;
-    if price.map(|p| p.round() as i64) != Some(l.price) || funds.unwrap_or(0) < l.price {
+    if !l.can_buy(price, funds) {
         return Ok(Purchase::Missed);
     }
     transfer(buyer, l, &member).exec_async(conn).await?;
@@ -439,7 +445,7 @@ async fn purchase_watched(
             .arg("funds")
             .query_async(conn)
             .await?;
-        if price.map(|p| p.round() as i64) != Some(l.price) || funds.unwrap_or(0) < l.price {
+        if !l.can_buy(price, funds) {
             redis::cmd("UNWATCH").exec_async(conn).await?;
             return Ok(Purchase::Missed);
         }

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use redis::aio::MultiplexedConnection;
 
 use crate::contenders::{BenchResult, Kind};
-use crate::market::Variant;
+use crate::market::{MarketRun, Variant};
 use crate::scenarios::{RenewRun, Renewer};
 use crate::stats::{fmt_num, median};
 use crate::Plan;
@@ -14,6 +14,10 @@ use crate::Plan;
 /// Medians of a B1/B2 run: cycles/s, p50 µs, p99 µs, Redis CPU µs per cycle, Redis commands
 /// per cycle, client CPU µs per cycle.
 pub(crate) type CycleRow = [f64; 6];
+
+/// Medians of a B3 run: sections/s, gap p50 µs, gap p99 µs, min share, max share, Jain's index,
+/// Redis CPU µs per section, Redis commands per section, client CPU µs per section.
+pub(crate) type HandoffRow = [f64; 9];
 
 pub(crate) struct B3Row {
     pub(crate) tasks: usize,
@@ -30,6 +34,25 @@ pub(crate) struct B3Row {
     pub(crate) violations: u64,
 }
 
+impl B3Row {
+    pub(crate) fn new(tasks: usize, kind: Kind, m: HandoffRow, violations: u64) -> B3Row {
+        B3Row {
+            tasks,
+            kind,
+            per_sec: m[0],
+            gap_p50_us: m[1],
+            gap_p99_us: m[2],
+            min_share: m[3],
+            max_share: m[4],
+            jain: m[5],
+            server_cpu_us: m[6],
+            server_calls: m[7],
+            client_cpu_us: m[8],
+            violations,
+        }
+    }
+}
+
 pub(crate) struct B5Row {
     pub(crate) sellers: usize,
     pub(crate) buyers: usize,
@@ -41,6 +64,30 @@ pub(crate) struct B5Row {
     pub(crate) retries: f64,
     pub(crate) avg_buy_ms: f64,
     pub(crate) p99_buy_ms: f64,
+}
+
+impl B5Row {
+    /// Every column's median over the repetitions of one shape and variant.
+    pub(crate) fn median_of(
+        sellers: usize,
+        buyers: usize,
+        variant: Variant,
+        runs: &[MarketRun],
+    ) -> B5Row {
+        let col = |f: fn(&MarketRun) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
+        B5Row {
+            sellers,
+            buyers,
+            variant,
+            listed: col(|r| r.listed as f64),
+            bought: col(|r| r.bought as f64),
+            bought_per_sec: col(|r| r.bought as f64 / r.elapsed.as_secs_f64()),
+            missed: col(|r| r.missed as f64),
+            retries: col(|r| r.retries as f64),
+            avg_buy_ms: col(|r| r.avg_buy_ms),
+            p99_buy_ms: col(|r| r.p99_buy_ms),
+        }
+    }
 }
 
 /// Everything measured in one run of the harness.

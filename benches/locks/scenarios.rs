@@ -1,6 +1,6 @@
 //! B1–B4: one run of one scenario for one contender, plus the PING round-trip baseline.
 
-use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +8,9 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
-use crate::contenders::{BenchResult, Contenders, Handoffs, Kind, Recorder, Target};
+use crate::contenders::{BenchError, BenchResult, Contenders, Handoffs, Kind, Recorder, Target};
+use crate::probe::{measured_window, Probe, Work};
+use crate::report::{CycleRow, HandoffRow};
 use crate::stats::{jain, Samples};
 
 /// Median PING round trip in microseconds over `n` sequential pings.
@@ -24,99 +26,7 @@ pub(crate) async fn ping_rtt_us(conn: &mut MultiplexedConnection, n: usize) -> B
     Ok(samples.quantile_us(0.5))
 }
 
-/// Reads the server's CPU time and per-command call counts, to charge Redis work to a run.
-pub(crate) struct Probe {
-    conn: MultiplexedConnection,
-}
-
-/// One reading of [`Probe`].
-pub(crate) struct Snapshot {
-    cpu_us: f64,
-    client_cpu_us: f64,
-    calls: HashMap<String, u64>,
-}
-
-/// The work between two snapshots, on both sides of the connection.
-#[derive(Clone, Copy)]
-pub(crate) struct Work {
-    /// CPU time of redis-server (user + system), µs.
-    pub(crate) cpu_us: f64,
-    /// Commands executed (scripts and every command they ran), without the probe's own INFO.
-    pub(crate) calls: f64,
-    /// CPU time of this process (all threads: the runtime's workers, the contenders), µs.
-    pub(crate) client_cpu_us: f64,
-}
-
-impl Work {
-    pub(crate) fn per(self, n: f64) -> Work {
-        Work {
-            cpu_us: self.cpu_us / n,
-            calls: self.calls / n,
-            client_cpu_us: self.client_cpu_us / n,
-        }
-    }
-}
-
-/// CPU time of every thread of this process in µs, from `/proc/self/task/*/schedstat` (ns
-/// resolution; 0 where unavailable).
-fn process_cpu_us() -> f64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0.0;
-    };
-    tasks
-        .filter_map(Result::ok)
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum::<u64>() as f64
-        / 1000.0
-}
-
-impl Probe {
-    pub(crate) fn new(conn: MultiplexedConnection) -> Probe {
-        Probe { conn }
-    }
-
-    pub(crate) async fn snapshot(&mut self) -> BenchResult<Snapshot> {
-        let client_cpu_us = process_cpu_us();
-        let info: String = redis::cmd("INFO")
-            .arg("cpu")
-            .arg("commandstats")
-            .query_async(&mut self.conn)
-            .await?;
-        let mut cpu_us = 0.0;
-        for line in info.lines() {
-            if let Some(v) = line
-                .strip_prefix("used_cpu_sys:")
-                .or_else(|| line.strip_prefix("used_cpu_user:"))
-            {
-                cpu_us += v.trim().parse::<f64>().unwrap_or(0.0) * 1e6;
-            }
-        }
-        Ok(Snapshot {
-            cpu_us,
-            client_cpu_us,
-            calls: parse_command_stats(&info),
-        })
-    }
-}
-
-impl Snapshot {
-    pub(crate) fn work_since(&self, before: &Snapshot) -> Work {
-        let calls: u64 = self
-            .calls
-            .iter()
-            .filter(|(name, _)| name.as_str() != "info")
-            .map(|(name, &n)| n - before.calls.get(name).copied().unwrap_or(0))
-            .sum();
-        Work {
-            cpu_us: self.cpu_us - before.cpu_us,
-            calls: calls as f64,
-            client_cpu_us: self.client_cpu_us - before.client_cpu_us,
-        }
-    }
-}
-
-/// B1/B2: `tasks` tasks, each on its own key, acquire + release in a loop.
+/// What [`Runner::cycles`] measured.
 pub(crate) struct CycleRun {
     pub(crate) per_sec: f64,
     pub(crate) latency: Samples,
@@ -124,52 +34,21 @@ pub(crate) struct CycleRun {
     pub(crate) work: Work,
 }
 
-pub(crate) async fn cycles(
-    probe: &mut Probe,
-    c: &Arc<Contenders>,
-    kind: Kind,
-    scenario: &str,
-    tasks: usize,
-    warmup: Duration,
-    measure: Duration,
-) -> BenchResult<CycleRun> {
-    let start = Instant::now() + warmup;
-    let end = start + measure;
-    let mut handles = Vec::with_capacity(tasks);
-    for i in 0..tasks {
-        let c = c.clone();
-        let target = Target::new(scenario, kind, i, i);
-        handles.push(tokio::spawn(async move {
-            let mut latency = Samples::with_capacity(1 << 14);
-            loop {
-                let t0 = Instant::now();
-                if t0 >= end {
-                    break;
-                }
-                c.cycle(kind, &target).await?;
-                if t0 >= start {
-                    latency.push(t0.elapsed());
-                }
-            }
-            BenchResult::Ok(latency)
-        }));
+impl CycleRun {
+    /// The run as a B1/B2 table row (see [`CycleRow`]).
+    pub(crate) fn row(&mut self) -> CycleRow {
+        [
+            self.per_sec,
+            self.latency.quantile_us(0.5),
+            self.latency.quantile_us(0.99),
+            self.work.cpu_us,
+            self.work.calls,
+            self.work.client_cpu_us,
+        ]
     }
-    tokio::time::sleep_until(start).await;
-    let before = probe.snapshot().await?;
-    tokio::time::sleep_until(end).await;
-    let work = probe.snapshot().await?.work_since(&before);
-    let mut latency = Samples::default();
-    for handle in handles {
-        latency.extend(handle.await??);
-    }
-    Ok(CycleRun {
-        per_sec: latency.len() as f64 / measure.as_secs_f64(),
-        work: work.per(latency.len() as f64),
-        latency,
-    })
 }
 
-/// B3: `tasks` tasks on one key, each waiting for it, in a loop.
+/// What [`Runner::handoffs`] measured.
 pub(crate) struct HandoffRun {
     pub(crate) per_sec: f64,
     /// Release returned → next acquire returned.
@@ -182,73 +61,150 @@ pub(crate) struct HandoffRun {
     pub(crate) work: Work,
 }
 
-pub(crate) async fn handoffs(
-    probe: &mut Probe,
-    c: &Arc<Contenders>,
-    kind: Kind,
-    scenario: &str,
-    tasks: usize,
+impl HandoffRun {
+    /// The run as a B3 table row (see [`HandoffRow`]); overlaps are summed, not medianed, so
+    /// they stay out.
+    pub(crate) fn row(&mut self) -> HandoffRow {
+        [
+            self.per_sec,
+            self.gaps.quantile_us(0.5),
+            self.gaps.quantile_us(0.99),
+            self.min_share,
+            self.max_share,
+            self.jain,
+            self.work.cpu_us,
+            self.work.calls,
+            self.work.client_cpu_us,
+        ]
+    }
+}
+
+/// Runs B1–B3 for one contender at a time: every run has the same warm-up and measured
+/// window and charges its Redis and client work through the same probe.
+pub(crate) struct Runner {
+    probe: Probe,
+    contenders: Arc<Contenders>,
     warmup: Duration,
     measure: Duration,
-) -> BenchResult<HandoffRun> {
-    let origin = Instant::now();
-    let start = origin + warmup;
-    let end = start + measure;
-    let log = Arc::new(Handoffs::new(origin));
-    let mut handles = Vec::with_capacity(tasks);
-    for task in 0..tasks {
-        let c = c.clone();
-        let log = log.clone();
-        let target = Target::new(scenario, kind, 0, task);
-        handles.push(tokio::spawn(async move {
-            let rec = Recorder::new(&log, task as u32);
-            while Instant::now() < end {
-                c.section(kind, &target, &rec).await?;
-            }
-            BenchResult::Ok(())
-        }));
-    }
-    tokio::time::sleep_until(start).await;
-    let before = probe.snapshot().await?;
-    tokio::time::sleep_until(end).await;
-    let work = probe.snapshot().await?.work_since(&before);
-    for handle in handles {
-        handle.await??;
-    }
-    let log = Arc::into_inner(log).expect("all tasks finished");
-    let violations = log.violations();
-    let sections = log.into_sections();
-    let (lo, hi) = (
-        (start - origin).as_nanos() as u64,
-        (end - origin).as_nanos() as u64,
-    );
-    let mut per_task = vec![0u64; tasks];
-    let mut gaps = Samples::with_capacity(sections.len());
-    let mut counted = 0u64;
-    for (i, s) in sections.iter().enumerate() {
-        if s.entered < lo || s.entered >= hi {
-            continue;
-        }
-        counted += 1;
-        per_task[s.task as usize] += 1;
-        if i > 0 {
-            let prev = sections[i - 1];
-            if prev.released > 0 && prev.entered >= lo {
-                // A release observed after the next acquire (scheduling) counts as no gap.
-                gaps.push_nanos(s.entered.saturating_sub(prev.released));
-            }
+}
+
+impl Runner {
+    pub(crate) fn new(
+        probe: Probe,
+        contenders: Arc<Contenders>,
+        warmup: Duration,
+        measure: Duration,
+    ) -> Runner {
+        Runner {
+            probe,
+            contenders,
+            warmup,
+            measure,
         }
     }
-    let fair = counted as f64 / tasks as f64;
-    Ok(HandoffRun {
-        per_sec: counted as f64 / measure.as_secs_f64(),
-        gaps,
-        min_share: *per_task.iter().min().unwrap_or(&0) as f64 / fair,
-        max_share: *per_task.iter().max().unwrap_or(&0) as f64 / fair,
-        jain: jain(&per_task),
-        violations,
-        work: work.per(counted as f64),
-    })
+
+    /// B1/B2: `tasks` tasks, each on its own key, acquire + release in a loop.
+    pub(crate) async fn cycles(
+        &mut self,
+        kind: Kind,
+        scenario: &str,
+        tasks: usize,
+    ) -> BenchResult<CycleRun> {
+        let (c, warmup, measure) = (&self.contenders, self.warmup, self.measure);
+        let start = Instant::now() + warmup;
+        let end = start + measure;
+        let mut handles = Vec::with_capacity(tasks);
+        for i in 0..tasks {
+            let c = c.clone();
+            let target = Target::new(scenario, kind, i, i);
+            handles.push(tokio::spawn(async move {
+                let mut latency = Samples::with_capacity(1 << 14);
+                loop {
+                    let t0 = Instant::now();
+                    if t0 >= end {
+                        break;
+                    }
+                    c.cycle(kind, &target).await?;
+                    if t0 >= start {
+                        latency.push(t0.elapsed());
+                    }
+                }
+                BenchResult::Ok(latency)
+            }));
+        }
+        let (work, per_task) = measured_window(&mut self.probe, start, end, handles).await?;
+        let mut latency = Samples::default();
+        for task_latency in per_task {
+            latency.extend(task_latency);
+        }
+        Ok(CycleRun {
+            per_sec: latency.len() as f64 / measure.as_secs_f64(),
+            work: work.per(latency.len() as f64),
+            latency,
+        })
+    }
+
+    /// B3: `tasks` tasks on one key, each waiting for it, in a loop.
+    pub(crate) async fn handoffs(
+        &mut self,
+        kind: Kind,
+        scenario: &str,
+        tasks: usize,
+    ) -> BenchResult<HandoffRun> {
+        let (c, warmup, measure) = (&self.contenders, self.warmup, self.measure);
+        let origin = Instant::now();
+        let start = origin + warmup;
+        let end = start + measure;
+        let log = Arc::new(Handoffs::new(origin));
+        let mut handles = Vec::with_capacity(tasks);
+        for task in 0..tasks {
+            let c = c.clone();
+            let log = log.clone();
+            let target = Target::new(scenario, kind, 0, task);
+            handles.push(tokio::spawn(async move {
+                let rec = Recorder::new(&log, task as u32);
+                while Instant::now() < end {
+                    c.section(kind, &target, &rec).await?;
+                }
+                BenchResult::Ok(())
+            }));
+        }
+        let (work, _) = measured_window(&mut self.probe, start, end, handles).await?;
+        let log = Arc::into_inner(log).expect("all tasks finished");
+        let violations = log.violations();
+        let sections = log.into_sections();
+        let (lo, hi) = (
+            (start - origin).as_nanos() as u64,
+            (end - origin).as_nanos() as u64,
+        );
+        let mut per_task = vec![0u64; tasks];
+        let mut gaps = Samples::with_capacity(sections.len());
+        let mut counted = 0u64;
+        for (i, s) in sections.iter().enumerate() {
+            if s.entered < lo || s.entered >= hi {
+                continue;
+            }
+            counted += 1;
+            per_task[s.task as usize] += 1;
+            if i > 0 {
+                let prev = sections[i - 1];
+                if prev.released > 0 && prev.entered >= lo {
+                    // A release observed after the next acquire (scheduling) counts as no gap.
+                    gaps.push_nanos(s.entered.saturating_sub(prev.released));
+                }
+            }
+        }
+        let fair = counted as f64 / tasks as f64;
+        Ok(HandoffRun {
+            per_sec: counted as f64 / measure.as_secs_f64(),
+            gaps,
+            min_share: *per_task.iter().min().unwrap_or(&0) as f64 / fair,
+            max_share: *per_task.iter().max().unwrap_or(&0) as f64 / fair,
+            jain: jain(&per_task),
+            violations,
+            work: work.per(counted as f64),
+        })
+    }
 }
 
 /// B4: which implementation renews the leases.
@@ -303,8 +259,6 @@ pub(crate) async fn renewal(
     };
     let targets: Arc<Vec<Target>> =
         Arc::new((0..held).map(|i| Target::new("b4", kind, i, i)).collect());
-    // Acquire everything with 64 concurrent acquirers.
-    const ACQUIRERS: usize = 64;
     let mut client_keepalive = None;
     let held_locks = match renewer {
         Renewer::Distlock { batch } => {
@@ -312,21 +266,11 @@ pub(crate) async fn renewal(
                 .renew_batch_size(batch)
                 .connect()
                 .await?;
-            let mut handles = Vec::new();
-            for a in 0..ACQUIRERS {
-                let (client, targets) = (client.clone(), targets.clone());
-                handles.push(tokio::spawn(async move {
-                    let mut guards = Vec::new();
-                    for t in targets.iter().skip(a).step_by(ACQUIRERS) {
-                        guards.push(client.lock(t.name()).ttl(ttl).renew(true).acquire().await?);
-                    }
-                    BenchResult::Ok(guards)
-                }));
-            }
-            let mut guards = Vec::with_capacity(held);
-            for h in handles {
-                guards.extend(h.await??);
-            }
+            let acquirer = client.clone();
+            let guards = acquire_all(&targets, move |t| {
+                acquirer.lock(t.name()).ttl(ttl).renew(true).acquire()
+            })
+            .await?;
             client_keepalive = Some(client);
             Held::Distlock(guards)
         }
@@ -337,25 +281,12 @@ pub(crate) async fn renewal(
                 .ttl(ttl)
                 .extend(ttl / 3)
                 .timeout(Some(Duration::from_secs(10)));
-            let mut handles = Vec::new();
-            for a in 0..ACQUIRERS {
-                let (locker, targets, options) = (locker.clone(), targets.clone(), options.clone());
-                handles.push(tokio::spawn(async move {
-                    let mut locks = Vec::new();
-                    for t in targets.iter().skip(a).step_by(ACQUIRERS) {
-                        locks.push(
-                            locker
-                                .acquire_with_options(&options, t.redis_key(kind))
-                                .await?,
-                        );
-                    }
-                    BenchResult::Ok(locks)
-                }));
-            }
-            let mut locks = Vec::with_capacity(held);
-            for h in handles {
-                locks.extend(h.await??);
-            }
+            let locks = acquire_all(&targets, move |t| {
+                let (locker, options) = (locker.clone(), options.clone());
+                let key = t.redis_key(kind).to_owned();
+                async move { locker.acquire_with_options(&options, key).await }
+            })
+            .await?;
             Held::Arl(locks)
         }
     };
@@ -423,11 +354,11 @@ pub(crate) async fn renewal(
     match held_locks {
         Held::Distlock(guards) => {
             lost += guards.iter().filter(|g| g.lost_reason().is_some()).count() as u64;
-            release_all_distlock(guards).await?;
+            release_all(guards, distlock::LockGuard::release).await?;
         }
         Held::Arl(locks) => {
             lost += locks.iter().filter(|l| l.is_lost()).count() as u64;
-            release_all_arl(locks).await?;
+            release_all(locks, async_redis_lock::Lock::release).await?;
         }
     }
     drop(client_keepalive);
@@ -441,39 +372,59 @@ pub(crate) async fn renewal(
     })
 }
 
-async fn release_all_distlock(guards: Vec<distlock::LockGuard>) -> BenchResult<()> {
-    let mut chunks: Vec<Vec<distlock::LockGuard>> = (0..64).map(|_| Vec::new()).collect();
-    for (i, g) in guards.into_iter().enumerate() {
-        chunks[i % 64].push(g);
-    }
-    let handles: Vec<_> = chunks
-        .into_iter()
-        .map(|chunk| {
+/// Locks are taken and released by this many concurrent tasks, so that setting up and
+/// tearing down 10,000 locks takes seconds rather than minutes.
+const ACQUIRERS: usize = 64;
+
+/// Every target's lock, taken by [`ACQUIRERS`] tasks, each taking every `ACQUIRERS`-th target.
+async fn acquire_all<L, E, Fut>(
+    targets: &Arc<Vec<Target>>,
+    acquire: impl Fn(&Target) -> Fut + Clone + Send + 'static,
+) -> BenchResult<Vec<L>>
+where
+    L: Send + 'static,
+    E: Into<BenchError>,
+    Fut: Future<Output = Result<L, E>> + Send,
+{
+    let handles: Vec<_> = (0..ACQUIRERS)
+        .map(|a| {
+            let (targets, acquire) = (targets.clone(), acquire.clone());
             tokio::spawn(async move {
-                for g in chunk {
-                    g.release().await?;
+                let mut locks = Vec::new();
+                for t in targets.iter().skip(a).step_by(ACQUIRERS) {
+                    locks.push(acquire(t).await.map_err(Into::into)?);
                 }
-                BenchResult::Ok(())
+                BenchResult::Ok(locks)
             })
         })
         .collect();
+    let mut locks = Vec::with_capacity(targets.len());
     for h in handles {
-        h.await??;
+        locks.extend(h.await??);
     }
-    Ok(())
+    Ok(locks)
 }
 
-async fn release_all_arl(locks: Vec<async_redis_lock::Lock>) -> BenchResult<()> {
-    let mut chunks: Vec<Vec<async_redis_lock::Lock>> = (0..64).map(|_| Vec::new()).collect();
+/// Releases every lock from [`ACQUIRERS`] concurrent tasks.
+async fn release_all<L, E, Fut>(
+    locks: Vec<L>,
+    release: impl Fn(L) -> Fut + Copy + Send + 'static,
+) -> BenchResult<()>
+where
+    L: Send + 'static,
+    E: Into<BenchError>,
+    Fut: Future<Output = Result<(), E>> + Send,
+{
+    let mut chunks: Vec<Vec<L>> = (0..ACQUIRERS).map(|_| Vec::new()).collect();
     for (i, l) in locks.into_iter().enumerate() {
-        chunks[i % 64].push(l);
+        chunks[i % ACQUIRERS].push(l);
     }
     let handles: Vec<_> = chunks
         .into_iter()
         .map(|chunk| {
             tokio::spawn(async move {
                 for l in chunk {
-                    l.release().await?;
+                    release(l).await.map_err(Into::into)?;
                 }
                 BenchResult::Ok(())
             })
@@ -483,24 +434,4 @@ async fn release_all_arl(locks: Vec<async_redis_lock::Lock>) -> BenchResult<()> 
         h.await??;
     }
     Ok(())
-}
-
-/// `calls` per command from the `commandstats` section of `INFO`.
-fn parse_command_stats(info: &str) -> HashMap<String, u64> {
-    let mut out = HashMap::new();
-    for line in info.lines() {
-        let Some(rest) = line.strip_prefix("cmdstat_") else {
-            continue;
-        };
-        let Some((name, fields)) = rest.split_once(':') else {
-            continue;
-        };
-        let calls = fields
-            .split(',')
-            .find_map(|f| f.strip_prefix("calls="))
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0);
-        out.insert(name.to_owned(), calls);
-    }
-    out
 }
