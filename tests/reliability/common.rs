@@ -1,11 +1,15 @@
 //! Shared by the scenarios: run settings, a seeded RNG, Redis inspection helpers, and the
 //! fenced resource that rejects stale writers.
 
+use std::future::Future;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use distlock::{Client, Config};
+use distlock::{Client, Config, Error, LockBuilder, LockGuard};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 /// Run-wide settings from the environment.
 #[derive(Debug, Clone)]
@@ -107,6 +111,41 @@ pub(crate) async fn calm_client(url: &str) -> Client {
         .expect("connect a distlock client")
 }
 
+/// A Redis connection for a worker process (errors as text, for the worker's `Result`).
+pub(crate) async fn redis_conn(url: &str) -> Result<MultiplexedConnection, String> {
+    redis::Client::open(url)
+        .map_err(|e| e.to_string())?
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Takes `name` with a lease of `ttl` (no renewal, no waiting).
+pub(crate) async fn acquire_for(
+    client: &Client,
+    name: impl Into<String>,
+    ttl: Duration,
+) -> Result<LockGuard, Error> {
+    client.lock(name).ttl(ttl).acquire().await
+}
+
+/// Takes `name` with a lease of `ttl` that the client keeps renewing (no waiting).
+pub(crate) async fn acquire_renewed(
+    client: &Client,
+    name: impl Into<String>,
+    ttl: Duration,
+) -> Result<LockGuard, Error> {
+    client.lock(name).ttl(ttl).renew(true).acquire().await
+}
+
+/// Starts `lock.acquire()` on its own task, which returns the result and when it came.
+pub(crate) fn spawn_acquire(lock: LockBuilder) -> JoinHandle<(Result<LockGuard, Error>, Instant)> {
+    tokio::spawn(async move {
+        let result = lock.acquire().await;
+        (result, Instant::now())
+    })
+}
+
 /// The lock hash of `name` under the default prefix.
 pub(crate) fn lock_key(name: &str) -> String {
     format!("distlock:{{{name}}}")
@@ -119,6 +158,48 @@ pub(crate) async fn lock_hashes(conn: &mut MultiplexedConnection) -> Vec<String>
         .into_iter()
         .filter(|k| k.starts_with("distlock:{") && k.ends_with('}'))
         .collect()
+}
+
+/// Waits until no lock hash is left (panics after `within`): cleanups and commands queued
+/// during a fault may land late, and abandoned locks only go at their ttl.
+pub(crate) async fn no_lock_left(conn: &MultiplexedConnection, within: Duration) -> Vec<String> {
+    until_empty(conn, within, "no lock left", |mut conn| async move {
+        lock_hashes(&mut conn).await
+    })
+    .await
+}
+
+/// Waits until `PUBSUB CHANNELS` is empty (panics after `within`): unsubscribes are
+/// acknowledged asynchronously and Redis has no signal for "channel gone".
+pub(crate) async fn no_channel_left(conn: &MultiplexedConnection, within: Duration) -> Vec<String> {
+    until_empty(
+        conn,
+        within,
+        "no subscription left",
+        |mut conn| async move { pubsub_channels(&mut conn).await },
+    )
+    .await
+}
+
+/// Re-reads `list` until it comes back empty and returns it (panics after `within`).
+async fn until_empty<F, Fut>(
+    conn: &MultiplexedConnection,
+    within: Duration,
+    what: &str,
+    list: F,
+) -> Vec<String>
+where
+    F: Fn(MultiplexedConnection) -> Fut,
+    Fut: Future<Output = Vec<String>>,
+{
+    testkit::eventually(within, what, || {
+        let items = list(conn.clone());
+        async move {
+            let items = items.await;
+            items.is_empty().then_some(items)
+        }
+    })
+    .await
 }
 
 /// `PUBSUB CHANNELS` (every channel with a subscriber).
@@ -213,6 +294,12 @@ impl FencedResource {
         let max: Option<u64> = conn.get(&self.max_key).await.expect("GET");
         max.unwrap_or(0)
     }
+}
+
+/// Locks `m` even if a panicking holder poisoned it: the data are counters and buffers that a
+/// panic cannot leave half-updated in a way that matters here.
+pub(crate) fn lock_unpoisoned<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Milliseconds of a duration, for messages.

@@ -19,8 +19,10 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
+
+use crate::common::lock_unpoisoned;
 
 type Matcher = Box<dyn Fn(&[Vec<u8>]) -> bool + Send>;
 
@@ -51,7 +53,7 @@ struct Faults {
 #[derive(Default)]
 struct Shared {
     faults: Mutex<Faults>,
-    blackhole: tokio::sync::watch::Sender<bool>,
+    blackhole: watch::Sender<bool>,
     connections: Mutex<Vec<Arc<Notify>>>,
     accepted: AtomicU64,
     replies_faulted: AtomicU64,
@@ -60,7 +62,7 @@ struct Shared {
 
 impl Shared {
     fn faults(&self) -> std::sync::MutexGuard<'_, Faults> {
-        self.faults.lock().unwrap_or_else(|e| e.into_inner())
+        lock_unpoisoned(&self.faults)
     }
 
     fn count_fault(&self) {
@@ -154,13 +156,7 @@ impl Proxy {
 
     /// Resets (RST) every open connection; returns how many there were.
     pub(crate) fn reset_all(&self) -> usize {
-        let conns = std::mem::take(
-            &mut *self
-                .shared
-                .connections
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-        );
+        let conns = std::mem::take(&mut *lock_unpoisoned(&self.shared.connections));
         for kill in &conns {
             kill.notify_one();
         }
@@ -180,11 +176,7 @@ async fn accept_loop(listener: TcpListener, upstream: SocketAddr, shared: Arc<Sh
                 return; // dropping `client` closes it: the client sees a failed connection
             };
             let kill = Arc::new(Notify::new());
-            shared
-                .connections
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(kill.clone());
+            lock_unpoisoned(&shared.connections).push(kill.clone());
             serve(client, server, shared, kill).await;
         });
     }
@@ -198,9 +190,11 @@ async fn serve(client: TcpStream, server: TcpStream, shared: Arc<Shared>, kill: 
     let _ = server.set_nodelay(true);
     let (client_rd, client_wr) = client.into_split();
     let (server_rd, server_wr) = server.into_split();
-    let pending = Arc::new(Mutex::new(VecDeque::new()));
-    let requests = pump_requests(client_rd, server_wr, shared.clone(), pending.clone());
-    let replies = pump_replies(server_rd, client_wr, shared, pending);
+    let pending = Pending::default();
+    let requests = Pipe::new(client_rd, server_wr, &shared);
+    let replies = Pipe::new(server_rd, client_wr, &shared);
+    let requests = pump_requests(requests, shared.clone(), pending.clone());
+    let replies = pump_replies(replies, shared, pending);
     // Either direction ending (EOF, error, reset) ends the connection in both.
     tokio::select! {
         () = requests => {}
@@ -209,29 +203,65 @@ async fn serve(client: TcpStream, server: TcpStream, shared: Arc<Shared>, kill: 
     }
 }
 
+/// Per connection, the fault marked for the reply to each command sent, oldest first.
+type Pending = Arc<Mutex<VecDeque<Option<ReplyFault>>>>;
+
+/// One direction of a proxied connection: bytes read, split into RESP frames, written on.
+struct Pipe {
+    from: OwnedReadHalf,
+    to: OwnedWriteHalf,
+    blackhole: watch::Receiver<bool>,
+    buf: Vec<u8>,
+}
+
+impl Pipe {
+    fn new(from: OwnedReadHalf, to: OwnedWriteHalf, shared: &Shared) -> Pipe {
+        Pipe {
+            from,
+            to,
+            blackhole: shared.blackhole.subscribe(),
+            buf: Vec::new(),
+        }
+    }
+
+    /// Reads what arrived; false once the connection ended (EOF, error, reset).
+    async fn fill(&mut self) -> bool {
+        let mut chunk = [0u8; 16 * 1024];
+        match self.from.read(&mut chunk).await {
+            Ok(0) | Err(_) => false,
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                true
+            }
+        }
+    }
+
+    /// The next complete frame read, if one is.
+    fn next_frame(&mut self) -> Option<Vec<u8>> {
+        let len = frame_len(&self.buf)?;
+        Some(self.buf.drain(..len).collect())
+    }
+
+    /// Writes `bytes` even while the black hole is on; false if the connection ended.
+    async fn write(&mut self, bytes: &[u8]) -> bool {
+        self.to.write_all(bytes).await.is_ok()
+    }
+
+    /// Writes `bytes` once the black hole is off; false if the connection ended.
+    async fn forward(&mut self, bytes: &[u8]) -> bool {
+        self.blackhole.wait_for(|on| !on).await.is_ok() && self.write(bytes).await
+    }
+}
+
 /// Client to server: counts commands (and marks the ones whose reply a rule targets).
-async fn pump_requests(
-    mut from: OwnedReadHalf,
-    mut to: OwnedWriteHalf,
-    shared: Arc<Shared>,
-    pending: Arc<Mutex<VecDeque<Option<ReplyFault>>>>,
-) {
-    let mut blackhole = shared.blackhole.subscribe();
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 16 * 1024];
-    loop {
-        let n = match from.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        buf.extend_from_slice(&chunk[..n]);
+async fn pump_requests(mut pipe: Pipe, shared: Arc<Shared>, pending: Pending) {
+    while pipe.fill().await {
         let mut out = Vec::new();
         let latency;
         {
             let mut faults = shared.faults();
             latency = faults.latency;
-            while let Some(len) = frame_len(&buf) {
-                let frame: Vec<u8> = buf.drain(..len).collect();
+            while let Some(frame) = pipe.next_frame() {
                 let args = command_args(&frame);
                 let mut fault = None;
                 if let Some(rule) = faults.rule.as_mut() {
@@ -243,10 +273,7 @@ async fn pump_requests(
                         }
                     }
                 }
-                pending
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push_back(fault);
+                lock_unpoisoned(&pending).push_back(fault);
                 out.extend_from_slice(&frame);
             }
         }
@@ -256,39 +283,21 @@ async fn pump_requests(
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
         }
-        if blackhole.wait_for(|on| !on).await.is_err() || to.write_all(&out).await.is_err() {
+        if !pipe.forward(&out).await {
             return;
         }
     }
 }
 
 /// Server to client: applies the fault marked for each reply.
-async fn pump_replies(
-    mut from: OwnedReadHalf,
-    mut to: OwnedWriteHalf,
-    shared: Arc<Shared>,
-    pending: Arc<Mutex<VecDeque<Option<ReplyFault>>>>,
-) {
-    let mut blackhole = shared.blackhole.subscribe();
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 16 * 1024];
-    loop {
-        let n = match from.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        buf.extend_from_slice(&chunk[..n]);
+async fn pump_replies(mut pipe: Pipe, shared: Arc<Shared>, pending: Pending) {
+    while pipe.fill().await {
         let mut out = Vec::new();
-        while let Some(len) = frame_len(&buf) {
-            let frame: Vec<u8> = buf.drain(..len).collect();
+        while let Some(frame) = pipe.next_frame() {
             // Pushes and attributes are not replies: pass them on uncounted.
             let counted = !matches!(frame.first(), Some(b'>') | Some(b'|'));
             let fault = if counted {
-                pending
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .pop_front()
-                    .flatten()
+                lock_unpoisoned(&pending).pop_front().flatten()
             } else {
                 None
             };
@@ -296,7 +305,7 @@ async fn pump_replies(
                 None => out.extend_from_slice(&frame),
                 Some(ReplyFault::Drop) => shared.count_fault(),
                 Some(ReplyFault::Delay(delay)) => {
-                    if !out.is_empty() && to.write_all(&std::mem::take(&mut out)).await.is_err() {
+                    if !out.is_empty() && !pipe.write(&std::mem::take(&mut out)).await {
                         return;
                     }
                     shared.count_fault();
@@ -304,7 +313,7 @@ async fn pump_replies(
                     out.extend_from_slice(&frame);
                 }
                 Some(ReplyFault::Reset) => {
-                    let _ = to.write_all(&out).await;
+                    let _ = pipe.write(&out).await;
                     shared.count_fault();
                     // Ending the pump ends the connection; the zero linger makes it a reset.
                     return;
@@ -314,7 +323,7 @@ async fn pump_replies(
         if out.is_empty() {
             continue;
         }
-        if blackhole.wait_for(|on| !on).await.is_err() || to.write_all(&out).await.is_err() {
+        if !pipe.forward(&out).await {
             return;
         }
     }

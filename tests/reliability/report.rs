@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::bugs::Bug;
-use crate::common::Settings;
+use crate::common::{lock_unpoisoned, Settings};
 
 /// What one scenario counted while it ran; shared with every task of the scenario.
 #[derive(Default)]
@@ -36,7 +36,7 @@ impl Tally {
     pub(crate) fn violation(&self, what: impl Into<String>) {
         let what = what.into();
         eprintln!("    VIOLATION: {what}");
-        lock(&self.violations).push(what);
+        lock_unpoisoned(&self.violations).push(what);
     }
 
     /// Records a violation unless `ok`; returns `ok`.
@@ -59,27 +59,23 @@ impl Tally {
         if !ok {
             let what = what();
             eprintln!("    VIOLATION (known bug {}): {what}", bug.id);
-            lock(&self.known).push((bug, what));
+            lock_unpoisoned(&self.known).push((bug, what));
         }
         ok
     }
 
     /// A short remark for the table's note column (seed, code path, measured bounds).
     pub(crate) fn note(&self, text: impl Into<String>) {
-        lock(&self.notes).push(text.into());
+        lock_unpoisoned(&self.notes).push(text.into());
     }
 
     fn violation_count(&self) -> usize {
-        lock(&self.violations).len()
+        lock_unpoisoned(&self.violations).len()
     }
 
     fn known_count(&self) -> usize {
-        lock(&self.known).len()
+        lock_unpoisoned(&self.known).len()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 pub(crate) type ScenarioFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -111,6 +107,23 @@ impl Scenario {
             budget,
             run: Box::new(move |tally| Box::pin(run(tally))),
         }
+    }
+
+    /// A scenario of `rounds` repetitions: its title ends with `(x<rounds>)`.
+    pub(crate) fn repeated<F, Fut>(
+        id: &'static str,
+        title: &str,
+        rounds: u64,
+        budget: Duration,
+        run: F,
+    ) -> Self
+    where
+        F: FnOnce(Arc<Tally>, u64) -> Fut + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        Scenario::new(id, format!("{title} (x{rounds})"), budget, move |t| {
+            run(t, rounds)
+        })
     }
 
     /// `filter` is the id (`7`, `7a`) or a word of the title.
@@ -226,10 +239,10 @@ fn run_one(scenario: Scenario) -> Row {
         Verdict::Pass
     };
     let violations = unexpected + known;
-    let notes = lock(&tally.notes).clone();
-    problems.extend(lock(&tally.violations).iter().cloned());
+    let notes = lock_unpoisoned(&tally.notes).clone();
+    problems.extend(lock_unpoisoned(&tally.violations).iter().cloned());
     let mut bugs: Vec<&'static Bug> = Vec::new();
-    for (bug, what) in lock(&tally.known).iter() {
+    for (bug, what) in lock_unpoisoned(&tally.known).iter() {
         problems.push(format!("known bug {}: {what}", bug.id));
         if !bugs.iter().any(|b| b.id == bug.id) {
             bugs.push(bug);

@@ -14,6 +14,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 
+use crate::common::lock_unpoisoned;
 use crate::scenarios;
 
 const ROLE_ENV: &str = "DISTLOCK_RELIABILITY_WORKER";
@@ -146,7 +147,7 @@ impl Worker {
         tokio::spawn(async move {
             let mut reader = BufReader::new(err_out).lines();
             while let Ok(Some(line)) = reader.next_line().await {
-                let mut buf = sink.lock().unwrap_or_else(|e| e.into_inner());
+                let mut buf = lock_unpoisoned(&sink);
                 if buf.len() < 200 {
                     buf.push(line);
                 }
@@ -168,7 +169,7 @@ impl Worker {
 
     /// What the worker wrote to stderr so far (for failure messages).
     pub(crate) fn stderr_tail(&self) -> String {
-        let buf = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+        let buf = lock_unpoisoned(&self.stderr);
         let start = buf.len().saturating_sub(8);
         buf[start..].join(" | ")
     }
@@ -222,6 +223,13 @@ impl Worker {
     pub(crate) async fn kill(&mut self) {
         self.signal("KILL");
         let _ = self.child.wait().await;
+    }
+
+    /// Tells a worker that waits for `EXIT` to exit and returns its exit code (panics after
+    /// 10 s).
+    pub(crate) async fn exit(&mut self) -> Option<i32> {
+        self.send("EXIT").await;
+        self.finish(Duration::from_secs(10)).await
     }
 
     /// Waits for the worker to exit by itself and returns its exit code (panics after `within`).

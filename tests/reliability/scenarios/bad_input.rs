@@ -5,25 +5,22 @@
 //! 10a runs in this process: names (very long, Unicode, control and RESP-looking bytes,
 //! `{`/`}`/`:`/`<`, empty), invalid URLs, wrong or missing passwords, invalid settings, and at
 //! the Redis level a retried release of the same hold and releases by a non-owner.
-//! 10b runs in a worker process, because the client registry is process-global: a lock before
-//! `init`, `init` twice, named clients that do not exist, and `#[distributed_lock]` keys built
-//! from hostile values.
+//! 10b (the client registry, in a worker process) is in `registry_misuse.rs`.
 
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{distributed_lock, Client, Config, Error};
+use distlock::{Client, Config, Error, LockGuard};
 use redis::aio::MultiplexedConnection;
-use redis::AsyncCommands;
 use testkit::{RedisServer, ServerOptions};
 use tokio::time::Instant;
 
-use super::mutex::SectionError;
-use crate::common::{calm_client, lock_fields, lock_hashes, lock_key, lock_state, Settings};
+use crate::common::{
+    acquire_for, calm_client, lock_fields, lock_hashes, lock_key, lock_state, Settings,
+};
 use crate::report::{Scenario, Tally};
-use crate::worker::{Ctx, Worker};
 
 pub(crate) fn scenario(_: &Settings, budget: Duration) -> Scenario {
     Scenario::new(
@@ -31,15 +28,6 @@ pub(crate) fn scenario(_: &Settings, budget: Duration) -> Scenario {
         "bad input: names, URLs, passwords, settings, double/foreign release",
         budget,
         run,
-    )
-}
-
-pub(crate) fn registry(_: &Settings, budget: Duration) -> Scenario {
-    Scenario::new(
-        "10b",
-        "bad input (worker process): lock before init, init twice, unknown client, hostile key values",
-        budget,
-        run_registry,
     )
 }
 
@@ -79,24 +67,60 @@ fn expect_invalid_key(
     }
 }
 
+/// A lock held by another client through the scenario: no case may touch it.
+pub(super) struct Sentinel {
+    guard: LockGuard,
+    before: Vec<(String, String)>,
+    _client: Client,
+}
+
+impl Sentinel {
+    pub(super) async fn take(server: &RedisServer, conn: &mut MultiplexedConnection) -> Sentinel {
+        let client = calm_client(&server.url()).await;
+        let guard = acquire_for(&client, "sentinel", Duration::from_secs(60))
+            .await
+            .expect("sentinel");
+        let before = lock_state(conn, "sentinel").await;
+        Sentinel {
+            guard,
+            before,
+            _client: client,
+        }
+    }
+
+    /// Checks that the sentinel is unchanged and the only lock left, then releases it.
+    pub(super) async fn check_and_release(self, t: &Tally, conn: &mut MultiplexedConnection) {
+        let (before, after) = (self.before, lock_state(conn, "sentinel").await);
+        t.check(after == before, || {
+            format!("the sentinel lock changed: {before:?} -> {after:?}")
+        });
+        let left = lock_hashes(conn).await;
+        t.check(left == [lock_key("sentinel")], || {
+            format!("lock keys left: {left:?}")
+        });
+        let released = self.guard.release().await;
+        t.check(released.is_ok(), || {
+            format!("sentinel release: {released:?}")
+        });
+    }
+}
+
 /// An unusual but valid name works end to end: the lock hash is exactly `distlock:{name}`.
+/// (Cases own their client and connection: each runs on its own task.)
 async fn round_trip(
-    client: &Client,
-    conn: &mut MultiplexedConnection,
-    name: &str,
+    client: Client,
+    mut conn: MultiplexedConnection,
+    name: String,
 ) -> Result<(), String> {
-    let guard = client
-        .lock(name)
-        .ttl(Duration::from_secs(10))
-        .acquire()
+    let guard = acquire_for(&client, &name, Duration::from_secs(10))
         .await
         .map_err(|e| e.to_string())?;
-    let fields = lock_fields(conn, name).await;
+    let fields = lock_fields(&mut conn, &name).await;
     if fields != 3 {
         return Err(format!("{fields} fields under the exact key"));
     }
     guard.release().await.map_err(|e| e.to_string())?;
-    if lock_fields(conn, name).await != 0 {
+    if lock_fields(&mut conn, &name).await != 0 {
         return Err("still held after release".to_owned());
     }
     Ok(())
@@ -106,14 +130,7 @@ async fn run(t: Arc<Tally>) {
     let server = RedisServer::start();
     let mut conn = server.conn().await;
     let client = calm_client(&server.url()).await;
-    let sentinel_client = calm_client(&server.url()).await;
-    let sentinel = sentinel_client
-        .lock("sentinel")
-        .ttl(Duration::from_secs(60))
-        .acquire()
-        .await
-        .expect("sentinel");
-    let sentinel_before = lock_state(&mut conn, "sentinel").await;
+    let sentinel = Sentinel::take(&server, &mut conn).await;
 
     // Names.
     let max = distlock::MAX_NAME_LEN;
@@ -128,11 +145,7 @@ async fn run(t: Arc<Tally>) {
         ("whitespace name", " \t ".to_owned()),
     ];
     for (what, name) in cases {
-        let (client, mut conn) = (client.clone(), conn.clone());
-        case(&t, what, async move {
-            round_trip(&client, &mut conn, &name).await
-        })
-        .await;
+        case(&t, what, round_trip(client.clone(), conn.clone(), name)).await;
     }
     let rejected: Vec<(&str, String)> = vec![
         ("empty name", String::new()),
@@ -156,7 +169,7 @@ async fn run(t: Arc<Tally>) {
     }
     // Related names are distinct locks.
     {
-        let (client, mut conn) = (client.clone(), conn.clone());
+        let (client, conn) = (client.clone(), conn.clone());
         case(&t, "a, a: and a:b are distinct locks", async move {
             let a = client
                 .lock("a")
@@ -164,7 +177,7 @@ async fn run(t: Arc<Tally>) {
                 .await
                 .map_err(|e| e.to_string())?;
             for other in ["a:", "a:b", "A", "a "] {
-                round_trip(&client, &mut conn, other)
+                round_trip(client.clone(), conn.clone(), other.to_owned())
                     .await
                     .map_err(|e| format!("{other:?} while `a` is held: {e}"))?;
             }
@@ -309,37 +322,16 @@ async fn run(t: Arc<Tally>) {
     }
 
     // At the Redis level: a retried release of the same hold, and a foreign release/renewal.
-    {
-        let (client, mut conn) = (client.clone(), conn.clone());
-        case(&t, "release retried with the same hold", async move {
-            retried_release(&client, &mut conn).await
-        })
-        .await;
-    }
-    {
-        let (client, mut conn) = (client.clone(), conn.clone());
-        case(&t, "release by a non-owner", async move {
-            foreign_release(&client, &mut conn).await
-        })
-        .await;
-    }
+    let retried = retried_release(client.clone(), conn.clone());
+    case(&t, "release retried with the same hold", retried).await;
+    let foreign = foreign_release(client.clone(), conn.clone());
+    case(&t, "release by a non-owner", foreign).await;
 
     // The sentinel is untouched and nothing else is left.
-    let sentinel_after = lock_state(&mut conn, "sentinel").await;
-    t.check(sentinel_after == sentinel_before, || {
-        format!("the sentinel lock changed: {sentinel_before:?} -> {sentinel_after:?}")
-    });
-    t.check(sentinel.ensure_held().is_ok(), || {
+    t.check(sentinel.guard.ensure_held().is_ok(), || {
         "the sentinel was lost".to_owned()
     });
-    let left = lock_hashes(&mut conn).await;
-    t.check(left == [lock_key("sentinel")], || {
-        format!("lock keys left: {left:?}")
-    });
-    let released = sentinel.release().await;
-    t.check(released.is_ok(), || {
-        format!("sentinel release: {released:?}")
-    });
+    sentinel.check_and_release(&t, &mut conn).await;
 }
 
 /// The lock's owner and hold fields (`h...`), read from Redis.
@@ -389,7 +381,7 @@ async fn release_code(
     }
 }
 
-async fn retried_release(client: &Client, conn: &mut MultiplexedConnection) -> Result<(), String> {
+async fn retried_release(client: Client, mut conn: MultiplexedConnection) -> Result<(), String> {
     let name = "twice";
     let inner_client = client.clone();
     let mut inner_conn = conn.clone();
@@ -424,290 +416,34 @@ async fn retried_release(client: &Client, conn: &mut MultiplexedConnection) -> R
         })
         .await
         .map_err(|e| e.to_string())??;
-    if lock_fields(conn, name).await != 0 {
+    if lock_fields(&mut conn, name).await != 0 {
         return Err("not released after the outer body".to_owned());
     }
     Ok(())
 }
 
-async fn foreign_release(client: &Client, conn: &mut MultiplexedConnection) -> Result<(), String> {
+async fn foreign_release(client: Client, mut conn: MultiplexedConnection) -> Result<(), String> {
     let name = "foreign";
-    let guard = client
-        .lock(name)
-        .ttl(Duration::from_secs(10))
-        .acquire()
+    let guard = acquire_for(&client, name, Duration::from_secs(10))
         .await
         .map_err(|e| e.to_string())?;
-    let before = lock_state(conn, name).await;
-    let (_, holds) = owner_and_holds(conn, name).await;
+    let before = lock_state(&mut conn, name).await;
+    let (_, holds) = owner_and_holds(&mut conn, name).await;
     let hold = holds.iter().next().cloned().ok_or("no hold field")?;
     for (owner, hold) in [
         ("intruder:1", hold.as_str()),
         ("intruder:1", "h999999"),
         ("", hold.as_str()),
     ] {
-        let left = release_code(conn, name, owner, hold).await?;
+        let left = release_code(&mut conn, name, owner, hold).await?;
         if left != -1 {
             return Err(format!(
                 "release by owner {owner:?} returned {left}, expected -1 (not the owner)"
             ));
         }
     }
-    if lock_state(conn, name).await != before {
+    if lock_state(&mut conn, name).await != before {
         return Err("the lock hash changed".to_owned());
     }
     guard.release().await.map_err(|e| e.to_string())
-}
-
-async fn run_registry(t: Arc<Tally>) {
-    let server = RedisServer::start();
-    let mut conn = server.conn().await;
-    let sentinel_client = calm_client(&server.url()).await;
-    let sentinel = sentinel_client
-        .lock("sentinel")
-        .ttl(Duration::from_secs(60))
-        .acquire()
-        .await
-        .expect("sentinel");
-    let before = lock_state(&mut conn, "sentinel").await;
-    let mut worker = Worker::spawn("registry", "registry", &[("url", server.url())]);
-    loop {
-        let Some(line) = worker.next_line(Duration::from_secs(30)).await else {
-            t.violation(format!(
-                "the registry worker stopped answering; stderr: {}",
-                worker.stderr_tail()
-            ));
-            break;
-        };
-        let mut words = line.splitn(4, ' ');
-        match (words.next(), words.next(), words.next(), words.next()) {
-            (Some("CASE"), Some(_), Some("ok"), _) => t.ops(1),
-            (Some("CASE"), Some(name), _, detail) => {
-                t.ops(1);
-                t.violation(format!("{name}: {}", detail.unwrap_or("")));
-            }
-            (Some("DONE"), ..) => break,
-            _ => {}
-        }
-    }
-    let code = worker.finish(Duration::from_secs(10)).await;
-    t.check(code == Some(0), || {
-        format!(
-            "the registry worker exited with {code:?}: {}",
-            worker.stderr_tail()
-        )
-    });
-    t.check(lock_state(&mut conn, "sentinel").await == before, || {
-        "the sentinel lock changed".to_owned()
-    });
-    let left = lock_hashes(&mut conn).await;
-    t.check(left == [lock_key("sentinel")], || {
-        format!("lock keys left: {left:?}")
-    });
-    let released = sentinel.release().await;
-    t.check(released.is_ok(), || {
-        format!("sentinel release: {released:?}")
-    });
-}
-
-/// Returns the lock keys held while its body runs (exactly its own).
-#[distributed_lock(key = "value:<value>", ttl = "5s")]
-async fn locked_value(
-    value: &str,
-    mut conn: MultiplexedConnection,
-) -> Result<Vec<String>, SectionError> {
-    let keys: Vec<String> = conn.keys("distlock:{value:*}").await?;
-    Ok(keys)
-}
-
-#[distributed_lock(key = "pair:<a>:<b>", ttl = "5s")]
-async fn locked_pair(
-    a: &str,
-    b: &str,
-    mut conn: MultiplexedConnection,
-) -> Result<Vec<String>, SectionError> {
-    let keys: Vec<String> = conn.keys("distlock:{pair:*}").await?;
-    Ok(keys)
-}
-
-#[distributed_lock(key = "named:<id>", client = "missing")]
-async fn locked_by_missing_client(id: u32) -> Result<(), SectionError> {
-    Ok(())
-}
-
-/// Worker role `registry`: says `CASE <name> ok` or `CASE <name> FAIL <detail>` per case.
-pub(crate) async fn registry_worker(ctx: Ctx) -> Result<(), String> {
-    let url = ctx.param("url").to_owned();
-    let report = |name: &str, result: Result<(), String>| match result {
-        Ok(()) => ctx.say(format!("CASE {name} ok")),
-        Err(detail) => ctx.say(format!("CASE {name} FAIL {}", detail.replace('\n', " "))),
-    };
-    let conn = redis::Client::open(url.as_str())
-        .map_err(|e| e.to_string())?
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(|e| e.to_string())?;
-
-    // Before init.
-    report(
-        "lock-before-init",
-        match distlock::lock("x").acquire().await {
-            Err(e @ Error::NotInitialized) if e.to_string().contains("init") => Ok(()),
-            other => Err(format!("{:?}", other.map(|g| g.token()))),
-        },
-    );
-    report(
-        "annotated-before-init",
-        match locked_value("x", conn.clone()).await {
-            Err(SectionError::Lock(Error::NotInitialized)) => Ok(()),
-            other => Err(format!("{other:?}")),
-        },
-    );
-    report(
-        "named-client-before-init",
-        match distlock::lock("x").client("nope").acquire().await {
-            Err(Error::UnknownClient { name }) if name == "nope" => Ok(()),
-            Err(Error::NotInitialized) => Ok(()),
-            other => Err(format!("{:?}", other.map(|g| g.token()))),
-        },
-    );
-
-    // init, twice.
-    report(
-        "init",
-        distlock::init(url.as_str())
-            .await
-            .map(drop)
-            .map_err(|e| e.to_string()),
-    );
-    report(
-        "init-twice",
-        match distlock::init(url.as_str()).await {
-            Err(e @ Error::AlreadyInitialized { client: None })
-                if e.to_string().contains("once") =>
-            {
-                Ok(())
-            }
-            other => Err(format!("{:?}", other.map(drop))),
-        },
-    );
-    report("install-as-twice", {
-        let first = Config::new(url.as_str())
-            .install_as("second")
-            .await
-            .map(drop);
-        match (first, Config::new(url.as_str()).install_as("second").await) {
-            (Ok(()), Err(Error::AlreadyInitialized { client: Some(n) })) if n == "second" => Ok(()),
-            (first, second) => Err(format!("{first:?} / {:?}", second.map(drop))),
-        }
-    });
-    report(
-        "unknown-client",
-        match distlock::lock("x").client("missing").acquire().await {
-            Err(e @ Error::UnknownClient { .. })
-                if e.to_string().contains("install_as(\"missing\")") =>
-            {
-                Ok(())
-            }
-            other => Err(format!("{:?}", other.map(|g| g.token()))),
-        },
-    );
-    report(
-        "annotated-unknown-client",
-        match locked_by_missing_client(1).await {
-            Err(SectionError::Lock(Error::UnknownClient { name })) if name == "missing" => Ok(()),
-            other => Err(format!("{other:?}")),
-        },
-    );
-    report(
-        "default-client-still-works",
-        async {
-            let g = distlock::lock("after-errors")
-                .acquire()
-                .await
-                .map_err(|e| e.to_string())?;
-            g.release().await.map_err(|e| e.to_string())
-        }
-        .await,
-    );
-
-    // Hostile values in a key template: each maps to its own lock, braces never leak into the
-    // hash tag, and values too long for a key are refused with a typed error.
-    let values = [
-        "",
-        "{",
-        "}",
-        "{}",
-        "%7B",
-        "%",
-        "a:b",
-        "<id>",
-        "ünï🔒",
-        "\r\n$4\r\nPING\r\n",
-        "\u{0}",
-        "sentinel}",
-    ];
-    let mut seen = BTreeSet::new();
-    let mut problems = Vec::new();
-    for value in values {
-        match locked_value(value, conn.clone()).await {
-            Ok(keys) if keys.len() == 1 => {
-                let key = &keys[0];
-                let tag = key
-                    .strip_prefix("distlock:{")
-                    .and_then(|k| k.strip_suffix('}'));
-                match tag {
-                    Some(tag) if !tag.contains(['{', '}']) => {}
-                    _ => problems.push(format!("{value:?} -> key {key:?} breaks the hash tag")),
-                }
-                if !seen.insert(key.clone()) {
-                    problems.push(format!(
-                        "{value:?} -> key {key:?} collides with another value"
-                    ));
-                }
-            }
-            other => problems.push(format!("{value:?}: {other:?}")),
-        }
-    }
-    report(
-        "hostile-values",
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems.join("; "))
-        },
-    );
-    let pairs = [("1:2", "3"), ("1", "2:3"), ("1:", "2"), ("1", ":2")];
-    let mut keys = BTreeSet::new();
-    let mut problems = Vec::new();
-    for (a, b) in pairs {
-        match locked_pair(a, b, conn.clone()).await {
-            Ok(held) if held.len() == 1 => {
-                if !keys.insert(held[0].clone()) {
-                    problems.push(format!("({a:?}, {b:?}) -> {:?} collides", held[0]));
-                }
-            }
-            other => problems.push(format!("({a:?}, {b:?}): {other:?}")),
-        }
-    }
-    report(
-        "placeholder-injectivity",
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems.join("; "))
-        },
-    );
-    let long = "z".repeat(distlock::MAX_NAME_LEN + 1);
-    report(
-        "over-long-value",
-        match locked_value(&long, conn.clone()).await {
-            Err(SectionError::Lock(e @ Error::InvalidKey { .. })) if e.to_string().len() < 400 => {
-                Ok(())
-            }
-            other => Err(format!("{:?}", other.map_err(|e| e.to_string()))),
-        },
-    );
-    ctx.say("DONE");
-    Ok(())
 }

@@ -17,11 +17,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use distlock::{distributed_lock, Client, Config};
+use distlock::{distributed_lock, Client, Config, LockBuilder};
 use testkit::RedisServer;
 
 use super::mutex::{macro_probe, SectionError};
-use crate::common::{calls, lock_hashes, ms, pubsub_channels, Rng, Settings};
+use crate::common::{calls, lock_hashes, ms, no_channel_left, redis_conn, Rng, Settings};
 use crate::report::{Scenario, Tally};
 use crate::worker::{field_u64, fields, Ctx, Worker};
 
@@ -86,15 +86,7 @@ async fn run(t: Arc<Tally>, ops: u64, seed: u64) {
     t.check(left.is_empty(), || {
         format!("lock keys left after the storm: {left:?}")
     });
-    // Unsubscribes are acknowledged asynchronously; Redis has no signal for "channel gone".
-    let channels = testkit::eventually(Duration::from_secs(3), "no subscription left", || {
-        let mut conn = conn.clone();
-        async move {
-            let c = pubsub_channels(&mut conn).await;
-            c.is_empty().then_some(c)
-        }
-    })
-    .await;
+    let channels = no_channel_left(&conn, Duration::from_secs(3)).await;
     t.check(channels.is_empty(), || {
         format!("subscriptions left: {channels:?}")
     });
@@ -123,8 +115,7 @@ async fn run(t: Arc<Tally>, ops: u64, seed: u64) {
             format!("after the quiet window: {rest}")
         });
     }
-    worker.send("EXIT").await;
-    let code = worker.finish(Duration::from_secs(10)).await;
+    let code = worker.exit().await;
     t.check(code == Some(0), || {
         format!("storm worker exited with {code:?}")
     });
@@ -225,40 +216,45 @@ impl CutAt {
     }
 }
 
-#[distributed_lock(key = "storm:<name>", ttl = "5s", wait = "300ms")]
-async fn annotated_waiting(
-    name: &str,
+/// What runs under a storm lock: it occupies the name's slot for `hold`.
+struct Body {
     index: u64,
     hold: Duration,
     occ: Arc<Occupancy>,
-) -> Result<(), SectionError> {
-    body(index, hold, &occ).await
+}
+
+impl Body {
+    async fn run(self) -> Result<(), SectionError> {
+        let _inside = self.occ.enter(self.index);
+        tokio::time::sleep(self.hold).await;
+        Ok(())
+    }
+}
+
+#[distributed_lock(key = "storm:<name>", ttl = "5s", wait = "300ms")]
+async fn annotated_waiting(name: &str, body: Body) -> Result<(), SectionError> {
+    body.run().await
 }
 
 #[distributed_lock(key = "storm:<name>", ttl = "2s", renew, wait = "300ms")]
-async fn annotated_renewed(
-    name: &str,
-    index: u64,
-    hold: Duration,
-    occ: Arc<Occupancy>,
-) -> Result<(), SectionError> {
-    body(index, hold, &occ).await
+async fn annotated_renewed(name: &str, body: Body) -> Result<(), SectionError> {
+    body.run().await
 }
 
 #[distributed_lock(key = "storm:<name>", ttl = "5s")]
-async fn annotated_or_busy(
-    name: &str,
-    index: u64,
-    hold: Duration,
-    occ: Arc<Occupancy>,
-) -> Result<(), SectionError> {
-    body(index, hold, &occ).await
+async fn annotated_or_busy(name: &str, body: Body) -> Result<(), SectionError> {
+    body.run().await
 }
 
-async fn body(index: u64, hold: Duration, occ: &Occupancy) -> Result<(), SectionError> {
-    let _inside = occ.enter(index);
-    tokio::time::sleep(hold).await;
-    Ok(())
+/// A manual lock on a storm name, with the leases of the annotated functions: renewed ones
+/// are 2 s, which sizes the quiet window that checks renewal has stopped.
+fn storm_lock(client: &Client, name: &str, renew: bool) -> LockBuilder {
+    let ttl = if renew {
+        Duration::from_secs(2)
+    } else {
+        Duration::from_secs(5)
+    };
+    client.lock(format!("storm:{name}")).ttl(ttl).renew(renew)
 }
 
 #[derive(Default)]
@@ -296,6 +292,7 @@ async fn storm_task(
     let index = rng.below(NAMES);
     let name = format!("n{index}");
     let hold = Duration::from_micros(rng.below(10_000));
+    let body = Body { index, hold, occ };
     let cut = CutAt::random(&mut rng);
     let kind = if use_macro {
         rng.below(5)
@@ -306,15 +303,7 @@ async fn storm_task(
         // The manual API: acquire (maybe waiting, maybe renewed), hold, then release, drop the
         // guard, or drop the release future mid-flight.
         0 => {
-            let renew = rng.percent(40);
-            let mut lock = client
-                .lock(format!("storm:{name}"))
-                .ttl(if renew {
-                    Duration::from_secs(2)
-                } else {
-                    Duration::from_secs(5)
-                })
-                .renew(renew);
+            let mut lock = storm_lock(&client, &name, rng.percent(40));
             if rng.percent(60) {
                 lock = lock.wait(rng.millis(0, 300));
             }
@@ -323,9 +312,7 @@ async fn storm_task(
             let result = cut
                 .apply(async {
                     let guard = lock.acquire().await?;
-                    let inside = occ.enter(index);
-                    tokio::time::sleep(hold).await;
-                    drop(inside);
+                    body.run().await?;
                     match finish {
                         0 => guard.release().await?,
                         1 => drop(guard),
@@ -340,31 +327,13 @@ async fn storm_task(
         }
         // A body under `run`, with or without renewal.
         1 => {
-            let renew = rng.percent(50);
-            let lock = client
-                .lock(format!("storm:{name}"))
-                .ttl(if renew {
-                    Duration::from_secs(2)
-                } else {
-                    Duration::from_secs(5)
-                })
-                .renew(renew)
-                .wait(rng.millis(0, 300));
-            let result = cut.apply(lock.run(body(index, hold, &occ))).await;
+            let lock = storm_lock(&client, &name, rng.percent(50)).wait(rng.millis(0, 300));
+            let result = cut.apply(lock.run(body.run())).await;
             stats.outcome(result.map(|r| r.map_err(SectionError::from).and_then(|inner| inner)));
         }
-        2 => stats.outcome(
-            cut.apply(annotated_waiting(&name, index, hold, occ.clone()))
-                .await,
-        ),
-        3 => stats.outcome(
-            cut.apply(annotated_renewed(&name, index, hold, occ.clone()))
-                .await,
-        ),
-        _ => stats.outcome(
-            cut.apply(annotated_or_busy(&name, index, hold, occ.clone()))
-                .await,
-        ),
+        2 => stats.outcome(cut.apply(annotated_waiting(&name, body)).await),
+        3 => stats.outcome(cut.apply(annotated_renewed(&name, body)).await),
+        _ => stats.outcome(cut.apply(annotated_or_busy(&name, body)).await),
     }
 }
 
@@ -377,11 +346,7 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
         .install()
         .await
         .map_err(|e| e.to_string())?;
-    let conn = redis::Client::open(url.as_str())
-        .map_err(|e| e.to_string())?
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(|e| e.to_string())?;
+    let conn = redis_conn(&url).await?;
     let probe = format!("storm-{}", std::process::id());
     let use_macro = macro_probe(&probe, conn).await.map_err(|e| e.to_string())?;
     ctx.say(format!(

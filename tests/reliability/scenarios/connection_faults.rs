@@ -13,7 +13,10 @@ use redis::aio::MultiplexedConnection;
 use testkit::RedisServer;
 use tokio::time::Instant;
 
-use crate::common::{fast_client, lock_hashes, ms, pubsub_channels, Rng, Settings};
+use crate::common::{
+    acquire_for, acquire_renewed, fast_client, lock_hashes, ms, no_channel_left, pubsub_channels,
+    Rng, Settings,
+};
 use crate::report::{Scenario, Tally};
 
 #[derive(Debug, Clone, Copy)]
@@ -25,14 +28,11 @@ enum Fault {
 }
 
 pub(crate) fn scenario(s: &Settings, budget: Duration) -> Scenario {
-    let rounds = s.pick(12, 60);
+    let title = "CLIENT KILL / SCRIPT FLUSH between operations";
     let seed = s.seed;
-    Scenario::new(
-        "6",
-        format!("CLIENT KILL / SCRIPT FLUSH between operations (x{rounds})"),
-        budget,
-        move |t| run(t, rounds, seed),
-    )
+    Scenario::repeated("6", title, s.pick(12, 60), budget, move |t, rounds| {
+        run(t, rounds, seed)
+    })
 }
 
 async fn inject(admin: &mut MultiplexedConnection, fault: Fault) {
@@ -65,11 +65,7 @@ async fn run(t: Arc<Tally>, rounds: u64, seed: u64) {
     let mut rng = Rng::new(seed);
     t.note(format!("seed {seed}"));
     let renew_ttl = Duration::from_millis(600);
-    let renewed = client
-        .lock("cf-renewed")
-        .ttl(renew_ttl)
-        .renew(true)
-        .acquire()
+    let renewed = acquire_renewed(&client, "cf-renewed", renew_ttl)
         .await
         .expect("acquire");
     let mut counts = [0u64; 4];
@@ -84,10 +80,7 @@ async fn run(t: Arc<Tally>, rounds: u64, seed: u64) {
         counts[fault as usize] += 1;
         // A waiter subscribed before the fault.
         let blocker_name = format!("cf-wait-{round}");
-        let blocker = other
-            .lock(blocker_name.as_str())
-            .ttl(Duration::from_secs(30))
-            .acquire()
+        let blocker = acquire_for(&other, &blocker_name, Duration::from_secs(30))
             .await
             .expect("acquire");
         let waiter = tokio::spawn({
@@ -104,12 +97,7 @@ async fn run(t: Arc<Tally>, rounds: u64, seed: u64) {
 
         // The next operations succeed, first try.
         let name = format!("cf-{round}");
-        match client
-            .lock(name.as_str())
-            .ttl(Duration::from_secs(5))
-            .acquire()
-            .await
-        {
+        match acquire_for(&client, &name, Duration::from_secs(5)).await {
             Ok(guard) => {
                 let released = guard.release().await;
                 release_check(&t, &released, || {
@@ -170,14 +158,7 @@ async fn run(t: Arc<Tally>, rounds: u64, seed: u64) {
     }
     let left = lock_hashes(&mut admin).await;
     t.check(left.is_empty(), || format!("lock keys left: {left:?}"));
-    let channels = testkit::eventually(Duration::from_secs(5), "channels empty", || {
-        let mut admin = admin.clone();
-        async move {
-            let c = pubsub_channels(&mut admin).await;
-            c.is_empty().then_some(c)
-        }
-    })
-    .await;
+    let channels = no_channel_left(&admin, Duration::from_secs(5)).await;
     t.check(channels.is_empty(), || {
         format!("channels left: {channels:?}")
     });
@@ -200,11 +181,7 @@ fn release_check(t: &Tally, released: &Result<(), distlock::Error>, what: impl F
 }
 
 /// Waits until the client has a waiter on `name` and the server confirms the subscription.
-pub(crate) async fn wait_subscribed(
-    client: &Client,
-    admin: &mut MultiplexedConnection,
-    name: &str,
-) {
+async fn wait_subscribed(client: &Client, admin: &mut MultiplexedConnection, name: &str) {
     let channel = format!("distlock:{{{name}}}:released");
     testkit::eventually(Duration::from_secs(5), "waiter subscribed", || {
         let client = client.clone();

@@ -18,7 +18,10 @@ use testkit::RedisServer;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::common::{lock_key, lock_state, ms, FencedResource, Settings};
+use crate::common::{
+    acquire_renewed, calm_client, lock_key, lock_state, ms, redis_conn, spawn_acquire,
+    FencedResource, Settings,
+};
 use crate::report::{Scenario, Tally};
 use crate::worker::{field_u64, fields, Ctx, Worker};
 
@@ -26,29 +29,19 @@ use crate::worker::{field_u64, fields, Ctx, Worker};
 const EPSILON: Duration = Duration::from_millis(500);
 
 pub(crate) fn killed(s: &Settings, budget: Duration) -> Scenario {
-    let rounds = s.pick(3, 10);
-    Scenario::new(
-        "2",
-        format!("holder SIGKILLed while renewing (x{rounds})"),
-        budget,
-        move |t| run_killed(t, rounds),
-    )
+    let title = "holder SIGKILLed while renewing";
+    Scenario::repeated("2", title, s.pick(3, 10), budget, run_killed)
 }
 
 pub(crate) fn paused(s: &Settings, budget: Duration) -> Scenario {
-    let rounds = s.pick(2, 6);
-    Scenario::new(
-        "3",
-        format!("holder SIGSTOPped past its ttl, then resumed (x{rounds})"),
-        budget,
-        move |t| run_paused(t, rounds),
-    )
+    let title = "holder SIGSTOPped past its ttl, then resumed";
+    Scenario::repeated("3", title, s.pick(2, 6), budget, run_paused)
 }
 
 async fn run_killed(t: Arc<Tally>, rounds: u64) {
     let server = RedisServer::start();
     let mut conn = server.conn().await;
-    let client = Config::new(server.url()).connect().await.expect("connect");
+    let client = calm_client(&server.url()).await;
     let ttl = Duration::from_secs(1);
     let mut slowest = Duration::ZERO;
     for round in 0..rounds {
@@ -65,16 +58,12 @@ async fn run_killed(t: Arc<Tally>, rounds: u64) {
         let acquired = holder.expect("ACQUIRED", Duration::from_secs(20)).await;
         let holder_token = field_u64(&acquired, "token");
         let owner: String = conn.hget(lock_key(&name), "o").await.expect("HGET owner");
-        let waiter = tokio::spawn({
-            let lock = client
+        let waiter = spawn_acquire(
+            client
                 .lock(name.clone())
                 .ttl(Duration::from_secs(5))
-                .wait(ttl * 20);
-            async move {
-                let result = lock.acquire().await;
-                (result, Instant::now())
-            }
-        });
+                .wait(ttl * 20),
+        );
         // Renewal keeps the lock past its ttl: four renewals are more than one ttl of holding.
         for _ in 0..4 {
             holder.expect("RENEWED", ttl * 2).await;
@@ -145,11 +134,7 @@ pub(crate) async fn holder_worker(ctx: Ctx) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     let ttl = Duration::from_millis(ctx.num("ttl_ms"));
-    let guard = client
-        .lock(ctx.param("name"))
-        .ttl(ttl)
-        .renew(true)
-        .acquire()
+    let guard = acquire_renewed(&client, ctx.param("name"), ttl)
         .await
         .map_err(|e| e.to_string())?;
     ctx.say(format!("ACQUIRED token={}", guard.token()));
@@ -215,18 +200,18 @@ async fn run_paused(t: Arc<Tally>, rounds: u64) {
         let pttl_run: i64 = conn.pttl(lock_key(&run_name)).await.expect("PTTL");
         let pttl_guard: i64 = conn.pttl(lock_key(&guard_name)).await.expect("PTTL");
         // Another process (this one) takes both locks once the frozen holder's leases run out.
-        let taken = client
-            .lock(run_name.clone())
-            .ttl(Duration::from_secs(10))
-            .wait(ttl * 10)
+        let take = |name: &str| {
+            client
+                .lock(name)
+                .ttl(Duration::from_secs(10))
+                .wait(ttl * 10)
+        };
+        let new_run = take(&run_name)
             .acquire()
-            .await;
-        let new_run = taken.expect("take the run lock from the frozen holder");
+            .await
+            .expect("take the run lock from the frozen holder");
         let taken_run_at = paused_at.elapsed();
-        let new_guard = client
-            .lock(guard_name.clone())
-            .ttl(Duration::from_secs(10))
-            .wait(ttl * 10)
+        let new_guard = take(&guard_name)
             .acquire()
             .await
             .expect("take the guard lock from the frozen holder");
@@ -325,8 +310,7 @@ async fn run_paused(t: Arc<Tally>, rounds: u64) {
             }
         }
         t.ops(2);
-        holder.send("EXIT").await;
-        let code = holder.finish(Duration::from_secs(10)).await;
+        let code = holder.exit().await;
         t.check(code == Some(0), || {
             format!("round {round}: paused holder exited with {code:?}")
         });
@@ -349,18 +333,10 @@ pub(crate) async fn paused_worker(mut ctx: Ctx) -> Result<(), String> {
         .connect()
         .await
         .map_err(|e| e.to_string())?;
-    let redis = redis::Client::open(url.as_str()).map_err(|e| e.to_string())?;
-    let mut conn = redis
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut conn = redis_conn(&url).await?;
     let resource = Arc::new(FencedResource::new(&run_name));
 
-    let guard = client
-        .lock(ctx.param("guard_name"))
-        .ttl(ttl)
-        .renew(true)
-        .acquire()
+    let guard = acquire_renewed(&client, ctx.param("guard_name"), ttl)
         .await
         .map_err(|e| e.to_string())?;
     let (started_tx, started_rx) = oneshot::channel();

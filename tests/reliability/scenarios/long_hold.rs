@@ -7,12 +7,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::Config;
 use redis::AsyncCommands;
 use testkit::RedisServer;
 use tokio::time::Instant;
 
-use crate::common::{calls, lock_key, ms, Settings};
+use crate::common::{acquire_renewed, calls, calm_client, lock_key, ms, spawn_acquire, Settings};
 use crate::report::{Scenario, Tally};
 
 pub(crate) fn scenario(s: &Settings, budget: Duration) -> Scenario {
@@ -31,29 +30,18 @@ pub(crate) fn scenario(s: &Settings, budget: Duration) -> Scenario {
 async fn run(t: Arc<Tally>, hold: Duration) {
     let server = RedisServer::start();
     let mut conn = server.conn().await;
-    let connect = || Config::new(server.url()).connect();
     let (holder, prober, waiting) = (
-        connect().await.expect("connect"),
-        connect().await.expect("connect"),
-        connect().await.expect("connect"),
+        calm_client(&server.url()).await,
+        calm_client(&server.url()).await,
+        calm_client(&server.url()).await,
     );
     let ttl = Duration::from_secs(1);
     let renewals_before = calls(&mut conn, "evalsha").await;
-    let guard = holder
-        .lock("long")
-        .ttl(ttl)
-        .renew(true)
-        .acquire()
+    let guard = acquire_renewed(&holder, "long", ttl)
         .await
         .expect("acquire");
     let acquired_at = Instant::now();
-    let waiter = tokio::spawn({
-        let lock = waiting.lock("long").wait(hold + Duration::from_secs(10));
-        async move {
-            let result = lock.acquire().await;
-            (result, Instant::now())
-        }
-    });
+    let waiter = spawn_acquire(waiting.lock("long").wait(hold + Duration::from_secs(10)));
 
     let (mut probes, mut busy, mut min_pttl) = (0u64, 0u64, i64::MAX);
     while acquired_at.elapsed() < hold {

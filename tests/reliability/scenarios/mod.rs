@@ -8,6 +8,7 @@ mod long_hold;
 mod mutex;
 mod proxy_faults;
 mod redis_faults;
+mod registry_misuse;
 
 use std::time::Duration;
 
@@ -34,7 +35,7 @@ pub(crate) fn all(settings: &Settings) -> Vec<Scenario> {
         cancel_storm::scenario(&s, heavy(60, 300)),
         long_hold::scenario(&s, heavy(40, 60)),
         bad_input::scenario(&s, heavy(40, 60)),
-        bad_input::registry(&s, heavy(40, 60)),
+        registry_misuse::scenario(&s, heavy(40, 60)),
     ]
 }
 
@@ -45,7 +46,7 @@ pub(crate) async fn worker_role(role: &str, ctx: Ctx) -> Result<(), String> {
         "holder" => holder_faults::holder_worker(ctx).await,
         "paused-holder" => holder_faults::paused_worker(ctx).await,
         "storm" => cancel_storm::worker(ctx).await,
-        "registry" => bad_input::registry_worker(ctx).await,
+        "registry" => registry_misuse::worker(ctx).await,
         other => Err(format!("unknown worker role `{other}`")),
     }
 }

@@ -16,7 +16,7 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use testkit::RedisServer;
 
-use crate::common::{lock_hashes, pubsub_channels, Rng, Settings};
+use crate::common::{lock_hashes, pubsub_channels, redis_conn, Rng, Settings};
 use crate::report::{Scenario, Tally};
 use crate::worker::{field_u64, fields, Ctx, Worker};
 
@@ -322,11 +322,7 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
     let iters = ctx.num("iters");
     let mode = Mode::parse(ctx.param("mode"))?;
     let mut rng = Rng::new(ctx.num("seed"));
-    let conn = redis::Client::open(url.as_str())
-        .map_err(|e| e.to_string())?
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(|e| e.to_string())?;
+    let conn = redis_conn(&url).await?;
     let path = if mode == Mode::Unlocked {
         "none"
     } else {

@@ -21,7 +21,10 @@ use redis::AsyncCommands;
 use testkit::RedisServer;
 use tokio::time::Instant;
 
-use crate::common::{fast_client, lock_fields, lock_hashes, lock_key, ms, Settings};
+use crate::common::{
+    acquire_for, acquire_renewed, fast_client, lock_fields, lock_hashes, lock_key, ms,
+    no_lock_left, Settings,
+};
 use crate::proxy::{Proxy, ReplyFault};
 use crate::report::{Scenario, Tally};
 
@@ -29,23 +32,13 @@ use crate::report::{Scenario, Tally};
 const CALL_BOUND: Duration = Duration::from_millis(750);
 
 pub(crate) fn latency_and_resets(s: &Settings, budget: Duration) -> Scenario {
-    let rounds = s.pick(3, 15);
-    Scenario::new(
-        "7a",
-        format!("proxy: latency, late reply, reply lost with reset, partition, resets (x{rounds})"),
-        budget,
-        move |t| run_latency_and_resets(t, rounds),
-    )
+    let title = "proxy: latency, late reply, reply lost with reset, partition, resets";
+    Scenario::repeated("7a", title, s.pick(3, 15), budget, run_latency_and_resets)
 }
 
 pub(crate) fn dropped_reply(s: &Settings, budget: Duration) -> Scenario {
-    let rounds = s.pick(1, 5);
-    Scenario::new(
-        "7b",
-        format!("proxy: acquire reply dropped, connection kept open (x{rounds})"),
-        budget,
-        move |t| run_dropped_reply(t, rounds),
-    )
+    let title = "proxy: acquire reply dropped, connection kept open";
+    Scenario::repeated("7b", title, s.pick(1, 5), budget, run_dropped_reply)
 }
 
 fn upstream(server: &RedisServer) -> SocketAddr {
@@ -96,10 +89,7 @@ async fn in_sync(
 ) -> Result<(), String> {
     for i in 0..n {
         let name = format!("{prefix}-{i}");
-        let guard = client
-            .lock(name.as_str())
-            .ttl(Duration::from_secs(10))
-            .acquire()
+        let guard = acquire_for(client, &name, Duration::from_secs(10))
             .await
             .map_err(|e| format!("acquire {name}: {e}"))?;
         matches_redis(conn, &name, &guard)
@@ -155,11 +145,7 @@ async fn run_latency_and_resets(t: Arc<Tally>, rounds: u64) {
             is_acquire(),
         );
         let started = Instant::now();
-        let result = client
-            .lock(name.as_str())
-            .ttl(Duration::from_secs(30))
-            .acquire()
-            .await;
+        let result = acquire_for(&client, &name, Duration::from_secs(30)).await;
         let took = started.elapsed();
         t.ops(1);
         t.faults(1);
@@ -187,11 +173,7 @@ async fn run_latency_and_resets(t: Arc<Tally>, rounds: u64) {
     for round in 0..rounds {
         let name = format!("reset-reply-{round}");
         proxy.fault_next_replies(1, ReplyFault::Reset, is_acquire());
-        let result = client
-            .lock(name.as_str())
-            .ttl(Duration::from_secs(30))
-            .acquire()
-            .await;
+        let result = acquire_for(&client, &name, Duration::from_secs(30)).await;
         t.ops(1);
         t.faults(1);
         match result {
@@ -224,11 +206,7 @@ async fn run_latency_and_resets(t: Arc<Tally>, rounds: u64) {
 
     // A partition (nothing passes, nothing closes), then it heals.
     let ttl = Duration::from_millis(1200);
-    let renewed = client
-        .lock("partition-renewed")
-        .ttl(ttl)
-        .renew(true)
-        .acquire()
+    let renewed = acquire_renewed(&client, "partition-renewed", ttl)
         .await
         .expect("acquire");
     proxy.set_blackhole(true);
@@ -283,18 +261,12 @@ async fn run_latency_and_resets(t: Arc<Tally>, rounds: u64) {
     t.ops(6);
 
     // Every connection reset: next operations succeed, a renewed lock survives.
-    let renewed = client
-        .lock("reset-renewed")
-        .ttl(ttl)
-        .renew(true)
-        .acquire()
+    let renewed = acquire_renewed(&client, "reset-renewed", ttl)
         .await
         .expect("acquire");
     for round in 0..rounds {
-        let held = client
-            .lock(format!("reset-held-{round}"))
-            .ttl(Duration::from_secs(10))
-            .acquire()
+        let held_name = format!("reset-held-{round}");
+        let held = acquire_for(&client, held_name, Duration::from_secs(10))
             .await
             .expect("acquire");
         proxy.reset_all();
@@ -306,12 +278,7 @@ async fn run_latency_and_resets(t: Arc<Tally>, rounds: u64) {
         proxy.reset_all();
         t.faults(1);
         let name = format!("after-reset-{round}");
-        match client
-            .lock(name.as_str())
-            .ttl(Duration::from_secs(10))
-            .acquire()
-            .await
-        {
+        match acquire_for(&client, &name, Duration::from_secs(10)).await {
             Ok(guard) => {
                 let agrees = matches_redis(&mut conn, &name, &guard).await;
                 t.check(agrees.is_ok(), || format!("after a reset: {agrees:?}"));
@@ -335,14 +302,7 @@ async fn run_latency_and_resets(t: Arc<Tally>, rounds: u64) {
         format!("release of the renewed lock: {released:?}")
     });
     at_rest(&client).await;
-    let left = testkit::eventually(Duration::from_secs(5), "no lock left", || {
-        let mut conn = conn.clone();
-        async move {
-            let left = lock_hashes(&mut conn).await;
-            left.is_empty().then_some(left)
-        }
-    })
-    .await;
+    let left = no_lock_left(&conn, Duration::from_secs(5)).await;
     t.check(left.is_empty(), || format!("lock keys left: {left:?}"));
     t.note(format!(
         "{} connections through the proxy; {} replies delayed/lost/reset",
@@ -363,10 +323,7 @@ async fn run_dropped_reply(t: Arc<Tally>, rounds: u64) {
             format!("drop-busy-{round}"),
             format!("drop-free-{round}"),
         );
-        let blocker = other
-            .lock(b.as_str())
-            .ttl(Duration::from_secs(30))
-            .acquire()
+        let blocker = acquire_for(&other, &b, Duration::from_secs(30))
             .await
             .expect("acquire");
         let faulted = proxy.replies_faulted();
@@ -387,14 +344,8 @@ async fn run_dropped_reply(t: Arc<Tally>, rounds: u64) {
         // Two more callers on the same connection while the first waits: one lock is held by
         // `other`, the other is free.
         let (busy, free) = tokio::join!(
-            client
-                .lock(b.as_str())
-                .ttl(Duration::from_secs(30))
-                .acquire(),
-            client
-                .lock(c.as_str())
-                .ttl(Duration::from_secs(30))
-                .acquire()
+            acquire_for(&client, &b, Duration::from_secs(30)),
+            acquire_for(&client, &c, Duration::from_secs(30))
         );
         let first = first.await.expect("first caller");
         t.ops(3);

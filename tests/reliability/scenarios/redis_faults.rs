@@ -13,12 +13,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{Client, Error, LossReason};
+use distlock::{Client, Error, LockGuard, LossReason};
 use testkit::RedisServer;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::common::{fast_client, lock_hashes, ms, Settings};
+use crate::common::{
+    acquire_for, acquire_renewed, fast_client, lock_hashes, ms, no_lock_left, spawn_acquire,
+    Settings,
+};
 use crate::report::{Scenario, Tally};
 
 /// The response timeout of [`crate::common::fast_config`].
@@ -44,13 +47,8 @@ pub(crate) fn paused(s: &Settings, budget: Duration) -> Scenario {
 }
 
 pub(crate) fn restarted(s: &Settings, budget: Duration) -> Scenario {
-    let rounds = s.pick(2, 5);
-    Scenario::new(
-        "5",
-        format!("Redis kill -9 + restart on the same port (x{rounds})"),
-        budget,
-        move |t| run_restarted(t, rounds),
-    )
+    let title = "Redis kill -9 + restart on the same port";
+    Scenario::repeated("5", title, s.pick(2, 5), budget, run_restarted)
 }
 
 /// Holds `name` through `run` with a body that never finishes; resolves once the body runs.
@@ -68,6 +66,28 @@ async fn hold_in_run(
     task
 }
 
+/// Waits until the client has one waiter subscribed (the waiter is on a lock held elsewhere).
+async fn waiter_subscribed(client: &Client) {
+    testkit::eventually(Duration::from_secs(5), "waiter subscribed", || {
+        let client = client.clone();
+        async move { (client.waiting_channels() == 1).then_some(()) }
+    })
+    .await;
+}
+
+/// Acquires `name` once Redis is back (`what`: after which fault), retrying until it works;
+/// returns the guard and the number of attempts it took.
+async fn acquire_when_back(client: &Client, name: &'static str, what: &str) -> (LockGuard, u64) {
+    let mut attempts = 0;
+    let guard = testkit::eventually(Duration::from_secs(10), what, || {
+        attempts += 1;
+        let client = client.clone();
+        async move { client.lock(name).acquire().await.ok() }
+    })
+    .await;
+    (guard, attempts)
+}
+
 async fn run_paused(t: Arc<Tally>, callers: u64) {
     let server = RedisServer::start();
     let mut conn = server.conn().await;
@@ -75,34 +95,17 @@ async fn run_paused(t: Arc<Tally>, callers: u64) {
     let ttl = Duration::from_millis(1500);
 
     let body = hold_in_run(&client, "frozen-run", ttl).await;
-    let guard = client
-        .lock("frozen-guard")
-        .ttl(ttl)
-        .renew(true)
-        .acquire()
+    let guard = acquire_renewed(&client, "frozen-guard", ttl)
         .await
         .expect("acquire");
     // Commands sent during the freeze may be applied late (queued while Redis was frozen) or
     // never (cleanup that could not be sent in time): such locks expire at their ttl.
     let longest_ttl = Duration::from_secs(4);
-    let to_release = client
-        .lock("frozen-release")
-        .ttl(longest_ttl)
-        .acquire()
+    let to_release = acquire_for(&client, "frozen-release", longest_ttl)
         .await
         .expect("acquire");
-    let waiter = tokio::spawn({
-        let lock = client.lock("frozen-guard").wait(Duration::from_secs(20));
-        async move {
-            let result = lock.acquire().await;
-            (result, Instant::now())
-        }
-    });
-    testkit::eventually(Duration::from_secs(5), "waiter subscribed", || {
-        let client = client.clone();
-        async move { (client.waiting_channels() == 1).then_some(()) }
-    })
-    .await;
+    let waiter = spawn_acquire(client.lock("frozen-guard").wait(Duration::from_secs(20)));
+    waiter_subscribed(&client).await;
     t.ops(4);
 
     server.pause();
@@ -205,13 +208,8 @@ async fn run_paused(t: Arc<Tally>, callers: u64) {
     server.resume();
 
     // Works again with the same client.
-    let mut attempts = 0;
-    let after = testkit::eventually(Duration::from_secs(10), "acquire after SIGCONT", || {
-        attempts += 1;
-        let client = client.clone();
-        async move { client.lock("frozen-after").acquire().await.ok() }
-    })
-    .await;
+    let (after, attempts) =
+        acquire_when_back(&client, "frozen-after", "acquire after SIGCONT").await;
     t.ops(attempts);
     t.check(attempts == 1, || {
         format!("{attempts} attempts to acquire after SIGCONT (expected the first to work)")
@@ -246,20 +244,8 @@ async fn run_paused(t: Arc<Tally>, callers: u64) {
     t.check(ghosts.is_empty(), || {
         format!("after SIGCONT, locks held by nobody (until their ttl): {ghosts:?}")
     });
-    let left = testkit::eventually(
-        longest_ttl + Duration::from_secs(2),
-        "locks expired or released",
-        || {
-            let mut conn = conn.clone();
-            async move {
-                let left = lock_hashes(&mut conn).await;
-                left.is_empty().then_some(left)
-            }
-        },
-    )
-    .await;
+    let left = no_lock_left(&conn, longest_ttl + Duration::from_secs(2)).await;
     t.check(left.is_empty(), || format!("lock keys left: {left:?}"));
-    let _ = &mut conn;
     t.note(format!(
         "response timeout {} ms: slowest failing call {} ms (bound {} ms); frozen {} ms",
         ms(RESPONSE_TIMEOUT),
@@ -277,30 +263,19 @@ async fn run_restarted(t: Arc<Tally>, rounds: u64) {
     let mut slowest = Duration::ZERO;
     let mut attempts_after = 0;
     for round in 0..rounds {
-        let held = client
-            .lock("restart-held")
-            .ttl(ttl)
-            .renew(true)
-            .acquire()
+        let held = acquire_renewed(&client, "restart-held", ttl)
             .await
             .expect("acquire");
         let token_before = held.token();
         // A waiter is subscribed while the server dies (its subscriber connection must recover).
-        let blocker = other
-            .lock("restart-wait")
-            .ttl(Duration::from_secs(30))
-            .acquire()
+        let blocker = acquire_for(&other, "restart-wait", Duration::from_secs(30))
             .await
             .expect("acquire");
         let waiter = tokio::spawn({
             let lock = client.lock("restart-wait").wait(Duration::from_secs(20));
             async move { lock.acquire().await.map(drop) }
         });
-        testkit::eventually(Duration::from_secs(5), "waiter subscribed", || {
-            let client = client.clone();
-            async move { (client.waiting_channels() == 1).then_some(()) }
-        })
-        .await;
+        waiter_subscribed(&client).await;
         t.ops(3);
 
         server.kill();
@@ -349,13 +324,8 @@ async fn run_restarted(t: Arc<Tally>, rounds: u64) {
         server.restart();
 
         // Same client, no re-init.
-        let mut attempts = 0;
-        let after = testkit::eventually(Duration::from_secs(10), "acquire after restart", || {
-            attempts += 1;
-            let client = client.clone();
-            async move { client.lock("restart-after").acquire().await.ok() }
-        })
-        .await;
+        let (after, attempts) =
+            acquire_when_back(&client, "restart-after", "acquire after restart").await;
         attempts_after = attempts_after.max(attempts);
         t.ops(attempts);
         t.check(after.token() > token_before, || {
@@ -375,10 +345,7 @@ async fn run_restarted(t: Arc<Tally>, rounds: u64) {
             }
         }
         // Release notifications reach waiters again (subscriber connection recovered).
-        let blocker = other
-            .lock("restart-wait-2")
-            .ttl(Duration::from_secs(30))
-            .acquire()
+        let blocker = acquire_for(&other, "restart-wait-2", Duration::from_secs(30))
             .await
             .expect("acquire");
         let waiter = tokio::spawn({
