@@ -78,8 +78,9 @@ async fn deposit(
     Ok(())
 }
 
-/// Every worker calls this once; only one of them runs it (ShedLock-style `skip`).
-#[distributed_lock(key = "nightly-report", ttl = "5s", skip)]
+/// Every worker calls this once; only one of them runs it (ShedLock-style `skip`, and
+/// `min_hold` so that a worker arriving after the job finished skips too).
+#[distributed_lock(key = "nightly-report", ttl = "5s", skip, min_hold = "5s")]
 async fn nightly_report(who: &str) -> Result<bool, AppError> {
     println!(
         "{who} RUNS the once-only job (token {})",

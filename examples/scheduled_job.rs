@@ -1,7 +1,8 @@
 //! A scheduled job on several replicas: each replica fires every tick, exactly one runs it.
 //!
 //! `skip` turns "lock is busy" into `Ok(Default::default())`, so the replicas that lose the
-//! race simply return. Run with `cargo run --example scheduled_job` (starts its own Redis, or
+//! race simply return; `min_hold` keeps the lock for 10 s even though the job is done sooner,
+//! so a replica whose scheduler fires a little late skips too. Run with `cargo run --example scheduled_job` (starts its own Redis, or
 //! set `REDIS_URL`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,7 +21,7 @@ impl From<distlock::Error> for JobError {
 }
 
 /// Returns `Some(replica)` when this replica ran the job, `None` when another one had it.
-#[distributed_lock(key = "report:<day>", ttl = "30s", renew, skip)]
+#[distributed_lock(key = "report:<day>", ttl = "30s", renew, skip, min_hold = "10s")]
 async fn nightly_report(day: u32, replica: usize) -> Result<Option<usize>, JobError> {
     tokio::time::sleep(Duration::from_millis(200)).await; // the work
     Ok(Some(replica))

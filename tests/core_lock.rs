@@ -860,3 +860,53 @@ async fn replayed_scripts_change_nothing_and_echo_their_request() {
     let exists: bool = conn.exists("distlock:{r}").await.unwrap();
     assert!(!exists);
 }
+
+#[tokio::test]
+async fn min_hold_keeps_an_early_released_lock_until_the_minimum() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let mut conn = server.conn().await;
+    let started = Instant::now();
+    let g = a
+        .lock("job")
+        .ttl(Duration::from_secs(5))
+        .min_hold(Duration::from_millis(600))
+        .acquire()
+        .await
+        .unwrap();
+    g.release().await.unwrap();
+    // Released early: still taken, expiring when the minimum hold is reached.
+    let pttl: i64 = conn.pttl("distlock:{job}").await.unwrap();
+    assert!(
+        pttl > 0 && pttl <= 600,
+        "kept for the rest of min_hold: {pttl}"
+    );
+    assert!(b.lock("job").acquire().await.unwrap_err().is_busy());
+    // A waiter takes it once the minimum has passed (no release message: the ttl re-check).
+    let g = b
+        .lock("job")
+        .wait(Duration::from_secs(3))
+        .acquire()
+        .await
+        .unwrap();
+    let at = started.elapsed();
+    assert!(
+        at >= Duration::from_millis(550),
+        "not before min_hold: {at:?}"
+    );
+    assert!(
+        at < Duration::from_millis(1500),
+        "soon after min_hold: {at:?}"
+    );
+    g.release().await.unwrap();
+    // Past the minimum, release deletes at once.
+    let g = a
+        .lock("late")
+        .min_hold(Duration::from_millis(50))
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    g.release().await.unwrap();
+    assert!(lock_keys(&mut conn).await.is_empty());
+}

@@ -420,3 +420,19 @@ fn trait_methods_async_trait_and_generics_lock_at_run_time() {
         assert!(!is_held("generic:g").await);
     });
 }
+
+#[distributed_lock(key = "daily:<day>", ttl = "5s", skip, min_hold = "2s")]
+async fn daily(day: u32) -> Result<Option<u32>, AppError> {
+    Ok(Some(day))
+}
+
+#[test]
+fn skip_with_min_hold_runs_a_fast_job_once() {
+    run(async {
+        assert_eq!(daily(1).await, Ok(Some(1)), "the first replica runs it");
+        // It finished at once, but a replica whose scheduler fires later still skips.
+        assert_eq!(daily(1).await, Ok(None));
+        assert!(is_held("daily:1").await, "kept for min_hold");
+        assert_eq!(daily(2).await, Ok(Some(2)), "another day is another lock");
+    });
+}

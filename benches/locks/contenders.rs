@@ -257,6 +257,7 @@ impl Floor {
             .arg(&t.channel)
             .arg(&t.owner)
             .arg("h1")
+            .arg(0)
             .query_async(&mut self.conn.clone())
             .await?;
         if left < 0 {

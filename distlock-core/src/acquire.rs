@@ -50,6 +50,7 @@ pub struct LockBuilder {
     renew: bool,
     wait: Option<Duration>,
     max_hold: Option<Duration>,
+    min_hold: Option<Duration>,
 }
 
 /// Starts building a lock on `name` through the default client (see [`crate::init`]).
@@ -61,6 +62,7 @@ pub fn lock(name: impl Into<String>) -> LockBuilder {
         renew: false,
         wait: None,
         max_hold: None,
+        min_hold: None,
     }
 }
 
@@ -88,6 +90,7 @@ impl LockBuilder {
             renew: spec.renew,
             wait: spec.wait,
             max_hold: None,
+            min_hold: spec.min_hold,
         }
     }
 
@@ -115,6 +118,15 @@ impl LockBuilder {
     /// renewal stops once the cap is reached and the lock is lost when its lease runs out.
     pub fn max_hold(mut self, cap: Duration) -> Self {
         self.max_hold = Some(cap);
+        self
+    }
+
+    /// Keep the lock at least this long after acquiring it, even if it is released sooner
+    /// (ShedLock's `lockAtLeastFor`): an early release leaves the lock to expire when the
+    /// minimum is reached instead of deleting it. With `skip` on a job that several replicas
+    /// start on slightly different clocks, this stops a fast job from running twice.
+    pub fn min_hold(mut self, min: Duration) -> Self {
+        self.min_hold = Some(min);
         self
     }
 
@@ -150,6 +162,7 @@ impl LockBuilder {
             renew: self.renew,
             wait: self.wait,
             max_hold: self.max_hold.or(client.inner.config.max_hold),
+            min_hold: self.min_hold,
         };
         let keys = Arc::new(LockKeys::new(&client.inner.config.key_prefix, self.name)?);
         let span = tracing::debug_span!("distlock.acquire", key = %keys.name, ttl_ms = ttl.as_millis() as u64);
@@ -206,6 +219,7 @@ struct Terms {
     renew: bool,
     wait: Option<Duration>,
     max_hold: Option<Duration>,
+    min_hold: Option<Duration>,
 }
 
 async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<LockGuard, Error> {
@@ -218,6 +232,7 @@ async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<Lo
         keys: keys.clone(),
         owner,
         hold: client.new_hold(),
+        keep_until: None,
     };
     let handle = Handle::current();
     let mut subscription: Option<crate::waiters::Subscription> = None;
@@ -285,13 +300,14 @@ async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<Lo
 }
 
 fn into_guard(
-    hold: Hold,
+    mut hold: Hold,
     handle: Handle,
     token: u64,
     reentry: bool,
     terms: &Terms,
     sent_at: Instant,
 ) -> LockGuard {
+    hold.keep_until = terms.min_hold.map(|min| sent_at + min);
     let lease = Arc::new(Lease::new(
         guaranteed_until(sent_at, terms.ttl),
         terms.renew,

@@ -21,6 +21,8 @@ pub(crate) struct Hold {
     pub(crate) keys: Arc<LockKeys>,
     pub(crate) owner: Arc<str>,
     pub(crate) hold: Arc<str>,
+    /// `min_hold`: releasing earlier leaves the lock to expire at this instant.
+    pub(crate) keep_until: Option<Instant>,
 }
 
 /// What a release found.
@@ -50,13 +52,23 @@ impl Hold {
         }
     }
 
+    /// Milliseconds the lock must still be kept for `min_hold` (0: release now).
+    fn keep_ms(&self) -> u64 {
+        self.keep_until.map_or(0, |until| {
+            let left = until.saturating_duration_since(Instant::now());
+            // Round up: a partial millisecond is still inside the minimum hold.
+            left.as_micros().div_ceil(1000) as u64
+        })
+    }
+
     async fn release_once(&self) -> Result<Released, Error> {
         let mut cmd = RELEASE_SCRIPT.evalsha();
         cmd.arg(2)
             .arg(&self.keys.lock)
             .arg(&self.keys.channel)
             .arg(&*self.owner)
-            .arg(&*self.hold);
+            .arg(&*self.hold)
+            .arg(self.keep_ms());
         let code: i64 = self
             .client
             .call(

@@ -23,6 +23,8 @@ pub struct LockSpec {
     pub renew: bool,
     /// How long to wait for a busy lock (`wait = "..."`), `None` to fail at once.
     pub wait: Option<Duration>,
+    /// Keep the lock at least this long after acquiring it (`min_hold = "..."`).
+    pub min_hold: Option<Duration>,
 }
 
 /// Runs `body` while holding the lock `key`; the body of every annotated function without `skip`.

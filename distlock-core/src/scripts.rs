@@ -55,10 +55,13 @@ return {ARGV[2], {0, redis.call('PTTL', KEYS[1])}}
 
 /// Release one hold.
 ///
-/// KEYS: lock, channel. ARGV: owner, hold field.
+/// KEYS: lock, channel. ARGV: owner, hold field, keep ms (optional, default 0).
 /// Returns `{hold, code}`: -2 (no lock: it expired, or a replayed release already freed it),
-/// -1 (another owner holds it: nothing changed), 0 (released; waiters notified) or the number
-/// of holds left (re-entrant holds remain).
+/// -1 (another owner holds it: nothing changed), 0 (released) or the number of holds left
+/// (re-entrant holds remain). When the last hold goes and keep ms is positive (`min_hold` not
+/// reached yet), the lock is not deleted but left to expire after keep ms, holding no holds;
+/// otherwise it is deleted and waiters are notified. A replay (the hold field is already gone)
+/// changes nothing.
 pub const RELEASE: &str = r#"
 local found = redis.call('HMGET', KEYS[1], 'o', ARGV[2])
 if found[1] == false then
@@ -68,14 +71,18 @@ if found[1] ~= ARGV[1] then
   return {ARGV[2], -1}
 end
 local left = redis.call('HLEN', KEYS[1]) - 2
-if found[2] ~= false then
-  left = left - 1
-  if left > 0 then
-    redis.call('HDEL', KEYS[1], ARGV[2])
-  end
-end
-if left > 0 then
+if found[2] == false then
   return {ARGV[2], left}
+end
+left = left - 1
+if left > 0 then
+  redis.call('HDEL', KEYS[1], ARGV[2])
+  return {ARGV[2], left}
+end
+if tonumber(ARGV[3] or '0') > 0 then
+  redis.call('HDEL', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return {ARGV[2], 0}
 end
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', KEYS[2], '1')

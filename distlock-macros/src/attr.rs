@@ -13,11 +13,13 @@ mod kw {
     syn::custom_keyword!(ttl);
     syn::custom_keyword!(renew);
     syn::custom_keyword!(wait);
+    syn::custom_keyword!(min_hold);
     syn::custom_keyword!(skip);
     syn::custom_keyword!(client);
 }
 
-const VALID_OPTIONS: &str = "`key`, `ttl`, `renew`, `wait`, `skip`, `client` and `crate`";
+const VALID_OPTIONS: &str =
+    "`key`, `ttl`, `renew`, `wait`, `skip`, `min_hold`, `client` and `crate`";
 
 /// The options as written, each with the span of its name for later errors.
 #[derive(Default)]
@@ -30,6 +32,8 @@ pub(crate) struct LockArgs {
     pub(crate) renew: Option<Span>,
     /// `wait = "..."`, in milliseconds.
     pub(crate) wait: Option<u64>,
+    /// `min_hold = "..."`, in milliseconds.
+    pub(crate) min_hold: Option<u64>,
     /// `skip`: the span of the flag.
     pub(crate) skip: Option<Span>,
     /// `client = "..."`.
@@ -80,6 +84,13 @@ impl LockArgs {
             let value = string_value(input, "a duration, e.g. `wait = \"2s\"`")?;
             match duration_millis("wait", &value) {
                 Ok(arg) => set_once(&mut self.wait, arg, "wait", name.span, errors),
+                Err(error) => errors.push(error),
+            }
+        } else if input.peek(kw::min_hold) {
+            let name = input.parse::<kw::min_hold>()?;
+            let value = string_value(input, "a duration, e.g. `min_hold = \"1m\"`")?;
+            match duration_millis("min_hold", &value) {
+                Ok(arg) => set_once(&mut self.min_hold, arg, "min_hold", name.span, errors),
                 Err(error) => errors.push(error),
             }
         } else if input.peek(kw::renew) {
@@ -138,6 +149,9 @@ fn unknown_option_message(name: &Ident) -> String {
         "renewal" | "watchdog" | "auto_renew" | "extend" => " (did you mean `renew`?)",
         "wait_for" | "wait_timeout" | "block" | "retry" => " (did you mean `wait`?)",
         "skip_if_busy" | "try_lock" | "skip_if_locked" | "nowait" => " (did you mean `skip`?)",
+        "lock_at_least_for" | "at_least" | "hold_at_least" | "min_ttl" => {
+            " (did you mean `min_hold`?)"
+        }
         "connection" | "redis" | "pool" => " (did you mean `client`?)",
         _ => "",
     };
@@ -323,13 +337,14 @@ mod tests {
     #[test]
     fn all_options() {
         let args = parse(
-            r#"key = "user:<self.tenant>", ttl = "500ms", renew, wait = "2s", client = "payments", crate = "my::distlock","#,
+            r#"key = "user:<self.tenant>", ttl = "500ms", renew, wait = "2s", min_hold = "1m", client = "payments", crate = "my::distlock","#,
         )
         .unwrap();
         assert_eq!(args.key.unwrap().value(), "user:<self.tenant>");
         assert_eq!(args.ttl.unwrap(), 500);
         assert!(args.renew.is_some());
         assert_eq!(args.wait.unwrap(), 2_000);
+        assert_eq!(args.min_hold.unwrap(), 60_000);
         assert!(args.skip.is_none());
         assert_eq!(args.client.unwrap().value(), "payments");
         let krate = args.krate.unwrap();
@@ -361,7 +376,7 @@ mod tests {
     fn unknown_options() {
         assert_eq!(
             error(r#"key = "a", foo = 1"#),
-            "unknown option `foo`; valid options are `key`, `ttl`, `renew`, `wait`, `skip`, `client` and `crate`"
+            "unknown option `foo`; valid options are `key`, `ttl`, `renew`, `wait`, `skip`, `min_hold`, `client` and `crate`"
         );
         assert!(
             error("timeout = \"1s\"").starts_with("unknown option `timeout` (did you mean `ttl`?)")

@@ -169,12 +169,14 @@ fn spec(model: &LockModel) -> TokenStream {
     let ttl = millis(model.ttl_millis);
     let renew = model.renew;
     let wait = millis(model.wait_millis);
+    let min_hold = millis(model.min_hold_millis);
     quote! {
         #krate::__private::LockSpec {
             client: #client,
             ttl: #ttl,
             renew: #renew,
             wait: #wait,
+            min_hold: #min_hold,
         }
     }
 }
@@ -295,6 +297,7 @@ mod tests {
                         ttl: ::core::option::Option::Some(::distlock::__private::StdDuration::from_millis(10000u64)),
                         renew: true,
                         wait: ::core::option::Option::None,
+                        min_hold: ::core::option::Option::None,
                     },
                     __distlock_key,
                     async move {
@@ -354,7 +357,7 @@ mod tests {
             "fn f<'a>(id: u64) -> Pin<Box<dyn Future<Output = Result<(), E>> + Send + 'a>> { Box::pin(async move { Ok(()) }) }",
         );
         assert!(out.ends_with(
-            ":: distlock :: __private :: run (:: distlock :: __private :: LockSpec { client : :: core :: option :: Option :: None , ttl : :: core :: option :: Option :: None , renew : false , wait : :: core :: option :: Option :: None , } , __distlock_key , async move { Ok (()) })) }"
+            ":: distlock :: __private :: run (:: distlock :: __private :: LockSpec { client : :: core :: option :: Option :: None , ttl : :: core :: option :: Option :: None , renew : false , wait : :: core :: option :: Option :: None , min_hold : :: core :: option :: Option :: None , } , __distlock_key , async move { Ok (()) })) }"
         ), "{out}");
         assert!(out.contains("Box :: pin (:: distlock"));
         assert!(out.contains("with_capacity (16usize)"));

@@ -55,6 +55,7 @@ use proc_macro::TokenStream;
 /// | `renew` | flag: extend the lease while the body runs | off |
 /// | `wait` | how long to wait for a busy lock | don't wait |
 /// | `skip` | flag: if busy, return `Ok(Default::default())` | off |
+/// | `min_hold` | keep the lock at least this long after acquiring it | release when the body ends |
 /// | `client` | name of a client installed with `Config::install_as` | the default client |
 /// | `crate` | path to `distlock`, for crates that re-export it | `"::distlock"` |
 ///
@@ -110,6 +111,18 @@ use proc_macro::TokenStream;
 ///
 /// ```ignore
 /// #[distributed_lock(key = "nightly-report", ttl = "5m", skip)]
+/// async fn nightly() -> Result<(), AppError> { Ok(()) }
+/// ```
+///
+/// ## `min_hold = "..."`
+///
+/// Keep the lock at least this long after acquiring it, even when the body finishes sooner
+/// (ShedLock's `lockAtLeastFor`): the lock is then left to expire at that point instead of
+/// being deleted. With `skip`, this is what stops a fast scheduled job from running twice when
+/// the replicas' schedulers fire a little apart.
+///
+/// ```ignore
+/// #[distributed_lock(key = "nightly-report", ttl = "5m", skip, min_hold = "1m")]
 /// async fn nightly() -> Result<(), AppError> { Ok(()) }
 /// ```
 ///

@@ -21,6 +21,7 @@ pub(crate) struct LockModel {
     pub(crate) ttl_millis: Option<u64>,
     pub(crate) renew: bool,
     pub(crate) wait_millis: Option<u64>,
+    pub(crate) min_hold_millis: Option<u64>,
     pub(crate) skip: bool,
     pub(crate) key: Key,
     /// The function's `Result<T, E>` type as written.
@@ -112,6 +113,7 @@ pub(crate) fn build(args: syn::Result<LockArgs>, item: &LockFn) -> syn::Result<L
         ttl_millis: args.ttl,
         renew: args.renew.is_some(),
         wait_millis: args.wait,
+        min_hold_millis: args.min_hold,
         skip: args.skip.is_some(),
         key,
         ret,

@@ -49,6 +49,7 @@
 //! | `renew` | watchdog: extend the lease every ttl/3 while the body runs | off |
 //! | `wait = "2s"` | wait this long for a busy lock (woken by the holder's release) | fail at once with [`Error::Busy`] |
 //! | `skip` | busy lock: return `Ok(Default::default())` without running the body | off |
+//! | `min_hold = "1m"` | keep the lock at least this long after acquiring it (ShedLock's `lockAtLeastFor`) | release when the body ends |
 //! | `client = "payments"` | a client installed with [`Config::install_as`] | the default client |
 //! | `crate = "my::reexport"` | path to this crate, for re-exporters | `::distlock` |
 //!
@@ -64,8 +65,9 @@
 //!     async fn update(&self, req: &Request) -> Result<(), AppError> { Ok(()) }
 //! }
 //!
-//! /// Several replicas fire this; one runs it, the others return `Ok(())` at once.
-//! #[distributed_lock(key = "nightly-report", ttl = "5m", skip)]
+//! /// Several replicas fire this; one runs it, the others return `Ok(())` at once. The lock
+//! /// stays taken for at least a minute, so a replica whose scheduler fires late skips too.
+//! #[distributed_lock(key = "nightly-report", ttl = "5m", skip, min_hold = "1m")]
 //! async fn nightly() -> Result<(), AppError> { Ok(()) }
 //! ```
 //!

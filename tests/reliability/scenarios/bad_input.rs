@@ -368,6 +368,7 @@ async fn release_code(
         .arg(format!("{}:released", lock_key(name)))
         .arg(owner)
         .arg(hold)
+        .arg(0)
         .query_async(conn)
         .await
         .map_err(|e| e.to_string())?;
