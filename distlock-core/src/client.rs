@@ -37,9 +37,6 @@ pub(crate) struct Inner {
     /// 128 random bits; owners are `<id>:<n>`, unique across processes.
     id: String,
     next: AtomicU64,
-    /// The bound on one operation seen by callers (slightly above the connection's own
-    /// response timeout, which also triggers a reconnect).
-    pub(crate) op_timeout: Duration,
 }
 
 impl Client {
@@ -65,7 +62,9 @@ impl Client {
         })?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
-            .set_response_timeout(Some(config.response_timeout))
+            // One timer per call is enough: `Connection::call` bounds every call and decides
+            // whether a timed-out connection must be replaced.
+            .set_response_timeout(None)
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
         let connect_error = |source| Error::Redis {
@@ -96,8 +95,6 @@ impl Client {
             config.response_timeout,
             background.clone(),
         );
-        let op_timeout =
-            config.response_timeout + config.response_timeout / 10 + Duration::from_millis(10);
         tracing::debug!(url = %config.redacted_url(), client = ?name, "distlock client connected");
         Ok(Client {
             inner: Arc::new(Inner {
@@ -109,7 +106,6 @@ impl Client {
                 background,
                 id: uuid::Uuid::new_v4().simple().to_string(),
                 next: AtomicU64::new(0),
-                op_timeout,
             }),
         })
     }
@@ -175,18 +171,14 @@ impl Client {
         cmd: &Cmd,
         echo: &str,
     ) -> Result<T, Error> {
-        let after = self.inner.op_timeout;
+        let after = self.inner.config.response_timeout;
         match self.inner.conn.call(script, cmd, echo, after).await {
             Ok(value) => Ok(value),
+            // `Connection::call` reports a timed-out reply (whichever timer saw it) as `Timeout`.
             Err(CallError::Timeout) => Err(Error::Timeout {
                 op,
                 key: key.to_owned(),
-                after: self.inner.config.response_timeout,
-            }),
-            Err(CallError::Redis(source)) if source.is_timeout() => Err(Error::Timeout {
-                op,
-                key: key.to_owned(),
-                after: self.inner.config.response_timeout,
+                after,
             }),
             Err(CallError::Redis(source)) => Err(Error::Redis {
                 op,

@@ -114,18 +114,23 @@ impl ReleaseOnDrop {
 impl Drop for ReleaseOnDrop {
     fn drop(&mut self) {
         if let Some(hold) = self.hold.take() {
-            // If the runtime is shutting down the task never runs; the lease expires at its ttl.
-            let background = hold.client.inner.background.clone();
-            background.spawn(&self.handle, async move {
-                match hold.release().await {
-                    Ok(_) => tracing::debug!(key = %hold.keys.name, "released in background"),
-                    Err(error) => {
-                        tracing::warn!(key = %hold.keys.name, %error, "background release failed; the lock expires at its ttl")
-                    }
-                }
-            });
+            release_later(hold, &self.handle);
         }
     }
+}
+
+/// Releases `hold` in a background task on `handle`. If the runtime is shutting down the task
+/// never runs, and the lease expires at its ttl.
+fn release_later(hold: Hold, handle: &Handle) {
+    let background = hold.client.inner.background.clone();
+    background.spawn(handle, async move {
+        match hold.release().await {
+            Ok(_) => tracing::debug!(key = %hold.keys.name, "released in background"),
+            Err(error) => {
+                tracing::warn!(key = %hold.keys.name, %error, "background release failed; the lock expires at its ttl")
+            }
+        }
+    });
 }
 
 /// A held lock. Release it with [`LockGuard::release`]; dropping it releases in the background.
@@ -220,8 +225,7 @@ impl LockGuard {
             Err(error) => {
                 if error.is_transient() {
                     // The release may not have reached Redis; try once more in the background.
-                    let retry = ReleaseOnDrop::new(hold, self.cleanup.handle.clone());
-                    drop(retry);
+                    release_later(hold, &self.cleanup.handle);
                 }
                 Err(error)
             }

@@ -6,7 +6,7 @@
 //! acquire or release (after a lost reply) is idempotent: setting or deleting the same field
 //! twice changes nothing.
 
-use std::sync::LazyLock;
+use std::sync::OnceLock;
 
 use redis::aio::ConnectionManager;
 use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, ServerErrorKind};
@@ -110,24 +110,27 @@ end
 return {ARGV[1], out}
 "#;
 
-/// A Lua script and its SHA1, loaded on demand.
+/// A Lua script; its SHA1 is computed on first use.
 pub(crate) struct Lua {
     source: &'static str,
-    script: LazyLock<redis::Script>,
+    sha: OnceLock<String>,
 }
 
 impl Lua {
-    const fn new(source: &'static str, make: fn() -> redis::Script) -> Self {
+    const fn new(source: &'static str) -> Self {
         Lua {
             source,
-            script: LazyLock::new(make),
+            sha: OnceLock::new(),
         }
     }
 
     /// An `EVALSHA` command with the script's hash; append `numkeys`, keys and args.
     pub(crate) fn evalsha(&self) -> Cmd {
+        let sha = self
+            .sha
+            .get_or_init(|| redis::Script::new(self.source).get_hash().to_owned());
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.script.get_hash());
+        cmd.arg(sha);
         cmd
     }
 
@@ -154,6 +157,6 @@ impl Lua {
     }
 }
 
-pub(crate) static ACQUIRE_SCRIPT: Lua = Lua::new(ACQUIRE, || redis::Script::new(ACQUIRE));
-pub(crate) static RELEASE_SCRIPT: Lua = Lua::new(RELEASE, || redis::Script::new(RELEASE));
-pub(crate) static RENEW_SCRIPT: Lua = Lua::new(RENEW, || redis::Script::new(RENEW));
+pub(crate) static ACQUIRE_SCRIPT: Lua = Lua::new(ACQUIRE);
+pub(crate) static RELEASE_SCRIPT: Lua = Lua::new(RELEASE);
+pub(crate) static RENEW_SCRIPT: Lua = Lua::new(RENEW);
