@@ -1,13 +1,9 @@
 use distlock::distributed_lock;
 
-#[derive(Debug)]
-struct AppError;
+#[path = "../support.rs"]
+mod support;
 
-impl From<distlock::Error> for AppError {
-    fn from(_: distlock::Error) -> Self {
-        AppError
-    }
-}
+use support::AppError;
 
 #[distributed_lock(key = "move:<from>-<to>")]
 async fn transfer((from, to): (u64, u64)) -> Result<(), AppError> {

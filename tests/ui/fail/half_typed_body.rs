@@ -1,13 +1,9 @@
 use distlock::distributed_lock;
 
-#[derive(Debug)]
-struct AppError;
+#[path = "../support.rs"]
+mod support;
 
-impl From<distlock::Error> for AppError {
-    fn from(_: distlock::Error) -> Self {
-        AppError
-    }
-}
+use support::AppError;
 
 // A body that does not parse yet still expands: the only error is the body's own.
 #[distributed_lock(key = "order:<id>")]
