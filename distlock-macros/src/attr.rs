@@ -73,26 +73,14 @@ impl LockArgs {
             let value = string_value(input, "the lock key, e.g. `key = \"order:<id>\"`")?;
             set_once(&mut self.key, value, "key", name.span, errors);
         } else if input.peek(kw::ttl) {
-            let name = input.parse::<kw::ttl>()?;
-            let value = string_value(input, "a duration, e.g. `ttl = \"10s\"`")?;
-            match duration_millis("ttl", &value) {
-                Ok(arg) => set_once(&mut self.ttl, arg, "ttl", name.span, errors),
-                Err(error) => errors.push(error),
-            }
+            let name = input.parse::<kw::ttl>()?.span;
+            duration_option(input, &mut self.ttl, "ttl", "10s", name, errors)?;
         } else if input.peek(kw::wait) {
-            let name = input.parse::<kw::wait>()?;
-            let value = string_value(input, "a duration, e.g. `wait = \"2s\"`")?;
-            match duration_millis("wait", &value) {
-                Ok(arg) => set_once(&mut self.wait, arg, "wait", name.span, errors),
-                Err(error) => errors.push(error),
-            }
+            let name = input.parse::<kw::wait>()?.span;
+            duration_option(input, &mut self.wait, "wait", "2s", name, errors)?;
         } else if input.peek(kw::min_hold) {
-            let name = input.parse::<kw::min_hold>()?;
-            let value = string_value(input, "a duration, e.g. `min_hold = \"1m\"`")?;
-            match duration_millis("min_hold", &value) {
-                Ok(arg) => set_once(&mut self.min_hold, arg, "min_hold", name.span, errors),
-                Err(error) => errors.push(error),
-            }
+            let name = input.parse::<kw::min_hold>()?.span;
+            duration_option(input, &mut self.min_hold, "min_hold", "1m", name, errors)?;
         } else if input.peek(kw::renew) {
             let name = input.parse::<kw::renew>()?;
             no_value(input, "renew", name.span)?;
@@ -191,6 +179,23 @@ fn set_once<T>(slot: &mut Option<T>, value: T, name: &str, name_span: Span, erro
     } else {
         *slot = Some(value);
     }
+}
+
+/// Parses `= "<duration>"` after a duration option's name into `slot` (in milliseconds).
+fn duration_option(
+    input: ParseStream<'_>,
+    slot: &mut Option<u64>,
+    name: &str,
+    example: &str,
+    name_span: Span,
+    errors: &mut Errors,
+) -> syn::Result<()> {
+    let value = string_value(input, &format!("a duration, e.g. `{name} = \"{example}\"`"))?;
+    match duration_millis(name, &value) {
+        Ok(millis) => set_once(slot, millis, name, name_span, errors),
+        Err(error) => errors.push(error),
+    }
+    Ok(())
 }
 
 fn duration_millis(name: &str, value: &LitStr) -> syn::Result<u64> {
