@@ -4,16 +4,16 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::runtime::Handle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::client::Client;
 use crate::context::{self, Frame};
+use crate::error::LossReason;
 use crate::error::{Error, Operation};
-use crate::guard::{Hold, LockGuard, ReleaseOnDrop};
+use crate::guard::{Hold, LockGuard, ReleaseOnDrop, Released};
 use crate::keys::LockKeys;
-use crate::lease::{guaranteed_until, Lease};
+use crate::lease::{check_ttl, deadline_after, guaranteed_until, millis_ceil, Lease, MAX_TTL};
 use crate::macro_support::LockSpec;
 use crate::registry;
 use crate::scripts::ACQUIRE_SCRIPT;
@@ -66,9 +66,20 @@ pub fn lock(name: impl Into<String>) -> LockBuilder {
     }
 }
 
+/// How often a waiter looks again at a lock whose key has no expiry (someone created it by
+/// hand): such a holder never publishes a release and has no ttl to wait out.
+const NO_EXPIRY_RECHECK: Duration = Duration::from_secs(1);
+
 enum Attempt {
-    Acquired { token: u64, reentry: bool },
-    Held { pttl: i64 },
+    Acquired {
+        token: u64,
+        reentry: bool,
+    },
+    Held {
+        pttl: i64,
+    },
+    /// A re-entry found the lock gone: the outer hold was lost.
+    ReentryGone,
 }
 
 impl LockBuilder {
@@ -152,9 +163,13 @@ impl LockBuilder {
     pub async fn acquire(self) -> Result<LockGuard, Error> {
         let client = self.resolve()?;
         let ttl = self.ttl.unwrap_or(client.inner.config.default_ttl);
-        if ttl < Duration::from_millis(1) {
+        check_ttl(&format!("the ttl of lock `{}`", self.name), ttl)?;
+        if let Some(min) = self.min_hold.filter(|&m| m > MAX_TTL) {
             return Err(Error::InvalidConfig {
-                reason: format!("lock `{}`: ttl must be at least 1ms", self.name),
+                reason: format!(
+                    "the min_hold of lock `{}` is {min:?}, but it must be at most {MAX_TTL:?} (30 days)",
+                    self.name
+                ),
             });
         }
         let terms = Terms {
@@ -165,7 +180,8 @@ impl LockBuilder {
             min_hold: self.min_hold,
         };
         let keys = Arc::new(LockKeys::new(&client.inner.config.key_prefix, self.name)?);
-        let span = tracing::debug_span!("distlock.acquire", key = %keys.name, ttl_ms = ttl.as_millis() as u64);
+        let span =
+            tracing::debug_span!("distlock.acquire", key = %keys.name, ttl_ms = millis_ceil(ttl));
         if span.is_disabled() {
             acquire(client, keys, terms).await
         } else {
@@ -176,9 +192,21 @@ impl LockBuilder {
     /// Runs `body` while holding the lock, then releases it.
     ///
     /// The body sees [`crate::fencing_token`] and re-enters this lock instead of deadlocking.
-    /// If the lease can no longer be guaranteed while it runs (renewal found the lock lost,
-    /// Redis stayed unreachable, or without renewal the ttl elapsed), the body future is
-    /// dropped at its next await point and [`Error::Lost`] is returned.
+    ///
+    /// Returns `Ok` only if the body ran entirely inside the lease: it completed before the
+    /// lease could have run out, no loss was reported while it ran, and the release found the
+    /// lock still ours. Otherwise [`Error::Lost`]:
+    /// * the lease can no longer be guaranteed while the body runs (renewal found the lock lost,
+    ///   Redis stayed unreachable or refused renewal, or without renewal the ttl elapsed): the
+    ///   body future is dropped at its next await point;
+    /// * the process stalled (a pause, a blocked executor thread) past the lease and the body
+    ///   completed afterwards: its output is dropped;
+    /// * the lease ran out before the body was first polled: the body never starts;
+    /// * the release found the lock expired or held by another owner.
+    ///
+    /// A release that fails on the network after a body that finished inside its lease still
+    /// returns `Ok` (the body did run exclusively); the lock is released in the background or
+    /// expires at its ttl.
     pub async fn run<F: Future>(self, body: F) -> Result<F::Output, Error> {
         let guard = self.acquire().await?;
         let hold = guard.cleanup.hold().expect("fresh guard").clone();
@@ -187,27 +215,44 @@ impl LockBuilder {
             hold.keys.clone(),
             hold.owner.clone(),
             guard.token,
+            guard.lease.clone(),
         );
         let lost = guard.lost();
+        // Loss first: a lease that ran out before the body's first poll (or while the
+        // executor was blocked) stops the body before it takes another step.
         let outcome = tokio::select! {
             biased;
-            out = frame.scope(body) => Ok(out),
             reason = lost => Err(reason),
+            out = frame.scope(body) => Ok(out),
         };
-        match outcome {
-            Ok(out) => {
-                if let Err(error) = guard.release().await {
-                    tracing::warn!(key = %hold.keys.name, %error, "body finished but release failed");
-                }
-                Ok(out)
-            }
+        let lost = |reason: LossReason| {
+            tracing::warn!(key = %hold.keys.name, %reason, "lock lost while the body ran");
+            Err(Error::Lost {
+                key: hold.keys.name.clone(),
+                reason,
+            })
+        };
+        let out = match outcome {
+            Ok(out) => out,
             Err(reason) => {
-                tracing::warn!(key = %hold.keys.name, %reason, "lock lost while the body ran; body cancelled");
+                // Dropping the guard releases whatever is still ours in the background.
                 drop(guard);
-                Err(Error::Lost {
-                    key: hold.keys.name.clone(),
-                    reason,
-                })
+                return lost(reason);
+            }
+        };
+        // The body may have completed only after a stall past the lease.
+        if let Some(reason) = guard.lost_reason() {
+            drop(guard);
+            return lost(reason);
+        }
+        match guard.finish().await {
+            Ok(Released::Yes) => Ok(out),
+            Ok(Released::OtherOwner) => lost(LossReason::Stolen),
+            Ok(Released::Absent) => lost(LossReason::Expired),
+            Err(Error::Lost { reason, .. }) => lost(reason),
+            Err(error) => {
+                tracing::warn!(key = %hold.keys.name, %error, "body finished inside its lease but the release failed; the lock expires at its ttl");
+                Ok(out)
             }
         }
     }
@@ -224,9 +269,21 @@ struct Terms {
 
 async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<LockGuard, Error> {
     let started = Instant::now();
-    let give_up = terms.wait.map(|w| started + w);
-    let owner =
-        context::reentry_owner(client.identity(), &keys.name).unwrap_or_else(|| client.new_owner());
+    let give_up = terms.wait.map(|w| deadline_after(started, w));
+    let outer = context::reentry(client.identity(), &keys.name);
+    let owner = match &outer {
+        Some((_, lease)) => {
+            if let Some(reason) = lease.lost_reason() {
+                return Err(Error::Lost {
+                    key: keys.name.clone(),
+                    reason,
+                });
+            }
+            outer.as_ref().map(|(owner, _)| owner.clone())
+        }
+        None => None,
+    }
+    .unwrap_or_else(|| client.new_owner());
     let hold = Hold {
         client: client.clone(),
         keys: keys.clone(),
@@ -234,7 +291,6 @@ async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<Lo
         hold: client.new_hold(),
         keep_until: None,
     };
-    let handle = Handle::current();
     let mut subscription: Option<crate::waiters::Subscription> = None;
     // Tasks of this client already wait for the lock: queue behind them instead of barging.
     let mut queue_first = give_up.is_some() && client.inner.waiters.has_waiters(&keys.channel);
@@ -245,28 +301,42 @@ async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<Lo
                 sub.mark_seen();
             }
             // Armed while the script may have run: cancelled or failed here, it is released.
-            let mut pending = ReleaseOnDrop::new(hold.clone(), handle.clone());
+            let mut pending = ReleaseOnDrop::new(hold.clone());
             let sent_at = Instant::now();
-            let attempt = try_acquire(&hold, terms.ttl).await?;
+            let attempt = try_acquire(&hold, terms.ttl, outer.is_some()).await?;
             pending.disarm();
             match attempt {
                 Attempt::Acquired { token, reentry } => {
-                    let guard = into_guard(hold, handle, token, reentry, &terms, sent_at);
+                    let guard = into_guard(hold, token, reentry, &terms, sent_at);
                     tracing::debug!(
                         token,
                         reentry,
-                        waited_ms = started.elapsed().as_millis() as u64,
+                        waited_ms = millis_ceil(started.elapsed()),
                         "acquired"
                     );
                     return Ok(guard);
                 }
-                Attempt::Held { pttl: left } => pttl = left,
+                Attempt::Held { pttl: left } => {
+                    if let Some((_, lease)) = &outer {
+                        // The outer hold of this call chain is not in Redis any more.
+                        return Err(outer_lost(lease, &keys.name, LossReason::Stolen));
+                    }
+                    pttl = left;
+                }
+                Attempt::ReentryGone => {
+                    let lease = &outer.as_ref().expect("only a re-entry is told").1;
+                    return Err(outer_lost(lease, &keys.name, LossReason::Expired));
+                }
             }
         }
         let now = Instant::now();
         let busy = || {
-            let waited = Instant::now() - started;
-            tracing::debug!(waited_ms = waited.as_millis() as u64, "busy");
+            // Without `wait` the caller did not wait, whatever the round trip took.
+            let waited = match terms.wait {
+                Some(_) => Instant::now() - started,
+                None => Duration::ZERO,
+            };
+            tracing::debug!(waited_ms = millis_ceil(waited), "busy");
             Err(Error::Busy {
                 key: keys.name.clone(),
                 waited,
@@ -291,23 +361,37 @@ async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<Lo
                 }
             }
             Some(sub) => {
-                // A holder that crashed never publishes: look again when its lease runs out.
-                let recheck = now + Duration::from_millis(pttl.max(1) as u64);
+                // A holder that crashed never publishes: look again when its lease runs out
+                // (a key without expiry, -1, has no lease to wait out).
+                let recheck = match u64::try_from(pttl) {
+                    Ok(ms) => now + Duration::from_millis(ms.max(1)),
+                    Err(_) => now + NO_EXPIRY_RECHECK,
+                };
                 sub.wait_until(recheck.min(give_up)).await;
             }
         }
     }
 }
 
+/// Marks the outer hold of a re-entry lost and returns the error for the re-entry.
+fn outer_lost(lease: &Lease, name: &str, reason: LossReason) -> Error {
+    if lease.mark_lost(reason) {
+        tracing::warn!(key = %name, %reason, "re-entry found the outer hold gone: lock lost");
+    }
+    Error::Lost {
+        key: name.to_owned(),
+        reason,
+    }
+}
+
 fn into_guard(
     mut hold: Hold,
-    handle: Handle,
     token: u64,
     reentry: bool,
     terms: &Terms,
     sent_at: Instant,
 ) -> LockGuard {
-    hold.keep_until = terms.min_hold.map(|min| sent_at + min);
+    hold.keep_until = terms.min_hold.map(|min| deadline_after(sent_at, min));
     let lease = Arc::new(Lease::new(
         guaranteed_until(sent_at, terms.ttl),
         terms.renew,
@@ -318,12 +402,12 @@ fn into_guard(
             name: hold.keys.name.as_str().into(),
             owner: hold.owner.clone(),
             ttl: terms.ttl,
-            hold_until: terms.max_hold.map(|cap| sent_at + cap),
+            hold_until: terms.max_hold.map(|cap| deadline_after(sent_at, cap)),
             lease: lease.clone(),
         })
     });
     LockGuard {
-        cleanup: ReleaseOnDrop::new(hold, handle),
+        cleanup: ReleaseOnDrop::new(hold),
         token,
         reentry,
         lease,
@@ -332,8 +416,9 @@ fn into_guard(
     }
 }
 
-/// One acquire round trip (two if the connection dropped).
-async fn try_acquire(hold: &Hold, ttl: Duration) -> Result<Attempt, Error> {
+/// One acquire round trip (two if the connection dropped). `reentry`: this call chain holds
+/// the lock already, so it must not be created afresh.
+async fn try_acquire(hold: &Hold, ttl: Duration, reentry: bool) -> Result<Attempt, Error> {
     let retention = hold.client.inner.config.fence_retention.max(ttl);
     let mut cmd = ACQUIRE_SCRIPT.evalsha();
     cmd.arg(2)
@@ -341,8 +426,9 @@ async fn try_acquire(hold: &Hold, ttl: Duration) -> Result<Attempt, Error> {
         .arg(&hold.keys.fence)
         .arg(&*hold.owner)
         .arg(&*hold.hold)
-        .arg(ttl.as_millis() as u64)
-        .arg(retention.as_millis() as u64);
+        .arg(millis_ceil(ttl))
+        .arg(millis_ceil(retention))
+        .arg(if reentry { "1" } else { "0" });
     let call = || {
         hold.client.call::<(i64, i64)>(
             Operation::Acquire,
@@ -365,6 +451,7 @@ async fn try_acquire(hold: &Hold, ttl: Duration) -> Result<Attempt, Error> {
     };
     Ok(match status {
         0 => Attempt::Held { pttl: value },
+        3 => Attempt::ReentryGone,
         fresh_or_reentry => Attempt::Acquired {
             token: value as u64,
             reentry: fresh_or_reentry == 2,

@@ -1,15 +1,48 @@
-//! Counts the background work a client has in flight (cleanup releases, unsubscribes), so
-//! callers and tests can tell when a client is at rest.
+//! The client's own runtime thread: where its connections, the watchdog and every cleanup task
+//! live, so none of them dies with the runtime of whoever happened to call `init` (each
+//! `#[tokio::test]` has its own runtime, and a runtime that shuts down takes its tasks along).
+//!
+//! redis-rs spawns connection drivers and reconnects with `tokio::spawn` in whatever runtime
+//! context is current. Client calls therefore run inside [`Background::enter`], which makes
+//! this thread's runtime the current one for the duration of each poll: I/O and spawned tasks
+//! land here, while the caller's task keeps running (and timing out) on its own runtime.
+//!
+//! It also counts the cleanup tasks in flight (releases, unsubscribes), so callers and tests
+//! can tell when a client is at rest.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 
 use tokio::runtime::Handle;
+use tokio::sync::oneshot;
 
-/// A shared counter of spawned cleanup tasks.
-#[derive(Clone, Default)]
-pub(crate) struct Background(Arc<AtomicUsize>);
+/// A client's runtime thread and its count of cleanup tasks. Cheap to clone; the thread stops
+/// when the last clone is dropped.
+#[derive(Clone)]
+pub(crate) struct Background(Arc<Shared>);
+
+struct Shared {
+    handle: Handle,
+    count: Arc<AtomicUsize>,
+    /// Dropped (with `Shared`) to stop the thread.
+    stop: Mutex<Option<oneshot::Sender<()>>>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(stop) = self
+            .stop
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            let _ = stop.send(());
+        }
+    }
+}
 
 struct Running(Arc<AtomicUsize>);
 
@@ -20,21 +53,74 @@ impl Drop for Running {
 }
 
 impl Background {
-    /// Spawns `task` on `handle`, counted until it finishes (or the runtime drops it).
-    pub(crate) fn spawn<F>(&self, handle: &Handle, task: F)
+    /// Starts the runtime thread (a current-thread runtime with I/O and timers).
+    pub(crate) fn start() -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("distlock-client".to_owned())
+            .spawn(move || {
+                // Runs every task of the client until the client is dropped.
+                runtime.block_on(async {
+                    let _ = stopped.await;
+                });
+            })?;
+        Ok(Background(Arc::new(Shared {
+            handle,
+            count: Arc::default(),
+            stop: Mutex::new(Some(stop)),
+        })))
+    }
+
+    /// The runtime's handle, for spawning long-lived tasks (the watchdog).
+    pub(crate) fn handle(&self) -> &Handle {
+        &self.0.handle
+    }
+
+    /// Spawns a cleanup `task`, counted until it finishes (or the client is dropped).
+    pub(crate) fn spawn<F>(&self, task: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        self.0.fetch_add(1, Ordering::AcqRel);
-        let running = Running(self.0.clone());
-        // If the runtime is shutting down the task (and `running`) is dropped: count stays right.
-        drop(handle.spawn(async move {
+        self.0.count.fetch_add(1, Ordering::AcqRel);
+        let running = Running(self.0.count.clone());
+        drop(self.0.handle.spawn(async move {
             let _running = running;
             task.await;
         }));
     }
 
+    /// Runs `fut` on the caller's task with this runtime as the current one while it is
+    /// polled, so whatever redis-rs spawns or registers (drivers, reconnects, sockets) lives
+    /// on the client's thread.
+    pub(crate) fn enter<F: Future>(&self, fut: F) -> Entered<F> {
+        Entered {
+            handle: self.0.handle.clone(),
+            fut: Box::pin(fut),
+        }
+    }
+
+    /// Cleanup tasks in flight.
     pub(crate) fn count(&self) -> usize {
-        self.0.load(Ordering::Acquire)
+        self.0.count.load(Ordering::Acquire)
+    }
+}
+
+/// A future polled with the client's runtime entered (see [`Background::enter`]).
+pub(crate) struct Entered<F> {
+    handle: Handle,
+    fut: Pin<Box<F>>,
+}
+
+impl<F: Future> Future for Entered<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = &mut *self;
+        let _entered = this.handle.enter();
+        this.fut.as_mut().poll(cx)
     }
 }

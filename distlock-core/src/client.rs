@@ -72,23 +72,40 @@ impl Client {
             key: String::new(),
             source,
         };
+        // The client's own runtime thread: its connections and tasks must not depend on the
+        // runtime that happens to call `connect` (it may be a test's, gone a moment later).
+        let background = Background::start().map_err(|e| connect_error(e.into()))?;
+        let connect_within = config
+            .connect_timeout
+            .saturating_add(config.response_timeout);
         let conn = tokio::time::timeout(
-            config.connect_timeout + config.response_timeout,
-            ConnectionManager::new_with_config(redis.clone(), manager_config.clone()),
+            connect_within,
+            background.enter(ConnectionManager::new_with_config(
+                redis.clone(),
+                manager_config.clone(),
+            )),
         )
         .await
         .map_err(|_| Error::Timeout {
             op: Operation::Connect,
             key: String::new(),
-            after: config.connect_timeout + config.response_timeout,
+            after: connect_within,
         })?
         .map_err(connect_error)?;
-        preload_scripts(conn.clone(), config.response_timeout)
-            .await
-            .map_err(connect_error)?;
-        let conn = Arc::new(Connection::new(conn, redis.clone(), manager_config));
-        let background = Background::default();
-        let watchdog = Watchdog::start(conn.clone(), config.renew_batch, config.response_timeout);
+        let setup = background.enter(check_server(conn.clone(), &config));
+        setup.await?;
+        let conn = Arc::new(Connection::new(
+            conn,
+            redis.clone(),
+            manager_config,
+            background.clone(),
+        ));
+        let watchdog = Watchdog::start(
+            conn.clone(),
+            background.handle().clone(),
+            config.renew_batch,
+            config.response_timeout,
+        );
         let waiters = Waiters::new(
             redis,
             config.connect_timeout,
@@ -203,6 +220,46 @@ fn describe(e: &redis::RedisError) -> String {
     match e.detail() {
         Some(detail) => format!("{}: {detail}", e.category()),
         None => e.category().to_owned(),
+    }
+}
+
+/// The checks and set-up of a fresh connection: a missing password fails here (see
+/// [`preload_scripts`]), the scripts are loaded, and the eviction policy is looked at.
+async fn check_server(conn: ConnectionManager, config: &Config) -> Result<(), Error> {
+    let timeout = config.response_timeout;
+    preload_scripts(conn.clone(), timeout)
+        .await
+        .map_err(|source| Error::Redis {
+            op: Operation::Connect,
+            key: String::new(),
+            source,
+        })?;
+    match eviction_policy(conn, timeout).await {
+        Some(policy) if policy != "noeviction" => {
+            if config.require_noeviction {
+                return Err(Error::EvictionPolicy { policy });
+            }
+            tracing::warn!(
+                %policy,
+                "Redis maxmemory-policy is not `noeviction`: under memory pressure it may evict lock keys (they carry a ttl), handing a held lock to someone else before its holder learns of it; set `maxmemory-policy noeviction` (or `Config::require_noeviction(true)` to refuse such a server)"
+            );
+        }
+        Some(_) => {}
+        None => tracing::debug!("could not read maxmemory-policy (CONFIG GET not permitted?)"),
+    }
+    Ok(())
+}
+
+/// The server's `maxmemory-policy`, if `CONFIG GET` is permitted (managed services often
+/// refuse it).
+async fn eviction_policy(mut conn: ConnectionManager, timeout: Duration) -> Option<String> {
+    let mut cmd = redis::cmd("CONFIG");
+    cmd.arg("GET").arg("maxmemory-policy");
+    // A map in RESP3, name/value pairs in RESP2: redis-rs reads both into a map.
+    let reply = cmd.query_async::<std::collections::HashMap<String, String>>(&mut conn);
+    match tokio::time::timeout(timeout, reply).await {
+        Ok(Ok(mut map)) => map.remove("maxmemory-policy"),
+        _ => None,
     }
 }
 

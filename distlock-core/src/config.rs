@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::client::Client;
 use crate::error::Error;
 use crate::keys::validate_prefix;
+use crate::lease::{check_ttl, MAX_TTL};
 use crate::registry;
 
 /// How to reach Redis and the defaults for locks taken through the client.
@@ -33,6 +34,7 @@ pub struct Config {
     pub(crate) fence_retention: Duration,
     pub(crate) renew_batch: usize,
     pub(crate) max_hold: Option<Duration>,
+    pub(crate) require_noeviction: bool,
 }
 
 impl Config {
@@ -49,6 +51,7 @@ impl Config {
             fence_retention: Duration::from_secs(600),
             renew_batch: 256,
             max_hold: None,
+            require_noeviction: false,
         }
     }
 
@@ -98,6 +101,19 @@ impl Config {
         self
     }
 
+    /// Refuse to connect to a server whose `maxmemory-policy` is not `noeviction` (default:
+    /// connect, and warn once through `tracing`).
+    ///
+    /// Lock keys carry a ttl, so the `volatile-*` policies evict them first, and `allkeys-*`
+    /// may too: an evicted lock is free for anyone while its holder learns of it only at its
+    /// next renewal (or, without renewal, never). With this set, [`Config::connect`] and the
+    /// install methods fail with [`Error::EvictionPolicy`]. A server that does not let the
+    /// client read its configuration (`CONFIG GET` refused) is accepted either way.
+    pub fn require_noeviction(mut self, require: bool) -> Self {
+        self.require_noeviction = require;
+        self
+    }
+
     /// Connects and returns a client that is not registered globally.
     pub async fn connect(self) -> Result<Client, Error> {
         self.validate()?;
@@ -133,8 +149,9 @@ impl Config {
                 reason: reason.into(),
             })
         };
-        if self.default_ttl < Duration::from_millis(10) {
-            return invalid("default_ttl must be at least 10ms");
+        check_ttl("default_ttl", self.default_ttl)?;
+        if self.fence_retention > MAX_TTL {
+            return invalid("fence_retention must be at most 30 days");
         }
         if self.connect_timeout.is_zero() || self.response_timeout.is_zero() {
             return invalid("timeouts must be greater than zero");
@@ -162,28 +179,63 @@ impl fmt::Debug for Config {
             .field("fence_retention", &self.fence_retention)
             .field("renew_batch", &self.renew_batch)
             .field("max_hold", &self.max_hold)
+            .field("require_noeviction", &self.require_noeviction)
             .finish()
     }
 }
 
-/// Replaces the password in `scheme://user:password@host/...` with `***`.
-pub(crate) fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
+/// The URL without its secrets, from a real parse (the `url` crate, which redis-rs parses
+/// with): the password becomes `***` (a user name alone too, as some services put a token
+/// there), `pass`/`password`/`user`/`username` query values (the `redis+unix://` form) become
+/// `***`, and the fragment is dropped. A URL that does not parse, or whose `@` the parse did
+/// not read as user info (a password with an unencoded `/`, `?` or `#`), shows only its scheme.
+pub(crate) fn redact_url(raw: &str) -> String {
+    const HIDDEN: &str = "***";
+    let scheme_only = || match raw.split_once("://") {
+        Some((scheme, _))
+            if !scheme.is_empty()
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) =>
+        {
+            format!("{scheme}://{HIDDEN}")
+        }
+        _ => HIDDEN.to_owned(),
     };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return url.to_owned();
+    let Ok(mut url) = url::Url::parse(raw) else {
+        return scheme_only();
     };
-    let userinfo = &rest[..at];
-    let user = match userinfo.find(':') {
-        Some(colon) => &userinfo[..colon],
-        None if userinfo.is_empty() => return url.to_owned(),
-        // `redis://password@host` is not a form redis-rs accepts, but never echo it.
-        None => "",
+    let has_userinfo = !url.username().is_empty() || url.password().is_some();
+    if raw.contains('@') && !has_userinfo {
+        return scheme_only();
+    }
+    let redacted = if url.password().is_some() {
+        url.set_password(Some(HIDDEN))
+    } else if !url.username().is_empty() {
+        url.set_username(HIDDEN)
+    } else {
+        Ok(())
     };
-    format!("{}{}:***{}", &url[..scheme_end + 3], user, &rest[at..])
+    if redacted.is_err() {
+        return scheme_only();
+    }
+    if url.query().is_some() {
+        let pairs: Vec<(String, String)> = url
+            .query_pairs()
+            .map(|(k, v)| {
+                let secret = matches!(&*k, "pass" | "password" | "user" | "username");
+                let v = if secret {
+                    HIDDEN.into()
+                } else {
+                    v.into_owned()
+                };
+                (k.into_owned(), v)
+            })
+            .collect();
+        url.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    url.set_fragment(None);
+    url.to_string()
 }
 
 #[cfg(test)]
@@ -207,6 +259,34 @@ mod tests {
             redact_url("redis://127.0.0.1:6379/"),
             "redis://127.0.0.1:6379/"
         );
-        assert_eq!(redact_url("redis://h/?x=a@b"), "redis://h/?x=a@b");
+        // An `@` the parse did not read as user info: only the scheme is shown.
+        assert_eq!(redact_url("redis://h/?x=a@b"), "redis://***");
+    }
+
+    #[test]
+    fn redaction_comes_from_a_real_parse() {
+        let cases = [
+            ("redis+unix:///tmp/r.sock?db=1&pass=s3cret", "s3cret"),
+            ("unix:///tmp/r.sock?user=bob&pass=s3cret", "s3cret"),
+            ("redis://:pa/ss@host:6379/", "pa/ss"),
+            ("redis://:pa?ss@host:6379/", "pa?ss"),
+            ("redis://:pa#ss@host:6379/", "pa#ss"),
+            ("redis://user:12/ss@host", "12/ss"),
+            ("redis://:p%40ss@host/", "p%40ss"),
+            ("rediss://alice:hunter2@host:6380/0#frag-hunter2", "hunter2"),
+            ("not a url :hunter2@", "hunter2"),
+        ];
+        for (url, secret) in cases {
+            let shown = redact_url(url);
+            assert!(!shown.contains(secret), "{url} shown as {shown}");
+            let debug = format!("{:?}", Config::new(url));
+            assert!(!debug.contains(secret), "{url} in Debug: {debug}");
+        }
+        assert_eq!(
+            redact_url("redis+unix:///tmp/r.sock?db=1&pass=s3cret"),
+            "redis+unix:///tmp/r.sock?db=1&pass=***"
+        );
+        assert_eq!(redact_url("redis://:pa/ss@host:6379/"), "redis://***");
+        assert_eq!(redact_url("not a url :hunter2@"), "***");
     }
 }

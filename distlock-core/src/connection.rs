@@ -14,6 +14,8 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, FromRedisValue};
 
+use crate::background::Background;
+use crate::error::is_error_reply;
 use crate::scripts::Lua;
 
 /// Why a script call failed.
@@ -32,6 +34,8 @@ pub(crate) struct Connection {
     config: ConnectionManagerConfig,
     /// A health check after a timeout is running (one at a time).
     probing: AtomicBool,
+    /// The client's runtime: connections and reconnects live there.
+    background: Background,
 }
 
 impl Connection {
@@ -39,12 +43,14 @@ impl Connection {
         conn: ConnectionManager,
         redis: redis::Client,
         config: ConnectionManagerConfig,
+        background: Background,
     ) -> Self {
         Connection {
             slot: RwLock::new((0, conn)),
             redis,
             config,
             probing: AtomicBool::new(false),
+            background,
         }
     }
 
@@ -65,7 +71,10 @@ impl Connection {
         timeout: Duration,
     ) -> Result<T, CallError> {
         let (generation, mut conn) = self.current();
-        let reply = tokio::time::timeout(timeout, script.run::<(String, T)>(&mut conn, cmd)).await;
+        let run = self
+            .background
+            .enter(script.run::<(String, T)>(&mut conn, cmd));
+        let reply = tokio::time::timeout(timeout, run).await;
         match reply {
             Ok(Ok((echoed, value))) if echoed == echo => Ok(value),
             Ok(Ok(_)) => {
@@ -77,7 +86,7 @@ impl Connection {
                 Err(CallError::Timeout)
             }
             Ok(Err(source)) => {
-                if !source.is_io_error() && !matches!(source.kind(), redis::ErrorKind::Server(_)) {
+                if !source.is_io_error() && !is_error_reply(&source) {
                     // A reply of the wrong shape: it answers some other request.
                     self.retire(generation);
                 }
@@ -102,7 +111,7 @@ impl Connection {
             return;
         }
         let this = self.clone();
-        tokio::spawn(async move {
+        drop(self.background.handle().spawn(async move {
             let ping = async {
                 let mut fresh = this.redis.get_multiplexed_async_connection().await?;
                 redis::cmd("PING").query_async::<String>(&mut fresh).await
@@ -111,7 +120,7 @@ impl Connection {
                 this.retire(generation);
             }
             this.probing.store(false, Ordering::Release);
-        });
+        }));
     }
 
     /// Replaces generation `generation` with a fresh, lazily connecting one (no effect if it

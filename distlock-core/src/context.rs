@@ -9,6 +9,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use crate::keys::LockKeys;
+use crate::lease::Lease;
 
 tokio::task_local! {
     static HELD: Frame;
@@ -23,17 +24,26 @@ struct FrameData {
     keys: Arc<LockKeys>,
     owner: Arc<str>,
     token: u64,
+    /// The held lease: a re-entry that finds the lock gone marks it lost.
+    lease: Arc<Lease>,
     parent: Option<Frame>,
 }
 
 impl Frame {
-    pub(crate) fn new(client: usize, keys: Arc<LockKeys>, owner: Arc<str>, token: u64) -> Self {
+    pub(crate) fn new(
+        client: usize,
+        keys: Arc<LockKeys>,
+        owner: Arc<str>,
+        token: u64,
+        lease: Arc<Lease>,
+    ) -> Self {
         let parent = HELD.try_with(Frame::clone).ok();
         Frame(Arc::new(FrameData {
             client,
             keys,
             owner,
             token,
+            lease,
             parent,
         }))
     }
@@ -44,13 +54,14 @@ impl Frame {
     }
 }
 
-/// The owner id to re-enter with, if this call chain holds `name` through `client`.
-pub(crate) fn reentry_owner(client: usize, name: &str) -> Option<Arc<str>> {
+/// The owner id to re-enter with and the outer hold's lease, if this call chain holds `name`
+/// through `client`.
+pub(crate) fn reentry(client: usize, name: &str) -> Option<(Arc<str>, Arc<Lease>)> {
     HELD.try_with(|frame| {
         let mut cursor = Some(frame);
         while let Some(Frame(data)) = cursor {
             if data.client == client && data.keys.name == name {
-                return Some(data.owner.clone());
+                return Some((data.owner.clone(), data.lease.clone()));
             }
             cursor = data.parent.as_ref();
         }

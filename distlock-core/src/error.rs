@@ -14,8 +14,12 @@ pub enum LossReason {
     /// Redis could not be reached before the lease ran out, so the lock can no longer be
     /// guaranteed.
     Unreachable,
-    /// The lease ran out without renewal (`renew` was off, or the hold cap was reached).
+    /// The lease ran out without renewal (`renew` was off, or the hold cap was reached), or the
+    /// process stalled past it (a pause, a blocked executor thread) before it could renew.
     LeaseElapsed,
+    /// Redis answered the renewals with an error (for example `READONLY`, `NOPERM` or `OOM`)
+    /// until the lease ran out: reachable, but it would not extend the lease.
+    Refused,
 }
 
 impl fmt::Display for LossReason {
@@ -25,6 +29,7 @@ impl fmt::Display for LossReason {
             LossReason::Stolen => "another owner holds the lock now",
             LossReason::Unreachable => "Redis could not be reached before the lease ran out",
             LossReason::LeaseElapsed => "the lease (ttl) elapsed without renewal",
+            LossReason::Refused => "Redis refused to renew the lease until it ran out",
         })
     }
 }
@@ -111,6 +116,13 @@ pub enum Error {
         /// What is wrong, without any secret from the URL.
         reason: String,
     },
+    /// The Redis server may evict lock keys under memory pressure, and the client was told to
+    /// refuse that ([`crate::Config::require_noeviction`]).
+    #[error("Redis `maxmemory-policy` is `{policy}`, which may evict lock keys (they carry a ttl) and so hand a held lock to someone else: set `maxmemory-policy noeviction` on the server, or drop `Config::require_noeviction`")]
+    EvictionPolicy {
+        /// The server's `maxmemory-policy`.
+        policy: String,
+    },
     /// Redis did not answer within the configured response timeout.
     #[error("Redis did not answer the {op} of lock `{key}` within {after:?}: check that the server is up and reachable, or raise `Config::response_timeout`")]
     Timeout {
@@ -186,6 +198,15 @@ impl Error {
             _ => false,
         }
     }
+}
+
+/// True when Redis answered with an error reply (as opposed to a network failure, a timeout or
+/// a reply of the wrong shape): the server is there, and said no.
+pub(crate) fn is_error_reply(e: &redis::RedisError) -> bool {
+    matches!(
+        e.kind(),
+        redis::ErrorKind::Server(_) | redis::ErrorKind::Extension
+    )
 }
 
 /// `Result` with [`Error`].

@@ -5,13 +5,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::runtime::Handle;
 use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::error::{Error, LossReason, Operation};
 use crate::keys::LockKeys;
-use crate::lease::Lease;
+use crate::lease::{millis_ceil, Lease};
 use crate::scripts::RELEASE_SCRIPT;
 
 /// One hold of a lock in Redis: enough to release it from anywhere.
@@ -38,13 +37,19 @@ pub(crate) enum Released {
 
 impl Hold {
     /// Runs the release script; retried once (idempotently) if the connection dropped.
-    pub(crate) async fn release(&self) -> Result<Released, Error> {
+    ///
+    /// `ours_until`: until when the lock is known to be ours (the lease deadline), if known.
+    /// A retry sent before then that finds the lock gone or taken means the first attempt
+    /// freed it (and someone may have taken it since): that release succeeded. Without that
+    /// knowledge only "gone" counts as freed by the first attempt.
+    pub(crate) async fn release(&self, ours_until: Option<Instant>) -> Result<Released, Error> {
         match self.release_once().await {
             Err(error) if error.is_connection_failure() => {
                 tracing::debug!(%error, key = %self.keys.name, "release reply lost; retrying");
-                // The first attempt may have freed the lock: then there is nothing to find.
+                let sent_in_lease = ours_until.is_some_and(|until| Instant::now() < until);
                 self.release_once().await.map(|found| match found {
                     Released::Absent => Released::Yes,
+                    Released::OtherOwner if sent_in_lease => Released::Yes,
                     other => other,
                 })
             }
@@ -52,12 +57,11 @@ impl Hold {
         }
     }
 
-    /// Milliseconds the lock must still be kept for `min_hold` (0: release now).
+    /// Milliseconds the lock must still be kept for `min_hold` (0: release now). Rounded up:
+    /// a partial millisecond is still inside the minimum hold.
     fn keep_ms(&self) -> u64 {
         self.keep_until.map_or(0, |until| {
-            let left = until.saturating_duration_since(Instant::now());
-            // Round up: a partial millisecond is still inside the minimum hold.
-            left.as_micros().div_ceil(1000) as u64
+            millis_ceil(until.saturating_duration_since(Instant::now()))
         })
     }
 
@@ -91,15 +95,11 @@ impl Hold {
 /// acquires, cancelled releases and guards dropped without `release()`.
 pub(crate) struct ReleaseOnDrop {
     hold: Option<Hold>,
-    handle: Handle,
 }
 
 impl ReleaseOnDrop {
-    pub(crate) fn new(hold: Hold, handle: Handle) -> Self {
-        ReleaseOnDrop {
-            hold: Some(hold),
-            handle,
-        }
+    pub(crate) fn new(hold: Hold) -> Self {
+        ReleaseOnDrop { hold: Some(hold) }
     }
 
     pub(crate) fn disarm(&mut self) -> Option<Hold> {
@@ -114,17 +114,18 @@ impl ReleaseOnDrop {
 impl Drop for ReleaseOnDrop {
     fn drop(&mut self) {
         if let Some(hold) = self.hold.take() {
-            release_later(hold, &self.handle);
+            release_later(hold);
         }
     }
 }
 
-/// Releases `hold` in a background task on `handle`. If the runtime is shutting down the task
-/// never runs, and the lease expires at its ttl.
-fn release_later(hold: Hold, handle: &Handle) {
+/// Releases `hold` in a background task on the client's own runtime (so it runs even when the
+/// caller's runtime is shutting down). If the client itself is dropped first, the lease
+/// expires at its ttl.
+fn release_later(hold: Hold) {
     let background = hold.client.inner.background.clone();
-    background.spawn(handle, async move {
-        match hold.release().await {
+    background.spawn(async move {
+        match hold.release(None).await {
             Ok(_) => tracing::debug!(key = %hold.keys.name, "released in background"),
             Err(error) => {
                 tracing::warn!(key = %hold.keys.name, %error, "background release failed; the lock expires at its ttl")
@@ -205,31 +206,49 @@ impl LockGuard {
 
     /// Releases this hold (the lock itself when it is the outermost hold) and stops renewal.
     ///
-    /// Returns [`Error::NotOwner`] if the lock had expired or been taken over: then nothing was
-    /// changed in Redis. If this future is dropped before Redis answers, the release finishes in
-    /// the background.
-    pub async fn release(mut self) -> Result<(), Error> {
+    /// `Ok(())` means the lock was held exclusively from the acquire until this call. Otherwise:
+    /// * [`Error::Lost`] if the lease was lost (or ran out) before this call: whatever is still
+    ///   ours in Redis is released all the same;
+    /// * [`Error::NotOwner`] if Redis found the lock expired or taken over: nothing was changed
+    ///   in Redis;
+    /// * a network error or [`Error::Timeout`] if Redis could not be asked: the release is
+    ///   retried in the background, and the lock expires at its ttl otherwise.
+    ///
+    /// If this future is dropped before Redis answers, the release finishes in the background.
+    pub async fn release(self) -> Result<(), Error> {
+        let key = self.name().to_owned();
+        match self.finish().await? {
+            Released::Yes => Ok(()),
+            Released::OtherOwner | Released::Absent => Err(Error::NotOwner { key }),
+        }
+    }
+
+    /// Releases the hold and reports what Redis found; [`Error::Lost`] when the lease was
+    /// already lost before the release was sent (the release still runs).
+    pub(crate) async fn finish(mut self) -> Result<Released, Error> {
         self.stop_renewal();
+        let lost_before = self.lease.lost_reason();
         let hold = self.hold().clone();
-        let released = hold.release().await;
+        let released = hold.release(Some(self.lease.deadline())).await;
         // Answered (either way): nothing left to clean up in the background.
         self.cleanup.disarm();
-        match released {
-            Ok(Released::Yes) => {
-                tracing::debug!(key = %hold.keys.name, held_ms = self.acquired_at.elapsed().as_millis() as u64, "released");
-                Ok(())
-            }
-            Ok(Released::OtherOwner | Released::Absent) => Err(Error::NotOwner {
-                key: hold.keys.name.clone(),
-            }),
-            Err(error) => {
-                if error.is_transient() {
-                    // The release may not have reached Redis; try once more in the background.
-                    release_later(hold, &self.cleanup.handle);
-                }
-                Err(error)
+        if let Err(error) = &released {
+            if error.is_transient() {
+                // The release may not have reached Redis; try once more in the background.
+                release_later(hold.clone());
             }
         }
+        if let Some(reason) = lost_before {
+            return Err(Error::Lost {
+                key: hold.keys.name.clone(),
+                reason,
+            });
+        }
+        let released = released?;
+        if released == Released::Yes {
+            tracing::debug!(key = %hold.keys.name, held_ms = millis_ceil(self.acquired_at.elapsed()), "released");
+        }
+        Ok(released)
     }
 
     fn stop_renewal(&mut self) {

@@ -1,4 +1,5 @@
-//! The holder's view of a lease: until when the lock is guaranteed, and whether it was lost.
+//! The holder's view of a lease: until when the lock is guaranteed, and whether it was lost;
+//! and the limits every lease duration is checked against.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -6,13 +7,56 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::error::LossReason;
+use crate::error::{Error, LossReason};
+
+/// The shortest lease (`ttl`) a lock accepts: 100 ms.
+///
+/// Below it, the safety margin (see [`LEASE_MARGIN`]) would eat most of the lease and renewal
+/// would have to run every few milliseconds. The attribute refuses a shorter literal `ttl` at
+/// compile time.
+pub const MIN_TTL: Duration = Duration::from_millis(100);
+
+/// The longest lease (`ttl`) a lock accepts, and the longest `min_hold` and fence retention:
+/// 30 days. Longer waits (`wait`) and hold caps (`max_hold`) are accepted and mean "forever".
+pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// The fixed part of the safety margin: a lease is trusted until `ttl - (LEASE_MARGIN +
+/// ttl / 100)` after its command was sent. The fixed part covers timer rounding (tokio timers
+/// have millisecond resolution) and scheduling delay; the 1% covers clock-rate differences
+/// between this machine and Redis.
+pub const LEASE_MARGIN: Duration = Duration::from_millis(5);
 
 /// Until when a lock taken (or renewed) at `sent_at` with `ttl` is guaranteed, counted from
-/// when the command was sent. 1% of the ttl is kept back for clock-rate differences between
-/// this machine and Redis.
+/// when the command was sent, minus the safety margin.
 pub(crate) fn guaranteed_until(sent_at: Instant, ttl: Duration) -> Instant {
-    sent_at + ttl - ttl / 100
+    let margin = LEASE_MARGIN + ttl / 100;
+    sent_at + ttl.saturating_sub(margin)
+}
+
+/// About 30 years: what "forever" means for a deadline (as in tokio's own far future).
+const FOREVER: Duration = Duration::from_secs(86_400 * 365 * 30);
+
+/// `at + d`, saturating at "forever" (30 years from `at`), so `Duration::MAX` means forever
+/// instead of an overflow panic.
+pub(crate) fn deadline_after(at: Instant, d: Duration) -> Instant {
+    at + d.min(FOREVER)
+}
+
+/// Whole milliseconds of `d`, rounded up, saturating (Redis takes 64-bit millisecond counts).
+pub(crate) fn millis_ceil(d: Duration) -> u64 {
+    u64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
+}
+
+/// Checks a lease-like duration against [`MIN_TTL`]`..=`[`MAX_TTL`].
+pub(crate) fn check_ttl(what: &str, ttl: Duration) -> Result<(), Error> {
+    if ttl < MIN_TTL || ttl > MAX_TTL {
+        return Err(Error::InvalidConfig {
+            reason: format!(
+                "{what} is {ttl:?}, but it must be between {MIN_TTL:?} and {MAX_TTL:?} (30 days)"
+            ),
+        });
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -28,6 +72,9 @@ pub(crate) struct Lease {
     /// True while the watchdog renews this lease: a passed deadline then means Redis could not
     /// be reached; otherwise the lease simply elapsed.
     renewing: AtomicBool,
+    /// The last renewal attempt got an error reply (Redis answered but refused): a passed
+    /// deadline is then reported as [`LossReason::Refused`].
+    refused: AtomicBool,
 }
 
 impl Lease {
@@ -38,6 +85,7 @@ impl Lease {
                 lost: None,
             }),
             renewing: AtomicBool::new(renewing),
+            refused: AtomicBool::new(false),
         }
     }
 
@@ -70,6 +118,11 @@ impl Lease {
         self.renewing.store(false, Ordering::Release);
     }
 
+    /// Records whether the last renewal attempt was refused by Redis (an error reply).
+    pub(crate) fn set_refused(&self, refused: bool) {
+        self.refused.store(refused, Ordering::Release);
+    }
+
     pub(crate) fn deadline(&self) -> Instant {
         self.state.borrow().deadline
     }
@@ -88,7 +141,9 @@ impl Lease {
     }
 
     fn elapsed_reason(&self) -> LossReason {
-        if self.renewing.load(Ordering::Acquire) {
+        if self.refused.load(Ordering::Acquire) {
+            LossReason::Refused
+        } else if self.renewing.load(Ordering::Acquire) {
             LossReason::Unreachable
         } else {
             LossReason::LeaseElapsed
@@ -101,6 +156,11 @@ impl Lease {
         loop {
             let s = *rx.borrow_and_update();
             if let Some(reason) = s.lost {
+                return reason;
+            }
+            // A deadline already passed (the process stalled) is a loss now, not after a
+            // timer round trip: `run` polls this before the body.
+            if let Some(reason) = self.lost_reason() {
                 return reason;
             }
             tokio::select! {

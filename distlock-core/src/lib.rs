@@ -115,6 +115,7 @@ pub use context::fencing_token;
 pub use error::{Error, LossReason, Operation, Result};
 pub use guard::LockGuard;
 pub use keys::{hash_slot, MAX_NAME_LEN};
+pub use lease::{LEASE_MARGIN, MAX_TTL, MIN_TTL};
 
 /// Connects to Redis at `url` and installs the default client: call once at startup.
 ///

@@ -13,23 +13,37 @@ use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, ServerErrorKind};
 
 /// Acquire or re-enter.
 ///
-/// KEYS: lock, fence. ARGV: owner, hold field, ttl ms, fence retention ms.
-/// Returns `{hold, {1, token}}` (fresh), `{hold, {2, token}}` (re-entry) or `{hold, {0, pttl}}`
-/// (held by another owner). Every reply starts with the request's id (here the hold field) so
-/// the client can tell a reply that answers another request.
+/// KEYS: lock, fence. ARGV: owner, hold field, ttl ms, fence retention ms, re-entry flag
+/// (`1` when the caller's call chain holds this lock already, else `0`).
+/// Returns `{hold, {1, token}}` (fresh), `{hold, {2, token}}` (re-entry), `{hold, {0, pttl}}`
+/// (held by another owner) or `{hold, {3, 0}}` (a re-entry found no lock: the outer hold was
+/// lost, and the lock is not re-created under it). Every reply starts with the request's id
+/// (here the hold field) so the client can tell a reply that answers another request.
 ///
 /// The fencing token is the server's clock in microseconds, raised above the last token handed
 /// out for this name (kept in the fence key for the retention time, read and written by one
 /// `SET ... GET`), so it strictly increases per name while the fence key stays bounded in
-/// memory. A replayed request (same hold field,
-/// after a lost reply) changes nothing and reports what the first one did.
+/// memory. A fence key that does not hold a number (written by someone else) is put back as it
+/// was, expiring after the retention, and the script fails without taking the lock.
+///
+/// A re-entry only ever extends the lock's expiry: an outer hold may rely on a longer one.
+/// A replayed request (same hold field, after a lost reply) changes nothing and reports what
+/// the first one did.
 pub const ACQUIRE: &str = r#"
 local owner = redis.call('HGET', KEYS[1], 'o')
 if owner == false then
+  if ARGV[5] == '1' then
+    return {ARGV[2], {3, 0}}
+  end
   local t = redis.call('TIME')
   local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local s = string.format('%d', token)
-  local last = tonumber(redis.call('SET', KEYS[2], s, 'PX', ARGV[4], 'GET') or '0')
+  local prev = redis.call('SET', KEYS[2], s, 'PX', ARGV[4], 'GET')
+  local last = tonumber(prev or '0')
+  if last == nil then
+    redis.call('SET', KEYS[2], prev, 'PX', ARGV[4])
+    return redis.error_reply('ERR distlock: the fence key ' .. KEYS[2] .. ' does not hold a number; delete it to use this lock')
+  end
   if token <= last then
     token = last + 1
     s = string.format('%d', token)
@@ -93,13 +107,20 @@ return {ARGV[2], 0}
 ///
 /// KEYS: lock keys. ARGV: the batch id, then for each key its ttl ms and its owner.
 /// Returns `{batch id, statuses}` with one status per key: 1 renewed, 0 gone, -1 owned by
-/// someone else.
+/// someone else, -2 not a lock (the key was overwritten with another type). Renewal only ever
+/// extends a key's expiry (never shortens one that another hold relies on), and one bad key
+/// does not fail the others: each key is looked at with `pcall`.
 pub const RENEW: &str = r#"
 local out = {}
 for i, key in ipairs(KEYS) do
-  local owner = redis.call('HGET', key, 'o')
-  if owner == ARGV[2 * i + 1] then
-    redis.call('PEXPIRE', key, ARGV[2 * i])
+  local owner = redis.pcall('HGET', key, 'o')
+  if type(owner) == 'table' and owner.err then
+    out[i] = -2
+  elseif owner == ARGV[2 * i + 1] then
+    local ttl = tonumber(ARGV[2 * i])
+    if redis.call('PTTL', key) < ttl then
+      redis.call('PEXPIRE', key, ttl)
+    end
     out[i] = 1
   elseif owner == false then
     out[i] = 0

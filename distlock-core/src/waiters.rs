@@ -90,7 +90,9 @@ impl Waiters {
                 .await
                 .map_err(|e| subscribe_error(key, e))
         };
-        let conn = tokio::time::timeout(self.connect_timeout, self.conn.get_or_try_init(|| make))
+        // Made with the client's runtime current: the subscriber connection lives there.
+        let init = self.background.enter(self.conn.get_or_try_init(|| make));
+        let conn = tokio::time::timeout(self.connect_timeout, init)
             .await
             .map_err(|_| Error::Timeout {
                 op: Operation::Subscribe,
@@ -141,7 +143,11 @@ impl Waiters {
                 let subscribe = || {
                     let mut conn = conn.clone();
                     let timeout = self.response_timeout;
-                    async move { tokio::time::timeout(timeout, conn.subscribe(channel)).await }
+                    let background = self.background.clone();
+                    async move {
+                        let subscribe = async move { conn.subscribe(channel).await };
+                        tokio::time::timeout(timeout, background.enter(subscribe)).await
+                    }
                 };
                 match subscribe().await.map_err(|_| timeout())? {
                     // The subscriber connection dropped since its last use; it reconnects.
@@ -272,8 +278,6 @@ impl Drop for Subscription {
                 map.remove(&name);
             }
         };
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            self.background.spawn(&handle, leave);
-        }
+        self.background.spawn(leave);
     }
 }

@@ -8,13 +8,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::runtime::Handle;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::connection::{CallError, Connection};
-use crate::error::LossReason;
-use crate::lease::{guaranteed_until, Lease};
+use crate::error::{is_error_reply, LossReason};
+use crate::lease::{guaranteed_until, millis_ceil, Lease};
 use crate::scripts::RENEW_SCRIPT;
 
 /// Retry delay after a failed renewal round trip.
@@ -60,27 +61,70 @@ pub(crate) struct Renewal {
 /// Handle to a client's renewal task; dropping it stops the task.
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
-    task: AbortHandle,
+    task: Mutex<AbortHandle>,
+    conn: Arc<Connection>,
+    handle: Handle,
+    batch: usize,
+    timeout: Duration,
 }
 
 impl Drop for Watchdog {
     fn drop(&mut self) {
-        self.task.abort();
+        self.task().abort();
     }
 }
 
 impl Watchdog {
-    pub(crate) fn start(conn: Arc<Connection>, batch: usize, timeout: Duration) -> Self {
+    /// Starts the renewal task on `handle` (the client's own runtime).
+    pub(crate) fn start(
+        conn: Arc<Connection>,
+        handle: Handle,
+        batch: usize,
+        timeout: Duration,
+    ) -> Self {
         let shared = Arc::new(Shared {
             table: Mutex::new(Table::default()),
             wake: Notify::new(),
         });
-        let task = tokio::spawn(run(shared.clone(), conn, batch, timeout)).abort_handle();
-        Watchdog { shared, task }
+        let task = handle
+            .spawn(run(shared.clone(), conn.clone(), batch, timeout))
+            .abort_handle();
+        Watchdog {
+            shared,
+            task: Mutex::new(task),
+            conn,
+            handle,
+            batch,
+            timeout,
+        }
+    }
+
+    fn task(&self) -> std::sync::MutexGuard<'_, AbortHandle> {
+        self.task.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Restarts the renewal task if it is gone (it panicked, or its runtime stopped), so a
+    /// dead watchdog never silently leaves leases to run out. Their deadlines still hold:
+    /// a lease that was not renewed in time is reported lost whatever happened here.
+    fn ensure_running(&self) {
+        let mut task = self.task();
+        if task.is_finished() {
+            tracing::error!("the renewal task had stopped; restarting it");
+            *task = self
+                .handle
+                .spawn(run(
+                    self.shared.clone(),
+                    self.conn.clone(),
+                    self.batch,
+                    self.timeout,
+                ))
+                .abort_handle();
+        }
     }
 
     /// Starts renewing a lease; returns the id to [`Watchdog::unregister`] it with.
     pub(crate) fn register(&self, r: Renewal) -> u64 {
+        self.ensure_running();
         let due = Instant::now() + r.ttl / 3;
         let id = {
             let mut table = self.table();
@@ -211,7 +255,7 @@ async fn renew_chunk(
     }
     cmd.arg(batch_id);
     for d in chunk {
-        cmd.arg(d.ttl.as_millis() as u64).arg(&*d.owner);
+        cmd.arg(millis_ceil(d.ttl)).arg(&*d.owner);
     }
     let sent_at = Instant::now();
     let reply = conn
@@ -221,12 +265,14 @@ async fn renew_chunk(
     match reply {
         Ok(statuses) if statuses.len() == chunk.len() => {
             for (d, status) in chunk.iter().zip(statuses) {
+                d.lease.set_refused(false);
                 let lost = match status {
                     1 => {
                         d.lease.extend(guaranteed_until(sent_at, d.ttl));
                         continue;
                     }
                     0 => LossReason::Expired,
+                    // -1: another owner; -2: the key was overwritten with something else.
                     _ => LossReason::Stolen,
                 };
                 // Released while the batch was in flight: not a loss.
@@ -236,6 +282,9 @@ async fn renew_chunk(
             }
         }
         failed => {
+            // An error reply means Redis is there but will not renew (READONLY, NOPERM, OOM,
+            // ...): if that lasts until the lease runs out, the loss says so.
+            let refused = matches!(&failed, Err(CallError::Redis(e)) if is_error_reply(e));
             let why = match failed {
                 Ok(_) => "reply of the wrong length".to_owned(),
                 Err(CallError::Redis(e)) => e.to_string(),
@@ -243,6 +292,7 @@ async fn renew_chunk(
             };
             let retry = Instant::now() + RETRY_AFTER_ERROR;
             for d in chunk {
+                d.lease.set_refused(refused);
                 tracing::warn!(key = %d.name, error = %why, "lease renewal failed; retrying");
                 if let Some(e) = table.entries.get_mut(&d.id) {
                     e.due = e.due.min(retry);

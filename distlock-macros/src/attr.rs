@@ -198,7 +198,27 @@ fn duration_option(
     Ok(())
 }
 
+/// `distlock::MIN_TTL` and `distlock::MAX_TTL` in milliseconds (the macro crate cannot import
+/// the runtime; the UI cases `ttl_too_short` and `ttl_bounds` pin both sides).
+const MIN_TTL_MS: u64 = 100;
+const MAX_TTL_MS: u64 = 30 * 24 * 3_600_000;
+
 fn duration_millis(name: &str, value: &LitStr) -> syn::Result<u64> {
+    let text = value.value();
+    let millis = parse_millis(name, value)?;
+    let message = match name {
+        "ttl" if millis < MIN_TTL_MS => format!(
+            "`ttl = {text:?}` is shorter than the minimum lease of 100ms: a lease this short leaves no room for the safety margin and renewal; use at least \"100ms\""
+        ),
+        "ttl" | "min_hold" if millis > MAX_TTL_MS => format!(
+            "`{name} = {text:?}` is longer than the maximum of 30 days (\"720h\"); use `renew` to hold a lock longer"
+        ),
+        _ => return Ok(millis),
+    };
+    Err(syn::Error::new(value.span(), message))
+}
+
+fn parse_millis(name: &str, value: &LitStr) -> syn::Result<u64> {
     let text = value.value();
     parse_duration(&text).map_err(|error| {
         let message = match error {

@@ -188,7 +188,7 @@
 #[doc(inline)]
 pub use distlock_core::{
     fencing_token, hash_slot, init, lock, scripts, Client, Config, Error, LockBuilder, LockGuard,
-    LossReason, Operation, Result, MAX_NAME_LEN,
+    LossReason, Operation, Result, LEASE_MARGIN, MAX_NAME_LEN, MAX_TTL, MIN_TTL,
 };
 
 #[doc(inline)]

@@ -6,7 +6,7 @@
 //!
 //! Paused past its ttl: another process takes the lock with a larger fencing token; when the
 //! holder resumes, its body is cancelled with `Err(Lost)`, its guard reports the loss and its
-//! release is refused (`NotOwner`) and changes nothing, and a fenced resource rejects the
+//! release is refused (`Lost`: it knew of the loss already) and changes nothing, and a fenced resource rejects the
 //! write it sends with its old token.
 
 use std::sync::Arc;
@@ -265,10 +265,8 @@ async fn run_paused(t: Arc<Tally>, rounds: u64) {
             || format!("round {round}: ensure_held() still succeeds after the loss: {guard_lost}"),
         );
         let release = holder.expect("GUARD-RELEASE", Duration::from_secs(5)).await;
-        t.check(fields(&release).get("result") == Some(&"not-owner"), || {
-            format!(
-                "round {round}: the stale guard's release was not refused with NotOwner: {release}"
-            )
+        t.check(fields(&release).get("result") == Some(&"lost"), || {
+            format!("round {round}: the stale guard's release was not refused with Lost: {release}")
         });
         holder.expect("QUIET", Duration::from_secs(10)).await;
         t.ops(3);
@@ -397,6 +395,7 @@ pub(crate) async fn paused_worker(mut ctx: Ctx) -> Result<(), String> {
     ctx.say(format!("GUARD-LOST reason={reason:?} ensure_held={ensure}"));
     let result = match guard.release().await {
         Err(Error::NotOwner { .. }) => "not-owner".to_owned(),
+        Err(Error::Lost { .. }) => "lost".to_owned(),
         Ok(()) => "released".to_owned(),
         Err(other) => format!("error:{other:?}").replace(' ', "_"),
     };

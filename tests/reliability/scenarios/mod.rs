@@ -9,6 +9,7 @@ mod mutex;
 mod proxy_faults;
 mod redis_faults;
 mod registry_misuse;
+mod stall;
 
 use std::time::Duration;
 
@@ -36,6 +37,7 @@ pub(crate) fn all(settings: &Settings) -> Vec<Scenario> {
         long_hold::scenario(&s, heavy(40, 60)),
         bad_input::scenario(&s, heavy(40, 60)),
         registry_misuse::scenario(&s, heavy(40, 60)),
+        stall::scenario(&s, heavy(60, 240)),
     ]
 }
 
@@ -47,6 +49,7 @@ pub(crate) async fn worker_role(role: &str, ctx: Ctx) -> Result<(), String> {
         "paused-holder" => holder_faults::paused_worker(ctx).await,
         "storm" => cancel_storm::worker(ctx).await,
         "registry" => registry_misuse::worker(ctx).await,
+        "stall" => stall::worker(ctx).await,
         other => Err(format!("unknown worker role `{other}`")),
     }
 }

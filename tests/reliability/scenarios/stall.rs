@@ -1,0 +1,438 @@
+//! Scenario 15 (the stall row): holders frozen inside `run` for longer than their lease.
+//!
+//! N worker processes loop taking ONE shared lock through `distlock::lock(name).ttl(T)
+//! .wait(..).run(body)`, the path `#[distributed_lock]` expands to; most sections have no
+//! renewal, a fraction has `renew(true)`. Each body records its start (wall-clock µs, the same
+//! clock in every process on this machine) and its fencing token, sleeps a random time shorter
+//! than T, and records its end just before it returns. After `run` returns, the worker appends
+//! one record per section (`pid start end token outcome renew finished`, outcome `ok`, `lost`
+//! or `error`) to a Redis list on the test server.
+//!
+//! Meanwhile the suite `SIGSTOP`s a random holder for 1.5–3×T while the others keep taking the
+//! lock, then `SIGCONT`s it. Most stalls are aimed: the suite waits for the victim to say it
+//! entered a body (`IN`) and stops it right then, so the stall lands inside a critical section;
+//! the others land at random moments (waiting, acquiring, releasing).
+//!
+//! Checks, over the records once every worker has finished:
+//! * no two sections that returned `Ok` overlap in time (a holder whose lease elapsed while it
+//!   was frozen must not report success: another holder had the lock meanwhile);
+//! * the fencing tokens of `Ok` sections increase in start order;
+//! * a section that spanned a whole stall (its lease certainly elapsed: the stall is longer
+//!   than T and nothing renews a frozen process) did not return `Ok`;
+//! * at least one stall landed inside a section, or the row proves nothing and fails.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use distlock::{Config, Error};
+use redis::AsyncCommands;
+use testkit::RedisServer;
+
+use crate::common::{lock_unpoisoned, ms, redis_conn, Rng, Settings};
+use crate::report::{Scenario, Tally};
+use crate::worker::{field_u64, fields, Ctx, Worker};
+
+/// The Redis list the workers append their section records to.
+const RECORDS: &str = "stall:sections";
+/// The one lock every holder takes.
+const LOCK: &str = "stall";
+/// Lease length: short, so a stall of a second or so outlives it several times over.
+const TTL: Duration = Duration::from_millis(400);
+/// Per cent of the stalls aimed at a critical section (the rest land at random moments).
+const AIMED_PERCENT: u64 = 75;
+/// Per cent of the sections taken with `renew(true)`.
+const RENEW_PERCENT: u64 = 30;
+/// Overlaps reported one by one; the rest are summed up in one more violation.
+const MAX_LISTED: usize = 20;
+
+pub(crate) fn scenario(s: &Settings, budget: Duration) -> Scenario {
+    let (holders, stalls) = s.pick((3, 10), (6, 40));
+    let title = format!(
+        "lease stall: {holders} holders SIGSTOPped inside run() past their ttl ({stalls} stalls)"
+    );
+    let seed = s.seed;
+    Scenario::new("15", title, budget, move |t| run(t, holders, stalls, seed))
+}
+
+/// Wall-clock microseconds since the epoch: comparable across the processes of one machine,
+/// unlike `Instant`.
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+/// One stall as the suite saw it: the victim was frozen for all of `[stopped, resumed]`.
+struct Stall {
+    pid: u64,
+    /// Taken after `kill -STOP` returned, so the victim is surely frozen from here on.
+    stopped: u64,
+    /// Taken before `kill -CONT` is sent, so the victim is surely still frozen here.
+    resumed: u64,
+}
+
+/// One record a worker appended after `run` returned.
+#[derive(Debug)]
+struct Record {
+    pid: u64,
+    start: u64,
+    end: u64,
+    token: u64,
+    outcome: String,
+    renew: bool,
+}
+
+impl Record {
+    fn parse(line: &str) -> Record {
+        let f = fields(line);
+        Record {
+            pid: field_u64(line, "pid"),
+            start: field_u64(line, "start"),
+            end: field_u64(line, "end"),
+            token: field_u64(line, "token"),
+            outcome: f.get("outcome").copied().unwrap_or("?").to_owned(),
+            renew: f.get("renew") == Some(&"1"),
+        }
+    }
+
+    fn ok(&self) -> bool {
+        self.outcome == "ok"
+    }
+
+    /// True if this section was running (entered, not yet returned) across the whole stall.
+    fn spans(&self, stall: &Stall) -> bool {
+        self.pid == stall.pid && self.start < stall.stopped && self.end > stall.resumed
+    }
+}
+
+impl Record {
+    /// The record for a message, with times in ms after `base` (the first section's start).
+    fn show(&self, base: u64) -> String {
+        let at = |us: u64| us.saturating_sub(base) as f64 / 1000.0;
+        format!(
+            "[pid {} token {}{} {:.1}..{:.1} ms]",
+            self.pid,
+            self.token,
+            if self.renew { " renewed" } else { "" },
+            at(self.start),
+            at(self.end)
+        )
+    }
+}
+
+async fn run(t: Arc<Tally>, holders: u64, stalls: u64, seed: u64) {
+    let server = RedisServer::start();
+    let mut conn = server.conn().await;
+    let mut rng = Rng::new(seed);
+    let ttl_ms = ms(TTL) as u64;
+    let mut workers: Vec<Worker> = (0..holders)
+        .map(|i| {
+            Worker::spawn(
+                format!("stall-{i}"),
+                "stall",
+                &[
+                    ("url", server.url()),
+                    ("ttl_ms", ttl_ms.to_string()),
+                    // Sections last 25–75 % of the lease: never longer than T by themselves.
+                    ("hold_min_ms", (ttl_ms / 4).to_string()),
+                    ("hold_max_ms", (ttl_ms * 3 / 4).to_string()),
+                    ("renew_percent", RENEW_PERCENT.to_string()),
+                    ("seed", rng.next_u64().to_string()),
+                ],
+            )
+        })
+        .collect();
+    let mut pids = Vec::new();
+    for w in &mut workers {
+        let ready = w.expect("READY", Duration::from_secs(20)).await;
+        pids.push(field_u64(&ready, "pid"));
+    }
+    for w in &mut workers {
+        w.send("GO").await;
+    }
+
+    let mut injected = Vec::new();
+    let mut aimed = 0;
+    for _ in 0..stalls {
+        tokio::time::sleep(rng.millis(100, 500)).await;
+        let victim = rng.below(holders) as usize;
+        // Drop what every worker said so far: an aimed stall must react to a fresh `IN`.
+        for w in &mut workers {
+            while w.next_line(Duration::ZERO).await.is_some() {}
+        }
+        if rng.percent(AIMED_PERCENT) {
+            // The victim may queue behind every other holder first; give up after a few
+            // sections' worth and stall it wherever it is.
+            let within = TTL * (holders as u32 + 4);
+            let deadline = tokio::time::Instant::now() + within;
+            loop {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                match workers[victim].next_line(left).await {
+                    Some(line) if line.starts_with("IN") => {
+                        aimed += 1;
+                        break;
+                    }
+                    Some(_) => continue,
+                    None => break,
+                }
+            }
+        }
+        let w = &workers[victim];
+        w.signal("STOP");
+        let stopped = now_us();
+        t.faults(1);
+        let pause = TTL.mul_f64(1.5 + rng.below(1001) as f64 * 1.5 / 1000.0);
+        tokio::time::sleep(pause).await;
+        let resumed = now_us();
+        w.signal("CONT");
+        injected.push(Stall {
+            pid: pids[victim],
+            stopped,
+            resumed,
+        });
+    }
+
+    // Every victim runs again; each worker ends its current section, reports and exits.
+    let (mut sections, mut busy, mut unentered) = (0, 0, 0);
+    for w in &mut workers {
+        w.send("FINISH").await;
+    }
+    for w in &mut workers {
+        let done = w.expect("DONE", Duration::from_secs(30)).await;
+        sections += field_u64(&done, "sections");
+        busy += field_u64(&done, "busy");
+        unentered += field_u64(&done, "unentered");
+        let code = w.finish(Duration::from_secs(10)).await;
+        t.check(code == Some(0), || {
+            format!(
+                "worker {} exited with {code:?}: {}",
+                w.name(),
+                w.stderr_tail()
+            )
+        });
+    }
+
+    let lines: Vec<String> = conn.lrange(RECORDS, 0, -1).await.expect("LRANGE records");
+    let mut records: Vec<Record> = lines.iter().map(|l| Record::parse(l)).collect();
+    records.sort_by_key(|r| (r.start, r.pid));
+    t.ops(records.len() as u64);
+    t.check(records.len() as u64 == sections, || {
+        format!(
+            "{} section records in Redis, but the workers ran {sections} sections",
+            records.len()
+        )
+    });
+    t.check(unentered == 0, || {
+        format!("{unentered} lock calls failed before their body ran (see the workers' stderr)")
+    });
+
+    let (overlapped, out_of_order) = check_ok_sections(&t, &records);
+
+    // Which sections a stall froze from start to finish: their lease elapsed for sure.
+    let mut spanned = Vec::new();
+    for stall in &injected {
+        spanned.extend(records.iter().filter(|r| r.spans(stall)));
+    }
+    let spanned_ok: Vec<&&Record> = spanned.iter().filter(|r| r.ok()).collect();
+    let base = records.first().map_or(0, |r| r.start);
+    for r in &spanned_ok {
+        t.violation(format!(
+            "section {} returned Ok though a stall longer than its {} ms ttl froze it",
+            r.show(base),
+            ms(TTL)
+        ));
+    }
+    // Without a stall inside a section the row exercised nothing: fail it rather than pass.
+    t.check(!spanned.is_empty(), || {
+        "no stall hit a critical section: the row proves nothing".to_owned()
+    });
+
+    let count = |outcome: &str| {
+        let of: Vec<&Record> = records.iter().filter(|r| r.outcome == outcome).collect();
+        format!(
+            "{outcome} {} ({} renewed)",
+            of.len(),
+            of.iter().filter(|r| r.renew).count()
+        )
+    };
+    t.note(format!(
+        "seed {seed}; ttl {} ms; {} sections: {}, {}, {}; {busy} Busy retried",
+        ms(TTL),
+        records.len(),
+        count("ok"),
+        count("lost"),
+        count("error"),
+    ));
+    t.note(format!(
+        "{} stalls of 1.5-3x ttl ({aimed} aimed at a section entry); {} sections spanned a whole stall: {} returned Ok, {} Lost, {} another error",
+        injected.len(),
+        spanned.len(),
+        spanned_ok.len(),
+        spanned.iter().filter(|r| r.outcome == "lost").count(),
+        spanned.iter().filter(|r| r.outcome == "error").count(),
+    ));
+    t.note(format!(
+        "{overlapped} Ok sections overlapped by later Ok sections, {out_of_order} Ok sections with a token not above the previous one"
+    ));
+}
+
+/// Sections that returned `Ok` must be disjoint in time, with fencing tokens rising in start
+/// order (`records` is sorted by start). One violation per Ok section that later Ok sections
+/// started inside of, and per out-of-order token. Returns both counts.
+fn check_ok_sections(t: &Tally, records: &[Record]) -> (usize, usize) {
+    let base = records.first().map_or(0, |r| r.start);
+    let ok: Vec<&Record> = records.iter().filter(|r| r.ok()).collect();
+    let mut overlapped = 0;
+    for (i, r) in ok.iter().enumerate() {
+        // Sorted by start: the sections that began before `r` ended are the ones right after it.
+        let inside: Vec<&&Record> = ok[i + 1..]
+            .iter()
+            .take_while(|later| later.start < r.end)
+            .collect();
+        if let Some(first) = inside.first() {
+            overlapped += 1;
+            if overlapped <= MAX_LISTED {
+                t.violation(format!(
+                    "Ok section {} overlaps {} later Ok section(s), the first {} by {:.1} ms",
+                    r.show(base),
+                    inside.len(),
+                    first.show(base),
+                    (r.end - first.start) as f64 / 1000.0
+                ));
+            }
+        }
+    }
+    if overlapped > MAX_LISTED {
+        t.violation(format!(
+            "... and {} more Ok sections overlapped by later Ok sections",
+            overlapped - MAX_LISTED
+        ));
+    }
+    let mut out_of_order = 0;
+    for pair in ok.windows(2) {
+        if pair[1].token <= pair[0].token {
+            out_of_order += 1;
+            if out_of_order <= MAX_LISTED {
+                t.violation(format!(
+                    "fencing tokens of Ok sections do not rise in start order: {} then {}",
+                    pair[0].show(base),
+                    pair[1].show(base)
+                ));
+            }
+        }
+    }
+    if out_of_order > MAX_LISTED {
+        t.violation(format!(
+            "... and {} more Ok sections with a token not above the previous one",
+            out_of_order - MAX_LISTED
+        ));
+    }
+    (overlapped, out_of_order)
+}
+
+/// What the body of the current section recorded (the body's own output is gone when `run`
+/// returns an error, so it writes here instead).
+#[derive(Default)]
+struct Entered {
+    start: u64,
+    token: Option<u64>,
+    /// Set just before the body returns; `None` if the body was cancelled.
+    end: Option<u64>,
+}
+
+/// Worker role `stall`: takes the shared lock through `run` in a loop until told `FINISH`,
+/// appending one record per section to the Redis list.
+pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
+    let url = ctx.param("url").to_owned();
+    let ttl = Duration::from_millis(ctx.num("ttl_ms"));
+    let (hold_min, hold_max) = (ctx.num("hold_min_ms"), ctx.num("hold_max_ms"));
+    let renew_percent = ctx.num("renew_percent");
+    let mut rng = Rng::new(ctx.num("seed"));
+    // The default (2 s) timeouts: no Redis faults here, and a reply that came in while this
+    // process was frozen must not count as late.
+    Config::new(url.as_str())
+        .install()
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut conn = redis_conn(&url).await?;
+    let pid = std::process::id();
+    ctx.say(format!("READY pid={pid}"));
+    let go = ctx.command().await;
+    if go != "GO" {
+        return Err(format!("expected GO, got `{go}`"));
+    }
+
+    let (mut sections, mut busy, mut unentered) = (0u64, 0u64, 0u64);
+    for n in 1.. {
+        // Look for FINISH between sections only, so no section is cut short by it.
+        if let Ok(command) = tokio::time::timeout(Duration::ZERO, ctx.command()).await {
+            match command.as_str() {
+                "FINISH" => break,
+                other => return Err(format!("unexpected command `{other}`")),
+            }
+        }
+        let renew = rng.percent(renew_percent);
+        let hold = rng.millis(hold_min, hold_max);
+        let entered = Mutex::new(None::<Entered>);
+        let body = async {
+            *lock_unpoisoned(&entered) = Some(Entered {
+                start: now_us(),
+                token: distlock::fencing_token(),
+                end: None,
+            });
+            // Tell the suite a section is open, so it can freeze this process inside it.
+            ctx.say(format!("IN n={n}"));
+            tokio::time::sleep(hold).await;
+            if let Some(e) = lock_unpoisoned(&entered).as_mut() {
+                e.end = Some(now_us());
+            }
+        };
+        let result = distlock::lock(LOCK)
+            .ttl(ttl)
+            .renew(renew)
+            .wait(Duration::from_secs(60))
+            .run(body)
+            .await;
+        let returned = now_us();
+        let Some(section) = lock_unpoisoned(&entered).take() else {
+            // The body never ran: nothing to record.
+            match result {
+                Err(e) if e.is_busy() => busy += 1,
+                Err(e) => {
+                    eprintln!("lock call failed before its body ran: {e}");
+                    unentered += 1;
+                }
+                Ok(()) => return Err("run returned Ok without running the body".to_owned()),
+            }
+            continue;
+        };
+        let outcome = match &result {
+            Ok(()) => "ok",
+            Err(Error::Lost { .. }) => "lost",
+            Err(e) => {
+                eprintln!("section {n} ended with {e}");
+                "error"
+            }
+        };
+        let Some(token) = section.token else {
+            return Err("a body run under a lock saw no fencing token".to_owned());
+        };
+        let record = format!(
+            "pid={pid} start={} end={} token={token} outcome={outcome} renew={} finished={}",
+            section.start,
+            section.end.unwrap_or(returned),
+            u8::from(renew),
+            u8::from(section.end.is_some()),
+        );
+        let _: i64 = conn
+            .rpush(RECORDS, record)
+            .await
+            .map_err(|e| format!("RPUSH record: {e}"))?;
+        sections += 1;
+    }
+    ctx.say(format!(
+        "DONE sections={sections} busy={busy} unentered={unentered}"
+    ));
+    Ok(())
+}
