@@ -106,7 +106,9 @@ impl LockBuilder {
     }
 
     /// Lease length: the lock expires this long after acquisition (or the last renewal) if the
-    /// holder disappears. Default: the client's `default_ttl` (30 s).
+    /// holder disappears. Default: the client's `default_ttl` (30 s). Must be between
+    /// [`crate::MIN_TTL`] (100 ms) and [`crate::MAX_TTL`] (30 days), or the acquire fails with
+    /// [`Error::InvalidConfig`].
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
@@ -119,7 +121,7 @@ impl LockBuilder {
     }
 
     /// Wait up to `wait` for a busy lock (woken by the holder's release). Default: fail at once
-    /// with [`Error::Busy`].
+    /// with [`Error::Busy`]. `Duration::MAX` waits forever.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
         self
@@ -127,6 +129,7 @@ impl LockBuilder {
 
     /// Cap on the total time a renewed lock is held (overrides [`crate::Config::max_hold`]):
     /// renewal stops once the cap is reached and the lock is lost when its lease runs out.
+    /// `Duration::MAX` means no cap.
     pub fn max_hold(mut self, cap: Duration) -> Self {
         self.max_hold = Some(cap);
         self
@@ -136,6 +139,7 @@ impl LockBuilder {
     /// (ShedLock's `lockAtLeastFor`): an early release leaves the lock to expire when the
     /// minimum is reached instead of deleting it. With `skip` on a job that several replicas
     /// start on slightly different clocks, this stops a fast job from running twice.
+    /// At most [`crate::MAX_TTL`] (30 days), or the acquire fails with [`Error::InvalidConfig`].
     pub fn min_hold(mut self, min: Duration) -> Self {
         self.min_hold = Some(min);
         self

@@ -34,18 +34,33 @@
 //!   retried after its reply was lost changes nothing the second time.
 //! * **Renewal.** With `renew(true)` a per-client watchdog extends the lease every ttl/3, in
 //!   batches (one script call renews up to [`Config::renew_batch_size`] leases). It stops the
-//!   moment the guard is released or dropped.
-//! * **Loss is an event.** When renewal finds the lock gone or taken, or Redis stays unreachable
-//!   until the lease could have run out, [`LockGuard::lost`] resolves and
-//!   [`LockGuard::ensure_held`] fails. A lease is considered guaranteed until ttl minus 1% after
-//!   the acquire (or renewal) command was *sent*. Bodies run with [`LockBuilder::run`] (and the
-//!   attribute) are cancelled when that happens.
+//!   moment the guard is released or dropped. Renewal (and re-entry) only ever *extends* the
+//!   key's expiry, so a short inner hold never shortens a longer outer one, and a hold's own
+//!   deadline is never later than the key's expiry. A key that is not a lock any more (someone
+//!   overwrote it) fails only its own lease, not the rest of its batch.
+//! * **Loss is an event.** When renewal finds the lock gone or taken, Redis stays unreachable
+//!   or keeps refusing renewal until the lease could have run out, or the process stalls past
+//!   it, [`LockGuard::lost`] resolves and [`LockGuard::ensure_held`] fails. A lease is
+//!   considered guaranteed until `ttl - (`[`LEASE_MARGIN`]` + ttl/100)` after the acquire (or
+//!   renewal) command was *sent*: the fixed 5 ms covers timer rounding and scheduling, the 1%
+//!   clock-rate differences. Leases are [`MIN_TTL`] (100 ms) to [`MAX_TTL`] (30 days); other
+//!   durations (`wait`, `max_hold`, timeouts) saturate, so `Duration::MAX` means forever.
+//! * **`Ok` means exclusive.** [`LockBuilder::run`] (and so the attribute) returns `Ok` only if
+//!   the body completed inside its lease and the release found the lock still ours; otherwise
+//!   [`Error::Lost`] (a body whose lease ran out before its first poll never starts).
+//!   [`LockGuard::release`] returns `Ok` only if the lease was never lost and Redis found the
+//!   hold still ours ([`Error::Lost`] or [`Error::NotOwner`] otherwise). A re-entry never
+//!   re-creates a lock that vanished under its outer hold: it fails with [`Error::Lost`] and
+//!   marks the outer hold lost too.
+//! * **Independent of the caller's runtime.** Each client runs its connections, the watchdog
+//!   and its cleanup tasks on a runtime thread of its own, so they do not die with the runtime
+//!   that called [`init`] (in `#[tokio::test]`, every test has its own).
 //! * **Waiting without polling.** A waiter subscribes to the lock's release channel (one shared
 //!   RESP3 subscriber connection per client); the release script publishes there. It also looks
 //!   again when the holder's remaining ttl runs out, because a crashed holder never publishes.
 //! * **Cancellation safety.** Dropping an `acquire()` future, a `release()` future or a guard
-//!   never leaves the lock held until its ttl: the release runs in the background on the tokio
-//!   runtime the lock was acquired on.
+//!   never leaves the lock held until its ttl: the release runs in the background on the
+//!   client's own runtime thread.
 //! * **Bounded waits on Redis.** Every call is bounded by [`Config::response_timeout`]; the
 //!   connection reconnects by itself after Redis restarts.
 //!
@@ -74,13 +89,30 @@
 //! writer (Kleppmann, "How to do distributed locking").
 //!
 //! The token is the Redis server's clock in microseconds, raised above the last token handed
-//! out for the name. That last token is kept in a small per-name key that expires
-//! [`Config::fence_retention`] (default 10 min) after the last acquisition, so memory does not
-//! grow with high-cardinality names such as `order:<id>`. The trade-off: after a name has been
-//! unused for the retention time, monotonicity rests on the server clock alone, so a backwards
-//! clock step larger than the retention (or a failover to a replica whose clock is behind) could
-//! hand out a smaller token. Keep server clocks disciplined (slewing NTP) and the retention
-//! above your largest expected step.
+//! out for the name. That last token (the *fence floor*) is kept in a small per-name key that
+//! expires [`Config::fence_retention`] (default 10 min) after the last acquisition, so memory
+//! does not grow with high-cardinality names such as `order:<id>`.
+//!
+//! Precisely: while a name's fence floor exists, every fresh token for that name is strictly
+//! greater than every earlier one (a re-entry shares its outer hold's token). The floor is gone
+//! when the retention passes without an acquisition, when Redis evicts it (a `volatile-*` or
+//! `allkeys-*` eviction policy), after `FLUSHDB`/`FLUSHALL`, after a restart without
+//! persistence, and after a failover to a replica that had not received it. From then on,
+//! tokens are monotonic only as far as the Redis server's clock is: a backwards clock step (or a
+//! replica whose clock is behind) can hand out a token smaller than one handed out before. Keep
+//! server clocks disciplined (slewing NTP), keep the retention above your largest expected
+//! clock step and gap between uses of a name, and persist Redis if tokens must survive a
+//! restart. A fence key that someone overwrote with a non-number makes acquires of that name
+//! fail (it is left as it was, expiring after the retention) instead of being overwritten.
+//!
+//! ## Eviction
+//!
+//! Lock keys carry a ttl, so under memory pressure the `volatile-*` eviction policies evict
+//! them first (and `allkeys-*` may): an evicted lock is free for anyone while its holder learns
+//! of it only at its next renewal, or never. **Run the lock's Redis with
+//! `maxmemory-policy noeviction`.** At connect the client reads the policy (when `CONFIG GET`
+//! is permitted) and warns once through `tracing` if it is anything else;
+//! [`Config::require_noeviction`] turns that into [`Error::EvictionPolicy`].
 //!
 //! ## Limits
 //!

@@ -45,7 +45,7 @@
 //! | option | meaning | default |
 //! | --- | --- | --- |
 //! | `key = "order:<id>"` | the lock name template (required) | — |
-//! | `ttl = "10s"` | lease length: `ms`, `s`, `m`, `h` | the client's `Config::default_ttl` (30 s) |
+//! | `ttl = "10s"` | lease length: `ms`, `s`, `m`, `h`; 100 ms ([`MIN_TTL`]) to 30 days ([`MAX_TTL`]), checked at compile time | the client's `Config::default_ttl` (30 s) |
 //! | `renew` | watchdog: extend the lease every ttl/3 while the body runs | off |
 //! | `wait = "2s"` | wait this long for a busy lock (woken by the holder's release) | fail at once with [`Error::Busy`] |
 //! | `skip` | busy lock: return `Ok(Default::default())` without running the body | off |
@@ -114,15 +114,42 @@
 //! # Ok(()) }
 //! ```
 //!
-//! ## Losing the lock: the body never runs unprotected
+//! ## Guarantees
 //!
-//! A lease can end while the body is still running: without `renew` the ttl elapses; with it,
-//! renewal can find the lock gone or taken, or fail to reach Redis before the lease runs out.
-//! Other lock libraries log this and let the body carry on as if it still held the lock. Here
-//! the body future is **cancelled** at its next `.await` and the call returns
-//! `Err(Error::Lost { .. }.into())`. Code between two `.await` points cannot be interrupted, so
-//! also pass [`fencing_token()`] to the resource you protect: it rejects a writer whose token
-//! is lower than one it has already seen.
+//! The one promise: **while you believe you hold a lock, nobody else does; when that can no
+//! longer be guaranteed, you are told.**
+//!
+//! * **`Ok` means "ran exclusively".** An annotated function (or [`LockBuilder::run`]) returns
+//!   the body's own result only if the body *completed inside its lease* — no loss was reported
+//!   while it ran, the lease had not run out when it completed, and the release found the lock
+//!   still ours. [`LockGuard::release`] returns `Ok(())` on the same terms for a manual hold.
+//! * **`Err(Lost)` means "this may not have run exclusively".** The lease ran out or was lost:
+//!   renewal found the lock expired or taken ([`LossReason::Expired`], [`LossReason::Stolen`]),
+//!   Redis stayed unreachable or refused renewal until the lease ran out
+//!   ([`LossReason::Unreachable`], [`LossReason::Refused`]), or, without renewal, the ttl
+//!   elapsed — also when the *process* stalled (a GC-like pause, `SIGSTOP`, a blocked executor
+//!   thread) past the lease and the body finished after waking up ([`LossReason::LeaseElapsed`]).
+//!   The body is cancelled at its next `.await` when the loss is noticed while it runs; a body
+//!   whose lease ran out before its first poll never starts; a body that finished after its
+//!   lease has its result dropped. Some of its side effects may already have happened while
+//!   another holder ran: treat them as unprotected.
+//! * **Side effects need fencing.** Code between two `.await` points cannot be interrupted, and
+//!   a stall can strike between your last check and a write. Pass [`fencing_token()`] (or
+//!   [`LockGuard::token`]) to the resource you protect and have it reject a token lower than
+//!   one it has seen: that is what keeps a stale holder's write out, whatever the timing. The
+//!   tokens' exact guarantee (and when it weakens to "as monotonic as the Redis server's clock")
+//!   is in the [`distlock_core`] docs.
+//! * **Before an irreversible step**, call [`LockGuard::ensure_held`] (manual API) — it fails
+//!   once the lease can no longer be guaranteed — and still fence the step itself.
+//! * **What Redis must provide**: a single primary (with asynchronous replication a failover
+//!   can lose a just-taken lock), clocks that do not jump, and `maxmemory-policy noeviction`
+//!   (see [`Config::require_noeviction`]); leases are measured from when the command was sent,
+//!   minus a safety margin of [`LEASE_MARGIN`] + 1% of the ttl, with a ttl between [`MIN_TTL`]
+//!   and [`MAX_TTL`].
+//!
+//! The reliability suite's stall row checks exactly this: holders in separate processes are
+//! `SIGSTOP`ped inside their critical sections for longer than their lease while others take
+//! the lock, and no two sections that returned `Ok` may overlap.
 //!
 //! ## Re-entry and tasks
 //!
