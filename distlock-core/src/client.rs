@@ -78,12 +78,11 @@ impl Client {
         let connect_within = config
             .connect_timeout
             .saturating_add(config.response_timeout);
+        // The command connection is made on the caller's runtime (see `background` for why
+        // it is not moved to the client's thread).
         let conn = tokio::time::timeout(
             connect_within,
-            background.enter(ConnectionManager::new_with_config(
-                redis.clone(),
-                manager_config.clone(),
-            )),
+            ConnectionManager::new_with_config(redis.clone(), manager_config.clone()),
         )
         .await
         .map_err(|_| Error::Timeout {
@@ -92,8 +91,7 @@ impl Client {
             after: connect_within,
         })?
         .map_err(connect_error)?;
-        let setup = background.enter(check_server(conn.clone(), &config));
-        setup.await?;
+        check_server(conn.clone(), &config).await?;
         let conn = Arc::new(Connection::new(
             conn,
             redis.clone(),
