@@ -9,8 +9,7 @@ use tracing::Instrument;
 
 use crate::client::Client;
 use crate::context::{self, Frame};
-use crate::error::LossReason;
-use crate::error::{Error, Operation};
+use crate::error::{Error, LossReason, Operation};
 use crate::guard::{Hold, LockGuard, ReleaseOnDrop, Released};
 use crate::keys::LockKeys;
 use crate::lease::{check_ttl, deadline_after, guaranteed_until, millis_ceil, Lease, MAX_TTL};
@@ -275,19 +274,16 @@ async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<Lo
     let started = Instant::now();
     let give_up = terms.wait.map(|w| deadline_after(started, w));
     let outer = context::reentry(client.identity(), &keys.name);
-    let owner = match &outer {
-        Some((_, lease)) => {
-            if let Some(reason) = lease.lost_reason() {
-                return Err(Error::Lost {
-                    key: keys.name.clone(),
-                    reason,
-                });
-            }
-            outer.as_ref().map(|(owner, _)| owner.clone())
-        }
-        None => None,
+    // Re-entering a hold that is known lost: no round trip can make it ours again.
+    if let Some(reason) = outer.as_ref().and_then(|(_, lease)| lease.lost_reason()) {
+        return Err(Error::Lost {
+            key: keys.name.clone(),
+            reason,
+        });
     }
-    .unwrap_or_else(|| client.new_owner());
+    let owner = outer
+        .as_ref()
+        .map_or_else(|| client.new_owner(), |(owner, _)| owner.clone());
     let hold = Hold {
         client: client.clone(),
         keys: keys.clone(),
@@ -368,7 +364,7 @@ async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<Lo
                 // A holder that crashed never publishes: look again when its lease runs out
                 // (a key without expiry, -1, has no lease to wait out).
                 let recheck = match u64::try_from(pttl) {
-                    Ok(ms) => now + Duration::from_millis(ms.max(1)),
+                    Ok(ms) => deadline_after(now, Duration::from_millis(ms.max(1))),
                     Err(_) => now + NO_EXPIRY_RECHECK,
                 };
                 sub.wait_until(recheck.min(give_up)).await;

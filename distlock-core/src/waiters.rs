@@ -135,6 +135,10 @@ impl Waiters {
                 turn: None,
             };
             if !state.subscribed {
+                // Set before the SUBSCRIBE is sent: if this future is dropped (or fails) once
+                // it may have reached Redis, the waiter's departure still unsubscribes (an
+                // UNSUBSCRIBE of a channel never subscribed is harmless).
+                state.subscribed = true;
                 let timeout = || Error::Timeout {
                     op: Operation::Subscribe,
                     key: key.to_owned(),
@@ -149,18 +153,24 @@ impl Waiters {
                         tokio::time::timeout(timeout, background.enter(subscribe)).await
                     }
                 };
-                match subscribe().await.map_err(|_| timeout())? {
-                    // The subscriber connection dropped since its last use; it reconnects.
-                    Err(e) if e.is_io_error() || e.is_connection_dropped() => {
-                        tracing::debug!(error = %e, "subscribe failed on a dropped connection; retrying");
-                        subscribe()
-                            .await
-                            .map_err(|_| timeout())?
-                            .map_err(|e| subscribe_error(key, e))?;
+                let subscribed = async {
+                    match subscribe().await.map_err(|_| timeout())? {
+                        // The subscriber connection dropped since its last use; it reconnects.
+                        Err(e) if e.is_io_error() || e.is_connection_dropped() => {
+                            tracing::debug!(error = %e, "subscribe failed on a dropped connection; retrying");
+                            subscribe()
+                                .await
+                                .map_err(|_| timeout())?
+                                .map_err(|e| subscribe_error(key, e))
+                        }
+                        other => other.map_err(|e| subscribe_error(key, e)),
                     }
-                    other => other.map_err(|e| subscribe_error(key, e))?,
+                };
+                if let Err(error) = subscribed.await {
+                    // The next waiter subscribes afresh (this one's departure unsubscribes).
+                    state.subscribed = false;
+                    return Err(error);
                 }
-                state.subscribed = true;
             }
             drop(state);
             return Ok(sub);

@@ -86,9 +86,7 @@ impl Watchdog {
             table: Mutex::new(Table::default()),
             wake: Notify::new(),
         });
-        let task = handle
-            .spawn(run(shared.clone(), conn.clone(), batch, timeout))
-            .abort_handle();
+        let task = spawn(&handle, &shared, &conn, batch, timeout);
         Watchdog {
             shared,
             task: Mutex::new(task),
@@ -110,15 +108,13 @@ impl Watchdog {
         let mut task = self.task();
         if task.is_finished() {
             tracing::error!("the renewal task had stopped; restarting it");
-            *task = self
-                .handle
-                .spawn(run(
-                    self.shared.clone(),
-                    self.conn.clone(),
-                    self.batch,
-                    self.timeout,
-                ))
-                .abort_handle();
+            *task = spawn(
+                &self.handle,
+                &self.shared,
+                &self.conn,
+                self.batch,
+                self.timeout,
+            );
         }
     }
 
@@ -162,6 +158,17 @@ impl Watchdog {
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
         self.shared.table.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+fn spawn(
+    handle: &Handle,
+    shared: &Arc<Shared>,
+    conn: &Arc<Connection>,
+    batch: usize,
+    timeout: Duration,
+) -> AbortHandle {
+    let task = run(shared.clone(), conn.clone(), batch, timeout);
+    handle.spawn(task).abort_handle()
 }
 
 struct Due {
