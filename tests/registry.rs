@@ -52,15 +52,17 @@ async fn registry_lifecycle_and_setup_errors() {
     });
     let wrong = format!("redis://:wrong-pass@127.0.0.1:{}/", secured.port());
     let err = distlock::init(wrong).await.unwrap_err();
-    assert!(matches!(err, Error::Redis { .. }), "{err}");
+    assert!(matches!(err, Error::Connect { .. }), "{err}");
     assert!(!err.to_string().contains("wrong-pass"), "{err}");
 
     // No password for a server that wants one: reported at init, not at the first lock.
     let err = distlock::init(format!("redis://127.0.0.1:{}/", secured.port()))
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Redis { .. }), "{err}");
+    assert!(matches!(err, Error::Connect { .. }), "{err}");
     assert!(err.to_string().contains("NOAUTH"), "{err}");
+    // Connect errors name no lock (there is none yet).
+    assert!(!err.to_string().contains("lock `"), "{err}");
 
     // Nothing listening: a connect error, bounded by the connect timeout.
     let err = Config::new(format!("redis://127.0.0.1:{}/", testkit::free_port()))

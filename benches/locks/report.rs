@@ -7,17 +7,9 @@ use redis::aio::MultiplexedConnection;
 
 use crate::contenders::{BenchResult, Kind};
 use crate::market::{MarketRun, Variant};
+use crate::plan::Plan;
 use crate::scenarios::{RenewRun, Renewer};
-use crate::stats::{fmt_num, median};
-use crate::Plan;
-
-/// Medians of a B1/B2 run: cycles/s, p50 µs, p99 µs, Redis CPU µs per cycle, Redis commands
-/// per cycle, client CPU µs per cycle.
-pub(crate) type CycleRow = [f64; 6];
-
-/// Medians of a B3 run: sections/s, gap p50 µs, gap p99 µs, min share, max share, Jain's index,
-/// Redis CPU µs per section, Redis commands per section, client CPU µs per section.
-pub(crate) type HandoffRow = [f64; 9];
+use crate::stats::{fmt_num, median, CycleRow, HandoffRow};
 
 pub(crate) struct B3Row {
     pub(crate) tasks: usize,

@@ -10,8 +10,7 @@ use tokio::time::Instant;
 
 use crate::contenders::{BenchError, BenchResult, Contenders, Handoffs, Kind, Recorder, Target};
 use crate::probe::{measured_window, Probe, Work};
-use crate::report::{CycleRow, HandoffRow};
-use crate::stats::{jain, Samples};
+use crate::stats::{jain, CycleRow, HandoffRow, Samples};
 
 /// Median PING round trip in microseconds over `n` sequential pings.
 pub(crate) async fn ping_rtt_us(conn: &mut MultiplexedConnection, n: usize) -> BenchResult<f64> {

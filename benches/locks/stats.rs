@@ -100,3 +100,11 @@ pub(crate) fn fmt_num(x: f64) -> String {
         format!("{x:.2}")
     }
 }
+
+/// Medians of a B1/B2 run: cycles/s, p50 µs, p99 µs, Redis CPU µs per cycle, Redis commands
+/// per cycle, client CPU µs per cycle.
+pub(crate) type CycleRow = [f64; 6];
+
+/// Medians of a B3 run: sections/s, gap p50 µs, gap p99 µs, min share, max share, Jain's index,
+/// Redis CPU µs per section, Redis commands per section, client CPU µs per section.
+pub(crate) type HandoffRow = [f64; 9];

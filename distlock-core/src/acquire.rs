@@ -10,12 +10,13 @@ use tracing::Instrument;
 use crate::client::Client;
 use crate::context::{self, Frame};
 use crate::error::{Error, LossReason, Operation};
-use crate::guard::{Hold, LockGuard, ReleaseOnDrop, Released};
+use crate::guard::{Acquisition, Hold, LockGuard, ReleaseOnDrop, Released};
 use crate::keys::LockKeys;
 use crate::lease::{check_ttl, deadline_after, guaranteed_until, millis_ceil, Lease, MAX_TTL};
 use crate::macro_support::LockSpec;
 use crate::registry;
-use crate::scripts::ACQUIRE_SCRIPT;
+use crate::scripts::{AcquireCall, Acquired, RenewItem};
+use crate::waiters::Subscription;
 use crate::watchdog::Renewal;
 
 #[derive(Debug, Clone)]
@@ -69,26 +70,17 @@ pub fn lock(name: impl Into<String>) -> LockBuilder {
 /// hand): such a holder never publishes a release and has no ttl to wait out.
 const NO_EXPIRY_RECHECK: Duration = Duration::from_secs(1);
 
-enum Attempt {
-    Acquired {
-        token: u64,
-        reentry: bool,
-    },
-    Held {
-        pttl: i64,
-    },
-    /// A re-entry found the lock gone: the outer hold was lost.
-    ReentryGone,
-}
-
-impl LockBuilder {
-    pub(crate) fn with_client(client: Client, name: String) -> Self {
+impl Client {
+    /// Starts building a lock on `name` through this client.
+    pub fn lock(&self, name: impl Into<String>) -> LockBuilder {
         LockBuilder {
-            client: ClientChoice::Given(client),
+            client: ClientChoice::Given(self.clone()),
             ..lock(name)
         }
     }
+}
 
+impl LockBuilder {
     pub(crate) fn from_spec(spec: &LockSpec, name: String) -> Self {
         LockBuilder {
             name,
@@ -165,7 +157,8 @@ impl LockBuilder {
     /// never leaves the lock held: a possibly applied acquisition is released in the background.
     pub async fn acquire(self) -> Result<LockGuard, Error> {
         let client = self.resolve()?;
-        let ttl = self.ttl.unwrap_or(client.inner.config.default_ttl);
+        let config = client.config();
+        let ttl = self.ttl.unwrap_or(config.default_ttl);
         check_ttl(&format!("the ttl of lock `{}`", self.name), ttl)?;
         if let Some(min) = self.min_hold.filter(|&m| m > MAX_TTL) {
             return Err(Error::InvalidConfig {
@@ -179,10 +172,10 @@ impl LockBuilder {
             ttl,
             renew: self.renew,
             wait: self.wait,
-            max_hold: self.max_hold.or(client.inner.config.max_hold),
+            max_hold: self.max_hold.or(config.max_hold),
             min_hold: self.min_hold,
         };
-        let keys = Arc::new(LockKeys::new(&client.inner.config.key_prefix, self.name)?);
+        let keys = Arc::new(LockKeys::new(&config.key_prefix, self.name)?);
         let span =
             tracing::debug_span!("distlock.acquire", key = %keys.name, ttl_ms = millis_ceil(ttl));
         if span.is_disabled() {
@@ -212,13 +205,13 @@ impl LockBuilder {
     /// expires at its ttl.
     pub async fn run<F: Future>(self, body: F) -> Result<F::Output, Error> {
         let guard = self.acquire().await?;
-        let hold = guard.cleanup.hold().expect("fresh guard").clone();
+        let hold = guard.hold().clone();
         let frame = Frame::new(
             hold.client.identity(),
             hold.keys.clone(),
             hold.owner.clone(),
-            guard.token,
-            guard.lease.clone(),
+            guard.token(),
+            guard.lease().clone(),
         );
         let lost = guard.lost();
         // Loss first: a lease that ran out before the body's first poll (or while the
@@ -291,9 +284,9 @@ async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<Lo
         hold: client.new_hold(),
         keep_until: None,
     };
-    let mut subscription: Option<crate::waiters::Subscription> = None;
+    let mut subscription: Option<Subscription> = None;
     // Tasks of this client already wait for the lock: queue behind them instead of barging.
-    let mut queue_first = give_up.is_some() && client.inner.waiters.has_waiters(&keys.channel);
+    let mut queue_first = give_up.is_some() && client.has_waiters(&keys.channel);
     loop {
         let mut pttl = 0;
         if !std::mem::take(&mut queue_first) {
@@ -305,28 +298,22 @@ async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<Lo
             let sent_at = Instant::now();
             let attempt = try_acquire(&hold, terms.ttl, outer.is_some()).await?;
             pending.disarm();
+            // A re-entry that finds the lock gone or taken: the outer hold of this call chain
+            // is not in Redis any more.
+            let outer_lost = |reason| {
+                let lease = &outer.as_ref().expect("only a re-entry is told").1;
+                Err(outer_lost(lease, &keys.name, reason))
+            };
             match attempt {
-                Attempt::Acquired { token, reentry } => {
-                    let guard = into_guard(hold, token, reentry, &terms, sent_at);
-                    tracing::debug!(
-                        token,
-                        reentry,
-                        waited_ms = millis_ceil(started.elapsed()),
-                        "acquired"
-                    );
-                    return Ok(guard);
+                Acquired::Fresh { token } => {
+                    return Ok(into_guard(hold, token, false, &terms, sent_at, started))
                 }
-                Attempt::Held { pttl: left } => {
-                    if let Some((_, lease)) = &outer {
-                        // The outer hold of this call chain is not in Redis any more.
-                        return Err(outer_lost(lease, &keys.name, LossReason::Stolen));
-                    }
-                    pttl = left;
+                Acquired::Reentered { token } => {
+                    return Ok(into_guard(hold, token, true, &terms, sent_at, started))
                 }
-                Attempt::ReentryGone => {
-                    let lease = &outer.as_ref().expect("only a re-entry is told").1;
-                    return Err(outer_lost(lease, &keys.name, LossReason::Expired));
-                }
+                Acquired::Busy { pttl: left } if outer.is_none() => pttl = left,
+                Acquired::Busy { .. } => return outer_lost(LossReason::Stolen),
+                Acquired::ReentryGone => return outer_lost(LossReason::Expired),
             }
         }
         let now = Instant::now();
@@ -349,13 +336,7 @@ async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<Lo
             // Subscribed and at the head of the queue: try again at once, the lock may have
             // been released meanwhile.
             None => {
-                let sub = subscription.insert(
-                    client
-                        .inner
-                        .waiters
-                        .subscribe(&keys.channel, &keys.name)
-                        .await?,
-                );
+                let sub = subscription.insert(client.subscribe(&keys.channel, &keys.name).await?);
                 if !sub.take_turn(give_up).await {
                     return busy();
                 }
@@ -390,71 +371,58 @@ fn into_guard(
     reentry: bool,
     terms: &Terms,
     sent_at: Instant,
+    started: Instant,
 ) -> LockGuard {
+    let waited_ms = millis_ceil(started.elapsed());
+    tracing::debug!(token, reentry, waited_ms, "acquired");
     hold.keep_until = terms.min_hold.map(|min| deadline_after(sent_at, min));
     let lease = Arc::new(Lease::new(
         guaranteed_until(sent_at, terms.ttl),
         terms.renew,
     ));
     let renewal = terms.renew.then(|| {
-        hold.client.inner.watchdog.register(Renewal {
-            key: hold.keys.lock.as_str().into(),
+        hold.client.start_renewal(Renewal {
+            item: RenewItem {
+                key: hold.keys.lock.as_str().into(),
+                owner: hold.owner.clone(),
+                ttl: terms.ttl,
+            },
             name: hold.keys.name.as_str().into(),
-            owner: hold.owner.clone(),
-            ttl: terms.ttl,
             hold_until: terms.max_hold.map(|cap| deadline_after(sent_at, cap)),
             lease: lease.clone(),
         })
     });
-    LockGuard {
-        cleanup: ReleaseOnDrop::new(hold),
+    LockGuard::new(Acquisition {
+        hold,
         token,
         reentry,
         lease,
         renewal,
         acquired_at: sent_at,
-    }
+    })
 }
 
 /// One acquire round trip (two if the connection dropped). `reentry`: this call chain holds
 /// the lock already, so it must not be created afresh.
-async fn try_acquire(hold: &Hold, ttl: Duration, reentry: bool) -> Result<Attempt, Error> {
-    let retention = hold.client.inner.config.fence_retention.max(ttl);
-    let mut cmd = ACQUIRE_SCRIPT.evalsha();
-    cmd.arg(2)
-        .arg(&hold.keys.lock)
-        .arg(&hold.keys.fence)
-        .arg(&*hold.owner)
-        .arg(&*hold.hold)
-        .arg(millis_ceil(ttl))
-        .arg(millis_ceil(retention))
-        .arg(if reentry { "1" } else { "0" });
-    let call = || {
-        hold.client.call::<(i64, i64)>(
-            Operation::Acquire,
-            &hold.keys.name,
-            &ACQUIRE_SCRIPT,
-            &cmd,
-            &hold.hold,
-        )
+async fn try_acquire(hold: &Hold, ttl: Duration, reentry: bool) -> Result<Acquired, Error> {
+    let call = AcquireCall {
+        keys: &hold.keys,
+        owner: &hold.owner,
+        hold: &hold.hold,
+        ttl,
+        retention: hold.client.config().fence_retention,
+        reentry,
     };
+    let name = &hold.keys.name;
     // A dropped connection fails fast and the connection reconnects: retry once, with the same
     // hold field so a reply lost after the script ran is not counted twice. A timeout is not
     // retried (the caller's bound is one response timeout); the caller's cleanup releases the
     // hold in case the script ran.
-    let (status, value) = match call().await {
+    match hold.client.call(Operation::Acquire, name, &call).await {
         Err(error) if error.is_connection_failure() => {
             tracing::debug!(%error, "acquire reply lost; retrying with the same hold");
-            call().await?
+            hold.client.call(Operation::Acquire, name, &call).await
         }
-        other => other?,
-    };
-    Ok(match status {
-        0 => Attempt::Held { pttl: value },
-        3 => Attempt::ReentryGone,
-        fresh_or_reentry => Attempt::Acquired {
-            token: value as u64,
-            reentry: fresh_or_reentry == 2,
-        },
-    })
+        other => other,
+    }
 }

@@ -26,6 +26,8 @@ use std::task::{Context, Poll};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
+use crate::sync;
+
 /// A client's runtime thread and its count of cleanup tasks. Cheap to clone; the thread stops
 /// when the last clone is dropped.
 #[derive(Clone)]
@@ -40,12 +42,7 @@ struct Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        if let Some(stop) = self
-            .stop
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
+        if let Some(stop) = sync::lock(&self.stop).take() {
             let _ = stop.send(());
         }
     }

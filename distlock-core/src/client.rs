@@ -5,17 +5,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, FromRedisValue, IntoConnectionInfo};
+use std::future::Future;
 
-use crate::acquire::LockBuilder;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::IntoConnectionInfo;
+
 use crate::background::Background;
 use crate::config::Config;
 use crate::connection::{CallError, Connection};
 use crate::error::{Error, Operation};
-use crate::scripts::{Lua, ACQUIRE_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT};
-use crate::waiters::Waiters;
-use crate::watchdog::Watchdog;
+use crate::scripts::{self, ScriptCall};
+use crate::waiters::{Subscription, Waiters};
+use crate::watchdog::{Renewal, Watchdog};
 
 /// A connection to one Redis server with its lock defaults. Cheap to clone.
 ///
@@ -24,23 +25,32 @@ use crate::watchdog::Watchdog;
 /// after Redis restarts.
 #[derive(Clone)]
 pub struct Client {
-    pub(crate) inner: Arc<Inner>,
+    inner: Arc<Inner>,
 }
 
-pub(crate) struct Inner {
-    pub(crate) name: Option<String>,
-    pub(crate) config: Config,
-    pub(crate) conn: Arc<Connection>,
-    pub(crate) watchdog: Watchdog,
-    pub(crate) waiters: Waiters,
-    pub(crate) background: Background,
+struct Inner {
+    name: Option<String>,
+    config: Config,
+    conn: Arc<Connection>,
+    watchdog: Watchdog,
+    waiters: Waiters,
+    background: Background,
     /// 128 random bits; owners are `<id>:<n>`, unique across processes.
     id: String,
     next: AtomicU64,
 }
 
+impl Config {
+    /// Connects and returns a client that is not registered globally.
+    pub async fn connect(self) -> Result<Client, Error> {
+        Client::connect(self, None).await
+    }
+}
+
 impl Client {
+    /// Validates `config`, connects and starts the client's background work.
     pub(crate) async fn connect(config: Config, name: Option<String>) -> Result<Client, Error> {
+        config.validate()?;
         let info =
             config
                 .url
@@ -67,11 +77,7 @@ impl Client {
             .set_response_timeout(None)
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
-        let connect_error = |source| Error::Redis {
-            op: Operation::Connect,
-            key: String::new(),
-            source,
-        };
+        let connect_error = |source| Error::Connect { source };
         // The client's own runtime thread: its connections and tasks must not depend on the
         // runtime that happens to call `connect` (it may be a test's, gone a moment later).
         let background = Background::start().map_err(|e| connect_error(e.into()))?;
@@ -85,9 +91,7 @@ impl Client {
             ConnectionManager::new_with_config(redis.clone(), manager_config.clone()),
         )
         .await
-        .map_err(|_| Error::Timeout {
-            op: Operation::Connect,
-            key: String::new(),
+        .map_err(|_| Error::ConnectTimeout {
             after: connect_within,
         })?
         .map_err(connect_error)?;
@@ -123,11 +127,6 @@ impl Client {
                 next: AtomicU64::new(0),
             }),
         })
-    }
-
-    /// Starts building a lock on `name` through this client.
-    pub fn lock(&self, name: impl Into<String>) -> LockBuilder {
-        LockBuilder::with_client(self.clone(), name.into())
     }
 
     /// The name this client was installed under (`None` for the default or unregistered client).
@@ -173,21 +172,50 @@ impl Client {
         id_with_counter("", b'h', n)
     }
 
-    /// Runs a script command with the client's timeout, mapping failures to [`Error`].
+    /// Starts renewing a lease in the watchdog; returns the id to stop it with.
+    pub(crate) fn start_renewal(&self, renewal: Renewal) -> u64 {
+        self.inner.watchdog.register(renewal)
+    }
+
+    /// Stops renewing a lease (the next renewal batch does not contain it).
+    pub(crate) fn stop_renewal(&self, id: u64) {
+        self.inner.watchdog.unregister(id);
+    }
+
+    /// True if some task of this client waits for the lock whose release channel is `channel`.
+    pub(crate) fn has_waiters(&self, channel: &str) -> bool {
+        self.inner.waiters.has_waiters(channel)
+    }
+
+    /// Subscribes a waiter to `channel`, the release channel of lock `name`.
+    pub(crate) async fn subscribe(&self, channel: &str, name: &str) -> Result<Subscription, Error> {
+        self.inner.waiters.subscribe(channel, name).await
+    }
+
+    /// Runs cleanup work (a background release) on the client's own runtime, counted in
+    /// [`Client::background_tasks`].
+    pub(crate) fn spawn_cleanup<F>(&self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.inner.background.spawn(task);
+    }
+
+    /// Runs one script call with the client's response timeout, mapping failures to [`Error`]
+    /// for the `op` of lock `name`.
     ///
-    /// Every script replies `{request id, value}`; `echo` is this request's id. A reply for
-    /// another request, a reply of the wrong shape or a timeout retires the connection (its
-    /// reply stream is out of step) and fails as a connection error or [`Error::Timeout`].
-    pub(crate) async fn call<T: FromRedisValue>(
+    /// A reply for another request, a reply of the wrong shape or a timeout retires the
+    /// connection (its reply stream is out of step) and fails as a connection error or
+    /// [`Error::Timeout`].
+    pub(crate) async fn call<C: ScriptCall>(
         &self,
         op: Operation,
-        key: &str,
-        script: &Lua,
-        cmd: &Cmd,
-        echo: &str,
-    ) -> Result<T, Error> {
+        name: &str,
+        call: &C,
+    ) -> Result<C::Reply, Error> {
         let after = self.inner.config.response_timeout;
-        match self.inner.conn.call(script, cmd, echo, after).await {
+        let key = name;
+        match self.inner.conn.call(call, after).await {
             Ok(value) => Ok(value),
             // `Connection::call` reports a timed-out reply (whichever timer saw it) as `Timeout`.
             Err(CallError::Timeout) => Err(Error::Timeout {
@@ -227,11 +255,7 @@ async fn check_server(conn: ConnectionManager, config: &Config) -> Result<(), Er
     let timeout = config.response_timeout;
     preload_scripts(conn.clone(), timeout)
         .await
-        .map_err(|source| Error::Redis {
-            op: Operation::Connect,
-            key: String::new(),
-            source,
-        })?;
+        .map_err(|source| Error::Connect { source })?;
     match eviction_policy(conn, timeout).await {
         Some(policy) if policy != "noeviction" => {
             if config.require_noeviction {
@@ -279,7 +303,7 @@ async fn preload_scripts(
         }
     }
     let mut pipe = redis::pipe();
-    for script in [&ACQUIRE_SCRIPT, &RELEASE_SCRIPT, &RENEW_SCRIPT] {
+    for script in scripts::ALL {
         pipe.add_command(script.load()).ignore();
     }
     match tokio::time::timeout(timeout, pipe.exec_async(&mut conn)).await {

@@ -3,11 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::client::Client;
 use crate::error::Error;
 use crate::keys::validate_prefix;
 use crate::lease::{check_ttl, MAX_TTL};
-use crate::registry;
 
 /// How to reach Redis and the defaults for locks taken through the client.
 ///
@@ -114,35 +112,8 @@ impl Config {
         self
     }
 
-    /// Connects and returns a client that is not registered globally.
-    pub async fn connect(self) -> Result<Client, Error> {
-        self.validate()?;
-        Client::connect(self, None).await
-    }
-
-    /// Connects and installs the client as the default one (what [`crate::init`] does).
-    ///
-    /// Fails with [`Error::AlreadyInitialized`] if a default client exists.
-    pub async fn install(self) -> Result<Client, Error> {
-        self.validate()?;
-        registry::ensure_free(None)?;
-        let client = Client::connect(self, None).await?;
-        registry::insert(None, client.clone())?;
-        Ok(client)
-    }
-
-    /// Connects and installs the client under `name`, for `lock(..).client(name)` and the
-    /// attribute's `client = "name"`.
-    pub async fn install_as(self, name: impl Into<String>) -> Result<Client, Error> {
-        let name = name.into();
-        self.validate()?;
-        registry::ensure_free(Some(&name))?;
-        let client = Client::connect(self, Some(name.clone())).await?;
-        registry::insert(Some(name), client.clone())?;
-        Ok(client)
-    }
-
-    fn validate(&self) -> Result<(), Error> {
+    /// Checks every setting against its limits (see [`crate::MIN_TTL`], [`crate::MAX_TTL`]).
+    pub(crate) fn validate(&self) -> Result<(), Error> {
         validate_prefix(&self.key_prefix)?;
         let invalid = |reason: &str| {
             Err(Error::InvalidConfig {

@@ -12,11 +12,11 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, FromRedisValue};
 
 use crate::background::Background;
 use crate::error::is_error_reply;
-use crate::scripts::Lua;
+use crate::scripts::ScriptCall;
+use crate::sync;
 
 /// Why a script call failed.
 #[derive(Debug)]
@@ -56,27 +56,33 @@ impl Connection {
 
     /// The connection to use now, with its generation (to [`Connection::retire`] it).
     pub(crate) fn current(&self) -> (u64, ConnectionManager) {
-        let slot = self.slot.read().unwrap_or_else(|e| e.into_inner());
+        let slot = sync::read(&self.slot);
         (slot.0, slot.1.clone())
     }
 
-    /// Runs a script command whose reply is `{request id, value}`, checking that the reply
-    /// answers this request (`echo`). A reply for another request or a reply of the wrong shape
-    /// retires the connection; a timeout retires it if Redis answers a fresh connection.
-    pub(crate) async fn call<T: FromRedisValue>(
+    /// Runs one script call, checking that its reply answers this request (the echoed request
+    /// id) and decoding it. A reply for another request or a reply of the wrong shape retires
+    /// the connection; a timeout retires it if Redis answers a fresh connection.
+    pub(crate) async fn call<C: ScriptCall>(
         self: &Arc<Self>,
-        script: &Lua,
-        cmd: &Cmd,
-        echo: &str,
+        call: &C,
         timeout: Duration,
-    ) -> Result<T, CallError> {
+    ) -> Result<C::Reply, CallError> {
         let (generation, mut conn) = self.current();
-        let run = self
-            .background
-            .enter(script.run::<(String, T)>(&mut conn, cmd));
+        let cmd = call.command();
+        // Polled on the caller's runtime: the driver lives wherever the connection was last
+        // (re)made. If that runtime is gone, the call fails as a dropped connection and the
+        // connection manager reconnects from the runtime that is asking (see `background`).
+        let run = call.script().run::<(String, C::Raw)>(&mut conn, &cmd);
         let reply = tokio::time::timeout(timeout, run).await;
         match reply {
-            Ok(Ok((echoed, value))) if echoed == echo => Ok(value),
+            Ok(Ok((echoed, raw))) if echoed == call.request_id() => match call.decode(raw) {
+                Some(reply) => Ok(reply),
+                None => {
+                    self.retire(generation);
+                    Err(CallError::Redis(desync_error()))
+                }
+            },
             Ok(Ok(_)) => {
                 self.retire(generation);
                 Err(CallError::Redis(desync_error()))
@@ -126,7 +132,7 @@ impl Connection {
     /// Replaces generation `generation` with a fresh, lazily connecting one (no effect if it
     /// was replaced already). Requests still in flight on the old one finish or time out there.
     pub(crate) fn retire(&self, generation: u64) {
-        let mut slot = self.slot.write().unwrap_or_else(|e| e.into_inner());
+        let mut slot = sync::write(&self.slot);
         if slot.0 != generation {
             return;
         }

@@ -34,12 +34,10 @@ impl fmt::Display for LossReason {
     }
 }
 
-/// Which Redis operation an error happened in.
+/// Which Redis operation on a lock an error happened in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Operation {
-    /// Connecting to Redis.
-    Connect,
     /// Acquiring a lock.
     Acquire,
     /// Releasing a lock.
@@ -51,7 +49,6 @@ pub enum Operation {
 impl fmt::Display for Operation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Operation::Connect => "connect",
             Operation::Acquire => "acquire",
             Operation::Release => "release",
             Operation::Subscribe => "subscribe",
@@ -123,12 +120,27 @@ pub enum Error {
         /// The server's `maxmemory-policy`.
         policy: String,
     },
+    /// The client could not connect to Redis, or the connection's set-up failed (a missing or
+    /// wrong password is reported here, at start-up).
+    #[error("could not connect to Redis: {source}; check the URL, that the server is up and reachable, and the credentials")]
+    Connect {
+        /// The underlying error from redis-rs (it never contains the URL).
+        #[source]
+        source: redis::RedisError,
+    },
+    /// Redis did not accept a connection (and answer its set-up) within the connect timeout
+    /// plus the response timeout.
+    #[error("could not connect to Redis within {after:?}: check that the server is up and reachable, or raise `Config::connect_timeout`")]
+    ConnectTimeout {
+        /// The time that elapsed.
+        after: Duration,
+    },
     /// Redis did not answer within the configured response timeout.
     #[error("Redis did not answer the {op} of lock `{key}` within {after:?}: check that the server is up and reachable, or raise `Config::response_timeout`")]
     Timeout {
         /// The operation.
         op: Operation,
-        /// The lock's name (empty for connection set-up).
+        /// The lock's name.
         key: String,
         /// The timeout that elapsed.
         after: Duration,
@@ -138,7 +150,7 @@ pub enum Error {
     Redis {
         /// The operation.
         op: Operation,
-        /// The lock's name (empty for connection set-up).
+        /// The lock's name.
         key: String,
         /// The underlying error from redis-rs.
         #[source]
@@ -174,30 +186,25 @@ impl Error {
 
     /// True when the connection failed (dropped, refused, reset) rather than timed out.
     pub(crate) fn is_connection_failure(&self) -> bool {
-        match self {
-            Error::Redis { source, .. } => {
-                !source.is_timeout()
-                    && (source.is_io_error()
-                        || source.is_connection_dropped()
-                        || source.is_connection_refusal())
-            }
-            _ => false,
-        }
+        matches!(self, Error::Redis { source, .. } if is_connection_failure(source))
     }
 
     /// True for errors that may go away on retry (timeouts, connection failures).
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Timeout { .. } => true,
-            Error::Redis { source, .. } => {
-                source.is_io_error()
-                    || source.is_connection_dropped()
-                    || source.is_timeout()
-                    || source.is_connection_refusal()
+            Error::Timeout { .. } | Error::ConnectTimeout { .. } => true,
+            Error::Redis { source, .. } | Error::Connect { source } => {
+                is_connection_failure(source) || source.is_timeout()
             }
             _ => false,
         }
     }
+}
+
+/// The one place Redis errors are classified: the connection failed (dropped, refused, reset)
+/// before an answer came, as opposed to a timeout or an answer.
+pub(crate) fn is_connection_failure(e: &redis::RedisError) -> bool {
+    !e.is_timeout() && (e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal())
 }
 
 /// True when Redis answered with an error reply (as opposed to a network failure, a timeout or

@@ -11,7 +11,8 @@ use crate::client::Client;
 use crate::error::{Error, LossReason, Operation};
 use crate::keys::LockKeys;
 use crate::lease::{millis_ceil, Lease};
-use crate::scripts::RELEASE_SCRIPT;
+use crate::scripts::ReleaseCall;
+pub(crate) use crate::scripts::Released;
 
 /// One hold of a lock in Redis: enough to release it from anywhere.
 #[derive(Clone)]
@@ -22,17 +23,6 @@ pub(crate) struct Hold {
     pub(crate) hold: Arc<str>,
     /// `min_hold`: releasing earlier leaves the lock to expire at this instant.
     pub(crate) keep_until: Option<Instant>,
-}
-
-/// What a release found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Released {
-    /// This hold is gone; the lock is free or still held by re-entrant holds of the same owner.
-    Yes,
-    /// The lock is held by another owner: nothing changed.
-    OtherOwner,
-    /// No lock: it expired (or a replayed release already freed it).
-    Absent,
 }
 
 impl Hold {
@@ -57,37 +47,23 @@ impl Hold {
         }
     }
 
-    /// Milliseconds the lock must still be kept for `min_hold` (0: release now). Rounded up:
-    /// a partial millisecond is still inside the minimum hold.
-    fn keep_ms(&self) -> u64 {
-        self.keep_until.map_or(0, |until| {
-            millis_ceil(until.saturating_duration_since(Instant::now()))
+    /// How long the lock must still be kept for `min_hold` (zero: release now).
+    fn keep(&self) -> Duration {
+        self.keep_until.map_or(Duration::ZERO, |until| {
+            until.saturating_duration_since(Instant::now())
         })
     }
 
     async fn release_once(&self) -> Result<Released, Error> {
-        let mut cmd = RELEASE_SCRIPT.evalsha();
-        cmd.arg(2)
-            .arg(&self.keys.lock)
-            .arg(&self.keys.channel)
-            .arg(&*self.owner)
-            .arg(&*self.hold)
-            .arg(self.keep_ms());
-        let code: i64 = self
-            .client
-            .call(
-                Operation::Release,
-                &self.keys.name,
-                &RELEASE_SCRIPT,
-                &cmd,
-                &self.hold,
-            )
-            .await?;
-        Ok(match code {
-            -2 => Released::Absent,
-            -1 => Released::OtherOwner,
-            _ => Released::Yes,
-        })
+        let call = ReleaseCall {
+            keys: &self.keys,
+            owner: &self.owner,
+            hold: &self.hold,
+            keep: self.keep(),
+        };
+        self.client
+            .call(Operation::Release, &self.keys.name, &call)
+            .await
     }
 }
 
@@ -123,8 +99,8 @@ impl Drop for ReleaseOnDrop {
 /// caller's runtime is shutting down). If the client itself is dropped first, the lease
 /// expires at its ttl.
 fn release_later(hold: Hold) {
-    let background = hold.client.inner.background.clone();
-    background.spawn(async move {
+    let client = hold.client.clone();
+    client.spawn_cleanup(async move {
         match hold.release(None).await {
             Ok(_) => tracing::debug!(key = %hold.keys.name, "released in background"),
             Err(error) => {
@@ -138,7 +114,18 @@ fn release_later(hold: Hold) {
 ///
 /// Renewal (if enabled) stops the moment the guard is released or dropped.
 pub struct LockGuard {
-    pub(crate) cleanup: ReleaseOnDrop,
+    cleanup: ReleaseOnDrop,
+    token: u64,
+    reentry: bool,
+    lease: Arc<Lease>,
+    /// The watchdog's id for this lease, while it is being renewed.
+    renewal: Option<u64>,
+    acquired_at: Instant,
+}
+
+/// What an acquire hands to a new [`LockGuard`].
+pub(crate) struct Acquisition {
+    pub(crate) hold: Hold,
     pub(crate) token: u64,
     pub(crate) reentry: bool,
     pub(crate) lease: Arc<Lease>,
@@ -147,10 +134,27 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
-    fn hold(&self) -> &Hold {
+    pub(crate) fn new(a: Acquisition) -> Self {
+        LockGuard {
+            cleanup: ReleaseOnDrop::new(a.hold),
+            token: a.token,
+            reentry: a.reentry,
+            lease: a.lease,
+            renewal: a.renewal,
+            acquired_at: a.acquired_at,
+        }
+    }
+
+    /// The hold this guard releases.
+    pub(crate) fn hold(&self) -> &Hold {
         self.cleanup
             .hold()
             .expect("a LockGuard holds its lock until release() consumes it")
+    }
+
+    /// The lease shared with the watchdog.
+    pub(crate) fn lease(&self) -> &Arc<Lease> {
+        &self.lease
     }
 
     /// The lock's name, as passed to [`crate::lock`].
@@ -254,7 +258,7 @@ impl LockGuard {
     fn stop_renewal(&mut self) {
         if let Some(id) = self.renewal.take() {
             if let Some(hold) = self.cleanup.hold() {
-                hold.client.inner.watchdog.unregister(id);
+                hold.client.stop_renewal(id);
             }
         }
     }

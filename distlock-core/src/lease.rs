@@ -26,6 +26,15 @@ pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// between this machine and Redis.
 pub const LEASE_MARGIN: Duration = Duration::from_millis(5);
 
+/// Renewals per ttl: a renewed lease is extended every ttl/3, so two renewals in a row can
+/// fail (or be late) before the lease runs out.
+const RENEWALS_PER_TTL: u32 = 3;
+
+/// How often the watchdog renews a lease of `ttl`.
+pub(crate) fn renewal_interval(ttl: Duration) -> Duration {
+    ttl / RENEWALS_PER_TTL
+}
+
 /// Until when a lock taken (or renewed) at `sent_at` with `ttl` is guaranteed, counted from
 /// when the command was sent, minus the safety margin.
 pub(crate) fn guaranteed_until(sent_at: Instant, ttl: Duration) -> Instant {

@@ -130,13 +130,16 @@ mod client;
 mod config;
 mod connection;
 mod context;
+mod duration;
 mod error;
 mod guard;
 mod keys;
 mod lease;
 mod macro_support;
 mod registry;
+#[doc(hidden)]
 pub mod scripts;
+mod sync;
 mod waiters;
 mod watchdog;
 
@@ -144,10 +147,15 @@ pub use acquire::{lock, LockBuilder};
 pub use client::Client;
 pub use config::Config;
 pub use context::fencing_token;
+pub use duration::{parse_duration, DurationError};
 pub use error::{Error, LossReason, Operation, Result};
 pub use guard::LockGuard;
 pub use keys::{hash_slot, MAX_NAME_LEN};
 pub use lease::{LEASE_MARGIN, MAX_TTL, MIN_TTL};
+
+/// The redis-rs crate this runtime is built on, so [`Error::Redis`]'s source can be matched
+/// (and `redis` types named) without a separate, possibly mismatched, `redis` dependency.
+pub use redis;
 
 /// Connects to Redis at `url` and installs the default client: call once at startup.
 ///

@@ -4,13 +4,38 @@ use std::collections::HashMap;
 use std::sync::{OnceLock, RwLock};
 
 use crate::client::Client;
+use crate::config::Config;
 use crate::error::Error;
+use crate::sync;
 
 static DEFAULT: OnceLock<Client> = OnceLock::new();
 static NAMED: RwLock<Option<HashMap<String, Client>>> = RwLock::new(None);
 
+impl Config {
+    /// Connects and installs the client as the default one (what [`crate::init`] does).
+    ///
+    /// Fails with [`Error::AlreadyInitialized`] if a default client exists.
+    pub async fn install(self) -> Result<Client, Error> {
+        install(self, None).await
+    }
+
+    /// Connects and installs the client under `name`, for `lock(..).client(name)` and the
+    /// attribute's `client = "name"`.
+    pub async fn install_as(self, name: impl Into<String>) -> Result<Client, Error> {
+        install(self, Some(name.into())).await
+    }
+}
+
+async fn install(config: Config, name: Option<String>) -> Result<Client, Error> {
+    // Fail before connecting if the name is taken.
+    ensure_free(name.as_deref())?;
+    let client = Client::connect(config, name.clone()).await?;
+    insert(name, client.clone())?;
+    Ok(client)
+}
+
 /// Fails early (before connecting) if `name` is taken.
-pub(crate) fn ensure_free(name: Option<&str>) -> Result<(), Error> {
+fn ensure_free(name: Option<&str>) -> Result<(), Error> {
     let taken = match name {
         None => DEFAULT.get().is_some(),
         Some(name) => read_named(|map| map.contains_key(name)),
@@ -23,13 +48,13 @@ pub(crate) fn ensure_free(name: Option<&str>) -> Result<(), Error> {
     Ok(())
 }
 
-pub(crate) fn insert(name: Option<String>, client: Client) -> Result<(), Error> {
+fn insert(name: Option<String>, client: Client) -> Result<(), Error> {
     match name {
         None => DEFAULT
             .set(client)
             .map_err(|_| Error::AlreadyInitialized { client: None }),
         Some(name) => {
-            let mut guard = NAMED.write().unwrap_or_else(|e| e.into_inner());
+            let mut guard = sync::write(&NAMED);
             let map = guard.get_or_insert_with(HashMap::new);
             if map.contains_key(&name) {
                 return Err(Error::AlreadyInitialized { client: Some(name) });
@@ -53,7 +78,7 @@ pub(crate) fn get(name: Option<&str>) -> Result<Client, Error> {
 }
 
 fn read_named<T>(f: impl FnOnce(&HashMap<String, Client>) -> T) -> T {
-    let guard = NAMED.read().unwrap_or_else(|e| e.into_inner());
+    let guard = sync::read(&NAMED);
     match guard.as_ref() {
         Some(map) => f(map),
         None => f(&HashMap::new()),

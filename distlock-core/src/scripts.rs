@@ -1,15 +1,24 @@
 //! The Lua scripts (the wire protocol): every key through KEYS, every value through ARGV,
-//! invoked by EVALSHA and reloaded on NOSCRIPT.
+//! invoked by EVALSHA and reloaded on NOSCRIPT. **Not public API**: the sources are visible
+//! (doc-hidden) only for the repository's tests and benchmarks.
+//!
+//! Each script has one typed call here ([`AcquireCall`], [`ReleaseCall`], [`RenewCall`]) that
+//! places its KEYS and ARGV and decodes its reply into an enum; nothing else in the crate knows
+//! a script's argument order or reply codes.
 //!
 //! The lock is a hash: field `o` is the owner id, `f` the fencing token, and one field per hold
 //! (`h<id>`) makes the hold count. Holds are fields rather than a counter so that a retried
 //! acquire or release (after a lost reply) is idempotent: setting or deleting the same field
 //! twice changes nothing.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, ServerErrorKind};
+
+use crate::keys::LockKeys;
+use crate::lease::millis_ceil;
 
 /// Acquire or re-enter.
 ///
@@ -132,6 +141,10 @@ return {ARGV[1], out}
 "#;
 
 /// A Lua script; its SHA1 is computed on first use.
+///
+/// redis-rs's `ScriptInvocation` does the same EVALSHA-then-reload, but copies every key and
+/// argument into owned buffers and then again into a command on each call; the calls here build
+/// their command once, on the hot path of every acquire and release.
 pub(crate) struct Lua {
     source: &'static str,
     sha: OnceLock<String>,
@@ -146,7 +159,7 @@ impl Lua {
     }
 
     /// An `EVALSHA` command with the script's hash; append `numkeys`, keys and args.
-    pub(crate) fn evalsha(&self) -> Cmd {
+    fn evalsha(&self) -> Cmd {
         let sha = self
             .sha
             .get_or_init(|| redis::Script::new(self.source).get_hash().to_owned());
@@ -178,6 +191,212 @@ impl Lua {
     }
 }
 
-pub(crate) static ACQUIRE_SCRIPT: Lua = Lua::new(ACQUIRE);
-pub(crate) static RELEASE_SCRIPT: Lua = Lua::new(RELEASE);
-pub(crate) static RENEW_SCRIPT: Lua = Lua::new(RENEW);
+static ACQUIRE_SCRIPT: Lua = Lua::new(ACQUIRE);
+static RELEASE_SCRIPT: Lua = Lua::new(RELEASE);
+static RENEW_SCRIPT: Lua = Lua::new(RENEW);
+
+/// One typed call of a script: its command, the request id its reply echoes first, and the
+/// decoding of the rest of the reply.
+pub(crate) trait ScriptCall {
+    /// The reply after the echoed id, as redis-rs reads it.
+    type Raw: FromRedisValue;
+    /// The decoded reply.
+    type Reply;
+    /// The script this calls.
+    fn script(&self) -> &'static Lua;
+    /// The `EVALSHA` command with KEYS and ARGV in place.
+    fn command(&self) -> Cmd;
+    /// The id the reply must echo (a reply that echoes another answers another request).
+    fn request_id(&self) -> &str;
+    /// The reply, or `None` if it is not one this script gives (a reply of the wrong shape).
+    fn decode(&self, raw: Self::Raw) -> Option<Self::Reply>;
+}
+
+/// [`ACQUIRE`] for one hold.
+pub(crate) struct AcquireCall<'a> {
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) owner: &'a str,
+    /// The hold field: also the request id.
+    pub(crate) hold: &'a str,
+    pub(crate) ttl: Duration,
+    /// How long the fence floor is kept (at least the ttl).
+    pub(crate) retention: Duration,
+    /// This call chain holds the lock already: never create it afresh.
+    pub(crate) reentry: bool,
+}
+
+/// What [`ACQUIRE`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Acquired {
+    /// Taken afresh (or a replay of a fresh take), with a new fencing token.
+    Fresh { token: u64 },
+    /// Re-entered a hold of the same owner; the token is the outer hold's.
+    Reentered { token: u64 },
+    /// Held by another owner; its remaining ttl in ms (-1: the key has no expiry).
+    Busy { pttl: i64 },
+    /// A re-entry found no lock: the outer hold is gone.
+    ReentryGone,
+}
+
+impl ScriptCall for AcquireCall<'_> {
+    type Raw = (i64, i64);
+    type Reply = Acquired;
+
+    fn script(&self) -> &'static Lua {
+        &ACQUIRE_SCRIPT
+    }
+
+    fn command(&self) -> Cmd {
+        let mut cmd = ACQUIRE_SCRIPT.evalsha();
+        cmd.arg(2)
+            .arg(&self.keys.lock)
+            .arg(&self.keys.fence)
+            .arg(self.owner)
+            .arg(self.hold)
+            .arg(millis_ceil(self.ttl))
+            .arg(millis_ceil(self.retention.max(self.ttl)))
+            .arg(if self.reentry { "1" } else { "0" });
+        cmd
+    }
+
+    fn request_id(&self) -> &str {
+        self.hold
+    }
+
+    fn decode(&self, (status, value): (i64, i64)) -> Option<Acquired> {
+        let token = || u64::try_from(value).ok();
+        Some(match status {
+            0 => Acquired::Busy { pttl: value },
+            1 => Acquired::Fresh { token: token()? },
+            2 => Acquired::Reentered { token: token()? },
+            3 => Acquired::ReentryGone,
+            _ => return None,
+        })
+    }
+}
+
+/// [`RELEASE`] of one hold.
+pub(crate) struct ReleaseCall<'a> {
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) owner: &'a str,
+    /// The hold field: also the request id.
+    pub(crate) hold: &'a str,
+    /// `min_hold` not reached yet: leave the lock to expire after this long (zero: delete it).
+    pub(crate) keep: Duration,
+}
+
+/// What [`RELEASE`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// This hold is gone; the lock is free or still held by re-entrant holds of the same owner.
+    Yes,
+    /// The lock is held by another owner: nothing changed.
+    OtherOwner,
+    /// No lock: it expired (or a replayed release already freed it).
+    Absent,
+}
+
+impl ScriptCall for ReleaseCall<'_> {
+    type Raw = i64;
+    type Reply = Released;
+
+    fn script(&self) -> &'static Lua {
+        &RELEASE_SCRIPT
+    }
+
+    fn command(&self) -> Cmd {
+        let mut cmd = RELEASE_SCRIPT.evalsha();
+        cmd.arg(2)
+            .arg(&self.keys.lock)
+            .arg(&self.keys.channel)
+            .arg(self.owner)
+            .arg(self.hold)
+            .arg(millis_ceil(self.keep));
+        cmd
+    }
+
+    fn request_id(&self) -> &str {
+        self.hold
+    }
+
+    fn decode(&self, code: i64) -> Option<Released> {
+        Some(match code {
+            -2 => Released::Absent,
+            -1 => Released::OtherOwner,
+            left if left >= 0 => Released::Yes,
+            _ => return None,
+        })
+    }
+}
+
+/// One lease in a [`RenewCall`].
+#[derive(Debug, Clone)]
+pub(crate) struct RenewItem {
+    pub(crate) key: Arc<str>,
+    pub(crate) owner: Arc<str>,
+    pub(crate) ttl: Duration,
+}
+
+/// [`RENEW`] of a batch of leases.
+pub(crate) struct RenewCall<'a> {
+    pub(crate) batch_id: &'a str,
+    pub(crate) items: &'a [RenewItem],
+}
+
+/// What [`RENEW`] found for one lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewed {
+    /// Still ours: the expiry was extended (never shortened).
+    Yes,
+    /// The key is gone (expired, evicted, deleted).
+    Gone,
+    /// Another owner holds it.
+    OtherOwner,
+    /// The key is no lock any more (overwritten with another type).
+    NotALock,
+}
+
+impl ScriptCall for RenewCall<'_> {
+    type Raw = Vec<i64>;
+    type Reply = Vec<Renewed>;
+
+    fn script(&self) -> &'static Lua {
+        &RENEW_SCRIPT
+    }
+
+    fn command(&self) -> Cmd {
+        let mut cmd = RENEW_SCRIPT.evalsha();
+        cmd.arg(self.items.len());
+        for item in self.items {
+            cmd.arg(&*item.key);
+        }
+        cmd.arg(self.batch_id);
+        for item in self.items {
+            cmd.arg(millis_ceil(item.ttl)).arg(&*item.owner);
+        }
+        cmd
+    }
+
+    fn request_id(&self) -> &str {
+        self.batch_id
+    }
+
+    fn decode(&self, statuses: Vec<i64>) -> Option<Vec<Renewed>> {
+        if statuses.len() != self.items.len() {
+            return None;
+        }
+        statuses
+            .into_iter()
+            .map(|status| match status {
+                1 => Some(Renewed::Yes),
+                0 => Some(Renewed::Gone),
+                -1 => Some(Renewed::OtherOwner),
+                -2 => Some(Renewed::NotALock),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Every script, for preloading at connect.
+pub(crate) static ALL: [&Lua; 3] = [&ACQUIRE_SCRIPT, &RELEASE_SCRIPT, &RENEW_SCRIPT];

@@ -21,7 +21,8 @@ use tokio::sync::{watch, OnceCell, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::background::Background;
-use crate::error::{Error, Operation};
+use crate::error::{is_connection_failure, Error, Operation};
+use crate::sync;
 
 type ChannelMap = HashMap<Vec<u8>, Arc<Channel>>;
 
@@ -108,7 +109,7 @@ impl Waiters {
         let conn = self.connection(key).await?;
         loop {
             let entry = {
-                let mut map = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+                let mut map = sync::lock(&self.channels);
                 map.entry(channel.as_bytes().to_vec())
                     .or_insert_with(|| {
                         Arc::new(Channel {
@@ -156,7 +157,7 @@ impl Waiters {
                 let subscribed = async {
                     match subscribe().await.map_err(|_| timeout())? {
                         // The subscriber connection dropped since its last use; it reconnects.
-                        Err(e) if e.is_io_error() || e.is_connection_dropped() => {
+                        Err(e) if is_connection_failure(&e) => {
                             tracing::debug!(error = %e, "subscribe failed on a dropped connection; retrying");
                             subscribe()
                                 .await
@@ -179,18 +180,12 @@ impl Waiters {
 
     /// True if some task of this client is waiting for `channel`'s lock.
     pub(crate) fn has_waiters(&self, channel: &str) -> bool {
-        self.channels
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains_key(channel.as_bytes())
+        sync::lock(&self.channels).contains_key(channel.as_bytes())
     }
 
     /// Channels with at least one waiter (for tests and diagnostics).
     pub(crate) fn active_channels(&self) -> usize {
-        self.channels
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len()
+        sync::lock(&self.channels).len()
     }
 }
 
@@ -203,7 +198,7 @@ fn subscribe_error(key: &str, source: redis::RedisError) -> Error {
 }
 
 fn dispatch(channels: &Mutex<ChannelMap>, push: PushInfo) {
-    let map = channels.lock().unwrap_or_else(|e| e.into_inner());
+    let map = sync::lock(channels);
     match push.kind {
         // A release message; or a (re)subscription confirmed, which after a reconnect means
         // releases published while the connection was down were missed: look again.
@@ -283,7 +278,7 @@ impl Drop for Subscription {
                 state.subscribed = false;
             }
             state.retired = true;
-            let mut map = channels.lock().unwrap_or_else(|e| e.into_inner());
+            let mut map = sync::lock(&channels);
             if map.get(&name).is_some_and(|e| Arc::ptr_eq(e, &entry)) {
                 map.remove(&name);
             }

@@ -15,26 +15,17 @@ use tokio::time::Instant;
 
 use crate::connection::{CallError, Connection};
 use crate::error::{is_error_reply, LossReason};
-use crate::lease::{guaranteed_until, millis_ceil, Lease};
-use crate::scripts::RENEW_SCRIPT;
+use crate::lease::{guaranteed_until, renewal_interval, Lease};
+use crate::scripts::{RenewCall, RenewItem, Renewed};
+use crate::sync;
 
 /// Retry delay after a failed renewal round trip.
 const RETRY_AFTER_ERROR: Duration = Duration::from_millis(100);
 
+/// A registered lease and when it is next due.
 struct Entry {
-    key: Arc<str>,
-    name: Arc<str>,
-    owner: Arc<str>,
-    ttl: Duration,
+    renewal: Arc<Renewal>,
     due: Instant,
-    hold_until: Option<Instant>,
-    lease: Arc<Lease>,
-}
-
-impl Entry {
-    fn interval(&self) -> Duration {
-        self.ttl / 3
-    }
 }
 
 #[derive(Default)]
@@ -50,10 +41,11 @@ struct Shared {
 
 /// What one lease asks of the watchdog.
 pub(crate) struct Renewal {
-    pub(crate) key: Arc<str>,
+    /// The lock key, its owner and the ttl to renew with.
+    pub(crate) item: RenewItem,
+    /// The lock's name, for logs.
     pub(crate) name: Arc<str>,
-    pub(crate) owner: Arc<str>,
-    pub(crate) ttl: Duration,
+    /// The hold cap (`max_hold`): the last renewal reaches exactly this far.
     pub(crate) hold_until: Option<Instant>,
     pub(crate) lease: Arc<Lease>,
 }
@@ -98,7 +90,7 @@ impl Watchdog {
     }
 
     fn task(&self) -> std::sync::MutexGuard<'_, AbortHandle> {
-        self.task.lock().unwrap_or_else(|e| e.into_inner())
+        sync::lock(&self.task)
     }
 
     /// Restarts the renewal task if it is gone (it panicked, or its runtime stopped), so a
@@ -119,25 +111,15 @@ impl Watchdog {
     }
 
     /// Starts renewing a lease; returns the id to [`Watchdog::unregister`] it with.
-    pub(crate) fn register(&self, r: Renewal) -> u64 {
+    pub(crate) fn register(&self, renewal: Renewal) -> u64 {
         self.ensure_running();
-        let due = Instant::now() + r.ttl / 3;
+        let due = Instant::now() + renewal_interval(renewal.item.ttl);
         let id = {
             let mut table = self.table();
             table.next_id += 1;
             let id = table.next_id;
-            table.entries.insert(
-                id,
-                Entry {
-                    key: r.key,
-                    name: r.name,
-                    owner: r.owner,
-                    ttl: r.ttl,
-                    due,
-                    hold_until: r.hold_until,
-                    lease: r.lease,
-                },
-            );
+            let renewal = Arc::new(renewal);
+            table.entries.insert(id, Entry { renewal, due });
             id
         };
         // A stored permit: the task re-plans even if it is between two waits.
@@ -156,7 +138,7 @@ impl Watchdog {
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
-        self.shared.table.lock().unwrap_or_else(|e| e.into_inner())
+        sync::lock(&self.shared.table)
     }
 }
 
@@ -171,54 +153,48 @@ fn spawn(
     handle.spawn(task).abort_handle()
 }
 
+/// The leases due in one round: what to send, and whose they are (same order).
+#[derive(Default)]
 struct Due {
-    id: u64,
-    key: Arc<str>,
-    name: Arc<str>,
-    owner: Arc<str>,
-    ttl: Duration,
-    lease: Arc<Lease>,
+    items: Vec<RenewItem>,
+    holders: Vec<(u64, Arc<Renewal>)>,
 }
 
 /// Takes the leases due now (or at least half-way there); returns them and the next wake time.
-fn collect(shared: &Shared, now: Instant) -> (Vec<Due>, Option<Instant>) {
-    let mut table = shared.table.lock().unwrap_or_else(|e| e.into_inner());
-    let mut due = Vec::new();
+fn collect(shared: &Shared, now: Instant) -> (Due, Option<Instant>) {
+    let mut table = sync::lock(&shared.table);
+    let mut due = Due::default();
     let mut next: Option<Instant> = None;
     table.entries.retain(|&id, e| {
-        if let Some(reason) = e.lease.lost_reason() {
-            tracing::debug!(key = %e.name, %reason, "lease lost; renewal stopped");
+        let r = &e.renewal;
+        if let Some(reason) = r.lease.lost_reason() {
+            tracing::debug!(key = %r.name, %reason, "lease lost; renewal stopped");
             return false;
         }
-        if e.due > now + e.interval() / 2 {
+        let interval = renewal_interval(r.item.ttl);
+        if e.due > now + interval / 2 {
             next = Some(next.map_or(e.due, |n: Instant| n.min(e.due)));
             return true;
         }
-        let mut ttl = e.ttl;
+        let mut item = r.item.clone();
         let mut last = false;
-        if let Some(cap) = e.hold_until {
+        if let Some(cap) = r.hold_until {
             let left = cap.saturating_duration_since(now);
-            if left <= ttl {
+            if left <= item.ttl {
                 // The final renewal, up to the cap; then the lease elapses.
-                tracing::info!(key = %e.name, "hold time cap reached; last renewal");
-                e.lease.stop_renewing();
-                (ttl, last) = (left, true);
+                tracing::info!(key = %r.name, "hold time cap reached; last renewal");
+                r.lease.stop_renewing();
+                (item.ttl, last) = (left, true);
             }
         }
-        if ttl >= Duration::from_millis(1) {
-            due.push(Due {
-                id,
-                key: e.key.clone(),
-                name: e.name.clone(),
-                owner: e.owner.clone(),
-                ttl,
-                lease: e.lease.clone(),
-            });
+        if item.ttl >= Duration::from_millis(1) {
+            due.items.push(item);
+            due.holders.push((id, r.clone()));
         }
         if last {
             return false;
         }
-        e.due = now + e.interval();
+        e.due = now + interval;
         next = Some(next.map_or(e.due, |n: Instant| n.min(e.due)));
         true
     });
@@ -229,7 +205,7 @@ async fn run(shared: Arc<Shared>, conn: Arc<Connection>, batch: usize, timeout: 
     let mut batches = 0u64;
     loop {
         let (due, next) = collect(&shared, Instant::now());
-        if due.is_empty() {
+        if due.items.is_empty() {
             match next {
                 Some(at) => {
                     tokio::select! {
@@ -241,9 +217,13 @@ async fn run(shared: Arc<Shared>, conn: Arc<Connection>, batch: usize, timeout: 
             }
             continue;
         }
-        for chunk in due.chunks(batch) {
+        for (items, holders) in due.items.chunks(batch).zip(due.holders.chunks(batch)) {
             batches += 1;
-            renew_chunk(&shared, &conn, chunk, timeout, &format!("b{batches}")).await;
+            let call = RenewCall {
+                batch_id: &format!("b{batches}"),
+                items,
+            };
+            renew_chunk(&shared, &conn, &call, holders, timeout).await;
         }
     }
 }
@@ -251,57 +231,45 @@ async fn run(shared: Arc<Shared>, conn: Arc<Connection>, batch: usize, timeout: 
 async fn renew_chunk(
     shared: &Shared,
     conn: &Arc<Connection>,
-    chunk: &[Due],
+    call: &RenewCall<'_>,
+    holders: &[(u64, Arc<Renewal>)],
     timeout: Duration,
-    batch_id: &str,
 ) {
-    let mut cmd = RENEW_SCRIPT.evalsha();
-    cmd.arg(chunk.len());
-    for d in chunk {
-        cmd.arg(&*d.key);
-    }
-    cmd.arg(batch_id);
-    for d in chunk {
-        cmd.arg(millis_ceil(d.ttl)).arg(&*d.owner);
-    }
     let sent_at = Instant::now();
-    let reply = conn
-        .call::<Vec<i64>>(&RENEW_SCRIPT, &cmd, batch_id, timeout)
-        .await;
-    let mut table = shared.table.lock().unwrap_or_else(|e| e.into_inner());
+    let reply = conn.call(call, timeout).await;
+    let mut table = sync::lock(&shared.table);
     match reply {
-        Ok(statuses) if statuses.len() == chunk.len() => {
-            for (d, status) in chunk.iter().zip(statuses) {
-                d.lease.set_refused(false);
+        Ok(statuses) => {
+            let batch = call.items.iter().zip(holders).zip(statuses);
+            for ((item, (id, r)), status) in batch {
+                r.lease.set_refused(false);
                 let lost = match status {
-                    1 => {
-                        d.lease.extend(guaranteed_until(sent_at, d.ttl));
+                    Renewed::Yes => {
+                        r.lease.extend(guaranteed_until(sent_at, item.ttl));
                         continue;
                     }
-                    0 => LossReason::Expired,
-                    // -1: another owner; -2: the key was overwritten with something else.
-                    _ => LossReason::Stolen,
+                    Renewed::Gone => LossReason::Expired,
+                    Renewed::OtherOwner | Renewed::NotALock => LossReason::Stolen,
                 };
                 // Released while the batch was in flight: not a loss.
-                if table.entries.remove(&d.id).is_some() && d.lease.mark_lost(lost) {
-                    tracing::warn!(key = %d.name, reason = %lost, "lock lost: renewal found it no longer ours");
+                if table.entries.remove(id).is_some() && r.lease.mark_lost(lost) {
+                    tracing::warn!(key = %r.name, reason = %lost, "lock lost: renewal found it no longer ours");
                 }
             }
         }
-        failed => {
+        Err(failed) => {
             // An error reply means Redis is there but will not renew (READONLY, NOPERM, OOM,
             // ...): if that lasts until the lease runs out, the loss says so.
-            let refused = matches!(&failed, Err(CallError::Redis(e)) if is_error_reply(e));
+            let refused = matches!(&failed, CallError::Redis(e) if is_error_reply(e));
             let why = match failed {
-                Ok(_) => "reply of the wrong length".to_owned(),
-                Err(CallError::Redis(e)) => e.to_string(),
-                Err(CallError::Timeout) => format!("no reply within {timeout:?}"),
+                CallError::Redis(e) => e.to_string(),
+                CallError::Timeout => format!("no reply within {timeout:?}"),
             };
             let retry = Instant::now() + RETRY_AFTER_ERROR;
-            for d in chunk {
-                d.lease.set_refused(refused);
-                tracing::warn!(key = %d.name, error = %why, "lease renewal failed; retrying");
-                if let Some(e) = table.entries.get_mut(&d.id) {
+            for (id, r) in holders {
+                r.lease.set_refused(refused);
+                tracing::warn!(key = %r.name, error = %why, "lease renewal failed; retrying");
+                if let Some(e) = table.entries.get_mut(id) {
                     e.due = e.due.min(retry);
                 }
             }

@@ -214,7 +214,7 @@
 
 #[doc(inline)]
 pub use distlock_core::{
-    fencing_token, hash_slot, init, lock, scripts, Client, Config, Error, LockBuilder, LockGuard,
+    fencing_token, hash_slot, init, lock, Client, Config, Error, LockBuilder, LockGuard,
     LossReason, Operation, Result, LEASE_MARGIN, MAX_NAME_LEN, MAX_TTL, MIN_TTL,
 };
 
@@ -223,6 +223,13 @@ pub use distlock_macros::distributed_lock;
 
 /// The runtime crate, for its documentation of guarantees and limits.
 pub use distlock_core;
+
+/// The redis-rs crate distlock is built on: match [`Error::Redis`]'s source with it.
+pub use distlock_core::redis;
+
+/// The Lua scripts. **Not public API**: for the repository's tests and benchmarks.
+#[doc(hidden)]
+pub use distlock_core::scripts;
 
 /// Support for generated code. **Not public API**: may change in any release without notice.
 #[doc(hidden)]

@@ -25,7 +25,9 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     if let Some(role) = worker::role_from_env() {
-        return worker::run(&role);
+        return worker::run(&role, |role, ctx| async move {
+            scenarios::worker_role(&role, ctx).await
+        });
     }
     let mut filters = Vec::new();
     let mut list = false;

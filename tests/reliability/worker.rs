@@ -15,7 +15,6 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 
 use crate::common::lock_unpoisoned;
-use crate::scenarios;
 
 const ROLE_ENV: &str = "DISTLOCK_RELIABILITY_WORKER";
 const PARAMS_ENV: &str = "DISTLOCK_RELIABILITY_PARAMS";
@@ -25,8 +24,13 @@ pub(crate) fn role_from_env() -> Option<String> {
     std::env::var(ROLE_ENV).ok()
 }
 
-/// Entry point of a worker process.
-pub(crate) fn run(role: &str) -> ExitCode {
+/// Entry point of a worker process: runs `dispatch(role, ctx)` (the scenarios' worker roles,
+/// passed in by the harness so this module stays below the scenarios that use it).
+pub(crate) fn run<F, Fut>(role: &str, dispatch: F) -> ExitCode
+where
+    F: FnOnce(String, Ctx) -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -35,7 +39,7 @@ pub(crate) fn run(role: &str) -> ExitCode {
     let role = role.to_owned();
     let code = runtime.block_on(async move {
         let ctx = Ctx::from_env();
-        match scenarios::worker_role(&role, ctx).await {
+        match dispatch(role.clone(), ctx).await {
             Ok(()) => 0,
             Err(message) => {
                 eprintln!("worker `{role}` failed: {message}");

@@ -289,7 +289,7 @@ async fn run(t: Arc<Tally>) {
                     if message.contains("Wr0ng-Battery") || message.contains("Corr3ct-Horse") {
                         return Err(format!("the message leaks a password: {message}"));
                     }
-                    if !matches!(e, Error::Redis { .. })
+                    if !matches!(e, Error::Connect { .. } | Error::Redis { .. })
                         || !message.to_ascii_lowercase().contains("auth")
                     {
                         return Err(format!("not a clear authentication error: {e:?}"));
