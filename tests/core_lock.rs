@@ -63,15 +63,19 @@ async fn acquire_is_exclusive_and_release_frees() {
     let (a, b) = (client(&server).await, client(&server).await);
     let mut conn = server.conn().await;
 
-    let before = command_calls(&mut conn, "evalsha").await;
+    let (sets, scripts) = (
+        command_calls(&mut conn, "set").await,
+        command_calls(&mut conn, "evalsha").await,
+    );
     let guard = a
         .lock("order:1")
         .ttl(Duration::from_secs(5))
         .acquire()
         .await
         .unwrap();
-    // One script call set owner and ttl together (no SETNX, no separate EXPIRE round trip).
-    assert_eq!(command_calls(&mut conn, "evalsha").await - before, 1);
+    // One `SET NX PX GET` set owner and ttl together: no script, no SETNX, no separate EXPIRE.
+    assert_eq!(command_calls(&mut conn, "set").await - sets, 1);
+    assert_eq!(command_calls(&mut conn, "evalsha").await - scripts, 0);
     assert_eq!(command_calls(&mut conn, "setnx").await, 0);
     let pttl: i64 = conn.pttl("distlock:{order:1}").await.unwrap();
     assert!((1..=5000).contains(&pttl), "pttl {pttl}");
@@ -109,16 +113,20 @@ async fn non_owner_release_is_refused_and_changes_nothing() {
         .acquire()
         .await
         .unwrap();
-    let owner_before: String = conn.hget("distlock:{k}", "o").await.unwrap();
+    let owner_before: String = conn.get("distlock:{k}").await.unwrap();
+    assert!(
+        owner_before.starts_with("d2:"),
+        "a versioned value: {owner_before}"
+    );
 
     let err = stale.release().await.unwrap_err();
     assert!(
         matches!(&err, Error::NotOwner { key } if key == "k"),
         "{err}"
     );
-    let owner_after: String = conn.hget("distlock:{k}", "o").await.unwrap();
+    let owner_after: String = conn.get("distlock:{k}").await.unwrap();
     assert_eq!(owner_before, owner_after);
-    assert!(current.token() > 0);
+    assert_eq!(current.token(), None, "tokens only for fenced locks");
     current.release().await.unwrap();
 }
 
@@ -130,22 +138,25 @@ async fn reentry_counts_holds_and_shares_the_token() {
     let c2 = c.clone();
     let outer = c
         .lock("re")
+        .fenced(true)
         .run(async move {
-            let outer_token = distlock::fencing_token().expect("inside a locked body");
+            let outer_token = distlock::fencing_token().expect("inside a fenced locked body");
+            let mut conn = redis::Client::open(c2.config().redacted_url())
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            let value_before: String = conn.get("distlock:{re}").await.unwrap();
             let inner = c2
                 .lock("re")
                 .acquire()
                 .await
                 .expect("re-entry, not deadlock");
             assert!(inner.is_reentry());
-            assert_eq!(inner.token(), outer_token);
-            let mut conn = redis::Client::open(c2.config().redacted_url())
-                .unwrap()
-                .get_multiplexed_async_connection()
-                .await
-                .unwrap();
-            let fields: usize = conn.hlen("distlock:{re}").await.unwrap();
-            assert_eq!(fields, 4, "owner, token and two holds");
+            assert_eq!(inner.token(), Some(outer_token));
+            // Holds are counted on the client: Redis still holds the one value.
+            let value: String = conn.get("distlock:{re}").await.unwrap();
+            assert_eq!(value, value_before);
             inner.release().await.unwrap();
             let still: bool = conn.exists("distlock:{re}").await.unwrap();
             assert!(still, "outer hold keeps the lock");
@@ -167,25 +178,27 @@ async fn fencing_tokens_strictly_increase_with_bounded_memory() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let mut conn = server.conn().await;
+    let fenced = |name: &str| c.lock(name).fenced(true).acquire();
     let mut last = 0;
     for i in 0..50 {
         if i == 25 {
             // The per-name floor expires after the retention time; tokens keep increasing.
             let _: () = conn.del("distlock:{fence}:fence").await.unwrap();
         }
-        let g = c.lock("fence").acquire().await.unwrap();
-        assert!(g.token() > last, "token {} after {last}", g.token());
-        last = g.token();
+        let g = fenced("fence").await.unwrap();
+        let token = g.token().expect("a fenced lock has a token");
+        assert!(token > last, "token {token} after {last}");
+        last = token;
         g.release().await.unwrap();
     }
     // A server clock that stepped back is covered by the floor: tokens still increase.
     let ahead: u64 = 4_000_000_000_000_000;
     let _: () = conn.set("distlock:{fence}:fence", ahead).await.unwrap();
-    let g = c.lock("fence").acquire().await.unwrap();
-    assert_eq!(g.token(), ahead + 1);
+    let g = fenced("fence").await.unwrap();
+    assert_eq!(g.token(), Some(ahead + 1));
     g.release().await.unwrap();
-    let g = c.lock("fence").acquire().await.unwrap();
-    assert_eq!(g.token(), ahead + 2);
+    let g = fenced("fence").await.unwrap();
+    assert_eq!(g.token(), Some(ahead + 2));
     g.release().await.unwrap();
     // The floor key expires (bounded memory for high-cardinality names).
     let pttl: i64 = conn.pttl("distlock:{fence}:fence").await.unwrap();
@@ -202,6 +215,7 @@ async fn fencing_tokens_strictly_increase_with_bounded_memory() {
     let g = short
         .lock("f2")
         .ttl(Duration::from_secs(2))
+        .fenced(true)
         .acquire()
         .await
         .unwrap();
@@ -519,10 +533,7 @@ async fn waiter_takes_over_from_a_crashed_holder_at_its_ttl() {
     let mut conn = server.conn().await;
     // A holder that crashed: its lock exists with 400 ms left and it will never publish.
     let _: () = redis::pipe()
-        .hset_multiple(
-            "distlock:{crash}",
-            &[("o", "dead-owner"), ("f", "1"), ("h1", "1")],
-        )
+        .set("distlock:{crash}", "d2:dead-owner")
         .pexpire("distlock:{crash}", 400)
         .query_async(&mut conn)
         .await
@@ -797,50 +808,63 @@ async fn local_waiters_take_turns() {
 }
 
 #[tokio::test]
-async fn replayed_scripts_change_nothing_and_echo_their_request() {
+async fn replayed_requests_change_nothing_and_echo_their_request() {
     let server = RedisServer::start();
     let mut conn = server.conn().await;
     let shared = conn.clone();
-    let acquire = redis::Script::new(distlock::scripts::ACQUIRE);
+    let acquire = redis::Script::new(distlock::scripts::ACQUIRE_FENCED);
     let release = redis::Script::new(distlock::scripts::RELEASE);
-    let run_acquire = |hold: &'static str| {
+    let run_acquire = |value: &'static str, id: &'static str| {
         let mut conn = shared.clone();
         let acquire = acquire.clone();
         async move {
             let reply: (String, (i64, i64)) = acquire
                 .key("distlock:{r}")
                 .key("distlock:{r}:fence")
-                .arg("owner-1")
-                .arg(hold)
+                .arg(value)
                 .arg(5000)
                 .arg(60000)
+                .arg(id)
                 .invoke_async(&mut conn)
                 .await
                 .unwrap();
             reply
         }
     };
-    let (echo, (status, token)) = run_acquire("h1").await;
-    assert_eq!((echo.as_str(), status), ("h1", 1));
-    // The same request again (its reply was lost): still a fresh acquisition, same token.
-    assert_eq!(run_acquire("h1").await, ("h1".to_owned(), (1, token)));
-    let fields: usize = conn.hlen("distlock:{r}").await.unwrap();
-    assert_eq!(fields, 3, "owner, token, one hold: not counted twice");
-    // A real re-entry is reported as one, and a replay of it too.
-    assert_eq!(run_acquire("h2").await, ("h2".to_owned(), (2, token)));
-    assert_eq!(run_acquire("h2").await, ("h2".to_owned(), (2, token)));
-    let fields: usize = conn.hlen("distlock:{r}").await.unwrap();
-    assert_eq!(fields, 4);
+    let (echo, (status, token)) = run_acquire("d2:owner-1", "r1").await;
+    assert_eq!((echo.as_str(), status), ("r1", 1));
+    // The same request again (its reply was lost): still ours, the same token.
+    assert_eq!(
+        run_acquire("d2:owner-1", "r2").await,
+        ("r2".to_owned(), (1, token))
+    );
+    // Another owner is told it is busy, with the remaining ttl.
+    let (_, (status, pttl)) = run_acquire("d2:owner-2", "r3").await;
+    assert_eq!(status, 0);
+    assert!(pttl > 0 && pttl <= 5000, "{pttl}");
+    // The plain acquire: `SET NX PX GET` reads back our own value on a replay.
+    let replay: Option<String> = redis::cmd("SET")
+        .arg("distlock:{r}")
+        .arg("d2:owner-1")
+        .arg("NX")
+        .arg("PX")
+        .arg(5000)
+        .arg("GET")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(replay.as_deref(), Some("d2:owner-1"));
 
-    let run_release = |hold: &'static str| {
+    let run_release = |value: &'static str, id: &'static str| {
         let mut conn = shared.clone();
         let release = release.clone();
         async move {
             let reply: (String, i64) = release
                 .key("distlock:{r}")
                 .key("distlock:{r}:released")
-                .arg("owner-1")
-                .arg(hold)
+                .arg(value)
+                .arg(id)
+                .arg(0)
                 .invoke_async(&mut conn)
                 .await
                 .unwrap();
@@ -848,23 +872,45 @@ async fn replayed_scripts_change_nothing_and_echo_their_request() {
         }
     };
     assert_eq!(
-        run_release("h2").await,
-        ("h2".to_owned(), 1),
-        "one hold left"
+        run_release("d2:owner-2", "r4").await,
+        ("r4".to_owned(), -1),
+        "another owner's release changes nothing"
     );
+    assert_eq!(run_release("d2:owner-1", "r5").await, ("r5".to_owned(), 0));
     assert_eq!(
-        run_release("h2").await,
-        ("h2".to_owned(), 1),
-        "replay frees nothing more"
-    );
-    assert_eq!(run_release("h1").await, ("h1".to_owned(), 0), "released");
-    assert_eq!(
-        run_release("h1").await,
-        ("h1".to_owned(), -2),
-        "replay finds no lock"
+        run_release("d2:owner-1", "r6").await,
+        ("r6".to_owned(), -2),
+        "a replay finds no lock"
     );
     let exists: bool = conn.exists("distlock:{r}").await.unwrap();
     assert!(!exists);
+}
+
+#[tokio::test]
+async fn a_lock_of_another_protocol_is_never_misread() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let mut conn = server.conn().await;
+    // A lock as distlock's first protocol wrote it (a hash), and a foreign string.
+    let _: () = conn
+        .hset_multiple("distlock:{old}", &[("o", "owner"), ("f", "1"), ("h1", "1")])
+        .await
+        .unwrap();
+    let _: () = conn.set("distlock:{foreign}", "someone").await.unwrap();
+    for name in ["old", "foreign"] {
+        for fenced in [false, true] {
+            let err = c.lock(name).fenced(fenced).acquire().await.unwrap_err();
+            assert!(
+                matches!(&err, Error::Incompatible { key } if key == name),
+                "{name} (fenced: {fenced}): {err}"
+            );
+        }
+    }
+    // Nothing was changed.
+    let fields: usize = conn.hlen("distlock:{old}").await.unwrap();
+    assert_eq!(fields, 3);
+    let foreign: String = conn.get("distlock:{foreign}").await.unwrap();
+    assert_eq!(foreign, "someone");
 }
 
 #[tokio::test]

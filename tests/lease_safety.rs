@@ -67,7 +67,7 @@ async fn inner_renewal_never_shortens_the_outer_lease() {
             tokio::time::sleep(Duration::from_millis(2500)).await;
             if let Ok(thief) = b.lock("nest").acquire().await {
                 panic!(
-                    "another client took the lock {:?} into the outer 6 s lease (token {})",
+                    "another client took the lock {:?} into the outer 6 s lease (token {:?})",
                     started.elapsed(),
                     thief.token()
                 );
@@ -289,7 +289,7 @@ async fn run_returns_lost_when_the_lock_was_taken_during_the_body() {
             // Someone deletes the lock and another client takes it; the lease has not elapsed.
             let _: () = conn.del(&key).await.unwrap();
             thief = Some(b.lock("taken").acquire().await.expect("free after DEL"));
-            thief_owner = conn.hget(&key, "o").await.unwrap();
+            thief_owner = conn.get(&key).await.unwrap();
         })
         .await;
     let thief = thief.expect("the body ran");
@@ -299,7 +299,7 @@ async fn run_returns_lost_when_the_lock_was_taken_during_the_body() {
     }
     // The first holder's cleanup changed nothing of the new holder's lock.
     assert!(thief.ensure_held().is_ok());
-    let owner: String = conn.hget(&key, "o").await.unwrap();
+    let owner: String = conn.get(&key).await.unwrap();
     assert_eq!(owner, thief_owner);
     thief.release().await.unwrap();
 }
@@ -415,8 +415,10 @@ async fn ttl_duration_max_is_invalid_config() {
 async fn usable_or_invalid(config: Config, what: &str) {
     match config.connect().await {
         Ok(c) => {
+            // Fenced, so the fence retention is used too.
             let g = c
                 .lock(what)
+                .fenced(true)
                 .acquire()
                 .await
                 .unwrap_or_else(|e| panic!("{what}: connected, but no lock can be taken: {e}"));
@@ -476,7 +478,7 @@ async fn one_bad_key_does_not_break_a_renewal_batch() {
                 .await
                 .unwrap(),
         );
-        let owner: String = conn.hget(lock_key(name), "o").await.unwrap();
+        let owner: String = conn.get(lock_key(name)).await.unwrap();
         owners.push(owner);
     }
     // Someone overwrites one lock key with a plain string: renewing it fails with WRONGTYPE.
@@ -488,7 +490,7 @@ async fn one_bad_key_does_not_break_a_renewal_batch() {
         guards[i]
             .ensure_held()
             .unwrap_or_else(|e| panic!("{name} was renewed in a batch with a bad key: {e}"));
-        let owner: Option<String> = conn.hget(lock_key(name), "o").await.unwrap();
+        let owner: Option<String> = conn.get(lock_key(name)).await.unwrap();
         assert_eq!(owner.as_ref(), Some(&owners[i]), "{name} is still ours");
     }
     assert!(
@@ -503,11 +505,12 @@ async fn a_lock_key_without_ttl_does_not_make_waiters_poll() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let mut conn = server.conn().await;
+    // A lock value of this protocol, but without an expiry.
     let _: () = conn
-        .hset(lock_key("nottl"), "o", "someone-else")
+        .set(lock_key("nottl"), "d2:someone-else")
         .await
         .unwrap();
-    let before = command_calls(&mut conn, "evalsha").await;
+    let before = command_calls(&mut conn, "set").await;
     let started = Instant::now();
     let err = c
         .lock("nottl")
@@ -516,7 +519,7 @@ async fn a_lock_key_without_ttl_does_not_make_waiters_poll() {
         .await
         .unwrap_err();
     let waited = started.elapsed();
-    let calls = command_calls(&mut conn, "evalsha").await - before;
+    let calls = command_calls(&mut conn, "set").await - before;
     assert!(err.is_busy(), "{err}");
     assert!(waited < Duration::from_secs(3), "{waited:?}");
     assert!(
@@ -533,7 +536,7 @@ async fn a_non_numeric_fence_is_not_overwritten() {
     let mut conn = server.conn().await;
     let fence = format!("{}:fence", lock_key("fence"));
     let _: () = conn.set(&fence, "abc").await.unwrap();
-    let acquired = c.lock("fence").acquire().await;
+    let acquired = c.lock("fence").fenced(true).acquire().await;
     assert!(
         acquired.is_err(),
         "acquired over a corrupt fence: {acquired:?}"

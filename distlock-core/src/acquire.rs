@@ -8,14 +8,14 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::client::Client;
-use crate::context::{self, Frame};
+use crate::context::{self, Frame, Outer};
 use crate::error::{Error, LossReason, Operation};
 use crate::guard::{Acquisition, Hold, LockGuard, ReleaseOnDrop, Released};
 use crate::keys::LockKeys;
 use crate::lease::{check_ttl, deadline_after, guaranteed_until, millis_ceil, Lease, MAX_TTL};
 use crate::macro_support::LockSpec;
 use crate::registry;
-use crate::scripts::{AcquireCall, Acquired, RenewItem};
+use crate::scripts::{AcquireCall, Acquired, FencedAcquireCall, RenewCall, RenewItem, Renewed};
 use crate::waiters::Subscription;
 use crate::watchdog::Renewal;
 
@@ -37,7 +37,7 @@ enum ClientChoice {
 ///     .wait(Duration::from_secs(2))
 ///     .acquire()
 ///     .await?;
-/// println!("fencing token {}", guard.token());
+/// assert!(guard.token().is_none()); // only `.fenced(true)` locks hand out a token
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```
@@ -51,6 +51,7 @@ pub struct LockBuilder {
     wait: Option<Duration>,
     max_hold: Option<Duration>,
     min_hold: Option<Duration>,
+    fenced: bool,
 }
 
 /// Starts building a lock on `name` through the default client (see [`crate::init`]).
@@ -63,6 +64,7 @@ pub fn lock(name: impl Into<String>) -> LockBuilder {
         wait: None,
         max_hold: None,
         min_hold: None,
+        fenced: false,
     }
 }
 
@@ -93,6 +95,7 @@ impl LockBuilder {
             wait: spec.wait,
             max_hold: None,
             min_hold: spec.min_hold,
+            fenced: false,
         }
     }
 
@@ -136,6 +139,19 @@ impl LockBuilder {
         self
     }
 
+    /// Hand out a fencing token with the lock ([`LockGuard::token`], [`crate::fencing_token`]):
+    /// strictly greater than every earlier token for this name while its fence floor lives
+    /// (see the crate docs on fencing). Default: off.
+    ///
+    /// The price: a fenced acquire runs a script that reads the server clock and raises the
+    /// fence floor (about 8 µs of Redis CPU, and a second key per name for
+    /// [`crate::Config::fence_retention`]) where a plain one is a single `SET NX PX GET`
+    /// (about 1 µs; see the README's profile).
+    pub fn fenced(mut self, fenced: bool) -> Self {
+        self.fenced = fenced;
+        self
+    }
+
     /// Use the client installed under `name` with [`crate::Config::install_as`].
     pub fn client(mut self, name: impl Into<String>) -> Self {
         self.client = ClientChoice::Named(name.into());
@@ -174,6 +190,7 @@ impl LockBuilder {
             wait: self.wait,
             max_hold: self.max_hold.or(config.max_hold),
             min_hold: self.min_hold,
+            fenced: self.fenced,
         };
         let keys = Arc::new(LockKeys::new(&config.key_prefix, self.name)?);
         let span =
@@ -208,8 +225,7 @@ impl LockBuilder {
         let hold = guard.hold().clone();
         let frame = Frame::new(
             hold.client.identity(),
-            hold.keys.clone(),
-            hold.owner.clone(),
+            hold.clone(),
             guard.token(),
             guard.lease().clone(),
         );
@@ -245,6 +261,7 @@ impl LockBuilder {
             Ok(Released::Yes) => Ok(out),
             Ok(Released::OtherOwner) => lost(LossReason::Stolen),
             Ok(Released::Absent) => lost(LossReason::Expired),
+            Ok(Released::Incompatible) => lost(LossReason::Stolen),
             Err(Error::Lost { reason, .. }) => lost(reason),
             Err(error) => {
                 tracing::warn!(key = %hold.keys.name, %error, "body finished inside its lease but the release failed; the lock expires at its ttl");
@@ -261,59 +278,41 @@ struct Terms {
     wait: Option<Duration>,
     max_hold: Option<Duration>,
     min_hold: Option<Duration>,
+    fenced: bool,
 }
 
 async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<LockGuard, Error> {
     let started = Instant::now();
-    let give_up = terms.wait.map(|w| deadline_after(started, w));
-    let outer = context::reentry(client.identity(), &keys.name);
-    // Re-entering a hold that is known lost: no round trip can make it ours again.
-    if let Some(reason) = outer.as_ref().and_then(|(_, lease)| lease.lost_reason()) {
-        return Err(Error::Lost {
-            key: keys.name.clone(),
-            reason,
-        });
+    if let Some(outer) = context::reentry(client.identity(), &keys.name) {
+        return reenter(outer, &terms, started).await;
     }
-    let owner = outer
-        .as_ref()
-        .map_or_else(|| client.new_owner(), |(owner, _)| owner.clone());
-    let hold = Hold {
-        client: client.clone(),
-        keys: keys.clone(),
-        owner,
-        hold: client.new_hold(),
-        keep_until: None,
-    };
+    let give_up = terms.wait.map(|w| deadline_after(started, w));
+    let hold = Hold::new(client.clone(), keys.clone(), client.new_owner());
     let mut subscription: Option<Subscription> = None;
     // Tasks of this client already wait for the lock: queue behind them instead of barging.
     let mut queue_first = give_up.is_some() && client.has_waiters(&keys.channel);
     loop {
-        let mut pttl = 0;
+        let mut pttl = None;
         if !std::mem::take(&mut queue_first) {
             if let Some(sub) = subscription.as_mut() {
                 sub.mark_seen();
             }
-            // Armed while the script may have run: cancelled or failed here, it is released.
+            // Armed while the request may have been applied: cancelled or failed here, the lock
+            // is released in the background.
             let mut pending = ReleaseOnDrop::new(hold.clone());
             let sent_at = Instant::now();
-            let attempt = try_acquire(&hold, terms.ttl, outer.is_some()).await?;
+            let attempt = try_acquire(&hold, &terms, give_up.is_some()).await?;
             pending.disarm();
-            // A re-entry that finds the lock gone or taken: the outer hold of this call chain
-            // is not in Redis any more.
-            let outer_lost = |reason| {
-                let lease = &outer.as_ref().expect("only a re-entry is told").1;
-                Err(outer_lost(lease, &keys.name, reason))
-            };
             match attempt {
-                Acquired::Fresh { token } => {
+                Acquired::Taken { token } => {
                     return Ok(into_guard(hold, token, false, &terms, sent_at, started))
                 }
-                Acquired::Reentered { token } => {
-                    return Ok(into_guard(hold, token, true, &terms, sent_at, started))
+                Acquired::Busy { pttl: left } => pttl = left,
+                Acquired::Incompatible => {
+                    return Err(Error::Incompatible {
+                        key: keys.name.clone(),
+                    })
                 }
-                Acquired::Busy { pttl: left } if outer.is_none() => pttl = left,
-                Acquired::Busy { .. } => return outer_lost(LossReason::Stolen),
-                Acquired::ReentryGone => return outer_lost(LossReason::Expired),
             }
         }
         let now = Instant::now();
@@ -344,9 +343,9 @@ async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<Lo
             Some(sub) => {
                 // A holder that crashed never publishes: look again when its lease runs out
                 // (a key without expiry, -1, has no lease to wait out).
-                let recheck = match u64::try_from(pttl) {
-                    Ok(ms) => deadline_after(now, Duration::from_millis(ms.max(1))),
-                    Err(_) => now + NO_EXPIRY_RECHECK,
+                let recheck = match pttl.and_then(|ms| u64::try_from(ms).ok()) {
+                    Some(ms) => deadline_after(now, Duration::from_millis(ms.max(1))),
+                    None => now + NO_EXPIRY_RECHECK,
                 };
                 sub.wait_until(recheck.min(give_up)).await;
             }
@@ -354,28 +353,75 @@ async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<Lo
     }
 }
 
-/// Marks the outer hold of a re-entry lost and returns the error for the re-entry.
-fn outer_lost(lease: &Lease, name: &str, reason: LossReason) -> Error {
-    if lease.mark_lost(reason) {
+/// Re-enters a lock this call chain holds: no hold is written to Redis (holds are counted on
+/// the client), but one round trip checks that the outer hold is still ours and makes the
+/// key's expiry reach at least this hold's ttl (never shortening it). If the outer hold is
+/// gone the re-entry fails with [`Error::Lost`] and the outer hold is marked lost too: a lost
+/// lock is never re-created under its old owner.
+async fn reenter(outer: Outer, terms: &Terms, started: Instant) -> Result<LockGuard, Error> {
+    let name = &outer.hold.keys.name;
+    // Re-entering a hold that is known lost: no round trip can make it ours again.
+    if let Some(reason) = outer.lease.lost_reason() {
+        return Err(Error::Lost {
+            key: name.clone(),
+            reason,
+        });
+    }
+    if terms.fenced && outer.token.is_none() {
+        return Err(Error::InvalidConfig {
+            reason: format!("lock `{name}` is re-entered with `fenced`, but its outer hold was taken without a fencing token: fence the outer lock too"),
+        });
+    }
+    let client = &outer.hold.client;
+    let items = [RenewItem {
+        key: outer.hold.keys.lock.as_str().into(),
+        value: outer.hold.value.clone(),
+        ttl: terms.ttl,
+    }];
+    let id = client.new_request_id();
+    let call = RenewCall {
+        id: &id,
+        items: &items,
+    };
+    let sent_at = Instant::now();
+    // The check changes nothing but the expiry (only ever later), so it is safe to repeat.
+    let found = match client.call(Operation::Acquire, name, &call).await {
+        Err(error) if error.is_connection_failure() => {
+            tracing::debug!(%error, "re-entry check reply lost; retrying");
+            client.call(Operation::Acquire, name, &call).await?
+        }
+        other => other?,
+    };
+    let reason = match found.first() {
+        Some(Renewed::Yes) => {
+            let hold = outer.hold.enter();
+            return Ok(into_guard(hold, outer.token, true, terms, sent_at, started));
+        }
+        Some(Renewed::Gone) | None => LossReason::Expired,
+        Some(Renewed::OtherOwner | Renewed::NotALock) => LossReason::Stolen,
+    };
+    if outer.lease.mark_lost(reason) {
         tracing::warn!(key = %name, %reason, "re-entry found the outer hold gone: lock lost");
     }
-    Error::Lost {
-        key: name.to_owned(),
+    Err(Error::Lost {
+        key: name.clone(),
         reason,
-    }
+    })
 }
 
 fn into_guard(
-    mut hold: Hold,
-    token: u64,
+    hold: Hold,
+    token: Option<u64>,
     reentry: bool,
     terms: &Terms,
     sent_at: Instant,
     started: Instant,
 ) -> LockGuard {
     let waited_ms = millis_ceil(started.elapsed());
-    tracing::debug!(token, reentry, waited_ms, "acquired");
-    hold.keep_until = terms.min_hold.map(|min| deadline_after(sent_at, min));
+    tracing::debug!(?token, reentry, waited_ms, "acquired");
+    if let (false, Some(min)) = (reentry, terms.min_hold) {
+        hold.keep_until(deadline_after(sent_at, min));
+    }
     let lease = Arc::new(Lease::new(
         guaranteed_until(sent_at, terms.ttl),
         terms.renew,
@@ -384,7 +430,7 @@ fn into_guard(
         hold.client.start_renewal(Renewal {
             item: RenewItem {
                 key: hold.keys.lock.as_str().into(),
-                owner: hold.owner.clone(),
+                value: hold.value.clone(),
                 ttl: terms.ttl,
             },
             name: hold.keys.name.as_str().into(),
@@ -402,26 +448,41 @@ fn into_guard(
     })
 }
 
-/// One acquire round trip (two if the connection dropped). `reentry`: this call chain holds
-/// the lock already, so it must not be created afresh.
-async fn try_acquire(hold: &Hold, ttl: Duration, reentry: bool) -> Result<Acquired, Error> {
-    let call = AcquireCall {
-        keys: &hold.keys,
-        owner: &hold.owner,
-        hold: &hold.hold,
-        ttl,
-        retention: hold.client.config().fence_retention,
-        reentry,
-    };
+/// One acquire round trip (two if the connection dropped): a plain `SET NX PX GET`, or the
+/// fenced script. `wait`: the caller waits when the lock is busy, so ask for its ttl too.
+async fn try_acquire(hold: &Hold, terms: &Terms, wait: bool) -> Result<Acquired, Error> {
+    let client = &hold.client;
     let name = &hold.keys.name;
+    let id = client.new_request_id();
+    let send = || async {
+        if terms.fenced {
+            let call = FencedAcquireCall {
+                keys: &hold.keys,
+                value: &hold.value,
+                id: &id,
+                ttl: terms.ttl,
+                retention: client.config().fence_retention,
+            };
+            client.call(Operation::Acquire, name, &call).await
+        } else {
+            let call = AcquireCall {
+                keys: &hold.keys,
+                value: &hold.value,
+                id: &id,
+                ttl: terms.ttl,
+                want_pttl: wait,
+            };
+            client.call(Operation::Acquire, name, &call).await
+        }
+    };
     // A dropped connection fails fast and the connection reconnects: retry once, with the same
-    // hold field so a reply lost after the script ran is not counted twice. A timeout is not
+    // value so a reply lost after the lock was taken reads as our own take. A timeout is not
     // retried (the caller's bound is one response timeout); the caller's cleanup releases the
-    // hold in case the script ran.
-    match hold.client.call(Operation::Acquire, name, &call).await {
+    // lock in case the request was applied.
+    match send().await {
         Err(error) if error.is_connection_failure() => {
-            tracing::debug!(%error, "acquire reply lost; retrying with the same hold");
-            hold.client.call(Operation::Acquire, name, &call).await
+            tracing::debug!(%error, "acquire reply lost; retrying with the same value");
+            send().await
         }
         other => other,
     }

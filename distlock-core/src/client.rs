@@ -14,7 +14,7 @@ use crate::background::Background;
 use crate::config::Config;
 use crate::connection::{CallError, Connection};
 use crate::error::{Error, Operation};
-use crate::scripts::{self, ScriptCall};
+use crate::scripts::{self, Call};
 use crate::waiters::{Subscription, Waiters};
 use crate::watchdog::{Renewal, Watchdog};
 
@@ -35,7 +35,7 @@ struct Inner {
     watchdog: Watchdog,
     waiters: Waiters,
     background: Background,
-    /// 128 random bits; owners are `<id>:<n>`, unique across processes.
+    /// `d2:` and 128 random bits; owners are `<id>:<n>`, unique across processes.
     id: String,
     next: AtomicU64,
 }
@@ -123,7 +123,7 @@ impl Client {
                 watchdog,
                 waiters,
                 background,
-                id: uuid::Uuid::new_v4().simple().to_string(),
+                id: format!("{}{}", scripts::VERSION_TAG, uuid::Uuid::new_v4().simple()),
                 next: AtomicU64::new(0),
             }),
         })
@@ -160,16 +160,18 @@ impl Client {
         Arc::as_ptr(&self.inner) as usize
     }
 
-    /// A fresh owner id: 128 random bits of the client plus a counter (`<hex id>:<hex n>`).
+    /// A fresh lock value for one acquisition: the protocol tag, 128 random bits of the client
+    /// and a counter (`d2:<hex id>:<hex n>`), unique across processes. It is the owner check of
+    /// every release and renewal.
     pub(crate) fn new_owner(&self) -> Arc<str> {
         let n = self.inner.next.fetch_add(1, Ordering::Relaxed);
         id_with_counter(&self.inner.id, b':', n)
     }
 
-    /// A fresh hold field name, unique within this client (`h<hex n>`).
-    pub(crate) fn new_hold(&self) -> Arc<str> {
+    /// A fresh request id, unique within this client (`r<hex n>`): every reply echoes it.
+    pub(crate) fn new_request_id(&self) -> Arc<str> {
         let n = self.inner.next.fetch_add(1, Ordering::Relaxed);
-        id_with_counter("", b'h', n)
+        id_with_counter("", b'r', n)
     }
 
     /// Starts renewing a lease in the watchdog; returns the id to stop it with.
@@ -207,7 +209,7 @@ impl Client {
     /// A reply for another request, a reply of the wrong shape or a timeout retires the
     /// connection (its reply stream is out of step) and fails as a connection error or
     /// [`Error::Timeout`].
-    pub(crate) async fn call<C: ScriptCall>(
+    pub(crate) async fn call<C: Call>(
         &self,
         op: Operation,
         name: &str,

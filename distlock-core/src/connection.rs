@@ -15,7 +15,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::background::Background;
 use crate::error::is_error_reply;
-use crate::scripts::ScriptCall;
+use crate::scripts::Call;
 use crate::sync;
 
 /// Why a script call failed.
@@ -63,17 +63,17 @@ impl Connection {
     /// Runs one script call, checking that its reply answers this request (the echoed request
     /// id) and decoding it. A reply for another request or a reply of the wrong shape retires
     /// the connection; a timeout retires it if Redis answers a fresh connection.
-    pub(crate) async fn call<C: ScriptCall>(
+    pub(crate) async fn call<C: Call>(
         self: &Arc<Self>,
         call: &C,
         timeout: Duration,
     ) -> Result<C::Reply, CallError> {
         let (generation, mut conn) = self.current();
-        let cmd = call.command();
+        let request = call.request();
         // Polled on the caller's runtime: the driver lives wherever the connection was last
         // (re)made. If that runtime is gone, the call fails as a dropped connection and the
         // connection manager reconnects from the runtime that is asking (see `background`).
-        let run = call.script().run::<(String, C::Raw)>(&mut conn, &cmd);
+        let run = request.send::<C::Raw>(&mut conn);
         let reply = tokio::time::timeout(timeout, run).await;
         match reply {
             Ok(Ok((echoed, raw))) if echoed == call.request_id() => match call.decode(raw) {

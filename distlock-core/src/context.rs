@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::keys::LockKeys;
+use crate::guard::Hold;
 use crate::lease::Lease;
 
 tokio::task_local! {
@@ -21,27 +21,20 @@ pub(crate) struct Frame(Arc<FrameData>);
 
 struct FrameData {
     client: usize,
-    keys: Arc<LockKeys>,
-    owner: Arc<str>,
-    token: u64,
+    /// The acquisition a re-entry joins.
+    hold: Hold,
+    token: Option<u64>,
     /// The held lease: a re-entry that finds the lock gone marks it lost.
     lease: Arc<Lease>,
     parent: Option<Frame>,
 }
 
 impl Frame {
-    pub(crate) fn new(
-        client: usize,
-        keys: Arc<LockKeys>,
-        owner: Arc<str>,
-        token: u64,
-        lease: Arc<Lease>,
-    ) -> Self {
+    pub(crate) fn new(client: usize, hold: Hold, token: Option<u64>, lease: Arc<Lease>) -> Self {
         let parent = HELD.try_with(Frame::clone).ok();
         Frame(Arc::new(FrameData {
             client,
-            keys,
-            owner,
+            hold,
             token,
             lease,
             parent,
@@ -54,14 +47,24 @@ impl Frame {
     }
 }
 
-/// The owner id to re-enter with and the outer hold's lease, if this call chain holds `name`
-/// through `client`.
-pub(crate) fn reentry(client: usize, name: &str) -> Option<(Arc<str>, Arc<Lease>)> {
+/// The lock a re-entry joins: the outer hold of `name` through `client` in this call chain.
+pub(crate) struct Outer {
+    pub(crate) hold: Hold,
+    pub(crate) token: Option<u64>,
+    pub(crate) lease: Arc<Lease>,
+}
+
+/// The outer hold to re-enter, if this call chain holds `name` through `client`.
+pub(crate) fn reentry(client: usize, name: &str) -> Option<Outer> {
     HELD.try_with(|frame| {
         let mut cursor = Some(frame);
         while let Some(Frame(data)) = cursor {
-            if data.client == client && data.keys.name == name {
-                return Some((data.owner.clone(), data.lease.clone()));
+            if data.client == client && data.hold.keys.name == name {
+                return Some(Outer {
+                    hold: data.hold.clone(),
+                    token: data.token,
+                    lease: data.lease.clone(),
+                });
             }
             cursor = data.parent.as_ref();
         }
@@ -76,6 +79,9 @@ pub(crate) fn reentry(client: usize, name: &str) -> Option<(Arc<str>, Arc<Lease>
 ///
 /// Pass it to the protected resource so it can reject writes from a holder whose lock has since
 /// been taken by someone else (see the crate docs on fencing).
+///
+/// `None` too when the innermost lock was taken without a fencing token (see
+/// [`LockBuilder::fenced`](crate::LockBuilder::fenced) and the attribute's `fenced`).
 pub fn fencing_token() -> Option<u64> {
-    HELD.try_with(|frame| frame.0.token).ok()
+    HELD.try_with(|frame| frame.0.token).ok().flatten()
 }

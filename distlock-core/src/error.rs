@@ -84,6 +84,14 @@ pub enum Error {
         /// The lock's name.
         key: String,
     },
+    /// The lock's Redis key holds something that is not a lock of this distlock protocol (`d2`):
+    /// a lock written by another distlock version, or another program's key under the prefix.
+    /// Nothing was changed.
+    #[error("lock `{key}`: its Redis key holds something that is not a distlock `d2` lock (another distlock version, or another program, uses this key): upgrade every client of this Redis together, or give them different `Config::key_prefix`es")]
+    Incompatible {
+        /// The lock's name.
+        key: String,
+    },
     /// No client was installed before the first lock.
     #[error("distlock is not initialized: call `distlock::init(\"redis://...\").await` once at startup, before taking any lock")]
     NotInitialized,

@@ -2,7 +2,8 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -14,19 +15,60 @@ use crate::lease::{millis_ceil, Lease};
 use crate::scripts::ReleaseCall;
 pub(crate) use crate::scripts::Released;
 
-/// One hold of a lock in Redis: enough to release it from anywhere.
+/// One acquisition of a lock, shared by its outer hold and every re-entrant hold of the same
+/// call chain: enough to release it from anywhere. Holds are counted here, on the client; the
+/// lock is released in Redis when the last hold lets go.
 #[derive(Clone)]
-pub(crate) struct Hold {
+pub(crate) struct Hold(Arc<HoldState>);
+
+pub(crate) struct HoldState {
     pub(crate) client: Client,
     pub(crate) keys: Arc<LockKeys>,
-    pub(crate) owner: Arc<str>,
-    pub(crate) hold: Arc<str>,
-    /// `min_hold`: releasing earlier leaves the lock to expire at this instant.
-    pub(crate) keep_until: Option<Instant>,
+    /// The lock's value in Redis (`d2:<owner>`): the owner check of release and renewal.
+    pub(crate) value: Arc<str>,
+    /// `min_hold`: releasing earlier leaves the lock to expire at this instant (set once, by
+    /// the outer hold).
+    keep_until: OnceLock<Instant>,
+    holds: AtomicUsize,
+}
+
+impl std::ops::Deref for Hold {
+    type Target = HoldState;
+
+    fn deref(&self) -> &HoldState {
+        &self.0
+    }
 }
 
 impl Hold {
-    /// Runs the release script; retried once (idempotently) if the connection dropped.
+    /// A new acquisition with one hold.
+    pub(crate) fn new(client: Client, keys: Arc<LockKeys>, value: Arc<str>) -> Self {
+        Hold(Arc::new(HoldState {
+            client,
+            keys,
+            value,
+            keep_until: OnceLock::new(),
+            holds: AtomicUsize::new(1),
+        }))
+    }
+
+    /// Sets the `min_hold` instant (the first call wins).
+    pub(crate) fn keep_until(&self, at: Instant) {
+        let _ = self.0.keep_until.set(at);
+    }
+
+    /// One more hold of the same acquisition (a re-entry).
+    pub(crate) fn enter(&self) -> Hold {
+        self.0.holds.fetch_add(1, Ordering::AcqRel);
+        self.clone()
+    }
+
+    /// One hold lets go; true if it was the last (the lock is to be released in Redis).
+    fn leave(&self) -> bool {
+        self.0.holds.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+
+    /// Runs the release in Redis; retried once (idempotently) if the connection dropped.
     ///
     /// `ours_until`: until when the lock is known to be ours (the lease deadline), if known.
     /// A retry sent before then that finds the lock gone or taken means the first attempt
@@ -49,16 +91,17 @@ impl Hold {
 
     /// How long the lock must still be kept for `min_hold` (zero: release now).
     fn keep(&self) -> Duration {
-        self.keep_until.map_or(Duration::ZERO, |until| {
+        self.0.keep_until.get().map_or(Duration::ZERO, |until| {
             until.saturating_duration_since(Instant::now())
         })
     }
 
     async fn release_once(&self) -> Result<Released, Error> {
+        let id = self.client.new_request_id();
         let call = ReleaseCall {
             keys: &self.keys,
-            owner: &self.owner,
-            hold: &self.hold,
+            value: &self.value,
+            id: &id,
             keep: self.keep(),
         };
         self.client
@@ -67,17 +110,24 @@ impl Hold {
     }
 }
 
-/// Releases a hold in the background when dropped while armed: the cleanup for cancelled
-/// acquires, cancelled releases and guards dropped without `release()`.
+/// One counted hold that lets go (and, if it is the last, releases the lock in the background)
+/// when dropped while armed: the cleanup for cancelled acquires, cancelled releases and guards
+/// dropped without `release()`.
 pub(crate) struct ReleaseOnDrop {
     hold: Option<Hold>,
+    /// This hold has not let go yet (dropping it lets go first).
+    counted: bool,
 }
 
 impl ReleaseOnDrop {
     pub(crate) fn new(hold: Hold) -> Self {
-        ReleaseOnDrop { hold: Some(hold) }
+        ReleaseOnDrop {
+            hold: Some(hold),
+            counted: true,
+        }
     }
 
+    /// Forgets the hold without letting go (its count passes to whoever takes it over).
     pub(crate) fn disarm(&mut self) -> Option<Hold> {
         self.hold.take()
     }
@@ -85,12 +135,27 @@ impl ReleaseOnDrop {
     pub(crate) fn hold(&self) -> Option<&Hold> {
         self.hold.as_ref()
     }
+
+    /// Lets go of this hold now: true if it was the last one, so the lock is to be released in
+    /// Redis (and, until disarmed, dropping this releases it in the background).
+    fn leave(&mut self) -> bool {
+        if !std::mem::take(&mut self.counted) {
+            return false;
+        }
+        let last = self.hold.as_ref().is_some_and(Hold::leave);
+        if !last {
+            self.hold = None;
+        }
+        last
+    }
 }
 
 impl Drop for ReleaseOnDrop {
     fn drop(&mut self) {
         if let Some(hold) = self.hold.take() {
-            release_later(hold);
+            if !self.counted || hold.leave() {
+                release_later(hold);
+            }
         }
     }
 }
@@ -115,7 +180,7 @@ fn release_later(hold: Hold) {
 /// Renewal (if enabled) stops the moment the guard is released or dropped.
 pub struct LockGuard {
     cleanup: ReleaseOnDrop,
-    token: u64,
+    token: Option<u64>,
     reentry: bool,
     lease: Arc<Lease>,
     /// The watchdog's id for this lease, while it is being renewed.
@@ -126,7 +191,7 @@ pub struct LockGuard {
 /// What an acquire hands to a new [`LockGuard`].
 pub(crate) struct Acquisition {
     pub(crate) hold: Hold,
-    pub(crate) token: u64,
+    pub(crate) token: Option<u64>,
     pub(crate) reentry: bool,
     pub(crate) lease: Arc<Lease>,
     pub(crate) renewal: Option<u64>,
@@ -162,9 +227,10 @@ impl LockGuard {
         &self.hold().keys.name
     }
 
-    /// The fencing token: strictly greater than every token previously handed out for this name
-    /// (a re-entry shares its outer hold's token).
-    pub fn token(&self) -> u64 {
+    /// The fencing token, if the lock was taken with [`LockBuilder::fenced`](crate::LockBuilder::fenced):
+    /// strictly greater than every token previously handed out for this name while its fence
+    /// floor lives (a re-entry shares its outer hold's token). `None` for an unfenced lock.
+    pub fn token(&self) -> Option<u64> {
         self.token
     }
 
@@ -224,18 +290,25 @@ impl LockGuard {
         match self.finish().await? {
             Released::Yes => Ok(()),
             Released::OtherOwner | Released::Absent => Err(Error::NotOwner { key }),
+            Released::Incompatible => Err(Error::Incompatible { key }),
         }
     }
 
     /// Releases the hold and reports what Redis found; [`Error::Lost`] when the lease was
-    /// already lost before the release was sent (the release still runs).
+    /// already lost before the release was sent (the release still runs). A re-entrant hold
+    /// whose outer hold still holds the lock only lets go on the client.
     pub(crate) async fn finish(mut self) -> Result<Released, Error> {
         self.stop_renewal();
         let lost_before = self.lease.lost_reason();
         let hold = self.hold().clone();
-        let released = hold.release(Some(self.lease.deadline())).await;
-        // Answered (either way): nothing left to clean up in the background.
-        self.cleanup.disarm();
+        let released = if self.cleanup.leave() {
+            let released = hold.release(Some(self.lease.deadline())).await;
+            // Answered (either way): nothing left to clean up in the background.
+            self.cleanup.disarm();
+            released
+        } else {
+            Ok(Released::Yes)
+        };
         if let Err(error) = &released {
             if error.is_transient() {
                 // The release may not have reached Redis; try once more in the background.

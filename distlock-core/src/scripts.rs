@@ -1,109 +1,106 @@
-//! The Lua scripts (the wire protocol): every key through KEYS, every value through ARGV,
-//! invoked by EVALSHA and reloaded on NOSCRIPT. **Not public API**: the sources are visible
-//! (doc-hidden) only for the repository's tests and benchmarks.
+//! The wire protocol: every request distlock sends to Redis, each as one typed call that places
+//! its keys and arguments and decodes its reply into an enum. **Not public API**: the Lua
+//! sources are visible (doc-hidden) only for the repository's tests and benchmarks.
 //!
-//! Each script has one typed call here ([`AcquireCall`], [`ReleaseCall`], [`RenewCall`]) that
-//! places its KEYS and ARGV and decodes its reply into an enum; nothing else in the crate knows
-//! a script's argument order or reply codes.
+//! ## Protocol `d2`
 //!
-//! The lock is a hash: field `o` is the owner id, `f` the fencing token, and one field per hold
-//! (`h<id>`) makes the hold count. Holds are fields rather than a counter so that a retried
-//! acquire or release (after a lost reply) is idempotent: setting or deleting the same field
-//! twice changes nothing.
+//! A lock is one string key, `prefix:{name}`, holding `d2:<owner>` (the protocol version, then
+//! the acquisition's owner id) with the lease as its expiry. Everything else is on the client:
+//! re-entrant holds are counted in the task chain that holds the lock (`context`), so a
+//! re-entry neither writes a hold to Redis nor needs one released.
+//!
+//! * **Acquire** ([`AcquireCall`]): `SET lock d2:<owner> NX PX ttl GET` and `ECHO <request id>`
+//!   pipelined: no Lua. The reply says fresh (nil), replay of our own acquire after a lost reply
+//!   (our own value) or busy (another value); `PTTL` joins the pipeline when the caller waits.
+//! * **Fenced acquire** ([`FencedAcquireCall`], for locks that ask for a fencing token): one
+//!   script that also raises the fence floor (`ACQUIRE_FENCED`).
+//! * **Re-entry check** ([`RenewCall`] with one lease): the outer hold is still ours, and its
+//!   expiry reaches at least the inner hold's ttl.
+//! * **Release** ([`ReleaseCall`], `RELEASE`): compare and delete, then `PUBLISH` to wake waiters.
+//! * **Renewal** ([`RenewCall`], `RENEW`): compare and extend, batched.
+//!
+//! Every reply answers with the request's id, so a reply that answers another request (a reply
+//! lost on a connection that stayed open) is recognised. A key that holds anything else than a
+//! `d2` lock (a lock of another distlock version, another program's key) is never misread: the
+//! calls report it as incompatible.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
-use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, ServerErrorKind};
+use redis::{Cmd, ErrorKind, FromRedisValue, Pipeline, RedisResult, ServerErrorKind, Value};
 
 use crate::keys::LockKeys;
 use crate::lease::millis_ceil;
 
-/// Acquire or re-enter.
+/// The protocol version every lock value starts with.
+pub const VERSION_TAG: &str = "d2:";
+
+/// Fenced acquire: take the lock and hand out a fencing token.
 ///
-/// KEYS: lock, fence. ARGV: owner, hold field, ttl ms, fence retention ms, re-entry flag
-/// (`1` when the caller's call chain holds this lock already, else `0`).
-/// Returns `{hold, {1, token}}` (fresh), `{hold, {2, token}}` (re-entry), `{hold, {0, pttl}}`
-/// (held by another owner) or `{hold, {3, 0}}` (a re-entry found no lock: the outer hold was
-/// lost, and the lock is not re-created under it). Every reply starts with the request's id
-/// (here the hold field) so the client can tell a reply that answers another request.
+/// KEYS: lock, fence. ARGV: value (`d2:<owner>`), ttl ms, fence retention ms, request id.
+/// Returns `{id, {1, token}}` (taken, or a replay of our own take), `{id, {0, pttl}}` (held by
+/// another `d2` owner) or `{id, {2, 0}}` (the key holds something that is not a `d2` lock).
 ///
-/// The fencing token is the server's clock in microseconds, raised above the last token handed
-/// out for this name (kept in the fence key for the retention time, read and written by one
+/// The token is the server's clock in microseconds, raised above the last token handed out for
+/// this name (the fence floor, kept for the retention time, read and written by one
 /// `SET ... GET`), so it strictly increases per name while the fence key stays bounded in
-/// memory. A fence key that does not hold a number (written by someone else) is put back as it
-/// was, expiring after the retention, and the script fails without taking the lock.
-///
-/// A re-entry only ever extends the lock's expiry: an outer hold may rely on a longer one.
-/// A replayed request (same hold field, after a lost reply) changes nothing and reports what
-/// the first one did.
-pub const ACQUIRE: &str = r#"
-local owner = redis.call('HGET', KEYS[1], 'o')
-if owner == false then
-  if ARGV[5] == '1' then
-    return {ARGV[2], {3, 0}}
-  end
+/// memory. A replay reads the floor back: nobody can have raised it while we hold the lock. A
+/// fence key that does not hold a number is put back as it was (expiring after the retention)
+/// and the script fails before it takes the lock.
+pub const ACQUIRE_FENCED: &str = r#"
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' then
+  return {ARGV[4], {2, 0}}
+end
+if v == false then
   local t = redis.call('TIME')
   local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local s = string.format('%d', token)
-  local prev = redis.call('SET', KEYS[2], s, 'PX', ARGV[4], 'GET')
+  local prev = redis.call('SET', KEYS[2], s, 'PX', ARGV[3], 'GET')
   local last = tonumber(prev or '0')
   if last == nil then
-    redis.call('SET', KEYS[2], prev, 'PX', ARGV[4])
+    redis.call('SET', KEYS[2], prev, 'PX', ARGV[3])
     return redis.error_reply('ERR distlock: the fence key ' .. KEYS[2] .. ' does not hold a number; delete it to use this lock')
   end
   if token <= last then
     token = last + 1
-    s = string.format('%d', token)
-    redis.call('SET', KEYS[2], s, 'PX', ARGV[4])
+    redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3])
   end
-  redis.call('HSET', KEYS[1], 'o', ARGV[1], 'f', s, ARGV[2], '1')
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return {ARGV[2], {1, token}}
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return {ARGV[4], {1, token}}
 end
-if owner == ARGV[1] then
-  local status = 2
-  if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 and redis.call('HLEN', KEYS[1]) == 3 then
-    status = 1
-  end
-  redis.call('HSET', KEYS[1], ARGV[2], '1')
-  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
-    redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  end
-  return {ARGV[2], {status, tonumber(redis.call('HGET', KEYS[1], 'f'))}}
+if v == ARGV[1] then
+  return {ARGV[4], {1, tonumber(redis.call('GET', KEYS[2]) or '0') or 0}}
 end
-return {ARGV[2], {0, redis.call('PTTL', KEYS[1])}}
+if string.sub(v, 1, 3) ~= 'd2:' then
+  return {ARGV[4], {2, 0}}
+end
+return {ARGV[4], {0, redis.call('PTTL', KEYS[1])}}
 "#;
 
-/// Release one hold.
+/// Release.
 ///
-/// KEYS: lock, channel. ARGV: owner, hold field, keep ms (optional, default 0).
-/// Returns `{hold, code}`: -2 (no lock: it expired, or a replayed release already freed it),
-/// -1 (another owner holds it: nothing changed), 0 (released) or the number of holds left
-/// (re-entrant holds remain). When the last hold goes and keep ms is positive (`min_hold` not
-/// reached yet), the lock is not deleted but left to expire after keep ms, holding no holds;
-/// otherwise it is deleted and waiters are notified. A replay (the hold field is already gone)
-/// changes nothing.
+/// KEYS: lock, release channel. ARGV: value (`d2:<owner>`), request id, keep ms.
+/// Returns `{id, code}`: 0 released, -1 another owner holds it (nothing changed), -2 no lock (it
+/// expired, or a replayed release already freed it), -3 the key is not a `d2` lock. With keep
+/// ms > 0 (`min_hold` not reached yet) the lock is left to expire after keep ms instead of
+/// being deleted; otherwise it is deleted and waiters are notified.
 pub const RELEASE: &str = r#"
-local found = redis.call('HMGET', KEYS[1], 'o', ARGV[2])
-if found[1] == false then
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' then
+  return {ARGV[2], -3}
+end
+if v == false then
   return {ARGV[2], -2}
 end
-if found[1] ~= ARGV[1] then
+if v ~= ARGV[1] then
+  if string.sub(v, 1, 3) ~= 'd2:' then
+    return {ARGV[2], -3}
+  end
   return {ARGV[2], -1}
 end
-local left = redis.call('HLEN', KEYS[1]) - 2
-if found[2] == false then
-  return {ARGV[2], left}
-end
-left = left - 1
-if left > 0 then
-  redis.call('HDEL', KEYS[1], ARGV[2])
-  return {ARGV[2], left}
-end
-if tonumber(ARGV[3] or '0') > 0 then
-  redis.call('HDEL', KEYS[1], ARGV[2])
+if tonumber(ARGV[3]) > 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return {ARGV[2], 0}
 end
@@ -112,27 +109,29 @@ redis.call('PUBLISH', KEYS[2], '1')
 return {ARGV[2], 0}
 "#;
 
-/// Renew a batch of leases.
+/// Renew a batch of leases (and check a re-entry: a batch of one).
 ///
-/// KEYS: lock keys. ARGV: the batch id, then for each key its ttl ms and its owner.
-/// Returns `{batch id, statuses}` with one status per key: 1 renewed, 0 gone, -1 owned by
-/// someone else, -2 not a lock (the key was overwritten with another type). Renewal only ever
-/// extends a key's expiry (never shortens one that another hold relies on), and one bad key
-/// does not fail the others: each key is looked at with `pcall`.
+/// KEYS: lock keys. ARGV: the request id, then for each key its ttl ms and its value.
+/// Returns `{id, statuses}` with one status per key: 1 ours (its expiry now reaches at least the
+/// ttl), 0 gone, -1 another owner's, -2 not a `d2` lock. Renewal only ever extends a key's
+/// expiry (never shortens one that another hold relies on), and one bad key does not fail the
+/// others: each key is read with `pcall`.
 pub const RENEW: &str = r#"
 local out = {}
 for i, key in ipairs(KEYS) do
-  local owner = redis.pcall('HGET', key, 'o')
-  if type(owner) == 'table' and owner.err then
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then
     out[i] = -2
-  elseif owner == ARGV[2 * i + 1] then
+  elseif v == ARGV[2 * i + 1] then
     local ttl = tonumber(ARGV[2 * i])
     if redis.call('PTTL', key) < ttl then
       redis.call('PEXPIRE', key, ttl)
     end
     out[i] = 1
-  elseif owner == false then
+  elseif v == false then
     out[i] = 0
+  elseif string.sub(v, 1, 3) ~= 'd2:' then
+    out[i] = -2
   else
     out[i] = -1
   end
@@ -144,7 +143,7 @@ return {ARGV[1], out}
 ///
 /// redis-rs's `ScriptInvocation` does the same EVALSHA-then-reload, but copies every key and
 /// argument into owned buffers and then again into a command on each call; the calls here build
-/// their command once, on the hot path of every acquire and release.
+/// their command once.
 pub(crate) struct Lua {
     source: &'static str,
     sha: OnceLock<String>,
@@ -176,7 +175,7 @@ impl Lua {
     }
 
     /// Runs `cmd` (built with [`Lua::evalsha`]); on NOSCRIPT loads the script and runs it again.
-    pub(crate) async fn run<T: FromRedisValue>(
+    async fn run<T: FromRedisValue>(
         &self,
         conn: &mut ConnectionManager,
         cmd: &Cmd,
@@ -191,139 +190,229 @@ impl Lua {
     }
 }
 
-static ACQUIRE_SCRIPT: Lua = Lua::new(ACQUIRE);
+static ACQUIRE_FENCED_SCRIPT: Lua = Lua::new(ACQUIRE_FENCED);
 static RELEASE_SCRIPT: Lua = Lua::new(RELEASE);
 static RENEW_SCRIPT: Lua = Lua::new(RENEW);
 
-/// One typed call of a script: its command, the request id its reply echoes first, and the
-/// decoding of the rest of the reply.
-pub(crate) trait ScriptCall {
+/// Every script, for preloading at connect.
+pub(crate) static ALL: [&Lua; 3] = [&ACQUIRE_FENCED_SCRIPT, &RELEASE_SCRIPT, &RENEW_SCRIPT];
+
+/// What goes on the wire for one call.
+pub(crate) enum Request {
+    /// A script call whose reply is `{request id, value}`.
+    Script(&'static Lua, Cmd),
+    /// Commands pipelined in one write, the last one `ECHO <request id>`.
+    Pipeline(Pipeline),
+}
+
+impl Request {
+    /// Sends the request; returns the echoed request id and the rest of the reply.
+    pub(crate) async fn send<T: FromRedisValue>(
+        &self,
+        conn: &mut ConnectionManager,
+    ) -> RedisResult<(String, T)> {
+        match self {
+            Request::Script(lua, cmd) => lua.run(conn, cmd).await,
+            Request::Pipeline(pipe) => {
+                let mut replies: Vec<Value> = pipe.query_async(conn).await?;
+                // An error reply is an error, except `WRONGTYPE`, which the call decodes (the
+                // key holds something that is not a lock of this protocol).
+                if let Some(Value::ServerError(e)) = replies
+                    .iter()
+                    .find(|v| matches!(v, Value::ServerError(e) if e.code() != "WRONGTYPE"))
+                {
+                    return Err(e.clone().into());
+                }
+                let echo = replies.pop().unwrap_or(Value::Nil);
+                let echo: String = redis::from_redis_value(echo)?;
+                Ok((echo, redis::from_redis_value(Value::Array(replies))?))
+            }
+        }
+    }
+}
+
+/// One typed call: its request, the request id its reply echoes, and the decoding of the rest
+/// of the reply.
+pub(crate) trait Call {
     /// The reply after the echoed id, as redis-rs reads it.
     type Raw: FromRedisValue;
     /// The decoded reply.
     type Reply;
-    /// The script this calls.
-    fn script(&self) -> &'static Lua;
-    /// The `EVALSHA` command with KEYS and ARGV in place.
-    fn command(&self) -> Cmd;
+    /// The request to send.
+    fn request(&self) -> Request;
     /// The id the reply must echo (a reply that echoes another answers another request).
     fn request_id(&self) -> &str;
-    /// The reply, or `None` if it is not one this script gives (a reply of the wrong shape).
+    /// The reply, or `None` if it is not one this call gets (a reply of the wrong shape).
     fn decode(&self, raw: Self::Raw) -> Option<Self::Reply>;
 }
 
-/// [`ACQUIRE`] for one hold.
-pub(crate) struct AcquireCall<'a> {
-    pub(crate) keys: &'a LockKeys,
-    pub(crate) owner: &'a str,
-    /// The hold field: also the request id.
-    pub(crate) hold: &'a str,
-    pub(crate) ttl: Duration,
-    /// How long the fence floor is kept (at least the ttl).
-    pub(crate) retention: Duration,
-    /// This call chain holds the lock already: never create it afresh.
-    pub(crate) reentry: bool,
-}
-
-/// What [`ACQUIRE`] did.
+/// What an acquire found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Acquired {
-    /// Taken afresh (or a replay of a fresh take), with a new fencing token.
-    Fresh { token: u64 },
-    /// Re-entered a hold of the same owner; the token is the outer hold's.
-    Reentered { token: u64 },
-    /// Held by another owner; its remaining ttl in ms (-1: the key has no expiry).
-    Busy { pttl: i64 },
-    /// A re-entry found no lock: the outer hold is gone.
-    ReentryGone,
+    /// Taken (or a replay of our own take after a lost reply); the fencing token if asked for.
+    Taken { token: Option<u64> },
+    /// Held by another owner; its remaining ttl in ms (-1: no expiry; `None`: not asked).
+    Busy { pttl: Option<i64> },
+    /// The key holds something that is not a lock of this protocol.
+    Incompatible,
 }
 
-impl ScriptCall for AcquireCall<'_> {
-    type Raw = (i64, i64);
+/// A plain acquire: `SET NX PX GET` (and `PTTL` when the caller will wait), no script.
+pub(crate) struct AcquireCall<'a> {
+    pub(crate) keys: &'a LockKeys,
+    /// `d2:<owner>`.
+    pub(crate) value: &'a str,
+    /// The request id (unique within the client).
+    pub(crate) id: &'a str,
+    pub(crate) ttl: Duration,
+    /// Also ask for the holder's remaining ttl (the caller waits when the lock is busy).
+    pub(crate) want_pttl: bool,
+}
+
+impl Call for AcquireCall<'_> {
+    type Raw = Vec<Value>;
     type Reply = Acquired;
 
-    fn script(&self) -> &'static Lua {
-        &ACQUIRE_SCRIPT
-    }
-
-    fn command(&self) -> Cmd {
-        let mut cmd = ACQUIRE_SCRIPT.evalsha();
-        cmd.arg(2)
+    fn request(&self) -> Request {
+        let mut pipe = redis::pipe();
+        // Error replies stay in the reply (a `WRONGTYPE` says "not a lock of this protocol").
+        pipe.ignore_errors();
+        pipe.cmd("SET")
             .arg(&self.keys.lock)
-            .arg(&self.keys.fence)
-            .arg(self.owner)
-            .arg(self.hold)
+            .arg(self.value)
+            .arg("NX")
+            .arg("PX")
             .arg(millis_ceil(self.ttl))
-            .arg(millis_ceil(self.retention.max(self.ttl)))
-            .arg(if self.reentry { "1" } else { "0" });
-        cmd
+            .arg("GET");
+        if self.want_pttl {
+            pipe.cmd("PTTL").arg(&self.keys.lock);
+        }
+        pipe.cmd("ECHO").arg(self.id);
+        Request::Pipeline(pipe)
     }
 
     fn request_id(&self) -> &str {
-        self.hold
+        self.id
+    }
+
+    fn decode(&self, raw: Vec<Value>) -> Option<Acquired> {
+        let mut raw = raw.into_iter();
+        let previous: Option<String> = match raw.next()? {
+            // `SET ... GET` on a key of another type: a lock of an older distlock (a hash).
+            Value::ServerError(e) if e.code() == "WRONGTYPE" => {
+                return Some(Acquired::Incompatible)
+            }
+            other => redis::from_redis_value(other).ok()?,
+        };
+        let pttl = match raw.next() {
+            Some(pttl) => Some(redis::from_redis_value::<i64>(pttl).ok()?),
+            None => None,
+        };
+        if raw.next().is_some() || pttl.is_some() != self.want_pttl {
+            return None;
+        }
+        Some(match previous {
+            None => Acquired::Taken { token: None },
+            Some(v) if v == self.value => Acquired::Taken { token: None },
+            Some(v) if v.starts_with(VERSION_TAG) => Acquired::Busy { pttl },
+            Some(_) => Acquired::Incompatible,
+        })
+    }
+}
+
+/// An acquire that also hands out a fencing token ([`ACQUIRE_FENCED`]).
+pub(crate) struct FencedAcquireCall<'a> {
+    pub(crate) keys: &'a LockKeys,
+    /// `d2:<owner>`.
+    pub(crate) value: &'a str,
+    /// The request id (unique within the client).
+    pub(crate) id: &'a str,
+    pub(crate) ttl: Duration,
+    /// How long the fence floor is kept (at least the ttl).
+    pub(crate) retention: Duration,
+}
+
+impl Call for FencedAcquireCall<'_> {
+    type Raw = (i64, i64);
+    type Reply = Acquired;
+
+    fn request(&self) -> Request {
+        let mut cmd = ACQUIRE_FENCED_SCRIPT.evalsha();
+        cmd.arg(2)
+            .arg(&self.keys.lock)
+            .arg(&self.keys.fence)
+            .arg(self.value)
+            .arg(millis_ceil(self.ttl))
+            .arg(millis_ceil(self.retention.max(self.ttl)))
+            .arg(self.id);
+        Request::Script(&ACQUIRE_FENCED_SCRIPT, cmd)
+    }
+
+    fn request_id(&self) -> &str {
+        self.id
     }
 
     fn decode(&self, (status, value): (i64, i64)) -> Option<Acquired> {
-        let token = || u64::try_from(value).ok();
         Some(match status {
-            0 => Acquired::Busy { pttl: value },
-            1 => Acquired::Fresh { token: token()? },
-            2 => Acquired::Reentered { token: token()? },
-            3 => Acquired::ReentryGone,
+            1 => Acquired::Taken {
+                token: Some(u64::try_from(value).ok()?),
+            },
+            0 => Acquired::Busy { pttl: Some(value) },
+            2 => Acquired::Incompatible,
             _ => return None,
         })
     }
 }
 
-/// [`RELEASE`] of one hold.
-pub(crate) struct ReleaseCall<'a> {
-    pub(crate) keys: &'a LockKeys,
-    pub(crate) owner: &'a str,
-    /// The hold field: also the request id.
-    pub(crate) hold: &'a str,
-    /// `min_hold` not reached yet: leave the lock to expire after this long (zero: delete it).
-    pub(crate) keep: Duration,
-}
-
-/// What [`RELEASE`] found.
+/// What a release found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Released {
-    /// This hold is gone; the lock is free or still held by re-entrant holds of the same owner.
+    /// Released (or left to expire at `min_hold`).
     Yes,
     /// The lock is held by another owner: nothing changed.
     OtherOwner,
     /// No lock: it expired (or a replayed release already freed it).
     Absent,
+    /// The key is not a lock of this protocol: nothing changed.
+    Incompatible,
 }
 
-impl ScriptCall for ReleaseCall<'_> {
+/// [`RELEASE`] of a lock.
+pub(crate) struct ReleaseCall<'a> {
+    pub(crate) keys: &'a LockKeys,
+    /// `d2:<owner>`.
+    pub(crate) value: &'a str,
+    /// The request id (unique within the client).
+    pub(crate) id: &'a str,
+    /// `min_hold` not reached yet: leave the lock to expire after this long (zero: delete it).
+    pub(crate) keep: Duration,
+}
+
+impl Call for ReleaseCall<'_> {
     type Raw = i64;
     type Reply = Released;
 
-    fn script(&self) -> &'static Lua {
-        &RELEASE_SCRIPT
-    }
-
-    fn command(&self) -> Cmd {
+    fn request(&self) -> Request {
         let mut cmd = RELEASE_SCRIPT.evalsha();
         cmd.arg(2)
             .arg(&self.keys.lock)
             .arg(&self.keys.channel)
-            .arg(self.owner)
-            .arg(self.hold)
+            .arg(self.value)
+            .arg(self.id)
             .arg(millis_ceil(self.keep));
-        cmd
+        Request::Script(&RELEASE_SCRIPT, cmd)
     }
 
     fn request_id(&self) -> &str {
-        self.hold
+        self.id
     }
 
     fn decode(&self, code: i64) -> Option<Released> {
         Some(match code {
-            -2 => Released::Absent,
+            0 => Released::Yes,
             -1 => Released::OtherOwner,
-            left if left >= 0 => Released::Yes,
+            -2 => Released::Absent,
+            -3 => Released::Incompatible,
             _ => return None,
         })
     }
@@ -333,52 +422,49 @@ impl ScriptCall for ReleaseCall<'_> {
 #[derive(Debug, Clone)]
 pub(crate) struct RenewItem {
     pub(crate) key: Arc<str>,
-    pub(crate) owner: Arc<str>,
+    /// `d2:<owner>`.
+    pub(crate) value: Arc<str>,
     pub(crate) ttl: Duration,
 }
 
 /// [`RENEW`] of a batch of leases.
 pub(crate) struct RenewCall<'a> {
-    pub(crate) batch_id: &'a str,
+    pub(crate) id: &'a str,
     pub(crate) items: &'a [RenewItem],
 }
 
 /// What [`RENEW`] found for one lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Renewed {
-    /// Still ours: the expiry was extended (never shortened).
+    /// Still ours: the expiry reaches at least the ttl now (it was never shortened).
     Yes,
     /// The key is gone (expired, evicted, deleted).
     Gone,
     /// Another owner holds it.
     OtherOwner,
-    /// The key is no lock any more (overwritten with another type).
+    /// The key is no lock of this protocol any more (overwritten).
     NotALock,
 }
 
-impl ScriptCall for RenewCall<'_> {
+impl Call for RenewCall<'_> {
     type Raw = Vec<i64>;
     type Reply = Vec<Renewed>;
 
-    fn script(&self) -> &'static Lua {
-        &RENEW_SCRIPT
-    }
-
-    fn command(&self) -> Cmd {
+    fn request(&self) -> Request {
         let mut cmd = RENEW_SCRIPT.evalsha();
         cmd.arg(self.items.len());
         for item in self.items {
             cmd.arg(&*item.key);
         }
-        cmd.arg(self.batch_id);
+        cmd.arg(self.id);
         for item in self.items {
-            cmd.arg(millis_ceil(item.ttl)).arg(&*item.owner);
+            cmd.arg(millis_ceil(item.ttl)).arg(&*item.value);
         }
-        cmd
+        Request::Script(&RENEW_SCRIPT, cmd)
     }
 
     fn request_id(&self) -> &str {
-        self.batch_id
+        self.id
     }
 
     fn decode(&self, statuses: Vec<i64>) -> Option<Vec<Renewed>> {
@@ -397,6 +483,3 @@ impl ScriptCall for RenewCall<'_> {
             .collect()
     }
 }
-
-/// Every script, for preloading at connect.
-pub(crate) static ALL: [&Lua; 3] = [&ACQUIRE_SCRIPT, &RELEASE_SCRIPT, &RENEW_SCRIPT];

@@ -220,7 +220,7 @@ async fn run(shared: Arc<Shared>, conn: Arc<Connection>, batch: usize, timeout: 
         for (items, holders) in due.items.chunks(batch).zip(due.holders.chunks(batch)) {
             batches += 1;
             let call = RenewCall {
-                batch_id: &format!("b{batches}"),
+                id: &format!("b{batches}"),
                 items,
             };
             renew_chunk(&shared, &conn, &call, holders, timeout).await;
