@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Redis-side cost of distlock's scripts: 100k pipelined calls of ACQUIRE, then RELEASE, then a
-# plain `SET NX PX` for comparison, on a private throwaway redis-server; prints Redis CPU per
-# call and `INFO commandstats` per command. Needs redis-server, redis-cli and python3.
+# Redis-side cost of each lock protocol, side by side: 100k pipelined acquire + release cycles
+# of distlock's plain (d2) and fenced acquire, the peers' `SET NX PX` + Lua compare-and-delete,
+# and a Redisson-style hash lock, each on distinct keys of one private throwaway redis-server.
+# Prints Redis CPU per acquire + release and the `INFO commandstats` calls behind it.
+# Needs redis-server, redis-cli and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
@@ -9,42 +11,70 @@ trap 'rm -rf "$work"' EXIT
 python3 - "$work" <<'PY'
 import re, sys
 src = open('distlock-core/src/scripts.rs').read()
-for name in ['ACQUIRE', 'RELEASE']:
+for name in ['ACQUIRE_FENCED', 'RELEASE']:
     body = re.search(r'pub const ' + name + r': &str = r#"(.*?)"#;', src, re.S).group(1)
     open(f'{sys.argv[1]}/{name}.lua', 'w').write(body)
+bench = open('benches/locks/contenders.rs').read()
+for name in ['REDISSON_ACQUIRE', 'REDISSON_RELEASE']:
+    body = re.search(r'const ' + name + r': &str = r#"(.*?)"#;', bench, re.S).group(1)
+    open(f'{sys.argv[1]}/{name}.lua', 'w').write(body)
+# The peers' release: compare and delete (rslock and async-redis-lock ship the same idea).
+open(f'{sys.argv[1]}/PEER_RELEASE.lua', 'w').write(
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end")
 PY
 cd "$work"
 port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
-redis-server --port $port --save "" --appendonly no --daemonize yes --logfile "$work/redis.log" >/dev/null
-until redis-cli -p $port PING >/dev/null 2>&1; do sleep 0.05; done
+redis-server --port "$port" --save "" --appendonly no --daemonize yes --logfile "$work/redis.log" >/dev/null
+until redis-cli -p "$port" PING >/dev/null 2>&1; do sleep 0.05; done
 cli="redis-cli -p $port"
-A=$($cli SCRIPT LOAD "$(cat ACQUIRE.lua)")
-R=$($cli SCRIPT LOAD "$(cat RELEASE.lua)")
+declare -A sha
+for s in ACQUIRE_FENCED RELEASE REDISSON_ACQUIRE REDISSON_RELEASE PEER_RELEASE; do
+  sha[$s]=$($cli SCRIPT LOAD "$(cat $s.lua)")
+done
 N=100000
-python3 - "$A" "$R" $N <<'PY'
+python3 - "${sha[ACQUIRE_FENCED]}" "${sha[RELEASE]}" "${sha[REDISSON_ACQUIRE]}" "${sha[REDISSON_RELEASE]}" "${sha[PEER_RELEASE]}" $N <<'PY'
 import sys
-a,r,n=sys.argv[1],sys.argv[2],int(sys.argv[3])
+fenced, release, racq, rrel, prel, n = sys.argv[1:7]
+n = int(n)
 def resp(*args):
-    out='*%d\r\n'%len(args)
+    out = '*%d\r\n' % len(args)
     for x in args:
-        x=str(x); out+='$%d\r\n%s\r\n'%(len(x.encode()),x)
+        x = str(x); out += '$%d\r\n%s\r\n' % (len(x.encode()), x)
     return out
-with open('acq.txt','w') as f:
+with open('d2.txt', 'w') as f:
     for i in range(n):
-        f.write(resp('EVALSHA',a,2,'distlock:{k%d}'%i,'distlock:{k%d}:fence'%i,'owner','h1',30000,600000))
-with open('rel.txt','w') as f:
+        k = 'distlock:{p%d}' % i
+        f.write(resp('SET', k, 'd2:owner', 'NX', 'PX', 30000, 'GET') + resp('ECHO', 'r1'))
+        f.write(resp('EVALSHA', release, 2, k, k + ':released', 'd2:owner', 'r2', 0))
+with open('d2fenced.txt', 'w') as f:
     for i in range(n):
-        f.write(resp('EVALSHA',r,2,'distlock:{k%d}'%i,'distlock:{k%d}:released'%i,'owner','h1'))
-with open('setnx.txt','w') as f:
+        k = 'distlock:{f%d}' % i
+        f.write(resp('EVALSHA', fenced, 2, k, k + ':fence', 'd2:owner', 30000, 600000, 'r1'))
+        f.write(resp('EVALSHA', release, 2, k, k + ':released', 'd2:owner', 'r2', 0))
+with open('peers.txt', 'w') as f:
     for i in range(n):
-        f.write(resp('SET','s%d'%i,'owner','NX','PX',30000))
+        k = 'peer%d' % i
+        f.write(resp('SET', k, 'owner', 'NX', 'PX', 30000))
+        f.write(resp('EVALSHA', prel, 1, k, 'owner'))
+with open('redisson.txt', 'w') as f:
+    for i in range(n):
+        k = 'redisson{%d}' % i
+        f.write(resp('EVALSHA', racq, 1, k, 30000, 'owner'))
+        f.write(resp('EVALSHA', rrel, 2, k, k + ':released', 30000, 'owner'))
 PY
-for pass in acq rel setnx; do
+printf '%-34s %s\n' "protocol" "Redis CPU per acquire + release (whole server, incl. I/O)"
+for pass in d2 d2fenced peers redisson; do
   $cli CONFIG RESETSTAT >/dev/null
   before=$($cli INFO cpu | awk -F: '/used_cpu_(user|sys):/{s+=$2} END {printf "%.6f", s}')
   $cli --pipe < $pass.txt >/dev/null
   after=$($cli INFO cpu | awk -F: '/used_cpu_(user|sys):/{s+=$2} END {printf "%.6f", s}')
-  echo "== $pass: Redis CPU per call $(python3 -c "print(round(($after-$before)/$N*1e6,2))") us (whole server, incl. I/O)"
-  $cli INFO commandstats | grep -E "cmdstat_(evalsha|set|hget|hmget|time|hset|pexpire|hlen|del|publish):" | cut -d, -f1-3
+  case $pass in
+    d2) label="distlock d2 (SET NX PX GET + ECHO; RELEASE)";;
+    d2fenced) label="distlock d2 fenced (ACQUIRE_FENCED; RELEASE)";;
+    peers) label="peers (SET NX PX; Lua GET/DEL)";;
+    redisson) label="Redisson-style (hash scripts)";;
+  esac
+  printf '%-46s %6s us\n' "$label" "$(python3 -c "print(round(($after-$before)/$N*1e6,2))")"
+  $cli INFO commandstats | grep -E "cmdstat_[a-z]+:calls=" | sed 's/^/    /' | cut -d, -f1-3
 done
 $cli SHUTDOWN NOSAVE >/dev/null 2>&1 || true

@@ -33,6 +33,9 @@ pub(crate) enum Kind {
     /// Not a lock: one PING per cycle, the round-trip baseline of B1.
     Ping,
     Floor,
+    /// A Redisson-style lock written with redis-rs alone: one short hash script to take (or
+    /// re-enter) and one to release; no waiting logic, no fencing.
+    Redisson,
     Manual,
     Macro,
     Rslock,
@@ -40,8 +43,9 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    pub(crate) const ALL: [Kind; 5] = [
+    pub(crate) const ALL: [Kind; 6] = [
         Kind::Floor,
+        Kind::Redisson,
         Kind::Manual,
         Kind::Macro,
         Kind::Rslock,
@@ -51,7 +55,8 @@ impl Kind {
     pub(crate) fn label(self) -> &'static str {
         match self {
             Kind::Ping => "PING (round-trip baseline)",
-            Kind::Floor => "floor (raw EVALSHA)",
+            Kind::Floor => "floor (raw d2 protocol)",
+            Kind::Redisson => "Redisson-style floor (hash script)",
             Kind::Manual => "distlock manual",
             Kind::Macro => "distlock #[distributed_lock]",
             Kind::Rslock => "rslock 0.10",
@@ -64,6 +69,7 @@ impl Kind {
         match self {
             Kind::Ping => "ping",
             Kind::Floor => "floor",
+            Kind::Redisson => "redisson",
             Kind::Manual => "manual",
             Kind::Macro => "macro",
             Kind::Rslock => "rslock",
@@ -71,8 +77,10 @@ impl Kind {
         }
     }
 
+    /// The other lock implementations distlock is compared with (the Redisson-style floor is
+    /// one: it is what a hash-based lock costs at the least).
     pub(crate) fn is_peer(self) -> bool {
-        matches!(self, Kind::Rslock | Kind::AsyncRedisLock)
+        matches!(self, Kind::Redisson | Kind::Rslock | Kind::AsyncRedisLock)
     }
 }
 
@@ -82,6 +90,8 @@ pub(crate) struct Target {
     id: String,
     name: String,
     lock: String,
+    /// The Redisson-style floor's hash key (another key: it is not a d2 lock).
+    redisson_lock: String,
     channel: String,
     owner: String,
 }
@@ -94,6 +104,7 @@ impl Target {
         let lock = format!("distlock:{{{name}}}");
         Target {
             channel: format!("{lock}:released"),
+            redisson_lock: format!("{lock}:redisson"),
             owner: format!("{}floor-owner-{id}-{task}", distlock::scripts::VERSION_TAG),
             id,
             name,
@@ -268,9 +279,96 @@ async fn macro_section(id: &str, rec: &Recorder<'_>) -> Result<(), distlock::Err
     Ok(())
 }
 
+/// Take or re-enter (Redisson's idea, our code): a hash with one counter per owner; `nil` when
+/// taken, else the holder's remaining ttl. KEYS: lock. ARGV: ttl ms, owner.
+const REDISSON_ACQUIRE: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 then
+  redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  return nil
+end
+return redis.call('PTTL', KEYS[1])
+"#;
+
+/// Release one hold; the last one deletes the lock and publishes. KEYS: lock, channel.
+/// ARGV: ttl ms, owner. Returns -1 if not ours, else the holds left.
+const REDISSON_RELEASE: &str = r#"
+if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 0 then
+  return -1
+end
+local left = redis.call('HINCRBY', KEYS[1], ARGV[2], -1)
+if left > 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  return left
+end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', KEYS[2], '0')
+return 0
+"#;
+
+/// The Redisson-style floor: redis-rs and the two hash scripts, nothing else.
+struct Redisson {
+    conn: ConnectionManager,
+    acquire_sha: String,
+    release_sha: String,
+}
+
+impl Redisson {
+    async fn connect(url: &str) -> BenchResult<Redisson> {
+        let conn = ConnectionManager::new(redis::Client::open(url)?).await?;
+        let load = |source: &'static str| {
+            let mut conn = conn.clone();
+            async move {
+                let sha: String = redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(source)
+                    .query_async(&mut conn)
+                    .await?;
+                BenchResult::Ok(sha)
+            }
+        };
+        let acquire_sha = load(REDISSON_ACQUIRE).await?;
+        let release_sha = load(REDISSON_RELEASE).await?;
+        Ok(Redisson {
+            conn,
+            acquire_sha,
+            release_sha,
+        })
+    }
+
+    async fn try_acquire(&self, t: &Target) -> BenchResult<bool> {
+        let pttl: Option<i64> = redis::cmd("EVALSHA")
+            .arg(&self.acquire_sha)
+            .arg(1)
+            .arg(&t.redisson_lock)
+            .arg(TTL.as_millis() as u64)
+            .arg(&t.owner)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(pttl.is_none())
+    }
+
+    async fn release(&self, t: &Target) -> BenchResult<()> {
+        let left: i64 = redis::cmd("EVALSHA")
+            .arg(&self.release_sha)
+            .arg(2)
+            .arg(&t.redisson_lock)
+            .arg(&t.channel)
+            .arg(TTL.as_millis() as u64)
+            .arg(&t.owner)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        if left < 0 {
+            return Err("redisson-style: release found the lock gone or taken".into());
+        }
+        Ok(())
+    }
+}
+
 /// Every contender, connected to one server.
 pub(crate) struct Contenders {
     floor: Floor,
+    redisson: Redisson,
     client: distlock::Client,
     rslock: rslock::LockManager,
     arl: async_redis_lock::Locker,
@@ -283,6 +381,7 @@ impl Contenders {
     pub(crate) async fn connect(url: &str) -> BenchResult<Contenders> {
         let client = distlock::init(url).await?;
         let floor = Floor::connect(url).await?;
+        let redisson = Redisson::connect(url).await?;
         let mut rslock = rslock::LockManager::new(vec![url]);
         rslock.set_retry(3, RSLOCK_RETRY_DELAY);
         let arl = async_redis_lock::Locker::from_redis_url(url).await?;
@@ -293,6 +392,7 @@ impl Contenders {
         let kinds = Kind::ALL.to_vec();
         Ok(Contenders {
             floor,
+            redisson,
             client,
             rslock,
             arl,
@@ -317,6 +417,12 @@ impl Contenders {
                     return Err("floor: lock unexpectedly busy".into());
                 }
                 self.floor.release(t).await
+            }
+            Kind::Redisson => {
+                if !self.redisson.try_acquire(t).await? {
+                    return Err("redisson-style: lock unexpectedly busy".into());
+                }
+                self.redisson.release(t).await
             }
             Kind::Manual => {
                 let guard = self.client.lock(t.name.as_str()).ttl(TTL).acquire().await?;
@@ -357,6 +463,15 @@ impl Contenders {
                 rec.enter();
                 rec.leave();
                 self.floor.release(t).await?;
+            }
+            Kind::Redisson => {
+                // No waiting logic either (Redisson waits by pub/sub; this floor spins).
+                while !self.redisson.try_acquire(t).await? {
+                    tokio::task::yield_now().await;
+                }
+                rec.enter();
+                rec.leave();
+                self.redisson.release(t).await?;
             }
             Kind::Manual => {
                 let guard = self
