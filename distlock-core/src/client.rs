@@ -14,6 +14,7 @@ use crate::background::Background;
 use crate::config::Config;
 use crate::connection::{CallError, Connection};
 use crate::error::{Error, Operation};
+use crate::identity;
 use crate::scripts::{self, Call};
 use crate::waiters::{Subscription, Waiters};
 use crate::watchdog::{Renewal, Watchdog};
@@ -96,6 +97,9 @@ impl Client {
         })?
         .map_err(connect_error)?;
         check_server(conn.clone(), &config).await?;
+        let id = format!("{}{}", scripts::VERSION_TAG, uuid::Uuid::new_v4().simple());
+        let (handle, name_ref) = (background.handle(), name.as_deref());
+        identity::announce(conn.clone(), redis.clone(), handle, &config, &id, name_ref).await;
         let conn = Arc::new(Connection::new(
             conn,
             redis.clone(),
@@ -123,7 +127,7 @@ impl Client {
                 watchdog,
                 waiters,
                 background,
-                id: format!("{}{}", scripts::VERSION_TAG, uuid::Uuid::new_v4().simple()),
+                id,
                 next: AtomicU64::new(0),
             }),
         })

@@ -147,6 +147,7 @@ mod context;
 mod duration;
 mod error;
 mod guard;
+mod identity;
 mod keys;
 mod lease;
 mod macro_support;
