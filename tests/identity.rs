@@ -56,7 +56,16 @@ async fn a_server_that_refuses_the_record_still_serves_locks() {
     let mut conn = server.conn().await;
     // An ACL user that may touch lock keys (and run scripts) but not client records.
     redis::cmd("ACL")
-        .arg(&["SETUSER", "locks", "on", ">pw", "~distlock:{*", "&*", "+@all", "-hset"])
+        .arg(&[
+            "SETUSER",
+            "locks",
+            "on",
+            ">pw",
+            "~distlock:{*",
+            "&*",
+            "+@all",
+            "-hset",
+        ])
         .exec_async(&mut conn)
         .await
         .unwrap();

@@ -112,8 +112,15 @@ impl Config {
         self
     }
 
-    /// Checks every setting against its limits (see [`crate::MIN_TTL`], [`crate::MAX_TTL`]).
-    pub(crate) fn validate(&self) -> Result<(), Error> {
+    /// Checks every setting against its limits (see [`crate::MIN_TTL`], [`crate::MAX_TTL`]):
+    /// what connecting checks first, for a configuration read at start-up (a flag, a file)
+    /// that should fail before anything connects. [`Config::from_env`] and the `serde`
+    /// `Deserialize` implementation call it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the first setting out of its limits.
+    pub fn validate(&self) -> Result<(), Error> {
         validate_prefix(&self.key_prefix)?;
         let invalid = |reason: &str| {
             Err(Error::InvalidConfig {

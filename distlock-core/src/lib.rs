@@ -142,6 +142,7 @@ mod acquire;
 mod background;
 mod client;
 mod config;
+mod config_source;
 mod connection;
 mod context;
 mod duration;
@@ -150,11 +151,15 @@ mod guard;
 mod identity;
 mod keys;
 mod lease;
+#[doc(hidden)]
+pub mod lock_assert;
 mod macro_support;
 mod registry;
 #[doc(hidden)]
 pub mod scripts;
 mod sync;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod waiters;
 mod watchdog;
 

@@ -221,6 +221,14 @@ pub use distlock_core::{
 #[doc(inline)]
 pub use distlock_macros::distributed_lock;
 
+#[doc(inline)]
+pub use distlock_core::assert_locked;
+
+/// Testing code that takes distributed locks (feature `testing`): a throwaway `redis-server`
+/// per test process with the default client installed on it ([`testing::init`]).
+#[cfg(feature = "testing")]
+pub use distlock_core::testing;
+
 /// The runtime crate, for its documentation of guarantees and limits.
 pub use distlock_core;
 

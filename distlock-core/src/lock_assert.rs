@@ -1,0 +1,61 @@
+//! [`assert_locked!`](crate::assert_locked): code that must only run under a distributed lock
+//! says so, in the spirit of ShedLock's `LockAssert.assertLocked()`. **Not public API** apart
+//! from the macro: the module is visible (doc-hidden) only for the macro's expansion.
+
+/// Panics unless the current task runs inside a body held under a lock with a fencing token
+/// (a `#[distributed_lock(.., fenced)]` function, or
+/// [`LockBuilder::run`](crate::LockBuilder::run) with
+/// [`fenced(true)`](crate::LockBuilder::fenced)); returns that token.
+///
+/// Put it at the top of code that must never run unlocked, so that a caller who forgot the lock
+/// (or a refactoring that moved the code out of its body) fails loudly in tests instead of
+/// racing in production. It reads a task-local value and talks to no server. A task spawned
+/// inside the body is not under the lock (it is a different owner), and the assertion fails there
+/// too.
+///
+/// The check is [`fencing_token`](crate::fencing_token)`().is_some()`, so a lock taken without
+/// `fenced` does not satisfy it: fence the locks whose bodies assert (the token is what such a
+/// body should pass to the resource it protects anyway).
+///
+/// ```
+/// # use distlock_core as distlock;
+/// async fn settle(order: u64) {
+///     let token = distlock::assert_locked!("settle({order}) needs the order lock");
+///     // ... write with `token`
+/// #   let _ = token;
+/// }
+/// ```
+///
+/// Outside a locked body it panics:
+///
+/// ```should_panic
+/// # use distlock_core as distlock;
+/// distlock::assert_locked!(); // panics: not running under a lock
+/// ```
+#[macro_export]
+macro_rules! assert_locked {
+    () => {
+        $crate::lock_assert::locked_token(::core::option::Option::None)
+    };
+    ($($message:tt)+) => {
+        $crate::lock_assert::locked_token(::core::option::Option::Some(
+            ::std::format!($($message)+),
+        ))
+    };
+}
+
+/// What [`assert_locked!`](crate::assert_locked) expands to. **Not public API.**
+///
+/// The fencing token of the lock the current task runs under; panics (with `message`) outside
+/// a fenced lock's body.
+#[doc(hidden)]
+#[track_caller]
+pub fn locked_token(message: Option<String>) -> u64 {
+    match crate::context::fencing_token() {
+        Some(token) => token,
+        None => panic!(
+            "{}not running under a fenced distributed lock: call this inside a `#[distributed_lock(.., fenced)]` function or `lock(..).fenced(true).run(..)` body (a task spawned inside the body is not under the lock)",
+            message.map(|m| format!("{m}: ")).unwrap_or_default()
+        ),
+    }
+}

@@ -1,0 +1,90 @@
+//! `Config` from configuration files (feature `serde`): TOML and JSON through serde, with human
+//! durations, validated exactly like the builder.
+
+use std::time::Duration;
+
+use distlock::Config;
+
+#[derive(serde::Deserialize)]
+struct AppConfig {
+    locks: Config,
+}
+
+#[test]
+fn a_toml_file() {
+    let app: AppConfig = toml::from_str(
+        r#"
+        [locks]
+        url = "redis://:hunter2@10.0.0.1:6380/2"
+        key_prefix = "payments-lock"
+        default_ttl = "10s"
+        connect_timeout = "1.5s"
+        response_timeout = "500ms"
+        fence_retention = "1h"
+        renew_batch_size = 64
+        max_hold = "1m30s"
+        require_noeviction = true
+        "#,
+    )
+    .unwrap();
+    let built = Config::new("redis://:hunter2@10.0.0.1:6380/2")
+        .key_prefix("payments-lock")
+        .default_ttl(Duration::from_secs(10))
+        .connect_timeout(Duration::from_millis(1500))
+        .response_timeout(Duration::from_millis(500))
+        .fence_retention(Duration::from_secs(3600))
+        .renew_batch_size(64)
+        .max_hold(Duration::from_secs(90))
+        .require_noeviction(true);
+    assert_eq!(format!("{:?}", app.locks), format!("{built:?}"));
+}
+
+#[test]
+fn only_the_url_is_required() {
+    let config: Config = serde_json::from_str(r#"{"url": "redis://127.0.0.1/"}"#).unwrap();
+    assert_eq!(
+        format!("{config:?}"),
+        format!("{:?}", Config::new("redis://127.0.0.1/"))
+    );
+    let err = serde_json::from_str::<Config>("{}")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("the field `url` is missing"), "{err}");
+}
+
+#[test]
+fn mistakes_are_named() {
+    let cases = [
+        ("default_ttl = 10", "expected a duration with its unit"),
+        ("default_ttl = \"10\"", "`10`: not a duration"),
+        ("response_timeout = \"250us\"", "millisecond"),
+        ("ttl = \"10s\"", "unknown field `ttl`"),
+        (
+            "key_prefix = \"a{b}\"",
+            "key prefix `a{b}` must be 1 to 128 bytes",
+        ),
+        ("default_ttl = \"50ms\"", "default_ttl"),
+        (
+            "renew_batch_size = 0",
+            "renew_batch_size must be at least 1",
+        ),
+    ];
+    for (line, expected) in cases {
+        let text = format!("url = \"redis://h/\"\n{line}");
+        let err = toml::from_str::<Config>(&text).unwrap_err().to_string();
+        assert!(err.contains(expected), "{text}\n=> {err}");
+    }
+}
+
+#[test]
+fn validation_is_the_builders() {
+    let from_file = toml::from_str::<Config>("url = \"redis://h/\"\ndefault_ttl = \"31d\"")
+        .unwrap_err()
+        .to_string();
+    let from_builder = Config::new("redis://h/")
+        .default_ttl(Duration::from_secs(31 * 86_400))
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(from_file.contains(&from_builder), "{from_file}");
+}
