@@ -61,6 +61,13 @@ pub(crate) enum TemplateError {
     Unclosed(String),
     /// `<a><b>`.
     Adjacent(Placeholder, Placeholder),
+    /// `{` or `}` in the literal text, e.g. `{id}` written as in `format!`.
+    Brace {
+        /// The brace.
+        brace: char,
+        /// The name between the braces when the text reads `{name}`.
+        name: Option<String>,
+    },
     /// A placeholder whose text is not a `name.field` path.
     InvalidPlaceholder {
         /// The text between `<` and `>`.
@@ -91,6 +98,14 @@ impl fmt::Display for TemplateError {
                 f,
                 "placeholders `{first}` and `{second}` are next to each other in the lock key, so different values could produce the same key: put a separator between them, e.g. `{first}:{second}`"
             ),
+            TemplateError::Brace { name: Some(name), .. } => write!(
+                f,
+                "`{{{name}}}` in the lock key: placeholders are written `<{name}>`, not `{{{name}}}`; {BRACES}"
+            ),
+            TemplateError::Brace { brace, name: None } => write!(
+                f,
+                "`{brace}` in the lock key: {BRACES}; placeholders are written `<name>`, e.g. `key = \"order:<id>\"`"
+            ),
             TemplateError::InvalidPlaceholder { text, segment } => {
                 write!(f, "`<{text}>` is not a valid placeholder: ")?;
                 if segment.is_empty() {
@@ -110,6 +125,9 @@ impl fmt::Display for TemplateError {
     }
 }
 
+/// Why braces are refused, for the messages.
+const BRACES: &str = "a lock name cannot contain `{` or `}`: distlock wraps the whole name in a Redis Cluster hash tag itself, so that every key of one lock lands in one slot";
+
 impl KeyTemplate {
     /// Parses `template`, the value of `key = "..."`.
     pub(crate) fn parse(template: &str) -> Result<KeyTemplate, TemplateError> {
@@ -120,6 +138,7 @@ impl KeyTemplate {
         let mut literal = String::new();
         let mut rest = template;
         while let Some(open) = rest.find('<') {
+            check_braces(&rest[..open])?;
             literal.push_str(&rest[..open]);
             let after = &rest[open + 1..];
             if let Some(tail) = after.strip_prefix('<') {
@@ -139,12 +158,32 @@ impl KeyTemplate {
             segments.push(Segment::Placeholder(placeholder));
             rest = &after[close + 1..];
         }
+        check_braces(rest)?;
         literal.push_str(rest);
         if !literal.is_empty() {
             segments.push(Segment::Literal(literal));
         }
         Ok(KeyTemplate { segments })
     }
+}
+
+/// Refuses `{` and `}` in literal text: the runtime refuses them in lock names (they would move
+/// the lock's keys to another hash slot), so such a key would fail on every call.
+fn check_braces(text: &str) -> Result<(), TemplateError> {
+    let Some(at) = text.find(['{', '}']) else {
+        return Ok(());
+    };
+    // `{name}`, as in `format!`, gets the `<name>` form spelled out.
+    let name = text[at..]
+        .strip_prefix('{')
+        .and_then(|after| after.split_once('}'))
+        .map(|(name, _)| name)
+        .filter(|name| parse_placeholder(name).is_ok())
+        .map(str::to_owned);
+    Err(TemplateError::Brace {
+        brace: text[at..].chars().next().unwrap_or('{'),
+        name,
+    })
 }
 
 fn parse_placeholder(text: &str) -> Result<Placeholder, TemplateError> {
@@ -402,6 +441,38 @@ mod tests {
         assert!(error("< id >").contains("contains whitespace"));
         assert!(error("<a.type>").contains("`type` is a keyword (write `r#type`)"));
         assert!(error("<a-b>").contains("`a-b` is not an identifier"));
+    }
+
+    #[test]
+    fn braces_are_refused_in_literal_text() {
+        assert_eq!(
+            KeyTemplate::parse("hash:{id}"),
+            Err(TemplateError::Brace {
+                brace: '{',
+                name: Some("id".to_owned())
+            })
+        );
+        assert!(error("hash:{id}").starts_with(
+            "`{id}` in the lock key: placeholders are written `<id>`, not `{id}`; a lock name cannot contain `{` or `}`"
+        ));
+        assert!(error("t:{self.tenant}:<id>").contains("written `<self.tenant>`"));
+        for (text, brace) in [
+            ("{hash-tag}:<id>", '{'),
+            ("<id>:}", '}'),
+            ("a{", '{'),
+            ("{}", '{'),
+            ("{<id>}", '{'),
+            ("<a>{", '{'),
+        ] {
+            assert_eq!(
+                KeyTemplate::parse(text),
+                Err(TemplateError::Brace { brace, name: None }),
+                "{text}"
+            );
+        }
+        assert!(error("a}b").starts_with("`}` in the lock key: a lock name cannot contain"));
+        assert!(error("a}b")
+            .ends_with("placeholders are written `<name>`, e.g. `key = \"order:<id>\"`"));
     }
 
     #[test]

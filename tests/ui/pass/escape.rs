@@ -17,13 +17,7 @@ async fn literal() -> Result<(), AppError> {
     Ok(())
 }
 
-#[distributed_lock(key = "{hash-tag}:<id>")]
-async fn hash_tagged(id: u32) -> Result<u32, AppError> {
-    Ok(id)
-}
-
 fn main() {
     expect_not_initialized(compare(1, 2));
     expect_not_initialized(literal());
-    expect_not_initialized(hash_tagged(3));
 }
