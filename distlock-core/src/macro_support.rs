@@ -2,6 +2,22 @@
 //!
 //! The facade re-exports this module as `distlock::__private`; it is `#[doc(hidden)]` and may
 //! change in any release. Generated code names nothing else from distlock.
+//!
+//! An annotated function becomes, in outline:
+//!
+//! ```ignore
+//! let key = { let mut k = KeyBuilder::with_capacity(22); k.literal("order:"); k.value(&(id), None); k.finish() };
+//! match lock(key).ttl(StdDuration::from_millis(10000)).run(async move { /* body */ }).await {
+//!     Ok(result) => result,
+//!     Err(error) if error.is_busy() => Ok(skip_default()), // with `skip`
+//!     Err(error) => Err(lock_error(error)),
+//! }
+//! ```
+//!
+//! Each requirement on the user's types is stated by exactly one function here, and each call
+//! is located at the type it is about, so one mistake gives one error at the right token:
+//! [`lock_error`] (the error type, `E: From<distlock::Error>`), [`skip_default`] (the success
+//! type with `skip`, `T: Default`), [`KeyBuilder::value`] (a key value, `Display`).
 
 use std::fmt::{self, Display, Write as _};
 use std::future::Future;
@@ -9,52 +25,69 @@ use std::time::Duration;
 
 use crate::acquire::LockBuilder;
 use crate::error::Error;
+use crate::lease::{MAX_TTL, MIN_TTL};
 
+pub use crate::acquire::lock;
 pub use std::time::Duration as StdDuration;
 
-/// The options of one annotated function, fixed at compile time.
+/// The error a lock failure becomes: `E::from(error)`, for the function's error type `E`.
+pub fn lock_error<E: LockError>(error: Error) -> E {
+    E::from(error)
+}
+
+/// The value a `skip` function returns when the lock is busy.
+pub fn skip_default<T: SkipDefault>() -> T {
+    T::default()
+}
+
+/// `ttl = CONSTANT`, checked against the runtime's limits where the constant is evaluated (at
+/// compile time): the same check `LockBuilder::acquire` makes.
+pub const fn ttl_const(ttl: Duration) -> Duration {
+    assert!(
+        ttl.as_nanos() >= MIN_TTL.as_nanos() && ttl.as_nanos() <= MAX_TTL.as_nanos(),
+        "the `ttl` constant of `#[distributed_lock]` must be between `distlock::MIN_TTL` (100 ms) and `distlock::MAX_TTL` (30 days)"
+    );
+    ttl
+}
+
+/// `min_hold = CONSTANT`, checked like [`ttl_const`].
+pub const fn min_hold_const(min_hold: Duration) -> Duration {
+    assert!(
+        min_hold.as_nanos() <= MAX_TTL.as_nanos(),
+        "the `min_hold` constant of `#[distributed_lock]` must be at most `distlock::MAX_TTL` (30 days)"
+    );
+    min_hold
+}
+
+/// `wait = CONSTANT`: any `Duration` (zero fails at once, `Duration::MAX` waits forever).
+pub const fn wait_const(wait: Duration) -> Duration {
+    wait
+}
+
+/// The options of one annotated function, as generated code passed them before it called the
+/// public [`LockBuilder`]. Transitional: its one user is `LockBuilder::from_spec`, through
+/// [`run`]; both go when `from_spec` does.
 #[derive(Debug, Clone, Copy)]
 pub struct LockSpec {
-    /// Named client (`client = "..."`), `None` for the default client.
+    /// Named client, `None` for the default client.
     pub client: Option<&'static str>,
-    /// Lease length (`ttl = "..."`), `None` for the client's `default_ttl`.
+    /// Lease length, `None` for the client's `default_ttl`.
     pub ttl: Option<Duration>,
-    /// Watchdog renewal (`renew`).
+    /// Watchdog renewal.
     pub renew: bool,
-    /// How long to wait for a busy lock (`wait = "..."`), `None` to fail at once.
+    /// How long to wait for a busy lock, `None` to fail at once.
     pub wait: Option<Duration>,
-    /// Keep the lock at least this long after acquiring it (`min_hold = "..."`).
+    /// Keep the lock at least this long after acquiring it.
     pub min_hold: Option<Duration>,
 }
 
-/// Runs `body` while holding the lock `key`; the body of every annotated function without `skip`.
+/// Runs `body` under the lock `key` with the options of `spec`. Transitional, see [`LockSpec`].
 ///
-/// Acquire failures become `Err(E::from(error))`; the body's own result passes through
-/// unchanged. If the lease can no longer be guaranteed while the body runs, the body future is
-/// dropped (cancelled) and `Err(E::from(Error::Lost { .. }))` is returned.
-pub async fn run<T, E, F>(spec: LockSpec, key: String, body: F) -> Result<T, E>
-where
-    F: Future<Output = Result<T, E>>,
-    E: From<Error>,
-{
-    match LockBuilder::from_spec(&spec, key).run(body).await {
-        Ok(result) => result,
-        Err(error) => Err(E::from(error)),
-    }
-}
-
-/// Like [`run`], but a busy lock yields `Ok(T::default())` without running the body (`skip`).
-pub async fn run_or_skip<T, E, F>(spec: LockSpec, key: String, body: F) -> Result<T, E>
-where
-    F: Future<Output = Result<T, E>>,
-    E: From<Error>,
-    T: Default,
-{
-    match LockBuilder::from_spec(&spec, key).run(body).await {
-        Ok(result) => result,
-        Err(error) if error.is_busy() => Ok(T::default()),
-        Err(error) => Err(E::from(error)),
-    }
+/// # Errors
+///
+/// As [`LockBuilder::run`].
+pub async fn run<F: Future>(spec: LockSpec, key: String, body: F) -> Result<F::Output, Error> {
+    LockBuilder::from_spec(&spec, key).run(body).await
 }
 
 /// Compile-time check that a function's error type can carry a lock error.
@@ -83,37 +116,6 @@ impl<T: Default> SkipDefault for T {}
 )]
 pub trait KeyPart: Display {}
 impl<T: Display + ?Sized> KeyPart for T {}
-
-/// The return type of an annotated function: `Result<T, E>` with `E: From<distlock::Error>`.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` is not a `Result`",
-    label = "`#[distributed_lock]` functions must return `Result<T, E>` with `E: From<distlock::Error>`"
-)]
-pub trait LockResult {
-    /// The success type `T`.
-    type Ok;
-    /// The error type `E`.
-    type Err;
-}
-impl<T, E> LockResult for Result<T, E> {
-    type Ok = T;
-    type Err = E;
-}
-
-/// Asserts that `R` (the function's return type) is a `Result` whose error type can carry a
-/// lock error. Generated code references it (unused) spanned at the return type.
-pub const fn assert_lock_result<R: LockResult>()
-where
-    R::Err: LockError,
-{
-}
-
-/// Asserts that `R`'s success type implements `Default` (generated for `skip`).
-pub const fn assert_skip_result<R: LockResult>()
-where
-    R::Ok: SkipDefault,
-{
-}
 
 /// Builds a lock key from a checked template: literal text plus escaped `Display` values.
 ///

@@ -6,7 +6,8 @@
 use proc_macro2::Span;
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
-use syn::{Ident, LitStr, Path, Token};
+use syn::spanned::Spanned;
+use syn::{ExprPath, Ident, Lit, LitFloat, LitInt, LitStr, Path, Token};
 
 mod kw {
     syn::custom_keyword!(key);
@@ -15,31 +16,45 @@ mod kw {
     syn::custom_keyword!(wait);
     syn::custom_keyword!(min_hold);
     syn::custom_keyword!(skip);
+    syn::custom_keyword!(fenced);
     syn::custom_keyword!(client);
 }
 
 const VALID_OPTIONS: &str =
-    "`key`, `ttl`, `renew`, `wait`, `skip`, `min_hold`, `client` and `crate`";
+    "`key`, `ttl`, `renew`, `wait`, `skip`, `min_hold`, `fenced`, `client` and `crate`";
 
 /// The options as written, each with the span of its name for later errors.
 #[derive(Default)]
 pub(crate) struct LockArgs {
     /// `key = "..."`: the template literal.
     pub(crate) key: Option<LitStr>,
-    /// `ttl = "..."`, in milliseconds.
-    pub(crate) ttl: Option<u64>,
+    /// `ttl = "..."` or `ttl = CONST`.
+    pub(crate) ttl: Option<DurationArg>,
     /// `renew`: the span of the flag.
     pub(crate) renew: Option<Span>,
-    /// `wait = "..."`, in milliseconds.
-    pub(crate) wait: Option<u64>,
-    /// `min_hold = "..."`, in milliseconds.
-    pub(crate) min_hold: Option<u64>,
+    /// `wait = "..."` or `wait = CONST`.
+    pub(crate) wait: Option<DurationArg>,
+    /// `min_hold = "..."` or `min_hold = CONST`.
+    pub(crate) min_hold: Option<DurationArg>,
     /// `skip`: the span of the flag.
     pub(crate) skip: Option<Span>,
+    /// `fenced`: the span of the flag.
+    pub(crate) fenced: Option<Span>,
     /// `client = "..."`.
     pub(crate) client: Option<LitStr>,
     /// `crate = "..."`.
     pub(crate) krate: Option<Path>,
+}
+
+/// The value of a duration option (`ttl`, `wait`, `min_hold`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DurationArg {
+    /// A string literal, parsed and checked against the option's limits here: milliseconds.
+    Millis(u64),
+    /// A path to a constant (`ORDER_TTL`, `Self::TTL`): the compiler checks that it is a
+    /// `Duration`, and the generated code checks its value against the runtime's limits when
+    /// the constant is evaluated.
+    Const(ExprPath),
 }
 
 impl Parse for LockArgs {
@@ -89,6 +104,10 @@ impl LockArgs {
             let name = input.parse::<kw::skip>()?;
             no_value(input, "skip", name.span)?;
             set_once(&mut self.skip, name.span, "skip", name.span, errors);
+        } else if input.peek(kw::fenced) {
+            let name = input.parse::<kw::fenced>()?;
+            no_value(input, "fenced", name.span)?;
+            set_once(&mut self.fenced, name.span, "fenced", name.span, errors);
         } else if input.peek(kw::client) {
             let name = input.parse::<kw::client>()?;
             let value = string_value(input, "a client name, e.g. `client = \"payments\"`")?;
@@ -140,6 +159,7 @@ fn unknown_option_message(name: &Ident) -> String {
         "lock_at_least_for" | "at_least" | "hold_at_least" | "min_ttl" => {
             " (did you mean `min_hold`?)"
         }
+        "fence" | "fencing" | "fencing_token" | "token" => " (did you mean `fenced`?)",
         "connection" | "redis" | "pool" => " (did you mean `client`?)",
         _ => "",
     };
@@ -181,50 +201,78 @@ fn set_once<T>(slot: &mut Option<T>, value: T, name: &str, name_span: Span, erro
     }
 }
 
-/// Parses `= "<duration>"` after a duration option's name into `slot` (in milliseconds).
+/// Parses `= "<duration>"` or `= PATH` after a duration option's name into `slot`.
 fn duration_option(
     input: ParseStream<'_>,
-    slot: &mut Option<u64>,
+    slot: &mut Option<DurationArg>,
     name: &str,
     example: &str,
     name_span: Span,
     errors: &mut Errors,
 ) -> syn::Result<()> {
-    let value = string_value(input, &format!("a duration, e.g. `{name} = \"{example}\"`"))?;
-    match duration_millis(name, &value) {
-        Ok(millis) => set_once(slot, millis, name, name_span, errors),
-        Err(error) => errors.push(error),
+    let what = format!(
+        "a duration, e.g. `{name} = \"{example}\"`, or a path to a `Duration` constant, e.g. `{name} = {}`",
+        const_example(name)
+    );
+    if !input.peek(Token![=]) {
+        return Err(input.error(format!("expected `=` and {what}")));
     }
+    input.parse::<Token![=]>()?;
+    let value = if input.peek(LitStr) {
+        let text: LitStr = input.parse()?;
+        match literal_millis(name, &text) {
+            Ok(millis) => DurationArg::Millis(millis),
+            Err(error) => {
+                errors.push(error);
+                return Ok(());
+            }
+        }
+    } else if input.peek(LitInt) || input.peek(LitFloat) {
+        let number: Lit = input.parse()?;
+        let digits = quote::ToTokens::to_token_stream(&number).to_string();
+        errors.push(syn::Error::new(
+            number.span(),
+            format!("a duration needs a unit: write `{name} = \"{digits}s\"` (or \"{digits}ms\"), or name a `Duration` constant"),
+        ));
+        return Ok(());
+    } else if input.peek(Token![::]) || input.peek(Token![<]) || input.peek(Ident::peek_any) {
+        let path: ExprPath = input.parse()?;
+        if input.peek(syn::token::Paren) || input.peek(Token![.]) {
+            return Err(syn::Error::new(
+                path.span(),
+                format!("`{name}` takes a string literal such as \"{example}\" or a path to a `Duration` constant; to compute it, define a constant (`const {}: Duration = ...;`) and write `{name} = {}`", const_example(name), const_example(name)),
+            ));
+        }
+        DurationArg::Const(path)
+    } else {
+        return Err(input.error(format!("expected {what}")));
+    };
+    set_once(slot, value, name, name_span, errors);
     Ok(())
 }
 
-/// `distlock::MIN_TTL` and `distlock::MAX_TTL` in milliseconds (the macro crate cannot import
-/// the runtime; the UI cases `ttl_too_short` and `ttl_bounds` pin both sides).
-const MIN_TTL_MS: u64 = 100;
-const MAX_TTL_MS: u64 = 30 * 24 * 3_600_000;
-
-fn duration_millis(name: &str, value: &LitStr) -> syn::Result<u64> {
-    let text = value.value();
-    let millis = parse_millis(name, value)?;
-    let message = match name {
-        "ttl" if millis < MIN_TTL_MS => format!(
-            "`ttl = {text:?}` is shorter than the minimum lease of 100ms: a lease this short leaves no room for the safety margin and renewal; use at least \"100ms\""
-        ),
-        "ttl" | "min_hold" if millis > MAX_TTL_MS => format!(
-            "`{name} = {text:?}` is longer than the maximum of 30 days (\"720h\"); use `renew` to hold a lock longer"
-        ),
-        _ => return Ok(millis),
-    };
-    Err(syn::Error::new(value.span(), message))
+/// The constant name used in messages about a duration option.
+fn const_example(name: &str) -> &'static str {
+    match name {
+        "ttl" => "ORDER_TTL",
+        "wait" => "ORDER_WAIT",
+        _ => "ORDER_MIN_HOLD",
+    }
 }
 
-fn parse_millis(name: &str, value: &LitStr) -> syn::Result<u64> {
+/// `distlock::MIN_TTL` and `distlock::MAX_TTL` in milliseconds (the macro crate cannot import
+/// the runtime; a unit test compares them with the runtime's, and the UI cases `ttl_too_short`
+/// and `ttl_bounds` pin both sides).
+pub(crate) const MIN_TTL_MS: u64 = 100;
+pub(crate) const MAX_TTL_MS: u64 = 30 * 24 * 3_600_000;
+
+/// A duration literal in milliseconds, checked against the option's limits.
+fn literal_millis(name: &str, value: &LitStr) -> syn::Result<u64> {
     let text = value.value();
-    parse_duration(&text).map_err(|error| {
+    let millis = parse_duration(&text).map_err(|error| {
         let message = match error {
-            DurationError::Malformed => format!(
-                "invalid duration {text:?} for `{name}`: write an integer followed by `ms`, `s`, `m` or `h`, e.g. \"500ms\", \"10s\", \"5m\", \"1h\"{}",
-                if text.contains('.') { " (use a smaller unit instead of a fraction: \"1500ms\", not \"1.5s\")" } else { "" }
+            DurationError::Malformed(reason) => format!(
+                "invalid duration {text:?} for `{name}`: {reason}; write numbers with units, e.g. \"500ms\", \"10s\", \"1m30s\", \"1.5h\""
             ),
             DurationError::Zero if name == "wait" => format!(
                 "`wait = {text:?}` waits for nothing: remove `wait` to fail at once when the lock is busy, or give a positive duration such as \"2s\""
@@ -232,48 +280,53 @@ fn parse_millis(name: &str, value: &LitStr) -> syn::Result<u64> {
             DurationError::Zero => format!(
                 "`{name}` must be longer than zero: a zero lease would expire at once; give a positive duration such as \"30s\""
             ),
-            DurationError::Overflow => format!(
+            DurationError::SubMillisecond => format!(
+                "`{name} = {text:?}` is not a whole number of milliseconds: Redis expires locks with millisecond resolution, so a finer duration means nothing for a lock; use whole milliseconds, e.g. \"1ms\""
+            ),
+            DurationError::TooLarge => format!(
                 "duration {text:?} for `{name}` is too large: it must fit in a u64 number of milliseconds"
             ),
         };
         syn::Error::new(value.span(), message)
-    })
+    })?;
+    let message = match name {
+        "ttl" if millis < MIN_TTL_MS => format!(
+            "`ttl = {text:?}` is shorter than the minimum lease of 100ms: a lease this short leaves no room for the safety margin and renewal; use at least \"100ms\""
+        ),
+        "ttl" | "min_hold" if millis > MAX_TTL_MS => format!(
+            "`{name} = {text:?}` is longer than the maximum of 30 days (\"30d\"); use `renew` to hold a lock longer"
+        ),
+        _ => return Ok(millis),
+    };
+    Err(syn::Error::new(value.span(), message))
 }
 
-/// Why a duration string was rejected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a duration text was refused: the rules of `distlock_core::parse_duration`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum DurationError {
-    /// Not `<digits><unit>`.
-    Malformed,
+    /// Not a duration; the parser's explanation.
+    Malformed(String),
     /// The duration is zero.
     Zero,
-    /// The duration does not fit in `u64` milliseconds.
-    Overflow,
+    /// Not a whole number of milliseconds (`"250us"`).
+    SubMillisecond,
+    /// More than `u64::MAX` milliseconds.
+    TooLarge,
 }
 
-/// Parses `"500ms"`, `"10s"`, `"5m"`, `"1h"` into milliseconds.
+/// Parses `"500ms"`, `"10s"`, `"1m30s"`, `"1.5s"`, ... into milliseconds, by the rules of
+/// `distlock_core::parse_duration` (the same `humantime` grammar; zero and sub-millisecond
+/// durations refused), which the runtime applies to durations it reads as text.
 pub(crate) fn parse_duration(text: &str) -> Result<u64, DurationError> {
-    let digits_end = text
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or(DurationError::Malformed)?;
-    let (digits, unit) = text.split_at(digits_end);
-    let factor: u64 = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        _ => return Err(DurationError::Malformed),
-    };
-    if digits.is_empty() {
-        return Err(DurationError::Malformed);
-    }
-    // Only ASCII digits remain, so the one way `parse` fails is overflow.
-    let count: u64 = digits.parse().map_err(|_| DurationError::Overflow)?;
-    let millis = count.checked_mul(factor).ok_or(DurationError::Overflow)?;
-    if millis == 0 {
+    let duration = humantime::parse_duration(text)
+        .map_err(|error| DurationError::Malformed(error.to_string()))?;
+    if duration.is_zero() {
         return Err(DurationError::Zero);
     }
-    Ok(millis)
+    if duration.subsec_nanos() % 1_000_000 != 0 {
+        return Err(DurationError::SubMillisecond);
+    }
+    u64::try_from(duration.as_millis()).map_err(|_| DurationError::TooLarge)
 }
 
 /// Collects errors so independent mistakes are reported together.
@@ -317,60 +370,147 @@ mod tests {
         }
     }
 
+    fn millis(ms: u64) -> Result<u64, DurationError> {
+        Ok(ms)
+    }
+
     #[test]
     fn durations() {
-        assert_eq!(parse_duration("500ms"), Ok(500));
-        assert_eq!(parse_duration("10s"), Ok(10_000));
-        assert_eq!(parse_duration("5m"), Ok(300_000));
-        assert_eq!(parse_duration("1h"), Ok(3_600_000));
-        assert_eq!(parse_duration("007s"), Ok(7_000));
-        assert_eq!(parse_duration("18446744073709551615ms"), Ok(u64::MAX));
+        assert_eq!(parse_duration("500ms"), millis(500));
+        assert_eq!(parse_duration("10s"), millis(10_000));
+        assert_eq!(parse_duration("5m"), millis(300_000));
+        assert_eq!(parse_duration("1h"), millis(3_600_000));
+        assert_eq!(parse_duration("1m30s"), millis(90_000));
+        assert_eq!(parse_duration("1m 30s"), millis(90_000));
+        assert_eq!(parse_duration("1.5s"), millis(1_500));
+        assert_eq!(parse_duration("007s"), millis(7_000));
+        assert_eq!(parse_duration("30d"), millis(MAX_TTL_MS));
+        assert_eq!(parse_duration("2000us"), millis(2));
     }
 
     #[test]
     fn malformed_durations() {
         for text in [
-            "", "10", "s", "ms", "10 s", " 10s", "10s ", "1.5s", "-1s", "+1s", "10S", "10sec",
-            "1_000ms", "10d", "1h30m", "１s",
+            "",
+            "10",
+            "s",
+            "ms",
+            "-1s",
+            "+1s",
+            "10S",
+            "1_000ms",
+            "10 parsecs",
+            "１s",
+            "1.s",
         ] {
-            assert_eq!(
-                parse_duration(text),
-                Err(DurationError::Malformed),
+            assert!(
+                matches!(parse_duration(text), Err(DurationError::Malformed(_))),
                 "{text:?}"
             );
         }
     }
 
     #[test]
-    fn zero_and_overflowing_durations() {
+    fn zero_sub_millisecond_and_overflowing_durations() {
         assert_eq!(parse_duration("0s"), Err(DurationError::Zero));
         assert_eq!(parse_duration("000ms"), Err(DurationError::Zero));
+        assert_eq!(parse_duration("250us"), Err(DurationError::SubMillisecond));
         assert_eq!(
-            parse_duration("18446744073709551616ms"),
-            Err(DurationError::Overflow)
+            parse_duration("1.0005s"),
+            Err(DurationError::SubMillisecond)
         );
         assert_eq!(
-            parse_duration("5124095576030432h"),
-            Err(DurationError::Overflow)
+            parse_duration("100000000000y"),
+            Err(DurationError::TooLarge)
         );
-        assert_eq!(
-            parse_duration("99999999999999999999999h"),
-            Err(DurationError::Overflow)
-        );
+    }
+
+    /// The attribute and the runtime read duration texts alike: same values, same refusals.
+    #[test]
+    fn durations_agree_with_the_runtime() {
+        use distlock_core::DurationError as Runtime;
+        for text in [
+            "500ms",
+            "10s",
+            "5m",
+            "1h",
+            "1m30s",
+            "1m 30s",
+            "1.5s",
+            " 2h ",
+            "1d",
+            "2000us",
+            "250us",
+            "1.0005s",
+            "0s",
+            "0",
+            "",
+            "10",
+            "-1s",
+            "10 parsecs",
+            "1_000ms",
+            "100000000000y",
+            "18446744073709551615ms",
+        ] {
+            let ours = parse_duration(text).map_err(|error| match error {
+                DurationError::Malformed(_) => "malformed",
+                DurationError::Zero => "zero",
+                DurationError::SubMillisecond => "sub-millisecond",
+                DurationError::TooLarge => "too large",
+            });
+            let runtime = distlock_core::parse_duration(text)
+                .map(|duration| u64::try_from(duration.as_millis()).unwrap())
+                .map_err(|error| match error {
+                    Runtime::Malformed { .. } => "malformed",
+                    Runtime::Zero => "zero",
+                    Runtime::SubMillisecond => "sub-millisecond",
+                    Runtime::TooLarge => "too large",
+                    _ => "unknown",
+                });
+            assert_eq!(ours, runtime, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn limits_agree_with_the_runtime() {
+        assert_eq!(u128::from(MIN_TTL_MS), distlock_core::MIN_TTL.as_millis());
+        assert_eq!(u128::from(MAX_TTL_MS), distlock_core::MAX_TTL.as_millis());
+    }
+
+    #[test]
+    fn constant_durations() {
+        let args = parse(
+            "key = \"a\", ttl = ORDER_TTL, wait = Self::WAIT, min_hold = <T as Settings>::HOLD",
+        )
+        .unwrap();
+        let path = |arg: Option<DurationArg>| match arg {
+            Some(DurationArg::Const(path)) => quote::quote!(#path).to_string(),
+            _ => panic!("not a path"),
+        };
+        assert_eq!(path(args.ttl), "ORDER_TTL");
+        assert_eq!(path(args.wait), "Self :: WAIT");
+        assert_eq!(path(args.min_hold), "< T as Settings > :: HOLD");
+        assert!(error("ttl = 10").starts_with("a duration needs a unit: write `ttl = \"10s\"`"));
+        assert!(error("wait = 1.5").contains("`wait = \"1.5s\"`"));
+        assert!(error("ttl = Duration::from_secs(10)").contains(
+            "define a constant (`const ORDER_TTL: Duration = ...;`) and write `ttl = ORDER_TTL`"
+        ));
+        assert!(error("ttl = [1]").starts_with("expected a duration"));
     }
 
     #[test]
     fn all_options() {
         let args = parse(
-            r#"key = "user:<self.tenant>", ttl = "500ms", renew, wait = "2s", min_hold = "1m", client = "payments", crate = "my::distlock","#,
+            r#"key = "user:<self.tenant>", ttl = "500ms", renew, wait = "2s", min_hold = "1m", fenced, client = "payments", crate = "my::distlock","#,
         )
         .unwrap();
         assert_eq!(args.key.unwrap().value(), "user:<self.tenant>");
-        assert_eq!(args.ttl.unwrap(), 500);
+        assert_eq!(args.ttl, Some(DurationArg::Millis(500)));
         assert!(args.renew.is_some());
-        assert_eq!(args.wait.unwrap(), 2_000);
-        assert_eq!(args.min_hold.unwrap(), 60_000);
+        assert_eq!(args.wait, Some(DurationArg::Millis(2_000)));
+        assert_eq!(args.min_hold, Some(DurationArg::Millis(60_000)));
         assert!(args.skip.is_none());
+        assert!(args.fenced.is_some());
         assert_eq!(args.client.unwrap().value(), "payments");
         let krate = args.krate.unwrap();
         assert_eq!(quote::quote!(#krate).to_string(), "my :: distlock");
@@ -401,7 +541,7 @@ mod tests {
     fn unknown_options() {
         assert_eq!(
             error(r#"key = "a", foo = 1"#),
-            "unknown option `foo`; valid options are `key`, `ttl`, `renew`, `wait`, `skip`, `min_hold`, `client` and `crate`"
+            "unknown option `foo`; valid options are `key`, `ttl`, `renew`, `wait`, `skip`, `min_hold`, `fenced`, `client` and `crate`"
         );
         assert!(
             error("timeout = \"1s\"").starts_with("unknown option `timeout` (did you mean `ttl`?)")
@@ -413,8 +553,9 @@ mod tests {
     fn value_shapes() {
         assert!(error(r#""order:<id>""#).contains("write `key = \"...\"`"));
         assert!(error("key").contains("expected `=` and the lock key"));
-        assert!(error("ttl = 10").starts_with("expected a string literal: a duration"));
         assert!(error("renew = true").starts_with("`renew` is a flag and takes no value"));
+        assert!(error("fenced = true").starts_with("`fenced` is a flag and takes no value"));
+        assert!(error("fencing").starts_with("unknown option `fencing` (did you mean `fenced`?)"));
         assert!(error(r#"key = "a" ttl = "1s""#).contains("expected `,`"));
         assert!(error(r#"client = """#).starts_with("the client name is empty"));
         assert!(error(r#"crate = "not a path""#).contains("is not a path"));
@@ -422,9 +563,16 @@ mod tests {
 
     #[test]
     fn duration_messages() {
-        assert!(error(r#"ttl = "10""#).starts_with("invalid duration \"10\" for `ttl`"));
-        assert!(error(r#"ttl = "1.5s""#).contains("\"1500ms\", not \"1.5s\""));
+        assert_eq!(
+            error(r#"ttl = "10""#),
+            "invalid duration \"10\" for `ttl`: time unit needed, for example 10sec or 10ms; write numbers with units, e.g. \"500ms\", \"10s\", \"1m30s\", \"1.5h\""
+        );
         assert!(error(r#"ttl = "0ms""#).starts_with("`ttl` must be longer than zero"));
-        assert!(error(r#"ttl = "99999999999999999999h""#).contains("too large"));
+        assert!(error(r#"wait = "250us""#)
+            .starts_with("`wait = \"250us\"` is not a whole number of milliseconds"));
+        assert!(error(r#"wait = "100000000000y""#).contains("too large"));
+        assert!(error(r#"ttl = "99ms""#).contains("shorter than the minimum lease of 100ms"));
+        assert!(error(r#"min_hold = "31d""#).contains("longer than the maximum of 30 days"));
+        assert!(error(r#"ttl"#).contains("expected `=` and a duration"));
     }
 }

@@ -1,16 +1,21 @@
 //! Code generation: the function as written, with its body run under the lock.
 //!
-//! Generated code names only `#krate::__private::...` (and `::core::option::Option`), uses
-//! `Span::mixed_site()` for its own locals, and keeps the user's spans on parameter references.
+//! Generated code names only `#krate::__private::...` (and `::core`), and never warns in the
+//! user's crate. Its own tokens carry the macro's expansion context (`Span::call_site()`, and
+//! `Span::mixed_site()` for its locals), which rustc and clippy do not lint as the user's code;
+//! where a token must point at the user's code for an error (the error type, the key), it is
+//! only *located* there (`Span::located_at`) and keeps that context. The user's own tokens
+//! (body, parameters, types) keep their own spans.
 
 use proc_macro2::{Delimiter, Group, Literal, Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
-use syn::{Ident, Type};
+use syn::{Block, Expr, FnArg, Ident, Pat, Stmt, Type};
 
-use crate::item::{Body, LockFn};
-use crate::model::{KeyPart, LockModel, Shape};
+use crate::attr::DurationArg;
+use crate::item::{async_trait_body, Body, LockFn};
+use crate::model::{KeyPart, LockModel, ResultType, Shape};
 
 /// Capacity reserved per placeholder value when building the key.
 const VALUE_CAPACITY: usize = 16;
@@ -26,37 +31,37 @@ pub(crate) fn expand(item: LockFn, model: LockModel) -> TokenStream {
     } = item;
     let key = Ident::new("__distlock_key", Span::mixed_site());
     let key_block = key_block(&model);
-    let asserts = asserts(&model);
-    let spec = spec(&model);
+    let builder = builder(&model, &key);
 
-    let stmts = match &model.shape {
+    let stmts = match model.shape {
         Shape::AsyncFn => {
-            let fake_return = fake_return(&model.ret);
-            let run = run_call(
-                &model,
-                quote!(#spec, #key, async move { #fake_return #body }),
-            );
-            let await_ = quote_spanned!(model.ret.span()=> .await);
+            let body = typed_body(&model.ret, body);
+            let locked = locked(&model, &builder, quote!(async move { #body }));
             quote! {
-                #asserts
                 let #key = #key_block;
-                #run #await_
+                #locked
             }
         }
         // async-trait already put a typed early return in its block, and the outer function is
         // not async: build the key now (from the parameters, before they move into the block)
         // and box the locked future in place of the original one.
-        Shape::AsyncTrait { box_pin, future } => {
+        Shape::AsyncTrait {
+            ref box_pin,
+            ref future,
+        } => {
             let Body::Parsed(block) = &body else {
                 unreachable!("the async-trait shape is only detected in parsed bodies");
             };
             let before = &block.stmts[..block.stmts.len() - 1];
-            let run = run_call(&model, quote!(#spec, #key, #future));
+            let mut future = (**future).clone();
+            if let Expr::Async(future) = &mut future {
+                allow_unused_moves(&mut future.block, &model.key.params);
+            }
+            let locked = locked(&model, &builder, future.into_token_stream());
             quote! {
                 #(#before)*
-                #asserts
                 let #key = #key_block;
-                #box_pin(#run)
+                #box_pin(async move { #locked })
             }
         }
     };
@@ -70,10 +75,194 @@ pub(crate) fn expand(item: LockFn, model: LockModel) -> TokenStream {
     }
 }
 
-/// `{ let mut k = KeyBuilder::with_capacity(N); k.literal("order:"); k.value(&id, None); k.finish() }`
+/// The function as written, for when the attribute has an error (emitted next to the
+/// `compile_error!` so IDEs keep working). Its parameters are marked as possibly unused: with
+/// the attribute broken, a parameter that only the key reads would otherwise warn on top of the
+/// real error.
+pub(crate) fn fallback(item: LockFn) -> TokenStream {
+    let async_trait = async_trait_body(&item).is_some();
+    let LockFn {
+        outer_attrs,
+        inner_attrs,
+        vis,
+        mut sig,
+        mut body,
+    } = item;
+    let mut names = Vec::new();
+    for input in &mut sig.inputs {
+        if let FnArg::Typed(typed) = input {
+            typed
+                .attrs
+                .push(syn::parse_quote!(#[allow(unused_variables)]));
+            if let Pat::Ident(binding) = &*typed.pat {
+                names.push(binding.ident.clone());
+            }
+        }
+    }
+    if let (true, Body::Parsed(block)) = (async_trait, &mut body) {
+        if let Some(Stmt::Expr(Expr::Call(call), None)) = block.stmts.last_mut() {
+            if let Some(Expr::Async(future)) = call.args.first_mut() {
+                allow_unused_moves(&mut future.block, &names);
+            }
+        }
+    }
+    // The body's own braces, with the inner attributes back inside them.
+    let (stmts, braces) = match body {
+        Body::Parsed(block) => {
+            let stmts = &block.stmts;
+            (quote!(#(#stmts)*), block.brace_token.span.join())
+        }
+        Body::Raw(group) => (group.stream(), group.span()),
+    };
+    let mut body = Group::new(Delimiter::Brace, quote!(#(#inner_attrs)* #stmts));
+    body.set_span(braces);
+    quote! {
+        #(#outer_attrs)*
+        #vis #sig #body
+    }
+}
+
+/// async-trait moves each by-value parameter into its block (`let id = id;`), so a parameter
+/// that only the key reads is unused *there*, and nothing outside the block can use that
+/// binding: the one place where an `allow` cannot be avoided by generating different code.
+fn allow_unused_moves(block: &mut Block, params: &[Ident]) {
+    for stmt in &mut block.stmts {
+        let Stmt::Local(local) = stmt else { continue };
+        let (Pat::Ident(binding), Some(init)) = (&local.pat, &local.init) else {
+            continue;
+        };
+        let moves_param =
+            matches!(&*init.expr, Expr::Path(path) if path.path.is_ident(&binding.ident));
+        if moves_param && params.contains(&binding.ident) {
+            local
+                .attrs
+                .push(syn::parse_quote!(#[allow(unused_variables)]));
+        }
+    }
+}
+
+/// The body's statements, after an unreachable typed `return` that makes the async block's
+/// output the declared return type even when the body only uses `?` or early `return`s.
+///
+/// The statements go straight into the async block (as an `async fn` body does), not inside a
+/// block of their own: `{ { Ok(id) } }` would be an "unnecessary braces" warning in the user's
+/// crate. Leading items stay first, so they never come after a statement.
+fn typed_body(ret: &ResultType, body: Body) -> TokenStream {
+    let value = Ident::new("__distlock_never", Span::mixed_site());
+    let ty = erase_impl_trait(&ret.ty);
+    // `if let` on a `None` rather than `loop {}`: no unreachable or diverging code to allow.
+    let typed_return = quote! {
+        if let ::core::option::Option::Some(#value) = ::core::option::Option::None::<#ty> {
+            return #value;
+        }
+    };
+    match body {
+        Body::Parsed(block) => {
+            let items = block
+                .stmts
+                .iter()
+                .take_while(|stmt| matches!(stmt, Stmt::Item(_)))
+                .count();
+            let (items, rest) = block.stmts.split_at(items);
+            quote!(#(#items)* #typed_return #(#rest)*)
+        }
+        Body::Raw(group) => {
+            let stmts = group.stream();
+            quote!(#typed_return #stmts)
+        }
+    }
+}
+
+/// `match lock(key)...run(body).await { .. }`: the body's own result, or the lock failure
+/// converted into the function's error type (with `skip`, a busy lock gives `Ok(default)`).
+fn locked(model: &LockModel, builder: &TokenStream, body: TokenStream) -> TokenStream {
+    let result = Ident::new("__distlock_result", Span::mixed_site());
+    let error = Ident::new("__distlock_error", Span::mixed_site());
+    // Each requirement on the user's types is one call, spanned at the type it is about, so one
+    // mistake is one error, at the right token.
+    let lock_error = private_call(model, "lock_error", quote!(#error), model.ret.err_span);
+    let skip = model.skip.then(|| {
+        let skip_default = private_call(model, "skip_default", quote!(), model.ret.ok_span);
+        quote! {
+            ::core::result::Result::Err(#error) if #error.is_busy() => {
+                ::core::result::Result::Ok(#skip_default)
+            }
+        }
+    });
+    quote! {
+        match #builder.run(#body).await {
+            ::core::result::Result::Ok(#result) => #result,
+            #skip
+            ::core::result::Result::Err(#error) => ::core::result::Result::Err(#lock_error),
+        }
+    }
+}
+
+/// `#krate::__private::#name(#args)`, with the path and the parentheses at `span`, a type the
+/// user wrote, where rustc reports an unmet bound of the call. (Located there in the macro's
+/// context instead, the error would be drawn from the attribute to the type.)
+fn private_call(model: &LockModel, name: &str, args: TokenStream, span: Span) -> TokenStream {
+    let krate = respan(model.krate.to_token_stream(), span);
+    let name = Ident::new(name, span);
+    let mut args = Group::new(Delimiter::Parenthesis, args);
+    args.set_span(span);
+    quote_spanned!(span=> #krate::__private::#name #args)
+}
+
+/// `__private::lock(key).ttl(..).renew(true)...`: the public `LockBuilder` with the options.
+fn builder(model: &LockModel, key: &Ident) -> TokenStream {
+    let krate = &model.krate;
+    let mut builder = quote!(#krate::__private::lock(#key));
+    let duration = |arg: &DurationArg, check: &str| match arg {
+        DurationArg::Millis(millis) => {
+            let millis = Literal::u64_suffixed(*millis);
+            quote!(#krate::__private::StdDuration::from_millis(#millis))
+        }
+        // Evaluated at compile time, so a constant out of the runtime's limits is a build
+        // error, as a literal is. Spanned at the path, where rustc reports a constant of
+        // another type ("expected `Duration`, found `u64`") or out of the limits.
+        DurationArg::Const(path) => {
+            let span = path.span();
+            let krate = respan(krate.to_token_stream(), span);
+            let check = Ident::new(check, span);
+            let value = Ident::new("__distlock_duration", Span::mixed_site().located_at(span));
+            quote_spanned! {span=>
+                const {
+                    let #value: #krate::__private::StdDuration = #path;
+                    #krate::__private::#check(#value)
+                }
+            }
+        }
+    };
+    if let Some(ttl) = &model.ttl {
+        let ttl = duration(ttl, "ttl_const");
+        builder.extend(quote!(.ttl(#ttl)));
+    }
+    if model.renew {
+        builder.extend(quote!(.renew(true)));
+    }
+    if let Some(wait) = &model.wait {
+        let wait = duration(wait, "wait_const");
+        builder.extend(quote!(.wait(#wait)));
+    }
+    if let Some(min_hold) = &model.min_hold {
+        let min_hold = duration(min_hold, "min_hold_const");
+        builder.extend(quote!(.min_hold(#min_hold)));
+    }
+    if model.fenced {
+        builder.extend(quote!(.fenced(true)));
+    }
+    if let Some(client) = &model.client {
+        builder.extend(quote!(.client(#client)));
+    }
+    builder
+}
+
+/// `{ let mut k = KeyBuilder::with_capacity(N); k.literal("order:"); k.value(&(id), None); k.finish() }`
 fn key_block(model: &LockModel) -> TokenStream {
     let krate = &model.krate;
     let builder = Ident::new("__distlock_builder", Span::mixed_site());
+    let at_key = model.key.span;
     let mut capacity = 0;
     let mut pushes = TokenStream::new();
     for part in &model.key.parts {
@@ -96,8 +285,8 @@ fn key_block(model: &LockModel) -> TokenStream {
                 // reported at the key (not from the key to the parameter's declaration), while
                 // `#expr` keeps the parameter's own span.
                 let mut value = Group::new(Delimiter::Parenthesis, expr.clone());
-                value.set_span(model.key.span);
-                pushes.extend(quote_spanned! {model.key.span=>
+                value.set_span(at_key);
+                pushes.extend(quote_spanned! {at_key=>
                     #builder.value(&#value, #terminator);
                 });
             }
@@ -112,135 +301,24 @@ fn key_block(model: &LockModel) -> TokenStream {
     }
 }
 
-/// Type-level checks of the return type, so that a missing `From<distlock::Error>` (or, with
-/// `skip`, a missing `Default`) is reported at the return type with the runtime's messages.
-///
-/// The asserts and the `run` call are all located at the return type's first token. rustc then
-/// sees the runtime's own `E: From<Error>` / `T: Default` errors from `run` as duplicates of
-/// the asserts' errors at the same place and drops them: one mistake, one error.
-fn asserts(model: &LockModel) -> TokenStream {
-    // `impl Trait` cannot be named in a turbofish; the runtime's own bounds still apply.
-    if contains_impl_trait(&model.ret) {
-        return TokenStream::new();
-    }
-    let span = model.ret.span();
-    let krate = respan(model.krate.to_token_stream(), span);
-    // Only the location changes: each token keeps its own hygiene.
-    let ret = locate(model.ret.to_token_stream(), span);
-    let mut asserts = quote_spanned! {span=>
-        let _ = #krate::__private::assert_lock_result::<#ret>;
-    };
-    if model.skip {
-        asserts.extend(quote_spanned! {span=>
-            let _ = #krate::__private::assert_skip_result::<#ret>;
-        });
-    }
-    asserts
-}
-
-/// `run(args)` or `run_or_skip(args)`, located at the return type like the asserts.
-fn run_call(model: &LockModel, args: TokenStream) -> TokenStream {
-    let span = model.ret.span();
-    let krate = respan(model.krate.to_token_stream(), span);
-    let runner = if model.skip {
-        quote_spanned!(span=> run_or_skip)
-    } else {
-        quote_spanned!(span=> run)
-    };
-    let mut parens = Group::new(Delimiter::Parenthesis, args);
-    parens.set_span(span);
-    quote_spanned!(span=> #krate::__private::#runner #parens)
-}
-
-/// The `LockSpec` literal.
-fn spec(model: &LockModel) -> TokenStream {
-    let krate = &model.krate;
-    let client = match &model.client {
-        Some(name) => quote!(::core::option::Option::Some(#name)),
-        None => quote!(::core::option::Option::None),
-    };
-    let millis = |value: Option<u64>| match value {
-        Some(millis) => {
-            let millis = Literal::u64_suffixed(millis);
-            quote!(::core::option::Option::Some(#krate::__private::StdDuration::from_millis(#millis)))
-        }
-        None => quote!(::core::option::Option::None),
-    };
-    let ttl = millis(model.ttl_millis);
-    let renew = model.renew;
-    let wait = millis(model.wait_millis);
-    let min_hold = millis(model.min_hold_millis);
-    quote! {
-        #krate::__private::LockSpec {
-            client: #client,
-            ttl: #ttl,
-            renew: #renew,
-            wait: #wait,
-            min_hold: #min_hold,
-        }
-    }
-}
-
-/// An unreachable typed `return` at the top of the body's async block, so the block's output
-/// type is the declared return type even when the body only uses `?` or early `return`s.
-fn fake_return(ret: &Type) -> TokenStream {
-    let span = ret.span();
-    let ret = erase_impl_trait(ret);
-    let value = Ident::new("__distlock_fake_return", Span::mixed_site());
-    quote_spanned! {span=>
-        #[allow(
-            unreachable_code,
-            clippy::diverging_sub_expression,
-            clippy::empty_loop,
-            clippy::needless_return,
-            clippy::unreachable
-        )]
-        if false {
-            let #value: #ret = loop {};
-            return #value;
-        }
-    }
-}
-
 /// Gives every token `span`.
 fn respan(tokens: TokenStream, span: Span) -> TokenStream {
-    map_spans(tokens, &|_| span)
-}
-
-/// Moves every token to `location`, keeping its own hygiene.
-fn locate(tokens: TokenStream, location: Span) -> TokenStream {
-    map_spans(tokens, &|span| span.located_at(location))
-}
-
-fn map_spans(tokens: TokenStream, f: &dyn Fn(Span) -> Span) -> TokenStream {
     tokens
         .into_iter()
         .map(|mut token| {
             if let TokenTree::Group(group) = &token {
-                let mut inner = Group::new(group.delimiter(), map_spans(group.stream(), f));
-                inner.set_span(f(group.span()));
+                let mut inner = Group::new(group.delimiter(), respan(group.stream(), span));
+                inner.set_span(span);
                 token = TokenTree::Group(inner);
             } else {
-                token.set_span(f(token.span()));
+                token.set_span(span);
             }
             token
         })
         .collect()
 }
 
-fn contains_impl_trait(ty: &Type) -> bool {
-    struct Finder(bool);
-    impl<'ast> syn::visit::Visit<'ast> for Finder {
-        fn visit_type_impl_trait(&mut self, _: &'ast syn::TypeImplTrait) {
-            self.0 = true;
-        }
-    }
-    let mut finder = Finder(false);
-    syn::visit::Visit::visit_type(&mut finder, ty);
-    finder.0
-}
-
-/// `impl Trait` is not allowed in a `let` type; `_` infers the same type.
+/// `impl Trait` is not allowed in a turbofish; `_` infers the same type.
 fn erase_impl_trait(ty: &Type) -> Type {
     struct Eraser;
     impl VisitMut for Eraser {
@@ -284,82 +362,133 @@ mod tests {
             #[doc = " Docs."]
             pub async fn settle(id: u64) -> Result<u8, E> {
                 #![allow(unused)]
-                let _ = ::distlock::__private::assert_lock_result::<Result<u8, E> >;
                 let __distlock_key = {
                     let mut __distlock_builder = ::distlock::__private::KeyBuilder::with_capacity(22usize);
                     __distlock_builder.literal("order:");
                     __distlock_builder.value(&(id), ::core::option::Option::None);
                     __distlock_builder.finish()
                 };
-                ::distlock::__private::run(
-                    ::distlock::__private::LockSpec {
-                        client: ::core::option::Option::None,
-                        ttl: ::core::option::Option::Some(::distlock::__private::StdDuration::from_millis(10000u64)),
-                        renew: true,
-                        wait: ::core::option::Option::None,
-                        min_hold: ::core::option::Option::None,
-                    },
-                    __distlock_key,
-                    async move {
-                        #[allow(
-                            unreachable_code,
-                            clippy::diverging_sub_expression,
-                            clippy::empty_loop,
-                            clippy::needless_return,
-                            clippy::unreachable
-                        )]
-                        if false {
-                            let __distlock_fake_return: Result<u8, E> = loop {};
-                            return __distlock_fake_return;
+                match ::distlock::__private::lock(__distlock_key)
+                    .ttl(::distlock::__private::StdDuration::from_millis(10000u64))
+                    .renew(true)
+                    .run(async move {
+                        if let ::core::option::Option::Some(__distlock_never) =
+                            ::core::option::Option::None::<Result<u8, E> >
+                        {
+                            return __distlock_never;
                         }
-                        { Ok(1) }
-                    }
-                ).await
+                        Ok(1)
+                    })
+                    .await
+                {
+                    ::core::result::Result::Ok(__distlock_result) => __distlock_result,
+                    ::core::result::Result::Err(__distlock_error) => ::core::result::Result::Err(
+                        ::distlock::__private::lock_error(__distlock_error)
+                    ),
+                }
             }
         };
         assert_eq!(out, expected.to_string());
     }
 
     #[test]
+    fn body_statements_follow_leading_items() {
+        let out = expand_str(
+            r#"key = "k""#,
+            "async fn f() -> Result<u8, E> { const X: u8 = 1; use std::fmt; let y = X; Ok(y) }",
+        );
+        let body = out.split("async move").nth(1).unwrap();
+        assert!(
+            body.starts_with(" { const X : u8 = 1 ; use std :: fmt ; if let"),
+            "{body}"
+        );
+        assert!(body.contains("return __distlock_never ; } let y = X ; Ok (y) }"));
+    }
+
+    #[test]
     fn skip_wait_client_and_crate() {
         let out = expand_str(
-            r#"key = "a<<b:<x>", skip, client = "payments", crate = "my::lock""#,
+            r#"key = "a<<b:<x>", skip, fenced, client = "payments", crate = "my::lock""#,
             "async fn f(x: u8) -> Result<(), E> { Ok(()) }",
         );
-        assert!(out.contains("my :: lock :: __private :: run_or_skip"));
-        assert!(out.contains("assert_skip_result :: < Result < () , E > >"));
+        assert!(out.contains(
+            "match my :: lock :: __private :: lock (__distlock_key) . fenced (true) . client (\"payments\") . run"
+        ));
+        assert!(out.contains(
+            ":: core :: result :: Result :: Err (__distlock_error) if __distlock_error . is_busy () => { :: core :: result :: Result :: Ok (my :: lock :: __private :: skip_default ()) }"
+        ));
+        assert!(out.contains("Err (my :: lock :: __private :: lock_error (__distlock_error))"));
         assert!(out.contains(r#"literal ("a<b:")"#));
-        assert!(out.contains(r#"client : :: core :: option :: Option :: Some ("payments")"#));
         let out = expand_str(
-            r#"key = "k:<x>-", wait = "2s""#,
+            r#"key = "k:<x>-", wait = "2s", min_hold = "1m30s""#,
             "async fn f(x: u8) -> Result<(), E> { Ok(()) }",
         );
         assert!(out.contains("value (& (x) , :: core :: option :: Option :: Some ('-'))"));
         assert!(out.contains(
-            "wait : :: core :: option :: Option :: Some (:: distlock :: __private :: StdDuration :: from_millis (2000u64))"
+            ". wait (:: distlock :: __private :: StdDuration :: from_millis (2000u64)) . min_hold (:: distlock :: __private :: StdDuration :: from_millis (90000u64))"
         ));
     }
 
     #[test]
-    fn impl_trait_return_is_erased_and_not_asserted() {
+    fn constant_durations_are_checked_where_they_are_evaluated() {
+        let out = expand_str(
+            "key = \"k\", ttl = ORDER_TTL, wait = Self::WAIT, min_hold = T::HOLD",
+            "async fn f() -> Result<(), E> { Ok(()) }",
+        );
+        assert!(out.contains(
+            ". ttl (const { let __distlock_duration : :: distlock :: __private :: StdDuration = ORDER_TTL ; :: distlock :: __private :: ttl_const (__distlock_duration) })"
+        ), "{out}");
+        assert!(out.contains(
+            "= Self :: WAIT ; :: distlock :: __private :: wait_const (__distlock_duration)"
+        ));
+        assert!(out.contains(
+            "= T :: HOLD ; :: distlock :: __private :: min_hold_const (__distlock_duration)"
+        ));
+    }
+
+    #[test]
+    fn impl_trait_return_is_erased() {
         let out = expand_str(
             r#"key = "k""#,
             "async fn f() -> Result<impl Display, E> { Ok(1) }",
         );
-        assert!(!out.contains("assert_lock_result"));
-        assert!(out.contains("let __distlock_fake_return : Result < _ , E > = loop { } ;"));
+        assert!(out.contains(":: core :: option :: Option :: None :: < Result < _ , E > >"));
     }
 
     #[test]
     fn async_trait_future_is_wrapped() {
         let out = expand_str(
             r#"key = "<id>""#,
-            "fn f<'a>(id: u64) -> Pin<Box<dyn Future<Output = Result<(), E>> + Send + 'a>> { Box::pin(async move { Ok(()) }) }",
+            "fn f<'a>(id: u64) -> Pin<Box<dyn Future<Output = Result<(), E>> + Send + 'a>> { Box::pin(async move { let id = id; let n = 1; Ok(()) }) }",
         );
         assert!(out.ends_with(
-            ":: distlock :: __private :: run (:: distlock :: __private :: LockSpec { client : :: core :: option :: Option :: None , ttl : :: core :: option :: Option :: None , renew : false , wait : :: core :: option :: Option :: None , min_hold : :: core :: option :: Option :: None , } , __distlock_key , async move { Ok (()) })) }"
+            "Box :: pin (async move { match :: distlock :: __private :: lock (__distlock_key) . run (async move { # [allow (unused_variables)] let id = id ; let n = 1 ; Ok (()) }) . await { :: core :: result :: Result :: Ok (__distlock_result) => __distlock_result , :: core :: result :: Result :: Err (__distlock_error) => :: core :: result :: Result :: Err (:: distlock :: __private :: lock_error (__distlock_error)) , } }) }"
         ), "{out}");
-        assert!(out.contains("Box :: pin (:: distlock"));
         assert!(out.contains("with_capacity (16usize)"));
+    }
+
+    #[test]
+    fn fallback_is_the_function_as_written_with_parameters_allowed_unused() {
+        let item: LockFn = syn::parse_str(
+            "pub async fn f(id: u64, (a, b): (u8, u8)) -> Result<(), E> { #![allow(unused)] Ok(()) }",
+        )
+        .unwrap();
+        assert_eq!(
+            fallback(item).to_string(),
+            quote! {
+                pub async fn f(#[allow(unused_variables)] id: u64, #[allow(unused_variables)] (a, b): (u8, u8)) -> Result<(), E> {
+                    #![allow(unused)]
+                    Ok(())
+                }
+            }
+            .to_string()
+        );
+        let item: LockFn = syn::parse_str(
+            "fn f<'a>(id: u64) -> Pin<Box<dyn Future<Output = Result<(), E>> + Send + 'a>> { Box::pin(async move { let id = id; Ok(()) }) }",
+        )
+        .unwrap();
+        assert!(fallback(item).to_string().contains(
+            "Box :: pin (async move { # [allow (unused_variables)] let id = id ; Ok (()) })"
+        ));
     }
 }

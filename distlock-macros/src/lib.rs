@@ -51,17 +51,47 @@ use proc_macro::TokenStream;
 /// | option | value | default |
 /// | --- | --- | --- |
 /// | `key` | key template (required) | — |
-/// | `ttl` | lease length | the client's `Config::default_ttl` (30 s unless configured) |
+/// | `ttl` | lease length: a duration | the client's `Config::default_ttl` (30 s unless configured) |
 /// | `renew` | flag: extend the lease while the body runs | off |
-/// | `wait` | how long to wait for a busy lock | don't wait |
+/// | `wait` | how long to wait for a busy lock: a duration | don't wait |
 /// | `skip` | flag: if busy, return `Ok(Default::default())` | off |
-/// | `min_hold` | keep the lock at least this long after acquiring it | release when the body ends |
+/// | `min_hold` | keep the lock at least this long after acquiring it: a duration | release when the body ends |
+/// | `fenced` | flag: hand out a fencing token with the lock (`distlock::fencing_token()`) | no token |
 /// | `client` | name of a client installed with `Config::install_as` | the default client |
 /// | `crate` | path to `distlock`, for crates that re-export it | `"::distlock"` |
 ///
-/// Durations are an integer followed by a unit: `ms`, `s`, `m` or `h` (`"500ms"`, `"10s"`,
-/// `"5m"`, `"1h"`). Zero, fractions, spaces and other units are compile errors. Each option may
-/// be given once, in any order.
+/// Each option may be given once, in any order.
+///
+/// ## Durations
+///
+/// `ttl`, `wait` and `min_hold` take a string literal, written as in a config file and checked
+/// at compile time: numbers with units, summed, optionally spaced, with decimal fractions
+/// (`"500ms"`, `"10s"`, `"1m30s"`, `"1m 30s"`, `"1.5s"`, `"2h"`, `"1d"`; the grammar of the
+/// `humantime` crate, the same as `distlock::parse_duration` reads at run time). Zero, and
+/// anything that is not a whole number of milliseconds (`"250us"`), is a compile error: Redis
+/// expires locks with millisecond resolution. `ttl` must be between `distlock::MIN_TTL` (100 ms)
+/// and `distlock::MAX_TTL` (30 days), `min_hold` at most 30 days.
+///
+/// Or they take a path to a `std::time::Duration` constant, so durations can live with the rest
+/// of a service's settings; the compiler checks its type, and its value against the same limits
+/// where the constant is evaluated (when the crate is built):
+///
+/// ```ignore
+/// const ORDER_TTL: Duration = Duration::from_secs(10);
+///
+/// #[distributed_lock(key = "order:<id>", ttl = ORDER_TTL)]
+/// async fn settle(id: u64) -> Result<(), AppError> { Ok(()) }
+///
+/// impl Orders {
+///     const TTL: Duration = Duration::from_secs(5);
+///
+///     #[distributed_lock(key = "order:<self.region>:<id>", ttl = Self::TTL)]
+///     async fn refund(&self, id: u64) -> Result<(), AppError> { Ok(()) }
+/// }
+/// ```
+///
+/// A path must name a constant (or an immutable `static`), not a parameter or a call: define a
+/// constant for a computed duration.
 ///
 /// ## `key = "..."`
 ///
@@ -72,7 +102,7 @@ use proc_macro::TokenStream;
 /// async fn settle(id: u64) -> Result<(), AppError> { Ok(()) }
 /// ```
 ///
-/// ## `ttl = "..."`
+/// ## `ttl = "..."` or `ttl = CONSTANT`
 ///
 /// How long the lock is leased for. Without `renew`, the body must finish within the lease:
 /// once it runs out another caller may take the lock, so the body is cancelled (see
@@ -93,7 +123,7 @@ use proc_macro::TokenStream;
 /// async fn import(batch: String) -> Result<(), AppError> { Ok(()) }
 /// ```
 ///
-/// ## `wait = "..."`
+/// ## `wait = "..."` or `wait = CONSTANT`
 ///
 /// When the lock is busy, wait up to this long for it to be released (the waiter is woken when
 /// it is) before failing with `distlock::Error::Busy`. Without `wait`, a busy lock fails at once.
@@ -114,7 +144,7 @@ use proc_macro::TokenStream;
 /// async fn nightly() -> Result<(), AppError> { Ok(()) }
 /// ```
 ///
-/// ## `min_hold = "..."`
+/// ## `min_hold = "..."` or `min_hold = CONSTANT`
 ///
 /// Keep the lock at least this long after acquiring it, even when the body finishes sooner
 /// (ShedLock's `lockAtLeastFor`): the lock is then left to expire at that point instead of
@@ -124,6 +154,22 @@ use proc_macro::TokenStream;
 /// ```ignore
 /// #[distributed_lock(key = "nightly-report", ttl = "5m", skip, min_hold = "1m")]
 /// async fn nightly() -> Result<(), AppError> { Ok(()) }
+/// ```
+///
+/// ## `fenced`
+///
+/// Take the lock with a fencing token, which the body reads with `distlock::fencing_token()`
+/// and passes to the resource it protects, so that a holder whose lease ran out cannot write
+/// after the next holder (see `LockBuilder::fenced` for the guarantee and its price: a fenced
+/// acquire runs a script where a plain one is a single `SET NX PX GET`). A nested call that
+/// re-enters the lock shares its token.
+///
+/// ```ignore
+/// #[distributed_lock(key = "ledger:<account>", ttl = "10s", fenced)]
+/// async fn post(account: u64, db: &Db) -> Result<(), AppError> {
+///     let token = distlock::fencing_token().expect("fenced lock");
+///     db.write_if_newer(account, token).await
+/// }
 /// ```
 ///
 /// ## `client = "..."`
@@ -153,7 +199,8 @@ use proc_macro::TokenStream;
 /// * `<name.field.sub>` by a field of it (tuple fields too: `<pair.0>`);
 /// * `<self.field>` by a field of the receiver (`<self>` renders the receiver itself);
 /// * everything else is literal text. `<<` is a literal `<`; a `>` outside a placeholder is
-///   literal as it is (`"a>b"` is the key `a>b`).
+///   literal as it is (`"a>b"` is the key `a>b`). `{` and `}` cannot appear in literal text
+///   (see below).
 ///
 /// ```ignore
 /// #[distributed_lock(key = "user:<self.tenant>:<req.user_id>", ttl = "500ms")]
@@ -165,11 +212,19 @@ use proc_macro::TokenStream;
 /// the Redis Cluster hash slot: in a value, `%`, `{`, `}` and the first character of the
 /// literal text right after the placeholder (`:` in `"<a>:<b>"`) are written as `%XX`, the
 /// character's UTF-8 bytes in upper-case hex. Plain values such as `42` or `abc-1` render
-/// unchanged; the literal text is never escaped, so `{...}` in it sets a hash tag.
+/// unchanged; the literal text is never escaped.
+///
+/// The runtime puts the whole lock name in a Redis Cluster hash tag itself (so that every key
+/// of one lock shares a slot), and refuses names with braces: a lock cannot choose its own hash
+/// tag, and `{` or `}` in the template's literal text is a compile error (`"order:{id}"`, written
+/// as in `format!`, is answered with the `<id>` form).
 ///
 /// The template is checked at compile time; each of these is an error at the key:
 ///
-/// * a placeholder naming no parameter (the message lists the ones there are);
+/// * a placeholder naming no parameter (the message lists the ones there are, and suggests the
+///   closest: `<idd>` gets "did you mean `<id>`?"); a misspelt field (`<order.idx>`) is
+///   rustc's error at the key, which names the field that exists;
+/// * `{` or `}` in the literal text;
 /// * a placeholder naming a variable bound by a destructuring pattern (`(a, b): (u32, u32)`):
 ///   bind the parameter to a name and use `<pair.0>`;
 /// * `<self.field>` in a function without a `self` parameter;
@@ -216,70 +271,72 @@ use proc_macro::TokenStream;
 /// }
 /// ```
 ///
-/// behaves like this use of the manual API:
+/// is this use of the manual API:
 ///
 /// ```ignore
 /// async fn settle(id: u64) -> Result<Receipt, AppError> {
 ///     let key = format!("order:{id}"); // values escaped as described above
-///     let guard = distlock::lock(key)
+///     match distlock::lock(key)
 ///         .ttl(Duration::from_secs(10))
 ///         .renew(true)
-///         .acquire()
-///         .await?; // Busy, NotInitialized, ... become AppError here
-///     let result = async {
-///         charge(id).await?;
-///         Ok(Receipt::new(id))
+///         .run(async move {
+///             charge(id).await?;
+///             Ok(Receipt::new(id))
+///         })
+///         .await
+///     {
+///         // The body's own result: it completed inside its lease.
+///         Ok(result) => result,
+///         // With `skip`: `Err(error) if error.is_busy() => Ok(Default::default()),`
+///         // Busy, NotInitialized, Lost (the body was cancelled or its lease ran out), ...
+///         Err(error) => Err(AppError::from(error)),
 ///     }
-///     .await; // cancelled with `Err(Lost)` if the lease can't be guaranteed
-///     // The attribute logs a failed release rather than failing the call: the body's result
-///     // stands and the lease runs out by itself. By hand, `guard.release().await?` is yours
-///     // to choose.
-///     let _ = guard.release().await;
-///     result
 /// }
 /// ```
 ///
-/// (`distlock::lock(key).ttl(..).renew(true).run(body)` does the same in one call; it is what
-/// the attribute uses.)
-///
-/// The generated code calls `distlock::__private::run` (`run_or_skip` with `skip`) with the
-/// options, the rendered key and the body as an `async move` block, plus type-level checks of
-/// the return type so that an error type without `From<distlock::Error>` (or, with `skip`, a
-/// success type without `Default`) is reported at the return type.
+/// The generated code differs only in how it is spelled: the key is built by
+/// `distlock::__private::KeyBuilder` into one `String`; the body's statements go into the
+/// `async move` block after an unreachable typed `return`, so that `?` and early `return`s keep
+/// the declared return type; and the conversion is a call to `__private::lock_error` (with
+/// `skip`, `__private::skip_default`) placed at the error type (the success type), so that an
+/// error type without `From<distlock::Error>` (a success type without `Default`) is exactly one
+/// error, at that type. It triggers no rustc warning and no `clippy::all` or
+/// `clippy::pedantic` lint in the crate that uses it.
 ///
 /// # Errors
 ///
 /// Every misuse is a compile error at the offending token: the option name or value, the key
-/// literal, the `fn` token of a function that is not `async`, the return type. The function is
-/// still emitted unchanged next to the error, so one mistake gives one error and IDEs keep
-/// working.
+/// literal, the `fn` token of a function that is not `async`, the error or success type. The
+/// function is still emitted as written next to the error, so one mistake gives one error and
+/// IDEs keep working (its parameters are marked as possibly unused there, so that a parameter
+/// only the key reads does not warn on top of the error).
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
-    let original = proc_macro2::TokenStream::from(item.clone());
-    match lock_fn(args.into(), original.clone()) {
-        Ok(tokens) => tokens.into(),
-        Err(error) => {
-            let mut tokens = error.to_compile_error();
-            tokens.extend(original);
-            tokens.into()
-        }
-    }
+    lock_fn(args.into(), item.into()).into()
 }
 
 fn lock_fn(
     args: proc_macro2::TokenStream,
     item: proc_macro2::TokenStream,
-) -> syn::Result<proc_macro2::TokenStream> {
+) -> proc_macro2::TokenStream {
     let args = syn::parse2::<attr::LockArgs>(args);
-    let item = match syn::parse2::<item::LockFn>(item) {
-        Ok(item) => item,
+    let parsed = match syn::parse2::<item::LockFn>(item.clone()) {
+        Ok(parsed) => parsed,
         Err(mut error) => {
             if let Err(args_error) = args {
                 error.combine(args_error);
             }
-            return Err(error);
+            let mut tokens = error.to_compile_error();
+            tokens.extend(item);
+            return tokens;
         }
     };
-    let model = model::build(args, &item)?;
-    Ok(expand::expand(item, model))
+    match model::build(args, &parsed) {
+        Ok(model) => expand::expand(parsed, model),
+        Err(error) => {
+            let mut tokens = error.to_compile_error();
+            tokens.extend(expand::fallback(parsed));
+            tokens
+        }
+    }
 }

@@ -4,11 +4,12 @@
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, ToTokens};
 use syn::ext::IdentExt;
+use syn::spanned::Spanned;
 use syn::{
     Expr, FnArg, Ident, LitStr, Pat, Path, PathArguments, ReturnType, Signature, Token, Type,
 };
 
-use crate::attr::{Errors, LockArgs};
+use crate::attr::{DurationArg, Errors, LockArgs};
 use crate::item::{async_trait_body, future_output, LockFn};
 use crate::template::{Field, KeyTemplate, Placeholder, Segment, TemplateError};
 
@@ -18,15 +19,27 @@ pub(crate) struct LockModel {
     pub(crate) krate: Path,
     pub(crate) client: Option<LitStr>,
     /// `None`: the client's `default_ttl` applies.
-    pub(crate) ttl_millis: Option<u64>,
+    pub(crate) ttl: Option<DurationArg>,
     pub(crate) renew: bool,
-    pub(crate) wait_millis: Option<u64>,
-    pub(crate) min_hold_millis: Option<u64>,
+    pub(crate) wait: Option<DurationArg>,
+    pub(crate) min_hold: Option<DurationArg>,
     pub(crate) skip: bool,
+    /// `fenced`: the lock hands out a fencing token.
+    pub(crate) fenced: bool,
     pub(crate) key: Key,
-    /// The function's `Result<T, E>` type as written.
-    pub(crate) ret: Type,
+    /// The function's return type as written.
+    pub(crate) ret: ResultType,
     pub(crate) shape: Shape,
+}
+
+/// The function's `Result<T, E>` type, with the places errors about `T` and `E` point at.
+pub(crate) struct ResultType {
+    /// As written.
+    pub(crate) ty: Type,
+    /// `T`, or the whole type when it is an alias without it spelled out.
+    pub(crate) ok_span: Span,
+    /// `E`, or the whole type when it is an alias such as `anyhow::Result<T>`.
+    pub(crate) err_span: Span,
 }
 
 /// The lock key: the template resolved against the function's parameters.
@@ -34,6 +47,8 @@ pub(crate) struct Key {
     /// The span of the `key = "..."` literal; errors about values point here.
     pub(crate) span: Span,
     pub(crate) parts: Vec<KeyPart>,
+    /// The parameters (not `self`) the key reads.
+    pub(crate) params: Vec<Ident>,
 }
 
 /// One piece of the lock key.
@@ -110,11 +125,12 @@ pub(crate) fn build(args: syn::Result<LockArgs>, item: &LockFn) -> syn::Result<L
     Ok(LockModel {
         krate: args.krate.unwrap_or_else(|| syn::parse_quote!(::distlock)),
         client: args.client,
-        ttl_millis: args.ttl,
+        ttl: args.ttl,
         renew: args.renew.is_some(),
-        wait_millis: args.wait,
-        min_hold_millis: args.min_hold,
+        wait: args.wait,
+        min_hold: args.min_hold,
         skip: args.skip.is_some(),
+        fenced: args.fenced.is_some(),
         key,
         ret,
         shape,
@@ -122,7 +138,7 @@ pub(crate) fn build(args: syn::Result<LockArgs>, item: &LockFn) -> syn::Result<L
 }
 
 /// Checks `const`, `async` and the return type; finds the async-trait shape.
-fn check_function(item: &LockFn, errors: &mut Errors) -> (Option<Shape>, Option<Type>) {
+fn check_function(item: &LockFn, errors: &mut Errors) -> (Option<Shape>, Option<ResultType>) {
     let sig = &item.sig;
     let async_trait = async_trait_body(item);
     let ret = match (&async_trait, &sig.output) {
@@ -157,7 +173,7 @@ fn check_function(item: &LockFn, errors: &mut Errors) -> (Option<Shape>, Option<
         None
     };
     let ret = match ret {
-        Ok(ty) => errors.check(check_result_type(&ty).map(|()| ty)),
+        Ok(ty) => errors.check(check_result_type(ty)),
         Err(span) => {
             errors.push(syn::Error::new(
                 span,
@@ -170,9 +186,10 @@ fn check_function(item: &LockFn, errors: &mut Errors) -> (Option<Shape>, Option<
 }
 
 /// The return type must be spelled `Result<..>` or `path::to::Result<..>`: the check is
-/// syntactic, and the type-level asserts in the expansion check `E: From<distlock::Error>`.
-fn check_result_type(ty: &Type) -> syn::Result<()> {
-    let mut inner = ty;
+/// syntactic; the generated code has the compiler check `E: From<distlock::Error>` (and, with
+/// `skip`, `T: Default`) at `E` and `T`.
+fn check_result_type(ty: Type) -> syn::Result<ResultType> {
+    let mut inner = &ty;
     while let Type::Group(syn::TypeGroup { elem, .. }) | Type::Paren(syn::TypeParen { elem, .. }) =
         inner
     {
@@ -182,8 +199,17 @@ fn check_result_type(ty: &Type) -> syn::Result<()> {
         if let Some(last) = path.path.segments.last() {
             if path.qself.is_none() && last.ident == "Result" {
                 if let PathArguments::AngleBracketed(args) = &last.arguments {
-                    if !args.args.is_empty() {
-                        return Ok(());
+                    let mut types = args.args.iter().filter_map(|arg| match arg {
+                        syn::GenericArgument::Type(ty) => Some(ty.span()),
+                        _ => None,
+                    });
+                    if let Some(ok_span) = types.next() {
+                        let err_span = types.next().unwrap_or_else(|| ty.span());
+                        return Ok(ResultType {
+                            ok_span,
+                            err_span,
+                            ty,
+                        });
                     }
                 }
             }
@@ -243,6 +269,7 @@ fn resolve_key(lit: &LitStr, params: &[Param], sig: &Signature) -> syn::Result<K
         .map_err(|error: TemplateError| syn::Error::new(span, error))?;
     let mut problems = Problems::default();
     let mut parts = Vec::with_capacity(template.segments.len());
+    let mut used = Vec::new();
     for (index, segment) in template.segments.iter().enumerate() {
         match segment {
             Segment::Literal(text) => parts.push(KeyPart::Literal(text.clone())),
@@ -251,15 +278,22 @@ fn resolve_key(lit: &LitStr, params: &[Param], sig: &Signature) -> syn::Result<K
                     Some(Segment::Literal(text)) => text.chars().next(),
                     _ => None,
                 };
-                if let Some(expr) = resolve_placeholder(placeholder, params, span, &mut problems) {
+                if let Some((expr, param)) =
+                    resolve_placeholder(placeholder, params, span, &mut problems)
+                {
                     parts.push(KeyPart::Value { expr, terminator });
+                    used.extend(param.filter(|param| !used.contains(param)));
                 }
             }
         }
     }
     match problems.message(params, sig) {
         Some(message) => Err(syn::Error::new(span, message)),
-        None => Ok(Key { span, parts }),
+        None => Ok(Key {
+            span,
+            parts,
+            params: used,
+        }),
     }
 }
 
@@ -314,13 +348,35 @@ impl Problems {
             } else {
                 ""
             };
-            lines.push(format!(
-                "unknown parameter{} {} in the lock key ({}); {}{positional} (for a literal `<`, write `<<`)",
+            let suggestions: Vec<String> = self
+                .unknown
+                .iter()
+                .filter_map(|(placeholder, root)| {
+                    let better = closest(root, params)?;
+                    // Same placeholder with the root corrected: `<idd.x>` -> `<id.x>`.
+                    let fixed = format!("<{better}{}", &placeholder[1 + root.len()..]);
+                    Some(if self.unknown.len() == 1 {
+                        format!("`{fixed}`")
+                    } else {
+                        format!("`{fixed}` for `{placeholder}`")
+                    })
+                })
+                .collect();
+            let unknown = format!(
+                "unknown parameter{} {} in the lock key ({})",
                 if self.unknown.len() == 1 { "" } else { "s" },
                 list(&mut self.unknown.iter().map(|(_, root)| root)),
                 list(&mut self.unknown.iter().map(|(placeholder, _)| placeholder)),
-                param_hint(params, sig)
-            ));
+            );
+            let hint = format!("{}{positional}", param_hint(params, sig));
+            lines.push(if suggestions.is_empty() {
+                format!("{unknown}; {hint} (for a literal `<`, write `<<`)")
+            } else {
+                format!(
+                    "{unknown}: did you mean {}? ({hint}; for a literal `<`, write `<<`)",
+                    suggestions.join(", ")
+                )
+            });
         }
         (!lines.is_empty()).then(|| lines.join("\n"))
     }
@@ -329,14 +385,15 @@ impl Problems {
 const DESTRUCTURED_HELP: &str = "bind the parameter to a name instead (e.g. `pair: (A, B)`, then `<pair.0>`), so the key can be built before the body runs";
 
 /// The expression a placeholder stands for: the parameter (or `self`) with the user's own span,
-/// then the fields, spanned at the key.
+/// then the fields, spanned at the key; and the parameter it reads (`None` for `self`).
 fn resolve_placeholder(
     placeholder: &Placeholder,
     params: &[Param],
     span: Span,
     problems: &mut Problems,
-) -> Option<TokenStream> {
+) -> Option<(TokenStream, Option<Ident>)> {
     let root = &placeholder.root;
+    let mut param = None;
     let mut expr = if root == "self" {
         let receiver = params.iter().find_map(|param| match param {
             Param::Receiver(token) => Some(token),
@@ -355,7 +412,10 @@ fn resolve_placeholder(
             Param::Receiver(_) | Param::Positional => false,
         });
         match found {
-            Some(Param::Named(ident)) => ident.to_token_stream(),
+            Some(Param::Named(ident)) => {
+                param = Some(ident.clone());
+                ident.to_token_stream()
+            }
             Some(Param::Destructured(ident)) => {
                 let name = ident.unraw().to_string();
                 problems.destructured.push((placeholder.to_string(), name));
@@ -369,6 +429,9 @@ fn resolve_placeholder(
             }
         }
     };
+    // At the key literal itself (not merely located there): rustc's error for a misspelt field
+    // then names the field that exists ("a field with a similar name exists: `id`"); in the
+    // macro's context it would drop that help.
     for field in &placeholder.fields {
         let dot = Token![.](span);
         let member = match field {
@@ -384,7 +447,53 @@ fn resolve_placeholder(
         };
         expr.extend(quote!(#dot #member));
     }
-    Some(expr)
+    Some((expr, param))
+}
+
+/// The parameter (or `self`) whose name is closest to `root`, if it is close enough to be what
+/// was meant: an edit distance of at most a third of the name's length (at least one), as
+/// rustc's own suggestions.
+fn closest(root: &str, params: &[Param]) -> Option<String> {
+    let root = root.trim_start_matches("r#");
+    let limit = (root.chars().count() / 3).max(1);
+    params
+        .iter()
+        .filter_map(|param| match param {
+            Param::Receiver(_) => Some(("self".to_owned(), "self".to_owned())),
+            // Compared without `r#`, suggested as the template must spell it.
+            Param::Named(ident) => Some((ident.unraw().to_string(), ident.to_string())),
+            Param::Destructured(_) | Param::Positional => None,
+        })
+        .map(|(bare, name)| (edit_distance(root, &bare), name))
+        .filter(|(distance, _)| *distance <= limit)
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, name)| name)
+}
+
+/// Edit distance between `a` and `b` in characters: insertions, deletions, substitutions and
+/// swaps of two neighbours (`slef` is one edit from `self`) count one each.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    // rows[i][j]: distance between the first i characters of `a` and the first j of `b`.
+    let mut rows = vec![vec![0; b.len() + 1]; a.len() + 1];
+    for (i, row) in rows.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in rows[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let substitution = rows[i - 1][j - 1] + usize::from(a[i - 1] != b[j - 1]);
+            let mut best = substitution.min(rows[i - 1][j] + 1).min(rows[i][j - 1] + 1);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(rows[i - 2][j - 2] + 1);
+            }
+            rows[i][j] = best;
+        }
+    }
+    rows[a.len()][b.len()]
 }
 
 /// The placeholders the function's parameters allow, for error messages.
@@ -393,7 +502,8 @@ fn param_hint(params: &[Param], sig: &Signature) -> String {
         .iter()
         .filter_map(|param| match param {
             Param::Receiver(_) => Some("`<self.field>`".to_owned()),
-            Param::Named(ident) => Some(format!("`<{}>`", ident.unraw())),
+            // As the template must spell it: `<r#type>`.
+            Param::Named(ident) => Some(format!("`<{ident}>`")),
             Param::Destructured(_) | Param::Positional => None,
         })
         .collect();

@@ -51,9 +51,10 @@ fn resolves_placeholders_and_options() {
             "val req . user_id . 0 None"
         ]
     );
-    assert_eq!(model.ttl_millis, Some(500));
-    assert_eq!(model.wait_millis, Some(2_000));
-    assert!(!model.renew && !model.skip);
+    assert_eq!(model.ttl, Some(DurationArg::Millis(500)));
+    assert_eq!(model.wait, Some(DurationArg::Millis(2_000)));
+    assert_eq!(model.key.params, ["req"]);
+    assert!(!model.renew && !model.skip && !model.fenced);
     assert_eq!(model.client.unwrap().value(), "payments");
     assert_eq!(model.krate.to_token_stream().to_string(), ":: distlock");
     assert!(matches!(model.shape, Shape::AsyncFn));
@@ -66,8 +67,8 @@ fn defaults() {
         "async fn nightly() -> anyhow::Result<()> { Ok(()) }",
     )
     .unwrap();
-    assert_eq!(model.ttl_millis, None, "the client default applies");
-    assert_eq!(model.wait_millis, None);
+    assert_eq!(model.ttl, None, "the client default applies");
+    assert_eq!(model.wait, None);
     assert!(model.client.is_none());
 }
 
@@ -100,6 +101,39 @@ fn unknown_parameter_lists_the_available_ones() {
 }
 
 #[test]
+fn unknown_parameter_suggests_the_closest_one() {
+    let item = "async fn f(&self, id: u64, user_id: u64, r#type: u8) -> Result<(), E> { Ok(()) }";
+    assert_eq!(
+        one_error(r#"key = "a:<idd>""#, item),
+        "unknown parameter `idd` in the lock key (`<idd>`): did you mean `<id>`? (the parameters allow `<self.field>`, `<id>`, `<user_id>`, `<r#type>`; for a literal `<`, write `<<`)"
+    );
+    // The fields stay; `self` and raw identifiers are suggested as they must be written.
+    assert!(one_error(r#"key = "<usr_id.x.0>""#, item).contains("did you mean `<user_id.x.0>`?"));
+    assert!(one_error(r#"key = "<slef.tenant>""#, item).contains("did you mean `<self.tenant>`?"));
+    assert!(one_error(r#"key = "<typ>""#, item).contains("did you mean `<r#type>`?"));
+    assert!(one_error(r#"key = "<a>:<usr_id>""#, item)
+        .contains("did you mean `<user_id>` for `<usr_id>`? (the parameters allow"));
+    // Too far from every name: no guess.
+    assert!(one_error(r#"key = "<order>""#, item).contains("(`<order>`); the parameters allow"));
+}
+
+#[test]
+fn braces_in_the_key_are_refused() {
+    assert!(one_error(r#"key = "hash:{id}""#, METHOD)
+        .starts_with("`{id}` in the lock key: placeholders are written `<id>`, not `{id}`"));
+}
+
+#[test]
+fn edit_distances() {
+    assert_eq!(edit_distance("idd", "id"), 1);
+    assert_eq!(edit_distance("", "abc"), 3);
+    assert_eq!(edit_distance("kitten", "sitting"), 3);
+    assert_eq!(edit_distance("über", "uber"), 1);
+    assert_eq!(edit_distance("slef", "self"), 1);
+    assert_eq!(edit_distance("ab", "ba"), 1);
+}
+
+#[test]
 fn placeholder_mistakes_are_all_reported_in_one_error() {
     let message = one_error(r#"key = "<x>:<y>:<a>:<b.0>:<self.id>""#, METHOD);
     assert_eq!(
@@ -128,6 +162,27 @@ fn self_without_receiver() {
         message,
         "`<self.id>` in the lock key refers to `self`, but `f` has no `self` parameter; the parameters allow `<id>`"
     );
+}
+
+#[test]
+fn return_type_spans() {
+    let model = build_str(
+        r#"key = "k""#,
+        "async fn f() -> anyhow::Result<u8> { Ok(1) }",
+    )
+    .unwrap();
+    // No `E` spelled out: errors about it point at the whole type.
+    assert_eq!(
+        format!("{:?}", model.ret.err_span),
+        format!("{:?}", model.ret.ty.span())
+    );
+}
+
+#[test]
+fn constant_durations() {
+    let model = build_str("key = \"k\", ttl = ORDER_TTL, wait = Self::WAIT", METHOD).unwrap();
+    assert!(matches!(model.ttl, Some(DurationArg::Const(_))));
+    assert!(matches!(model.wait, Some(DurationArg::Const(_))));
 }
 
 #[test]
@@ -198,7 +253,10 @@ fn async_trait_shape() {
     "#;
     let model = build_str(r#"key = "<self.region>:<id>""#, item).unwrap();
     assert!(matches!(model.shape, Shape::AsyncTrait { .. }));
-    assert_eq!(model.ret.to_token_stream().to_string(), "Result < u8 , E >");
+    assert_eq!(
+        model.ret.ty.to_token_stream().to_string(),
+        "Result < u8 , E >"
+    );
     // The positional name is async-trait's, not the user's.
     assert_eq!(
         one_error(r#"key = "<nope>""#, item),

@@ -7,7 +7,6 @@ use support::AppError;
 
 #[distributed_lock(key = "cell:<row><col>")]
 async fn paint(row: u32, col: u32) -> Result<(), AppError> {
-    let _ = (row, col);
     Ok(())
 }
 

@@ -7,7 +7,6 @@ use support::AppError;
 
 #[distributed_lock(key = "move:<from>-<to>")]
 async fn transfer((from, to): (u64, u64)) -> Result<(), AppError> {
-    let _ = (from, to);
     Ok(())
 }
 

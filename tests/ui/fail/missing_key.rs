@@ -7,7 +7,6 @@ use support::AppError;
 
 #[distributed_lock(ttl = "10s")]
 async fn settle(id: u64) -> Result<(), AppError> {
-    let _ = id;
     Ok(())
 }
 

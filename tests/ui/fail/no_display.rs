@@ -12,7 +12,6 @@ struct Request {
 
 #[distributed_lock(key = "user:<req>")]
 async fn update(req: Request) -> Result<(), AppError> {
-    let _ = req.user_id;
     Ok(())
 }
 

@@ -7,7 +7,6 @@ use support::AppError;
 
 #[distributed_lock(key = "tenant:<self.tenant>:<id>")]
 async fn update(id: u64) -> Result<(), AppError> {
-    let _ = id;
     Ok(())
 }
 

@@ -8,7 +8,6 @@ use support::AppError;
 // The maximum lease is 30 days (`distlock::MAX_TTL`).
 #[distributed_lock(key = "order:<id>", ttl = "721h")]
 async fn settle(id: u64) -> Result<(), AppError> {
-    let _ = id;
     Ok(())
 }
 

@@ -7,7 +7,6 @@ use support::AppError;
 
 #[distributed_lock(key = "order:<id")]
 async fn settle(id: u64) -> Result<(), AppError> {
-    let _ = id;
     Ok(())
 }
 

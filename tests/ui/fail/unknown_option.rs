@@ -7,7 +7,6 @@ use support::AppError;
 
 #[distributed_lock(key = "order:<id>", timeout = "10s")]
 async fn settle(id: u64) -> Result<(), AppError> {
-    let _ = id;
     Ok(())
 }
 

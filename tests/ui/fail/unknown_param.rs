@@ -7,7 +7,6 @@ use support::AppError;
 
 #[distributed_lock(key = "order:<order_id>")]
 async fn settle(id: u64, amount: u64) -> Result<(), AppError> {
-    let _ = (id, amount);
     Ok(())
 }
 

@@ -19,6 +19,7 @@ pub trait Orders {
     async fn bump(&mut self, by: u32) -> Result<u32, AppError>;
     async fn pair(&self, pair: (u8, u8), ab: (u8, u8)) -> Result<u8, AppError>;
     async fn nightly(&self) -> Result<(), AppError>;
+    async fn archive(&self, day: u32, shard: u8) -> Result<(), AppError>;
 
     #[distributed_lock(key = "default:<id>")]
     async fn audit(&self, id: u64) -> Result<u64, AppError> {
@@ -35,7 +36,6 @@ pub struct Store {
 impl Orders for Store {
     #[distributed_lock(key = "order:<self.region>:<id>:<req.user_id>", ttl = "10s", renew)]
     async fn settle(&self, id: u64, req: &Request) -> Result<u64, AppError> {
-        let _ = &self.region;
         Ok(id + req.user_id)
     }
 
@@ -55,6 +55,10 @@ impl Orders for Store {
     async fn nightly(&self) -> Result<(), AppError> {
         Ok(())
     }
+
+    // By-value parameters that only the key reads (async-trait moves them into its block).
+    #[distributed_lock(key = "archive:<day>:<shard>", ttl = "1m30s")]
+    async fn archive(&self, day: u32, shard: u8) -> Result<(), AppError> { Ok(()) }
 }
 
 // `?Send` traits box a non-`Send` future.
@@ -82,6 +86,7 @@ fn main() {
     assert_eq!(store.count, 0, "the body must not run without the lock");
     expect_not_initialized(store.pair((1, 2), (3, 4)));
     expect_not_initialized(store.nightly());
+    expect_not_initialized(store.archive(1, 2));
     expect_not_initialized(store.audit(5));
     expect_not_initialized(store.local(6));
 }

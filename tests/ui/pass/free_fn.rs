@@ -17,12 +17,16 @@ pub async fn settle(id: u64) -> Result<Receipt, AppError> {
     Ok(Receipt(id))
 }
 
+// The most ordinary shape, on one line: the parameter is read only by the key.
+#[distributed_lock(key = "a:<id>", ttl = "10s")]
+pub async fn one_line(id: u32) -> Result<u32, AppError> { Ok(7) }
+
 #[distributed_lock(key = "nightly-report")]
 async fn defaults() -> Result<(), AppError> {
     Ok(())
 }
 
-#[distributed_lock(key = "account:<account_id>", ttl = "500ms", wait = "2s")]
+#[distributed_lock(key = "account:<account_id>", ttl = "500ms", wait = "2s", fenced)]
 pub(crate) async fn debit(account_id: u64, mut cents: u64) -> Result<u64, AppError> {
     cents += 1;
     Ok(account_id + cents)
@@ -35,6 +39,7 @@ async fn borrowed(name: &str) -> Result<usize, AppError> {
 
 fn main() {
     expect_not_initialized(assert_send(settle(42)));
+    expect_not_initialized(one_line(1));
     expect_not_initialized(defaults());
     expect_not_initialized(debit(1, 2));
     let name = String::from("x");

@@ -14,7 +14,6 @@ async fn generic<'a, K, I: Display + Send>(kind: &'a K, id: I) -> Result<&'a K, 
 where
     K: Display + Debug + ?Sized + Sync,
 {
-    let _ = id;
     Ok(kind)
 }
 

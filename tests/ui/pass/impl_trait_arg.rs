@@ -14,7 +14,6 @@ async fn tagged(
     tag: impl Display + Send,
     items: impl IntoIterator<Item = u32>,
 ) -> Result<u32, AppError> {
-    let _ = tag;
     Ok(items.into_iter().sum())
 }
 

@@ -10,16 +10,10 @@ mod support;
 use support::AppError;
 
 #[distributed_lock(key = "short:<id>", ttl = "100ms")]
-async fn shortest(id: u64) -> Result<(), AppError> {
-    let _ = id;
-    Ok(())
-}
+async fn shortest(id: u64) -> Result<(), AppError> { Ok(()) }
 
-#[distributed_lock(key = "long:<id>", ttl = "720h", min_hold = "720h")]
-async fn longest(id: u64) -> Result<(), AppError> {
-    let _ = id;
-    Ok(())
-}
+#[distributed_lock(key = "long:<id>", ttl = "720h", min_hold = "30d")]
+async fn longest(id: u64) -> Result<(), AppError> { Ok(()) }
 
 fn main() {
     assert_eq!(distlock::MIN_TTL, std::time::Duration::from_millis(100));

@@ -1,0 +1,204 @@
+//! `#[distributed_lock]` adds no warning and no lint to the crate that uses it.
+//!
+//! Every shape the attribute accepts is here, written the way people write them (one-line
+//! bodies, parameters only the key reads, early returns, leading items), in a crate that denies
+//! all rustc warnings and all of `clippy::all` and `clippy::pedantic`. The workspace's clippy
+//! run (`scripts/test.sh`: `cargo clippy --workspace --all-targets -- -D warnings`) compiles
+//! this file, so any lint in generated code fails the suite; the tests below also run each
+//! function once (no client is installed, so each returns `NotInitialized` through its own
+//! error type without touching Redis).
+#![deny(warnings, clippy::all, clippy::pedantic)]
+
+// Short functions are written on one line here, as people write them: rustfmt would spread them
+// over three lines, where rustc's `unused_braces` (the warning that started issue 9) never fires.
+#[rustfmt::skip]
+mod shapes {
+    use std::fmt::Display;
+    use std::time::Duration;
+
+    use distlock::distributed_lock;
+
+    #[derive(Debug)]
+    enum AppError {
+        Lock(distlock::Error),
+        Invalid,
+    }
+
+    impl From<distlock::Error> for AppError {
+        fn from(error: distlock::Error) -> Self {
+            AppError::Lock(error)
+        }
+    }
+
+    impl From<std::num::ParseIntError> for AppError {
+        fn from(_: std::num::ParseIntError) -> Self {
+            AppError::Invalid
+        }
+    }
+
+    const ORDER_TTL: Duration = Duration::from_secs(10);
+
+    // One-expression bodies on one line, the parameter read only by the key.
+    #[distributed_lock(key = "a:<id>", ttl = "10s")]
+    async fn one_line(id: u32) -> Result<u32, AppError> { Ok(7) }
+
+    #[distributed_lock(key = "b:<id>", ttl = "1m30s", renew, fenced)]
+    async fn renewed(id: u64) -> Result<(), AppError> { Ok(()) }
+
+    // Early return, `?`, a leading item, an unused parameter.
+    #[distributed_lock(key = "parse:<input>", wait = "1.5s")]
+    async fn parse(input: &str, _trace: Option<&str>) -> Result<u32, AppError> {
+        const LIMIT: u32 = 100;
+        if input.is_empty() {
+            return Err(AppError::Invalid);
+        }
+        let value: u32 = input.parse()?;
+        Ok(value.min(LIMIT))
+    }
+
+    #[distributed_lock(key = "sweep:<shard>", ttl = "5m", skip, min_hold = "1m")]
+    async fn sweep(shard: u8) -> Result<Option<u8>, AppError> { Ok(None) }
+
+    #[distributed_lock(key = "pay:<id>", ttl = ORDER_TTL, client = "payments")]
+    async fn payout(id: u64) -> Result<u64, AppError> { Ok(id) }
+
+    // Generics, `impl Trait` arguments and return type.
+    #[distributed_lock(key = "item:<kind>:<id>")]
+    async fn generic<K: Display + Sync + ?Sized, I: Display + Send>(kind: &K, id: I) -> Result<u8, AppError> { Ok(1) }
+
+    #[distributed_lock(key = "tag:<tag>")]
+    async fn opaque(tag: impl Display + Send) -> Result<impl Display, AppError> { Ok(1) }
+
+    struct Request {
+        user: u64,
+        pair: (u8, char),
+    }
+
+    struct Service {
+        tenant: String,
+        count: u32,
+    }
+
+    impl Service {
+        const TTL: Duration = Duration::from_secs(5);
+
+        #[distributed_lock(key = "user:<self.tenant>:<req.user>:<req.pair.1>", ttl = Self::TTL)]
+        async fn update(&self, req: &Request) -> Result<(), AppError> { Ok(()) }
+
+        #[distributed_lock(key = "count:<self.tenant>", wait = "2s")]
+        async fn bump(&mut self, by: u32) -> Result<u32, AppError> {
+            self.count += by;
+            Ok(self.count)
+        }
+
+        #[distributed_lock(key = "close:<self.tenant>")]
+        async fn close(self) -> Result<String, AppError> { Ok(self.tenant) }
+    }
+
+    trait Settings {
+        const TTL: Duration;
+    }
+
+    struct Fast;
+
+    impl Settings for Fast {
+        const TTL: Duration = Duration::from_millis(500);
+    }
+
+    struct Scoped<S>(std::marker::PhantomData<S>);
+
+    impl<S: Settings + Sync> Scoped<S> {
+        #[distributed_lock(key = "scoped:<id>", ttl = S::TTL)]
+        async fn run(&self, id: u32) -> Result<u32, AppError> { Ok(1) }
+    }
+
+    #[allow(async_fn_in_trait)]
+    trait Settle {
+        async fn settle(&self, id: u64) -> Result<u64, AppError>;
+
+        #[distributed_lock(key = "audit:<id>")]
+        async fn audit(&self, id: u64) -> Result<u64, AppError> { Ok(0) }
+    }
+
+    impl Settle for Service {
+        #[distributed_lock(key = "settle:<self.tenant>:<id>", ttl = "10s")]
+        async fn settle(&self, id: u64) -> Result<u64, AppError> { Ok(1) }
+    }
+
+    #[async_trait::async_trait]
+    trait Orders {
+        async fn order(&self, id: u64, req: &Request) -> Result<u64, AppError>;
+        async fn nightly(&self, day: u32) -> Result<(), AppError>;
+    }
+
+    #[async_trait::async_trait]
+    impl Orders for Service {
+        #[distributed_lock(key = "order:<self.tenant>:<id>:<req.user>", ttl = "10s", renew)]
+        async fn order(&self, id: u64, req: &Request) -> Result<u64, AppError> { Ok(1) }
+
+        #[distributed_lock(key = "nightly:<day>", skip)]
+        async fn nightly(&self, day: u32) -> Result<(), AppError> { Ok(()) }
+    }
+
+    #[tracing::instrument]
+    #[distributed_lock(key = "traced:<id>")]
+    async fn traced(id: u64) -> Result<u64, AppError> { Ok(2) }
+
+    fn block_on<F: std::future::Future>(future: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(future)
+    }
+
+    fn not_initialized<T: std::fmt::Debug>(result: Result<T, AppError>) {
+        match result {
+            Err(AppError::Lock(distlock::Error::NotInitialized)) => {}
+            other => panic!("expected Err(NotInitialized), got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn free_functions_reach_the_runtime() {
+        block_on(async {
+            not_initialized(one_line(1).await);
+            not_initialized(renewed(1).await);
+            not_initialized(parse("12", None).await);
+            not_initialized(sweep(1).await);
+            not_initialized(generic("k", 1).await);
+            not_initialized(opaque("t").await.map(|value| value.to_string()));
+            not_initialized(traced(1).await);
+            match payout(1).await {
+                Err(AppError::Lock(distlock::Error::UnknownClient { name })) => {
+                    assert_eq!(name, "payments");
+                }
+                other => panic!("expected Err(UnknownClient), got {other:?}"),
+            }
+        });
+    }
+
+    #[test]
+    fn methods_reach_the_runtime() {
+        block_on(async {
+            let mut service = Service {
+                tenant: "acme".to_owned(),
+                count: 0,
+            };
+            let req = Request {
+                user: 7,
+                pair: (1, 'x'),
+            };
+            not_initialized(service.update(&req).await);
+            not_initialized(service.bump(1).await);
+            assert_eq!(service.count, 0, "the body must not run without the lock");
+            not_initialized(service.settle(1).await);
+            not_initialized(service.audit(1).await);
+            not_initialized(service.order(1, &req).await);
+            not_initialized(service.nightly(1).await);
+            not_initialized(Scoped::<Fast>(std::marker::PhantomData).run(1).await);
+            assert_eq!(req.pair.0, 1);
+            not_initialized(service.close().await);
+        });
+    }
+}
