@@ -202,7 +202,7 @@ fn body_is_cancelled_when_the_lease_cannot_be_guaranteed() {
     });
 }
 
-#[distributed_lock(key = "acct:<id>", ttl = "5s")]
+#[distributed_lock(key = "acct:<id>", ttl = "5s", fenced)]
 async fn outer(id: u32) -> Result<(u64, u64, Option<u64>), AppError> {
     let mine = distlock::fencing_token().unwrap();
     let nested = inner(id).await?;
@@ -212,14 +212,20 @@ async fn outer(id: u32) -> Result<(u64, u64, Option<u64>), AppError> {
     Ok((mine, nested, distlock::fencing_token()))
 }
 
-#[distributed_lock(key = "acct:<id>", ttl = "5s")]
+#[distributed_lock(key = "acct:<id>", ttl = "5s", fenced)]
 async fn inner(id: u32) -> Result<u64, AppError> {
     Ok(distlock::fencing_token().unwrap())
+}
+
+#[distributed_lock(key = "plain:<id>", ttl = "5s")]
+async fn unfenced(id: u32) -> Result<Option<u64>, AppError> {
+    Ok(distlock::fencing_token())
 }
 
 #[test]
 fn nested_calls_reenter_and_share_the_token() {
     run(async {
+        assert_eq!(unfenced(9).await, Ok(None), "no token without `fenced`");
         let (outer_token, inner_token, after) = outer(9).await.unwrap();
         assert_eq!(outer_token, inner_token);
         assert_eq!(
@@ -380,7 +386,7 @@ struct Settler;
 
 #[async_trait::async_trait]
 impl Settle for Settler {
-    #[distributed_lock(key = "settle:<id>", ttl = "5s")]
+    #[distributed_lock(key = "settle:<id>", ttl = "5s", fenced)]
     async fn settle(&self, id: u64) -> Result<u64, AppError> {
         assert!(is_held(&format!("settle:{id}")).await);
         Ok(distlock::fencing_token().unwrap())
@@ -434,5 +440,62 @@ fn skip_with_min_hold_runs_a_fast_job_once() {
         assert_eq!(daily(1).await, Ok(None));
         assert!(is_held("daily:1").await, "kept for min_hold");
         assert_eq!(daily(2).await, Ok(Some(2)), "another day is another lock");
+    });
+}
+
+/// The lock's remaining lease in Redis, in milliseconds.
+async fn pttl(name: &str) -> i64 {
+    let mut conn = shared().server.conn().await;
+    redis::cmd("PTTL")
+        .arg(format!("distlock:{{{name}}}"))
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+const SETTLE_TTL: Duration = Duration::from_millis(1500);
+
+struct Settings;
+
+impl Settings {
+    const TTL: Duration = Duration::from_secs(7);
+}
+
+#[distributed_lock(key = "ttl:written:<id>", ttl = "1.5s")]
+async fn ttl_written(id: u32) -> Result<i64, AppError> {
+    Ok(pttl(&format!("ttl:written:{id}")).await)
+}
+
+#[distributed_lock(key = "ttl:mixed:<id>", ttl = "1m 30s")]
+async fn ttl_mixed(id: u32) -> Result<i64, AppError> {
+    Ok(pttl(&format!("ttl:mixed:{id}")).await)
+}
+
+#[distributed_lock(key = "ttl:const:<id>", ttl = SETTLE_TTL)]
+async fn ttl_const(id: u32) -> Result<i64, AppError> {
+    Ok(pttl(&format!("ttl:const:{id}")).await)
+}
+
+impl Settings {
+    #[distributed_lock(key = "ttl:assoc:<id>", ttl = Self::TTL)]
+    async fn ttl_assoc(&self, id: u32) -> Result<i64, AppError> {
+        Ok(pttl(&format!("ttl:assoc:{id}")).await)
+    }
+}
+
+#[test]
+fn durations_written_and_constant_reach_redis() {
+    run(async {
+        for (left, ttl) in [
+            (ttl_written(1).await.unwrap(), 1_500),
+            (ttl_mixed(1).await.unwrap(), 90_000),
+            (ttl_const(1).await.unwrap(), 1_500),
+            (Settings.ttl_assoc(1).await.unwrap(), 7_000),
+        ] {
+            assert!(
+                left > ttl - 1_000 && left <= ttl,
+                "PTTL {left} ms for a {ttl} ms lease"
+            );
+        }
     });
 }
