@@ -45,13 +45,41 @@
 //! | option | meaning | default |
 //! | --- | --- | --- |
 //! | `key = "order:<id>"` | the lock name template (required) | — |
-//! | `ttl = "10s"` | lease length: `ms`, `s`, `m`, `h`; 100 ms ([`MIN_TTL`]) to 30 days ([`MAX_TTL`]), checked at compile time | the client's `Config::default_ttl` (30 s) |
+//! | `ttl = "10s"` | lease length, 100 ms ([`MIN_TTL`]) to 30 days ([`MAX_TTL`]), checked at compile time | the client's `Config::default_ttl` (30 s) |
 //! | `renew` | watchdog: extend the lease every ttl/3 while the body runs | off |
 //! | `wait = "2s"` | wait this long for a busy lock (woken by the holder's release) | fail at once with [`Error::Busy`] |
 //! | `skip` | busy lock: return `Ok(Default::default())` without running the body | off |
 //! | `min_hold = "1m"` | keep the lock at least this long after acquiring it (ShedLock's `lockAtLeastFor`) | release when the body ends |
+//! | `fenced` | hand out a fencing token with the lock ([`fencing_token()`], [`LockBuilder::fenced`]) | no token |
 //! | `client = "payments"` | a client installed with [`Config::install_as`] | the default client |
 //! | `crate = "my::reexport"` | path to this crate, for re-exporters | `::distlock` |
+//!
+//! Durations are written as in a config file — `"500ms"`, `"10s"`, `"1m30s"`, `"1m 30s"`,
+//! `"1.5s"`, `"2h"`, `"1d"` — and read by the attribute at compile time with the same rules as
+//! [`parse_duration`] at run time: zero, and anything finer than a millisecond (`"250us"`), is
+//! refused. Or name a [`Duration`](std::time::Duration) constant, so durations live with the
+//! rest of a service's settings; its type is checked by the compiler and its value against the
+//! same limits when the crate is built:
+//!
+//! ```no_run
+//! # use distlock::distributed_lock;
+//! # #[derive(Debug)] struct AppError;
+//! # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
+//! use std::time::Duration;
+//!
+//! const ORDER_TTL: Duration = Duration::from_secs(10);
+//!
+//! #[distributed_lock(key = "order:<id>", ttl = ORDER_TTL, wait = "1.5s")]
+//! async fn settle(id: u64) -> Result<(), AppError> { Ok(()) }
+//!
+//! struct Orders;
+//! impl Orders {
+//!     const TTL: Duration = Duration::from_secs(5);
+//!
+//!     #[distributed_lock(key = "refund:<id>", ttl = Self::TTL, renew)]
+//!     async fn refund(&self, id: u64) -> Result<(), AppError> { Ok(()) }
+//! }
+//! ```
 //!
 //! ```no_run
 //! # use distlock::distributed_lock;
@@ -74,7 +102,9 @@
 //! ## Key templates
 //!
 //! `<name>` is a parameter, `<name.field.sub>` a field path, `<self.field>` a field of the
-//! receiver; everything else is literal text, and `<<` is a literal `<`. Values are rendered
+//! receiver; everything else is literal text, and `<<` is a literal `<`. Braces cannot appear
+//! in the literal text: distlock puts the whole lock name in a Redis Cluster hash tag itself, so
+//! `key = "order:{id}"` is a compile error that shows the `<id>` form. Values are rendered
 //! with `Display`. So that two different arguments can never produce the same key, and a value
 //! can never choose the Redis Cluster hash slot, a value's `%`, `{`, `}` and the character that
 //! follows its placeholder in the template are written as `%XX`; plain values such as `42` or
@@ -204,6 +234,28 @@
 //! # fn main() {}
 //! ```
 //!
+//! ```compile_fail
+//! # use distlock::distributed_lock;
+//! # struct E; impl From<distlock::Error> for E { fn from(_: distlock::Error) -> Self { E } }
+//! #[distributed_lock(key = "job", wait = "250us")] // error: not a whole number of milliseconds
+//! async fn job() -> Result<(), E> { Ok(()) }
+//! # fn main() {}
+//! ```
+//!
+//! Braces written as in `format!` are refused, with the `<id>` form in the message:
+//!
+//! ```compile_fail
+//! # use distlock::distributed_lock;
+//! # struct E; impl From<distlock::Error> for E { fn from(_: distlock::Error) -> Self { E } }
+//! #[distributed_lock(key = "order:{id}")] // error: placeholders are written `<id>`
+//! async fn settle(id: u64) -> Result<(), E> { Ok(()) }
+//! # fn main() {}
+//! ```
+//!
+//! A misspelt parameter gets a suggestion ("unknown parameter `idd` ...: did you mean
+//! `<id>`?"), and the generated code never warns: an annotated function compiles under
+//! `#![deny(warnings, clippy::all, clippy::pedantic)]`.
+//!
 //! ## Runtime guarantees
 //!
 //! The runtime is [`distlock_core`]; its crate docs state what a lock guarantees (atomic
@@ -217,6 +269,9 @@ pub use distlock_core::{
     fencing_token, hash_slot, init, lock, Client, Config, Error, LockBuilder, LockGuard,
     LossReason, Operation, Result, LEASE_MARGIN, MAX_NAME_LEN, MAX_TTL, MIN_TTL,
 };
+
+#[doc(inline)]
+pub use distlock_core::{parse_duration, DurationError};
 
 #[doc(inline)]
 pub use distlock_macros::distributed_lock;
