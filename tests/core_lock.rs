@@ -295,7 +295,10 @@ async fn invalid_keys_are_typed_errors() {
     let mut conn = server.conn().await;
     // Only the client's identity record (written at connect): no lock or fence key.
     let keys = all_keys(&mut conn).await;
-    assert!(keys.iter().all(|k| k.starts_with("distlock:client:")), "{keys:?}");
+    assert!(
+        keys.iter().all(|k| k.starts_with("distlock:client:")),
+        "{keys:?}"
+    );
 }
 
 #[tokio::test]

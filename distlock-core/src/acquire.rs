@@ -13,7 +13,6 @@ use crate::error::{Error, LossReason, Operation};
 use crate::guard::{Acquisition, Hold, LockGuard, ReleaseOnDrop, Released};
 use crate::keys::LockKeys;
 use crate::lease::{check_ttl, deadline_after, guaranteed_until, millis_ceil, Lease, MAX_TTL};
-use crate::macro_support::LockSpec;
 use crate::registry;
 use crate::scripts::{AcquireCall, Acquired, FencedAcquireCall, RenewCall, RenewItem, Renewed};
 use crate::waiters::Subscription;
@@ -83,22 +82,6 @@ impl Client {
 }
 
 impl LockBuilder {
-    pub(crate) fn from_spec(spec: &LockSpec, name: String) -> Self {
-        LockBuilder {
-            name,
-            client: match spec.client {
-                Some(client) => ClientChoice::Named(client.to_owned()),
-                None => ClientChoice::Default,
-            },
-            ttl: spec.ttl,
-            renew: spec.renew,
-            wait: spec.wait,
-            max_hold: None,
-            min_hold: spec.min_hold,
-            fenced: false,
-        }
-    }
-
     /// Lease length: the lock expires this long after acquisition (or the last renewal) if the
     /// holder disappears. Default: the client's `default_ttl` (30 s). Must be between
     /// [`crate::MIN_TTL`] (100 ms) and [`crate::MAX_TTL`] (30 days), or the acquire fails with

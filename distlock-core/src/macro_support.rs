@@ -20,10 +20,8 @@
 //! type with `skip`, `T: Default`), [`KeyBuilder::value`] (a key value, `Display`).
 
 use std::fmt::{self, Display, Write as _};
-use std::future::Future;
 use std::time::Duration;
 
-use crate::acquire::LockBuilder;
 use crate::error::Error;
 use crate::lease::{MAX_TTL, MIN_TTL};
 
@@ -62,32 +60,6 @@ pub const fn min_hold_const(min_hold: Duration) -> Duration {
 /// `wait = CONSTANT`: any `Duration` (zero fails at once, `Duration::MAX` waits forever).
 pub const fn wait_const(wait: Duration) -> Duration {
     wait
-}
-
-/// The options of one annotated function, as generated code passed them before it called the
-/// public [`LockBuilder`]. Transitional: its one user is `LockBuilder::from_spec`, through
-/// [`run`]; both go when `from_spec` does.
-#[derive(Debug, Clone, Copy)]
-pub struct LockSpec {
-    /// Named client, `None` for the default client.
-    pub client: Option<&'static str>,
-    /// Lease length, `None` for the client's `default_ttl`.
-    pub ttl: Option<Duration>,
-    /// Watchdog renewal.
-    pub renew: bool,
-    /// How long to wait for a busy lock, `None` to fail at once.
-    pub wait: Option<Duration>,
-    /// Keep the lock at least this long after acquiring it.
-    pub min_hold: Option<Duration>,
-}
-
-/// Runs `body` under the lock `key` with the options of `spec`. Transitional, see [`LockSpec`].
-///
-/// # Errors
-///
-/// As [`LockBuilder::run`].
-pub async fn run<F: Future>(spec: LockSpec, key: String, body: F) -> Result<F::Output, Error> {
-    LockBuilder::from_spec(&spec, key).run(body).await
 }
 
 /// Compile-time check that a function's error type can carry a lock error.

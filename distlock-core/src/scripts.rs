@@ -9,15 +9,15 @@
 //! re-entrant holds are counted in the task chain that holds the lock (`context`), so a
 //! re-entry neither writes a hold to Redis nor needs one released.
 //!
-//! * **Acquire** ([`AcquireCall`]): `SET lock d2:<owner> NX PX ttl GET` and `ECHO <request id>`
+//! * **Acquire** (`AcquireCall`): `SET lock d2:<owner> NX PX ttl GET` and `ECHO <request id>`
 //!   pipelined: no Lua. The reply says fresh (nil), replay of our own acquire after a lost reply
 //!   (our own value) or busy (another value); `PTTL` joins the pipeline when the caller waits.
-//! * **Fenced acquire** ([`FencedAcquireCall`], for locks that ask for a fencing token): one
+//! * **Fenced acquire** (`FencedAcquireCall`, for locks that ask for a fencing token): one
 //!   script that also raises the fence floor (`ACQUIRE_FENCED`).
-//! * **Re-entry check** ([`RenewCall`] with one lease): the outer hold is still ours, and its
+//! * **Re-entry check** (`RenewCall` with one lease): the outer hold is still ours, and its
 //!   expiry reaches at least the inner hold's ttl.
-//! * **Release** ([`ReleaseCall`], `RELEASE`): compare and delete, then `PUBLISH` to wake waiters.
-//! * **Renewal** ([`RenewCall`], `RENEW`): compare and extend, batched.
+//! * **Release** (`ReleaseCall`, `RELEASE`): compare and delete, then `PUBLISH` to wake waiters.
+//! * **Renewal** (`RenewCall`, `RENEW`): compare and extend, batched.
 //!
 //! Every reply answers with the request's id, so a reply that answers another request (a reply
 //! lost on a connection that stayed open) is recognised. A key that holds anything else than a
