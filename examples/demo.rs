@@ -56,7 +56,7 @@ async fn add_one(
 }
 
 /// Protected by a lock whose key comes from the `account` parameter (checked at compile time).
-#[distributed_lock(key = "account:<account>", ttl = "2s", renew, wait = "10s")]
+#[distributed_lock(key = "account:<account>", ttl = "2s", renew, wait = "10s", fenced)]
 async fn deposit(
     account: &str,
     redis: &mut redis::aio::MultiplexedConnection,
@@ -80,7 +80,7 @@ async fn deposit(
 
 /// Every worker calls this once; only one of them runs it (ShedLock-style `skip`, and
 /// `min_hold` so that a worker arriving after the job finished skips too).
-#[distributed_lock(key = "nightly-report", ttl = "5s", skip, min_hold = "5s")]
+#[distributed_lock(key = "nightly-report", ttl = "5s", skip, min_hold = "5s", fenced)]
 async fn nightly_report(who: &str) -> Result<bool, AppError> {
     println!(
         "{who} RUNS the once-only job (token {})",

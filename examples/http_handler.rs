@@ -35,7 +35,12 @@ struct OrderService {
 
 impl OrderService {
     /// One payment per order at a time, per tenant; waits up to 500 ms for a concurrent one.
-    #[distributed_lock(key = "pay:<self.tenant>:<req.order_id>", ttl = "5s", wait = "500ms")]
+    #[distributed_lock(
+        key = "pay:<self.tenant>:<req.order_id>",
+        ttl = "5s",
+        wait = "500ms",
+        fenced
+    )]
     async fn pay(&self, req: &Request) -> Result<String, HandlerError> {
         tokio::time::sleep(Duration::from_millis(150)).await; // talk to the payment provider
         Ok(format!(
