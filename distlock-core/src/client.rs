@@ -64,7 +64,7 @@ impl Client {
                         describe(&e)
                     ),
                 })?;
-        let redis = redis::Client::open(info).map_err(|e| Error::InvalidConfig {
+        let redis = open_client(&config, info).map_err(|e| Error::InvalidConfig {
             reason: format!(
                 "`{}` cannot be used: {}",
                 config.redacted_url(),
@@ -244,6 +244,39 @@ impl fmt::Debug for Client {
             .field("name", &self.inner.name)
             .field("config", &self.inner.config)
             .finish_non_exhaustive()
+    }
+}
+
+/// The redis-rs client for one server, with the configured TLS certificates (feature `tls`)
+/// for a `rediss://` URL. Every connection made from it (the command connection, the
+/// subscriber, the identity refresh) carries them: they live in its connection info.
+fn open_client(config: &Config, info: redis::ConnectionInfo) -> redis::RedisResult<redis::Client> {
+    #[cfg(feature = "tls")]
+    if let redis::ConnectionAddr::TcpTls { .. } = info.addr() {
+        install_crypto_provider();
+        if config.tls_root_certificates.is_some() || config.tls_client_certificate.is_some() {
+            let certificates = redis::TlsCertificates {
+                client_tls: config.tls_client_certificate.as_ref().map(|(cert, key)| {
+                    redis::ClientTlsConfig {
+                        client_cert: cert.clone(),
+                        client_key: key.clone(),
+                    }
+                }),
+                root_cert: config.tls_root_certificates.clone(),
+            };
+            return redis::Client::build_with_tls(info, certificates);
+        }
+    }
+    let _ = config;
+    redis::Client::open(info)
+}
+
+/// rustls needs one process-wide crypto provider: ring, unless the application installed
+/// another first (then that one is used, and this does nothing).
+#[cfg(feature = "tls")]
+fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
     }
 }
 

@@ -33,6 +33,10 @@ pub struct Config {
     pub(crate) renew_batch: usize,
     pub(crate) max_hold: Option<Duration>,
     pub(crate) require_noeviction: bool,
+    /// PEM certificates of the CAs to trust for `rediss://` instead of the system's store.
+    pub(crate) tls_root_certificates: Option<Vec<u8>>,
+    /// PEM certificate and private key this client presents (mutual TLS).
+    pub(crate) tls_client_certificate: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl Config {
@@ -50,6 +54,8 @@ impl Config {
             renew_batch: 256,
             max_hold: None,
             require_noeviction: false,
+            tls_root_certificates: None,
+            tls_client_certificate: None,
         }
     }
 
@@ -112,6 +118,40 @@ impl Config {
         self
     }
 
+    /// Trust these CA certificates (PEM, one or more) for a `rediss://` server instead of the
+    /// system's trust store: a private CA, as managed Redis services and test set-ups use.
+    /// `rediss://` needs the `tls` feature.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), distlock_core::Error> {
+    /// let ca = std::fs::read("/etc/redis/tls/ca.crt").expect("CA certificate");
+    /// distlock_core::Config::new("rediss://:secret@redis.internal:6380/")
+    ///     .tls_root_certificates(ca)
+    ///     .install()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Without it, `rediss://` servers are verified against the system's trust store (the
+    /// platform's native roots). `rediss://host/#insecure` skips verification entirely: for
+    /// experiments only, never in production.
+    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_certificates = Some(pem.into());
+        self
+    }
+
+    /// Present this certificate and private key (both PEM) to a `rediss://` server that
+    /// authenticates its clients (mutual TLS; `redis-server`'s default `tls-auth-clients yes`).
+    /// `rediss://` needs the `tls` feature. Neither is ever logged or shown by `Debug`.
+    pub fn tls_client_certificate(
+        mut self,
+        certificate_pem: impl Into<Vec<u8>>,
+        private_key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls_client_certificate = Some((certificate_pem.into(), private_key_pem.into()));
+        self
+    }
+
     /// Checks every setting against its limits (see [`crate::MIN_TTL`], [`crate::MAX_TTL`]):
     /// what connecting checks first, for a configuration read at start-up (a flag, a file)
     /// that should fail before anything connects. [`Config::from_env`] and the `serde`
@@ -137,6 +177,9 @@ impl Config {
         if self.renew_batch == 0 {
             return invalid("renew_batch_size must be at least 1");
         }
+        if !cfg!(feature = "tls") && uses_tls(&self.url) {
+            return invalid("a `rediss://` URL needs TLS: enable the `tls` feature of distlock");
+        }
         Ok(())
     }
 
@@ -148,8 +191,8 @@ impl Config {
 
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Config")
-            .field("url", &self.redacted_url())
+        let mut d = f.debug_struct("Config");
+        d.field("url", &self.redacted_url())
             .field("key_prefix", &self.key_prefix)
             .field("default_ttl", &self.default_ttl)
             .field("connect_timeout", &self.connect_timeout)
@@ -157,9 +200,23 @@ impl fmt::Debug for Config {
             .field("fence_retention", &self.fence_retention)
             .field("renew_batch", &self.renew_batch)
             .field("max_hold", &self.max_hold)
-            .field("require_noeviction", &self.require_noeviction)
-            .finish()
+            .field("require_noeviction", &self.require_noeviction);
+        d.field(
+            "tls_root_certificates",
+            &self.tls_root_certificates.as_ref().map(|_| "<set>"),
+        )
+        .field(
+            "tls_client_certificate",
+            &self.tls_client_certificate.as_ref().map(|_| "<set>"),
+        );
+        d.finish()
     }
+}
+
+/// True for a URL that asks for TLS (`rediss://`, `valkeys://`).
+pub(crate) fn uses_tls(url: &str) -> bool {
+    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+    scheme.eq_ignore_ascii_case("rediss") || scheme.eq_ignore_ascii_case("valkeys")
 }
 
 /// The URL without its secrets, from a real parse (the `url` crate, which redis-rs parses

@@ -128,6 +128,25 @@
 //! is permitted) and warns once through `tracing` if it is anything else;
 //! [`Config::require_noeviction`] turns that into [`Error::EvictionPolicy`].
 //!
+//! ## Deployments
+//!
+//! One [`Client`] type, one API, whichever deployment: annotated code and the manual API stay
+//! as they are, only the start-up configuration changes.
+//!
+//! | deployment | configuration | what a lock guarantees under failover |
+//! | --- | --- | --- |
+//! | one Redis server | `Config::new("redis://host:6379/")` | no failover: a restart without persistence frees every lock |
+//! | TLS (feature `tls`) | `Config::new("rediss://host:6380/")`, [`Config::tls_root_certificates`] for a private CA, [`Config::tls_client_certificate`] for mutual TLS | as the same deployment without TLS |
+//!
+//! **TLS.** With the `tls` feature, `rediss://` URLs connect through rustls (ring as its
+//! crypto provider unless the application installed another): the server's certificate is
+//! checked against the system's trust store, or against [`Config::tls_root_certificates`]
+//! only. Every connection of the client (commands, the release subscriber, the identity
+//! refresh) uses the same settings. Without the feature a `rediss://` URL fails
+//! [`Config::validate`] with a message that names the feature.
+//!
+//! Not implemented here: Sentinel discovery and RedLock over independent masters.
+//!
 //! ## Limits
 //!
 //! This is a single-Redis-node lock. With asynchronous replication, a failover can lose a lock

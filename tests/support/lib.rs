@@ -20,6 +20,7 @@ pub struct RedisServer {
     port: u16,
     extra: Vec<String>,
     password: Option<String>,
+    tls: bool,
 }
 
 /// Options for [`RedisServer::start_with`].
@@ -31,6 +32,23 @@ pub struct ServerOptions {
     pub cluster: bool,
     /// Use this port instead of a free one.
     pub port: Option<u16>,
+    /// Serve TLS only (`--tls-port`, no plain port): [`RedisServer::url`] is `rediss://`.
+    pub tls: Option<TlsFiles>,
+    /// More `redis-server` arguments (e.g. `--replicaof 127.0.0.1 <port>`).
+    pub args: Vec<String>,
+}
+
+/// The PEM files of a TLS server (see [`ServerOptions::tls`]).
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    /// The server's certificate.
+    pub cert: std::path::PathBuf,
+    /// The server's private key.
+    pub key: std::path::PathBuf,
+    /// The CA that clients' certificates must be signed by.
+    pub ca: std::path::PathBuf,
+    /// `--tls-auth-clients yes`: clients must present a certificate (mutual TLS).
+    pub auth_clients: bool,
 }
 
 /// A free TCP port on the loopback interface.
@@ -58,6 +76,22 @@ impl RedisServer {
         if let Some(pass) = &opts.password {
             extra.extend(["--requirepass".to_owned(), pass.clone()]);
         }
+        if let Some(tls) = &opts.tls {
+            let path = |p: &std::path::Path| p.display().to_string();
+            extra.extend([
+                "--tls-port".to_owned(),
+                port.to_string(),
+                "--tls-cert-file".to_owned(),
+                path(&tls.cert),
+                "--tls-key-file".to_owned(),
+                path(&tls.key),
+                "--tls-ca-cert-file".to_owned(),
+                path(&tls.ca),
+                "--tls-auth-clients".to_owned(),
+                if tls.auth_clients { "yes" } else { "no" }.to_owned(),
+            ]);
+        }
+        extra.extend(opts.args.iter().cloned());
         if opts.cluster {
             let dir = std::env::temp_dir().join(format!("distlock-cluster-{port}"));
             std::fs::create_dir_all(&dir).expect("temp dir");
@@ -73,14 +107,17 @@ impl RedisServer {
             port,
             extra,
             password: opts.password,
+            tls: opts.tls.is_some(),
         };
         server.spawn();
         server
     }
 
     fn spawn(&mut self) {
+        // A TLS server listens on its TLS port only.
+        let plain_port = if self.tls { 0 } else { self.port };
         let mut child = Command::new(redis_binary())
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--port", &plain_port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--logfile", ""])
             .args(["--daemonize", "no", "--protected-mode", "no"])
             .args(&self.extra)
@@ -122,11 +159,12 @@ impl RedisServer {
         self.child.as_ref().expect("server is running").id()
     }
 
-    /// `redis://127.0.0.1:<port>/` (with the password, if any).
+    /// `redis://127.0.0.1:<port>/` (with the password, if any; `rediss://` for a TLS server).
     pub fn url(&self) -> String {
+        let scheme = if self.tls { "rediss" } else { "redis" };
         match &self.password {
-            Some(pass) => format!("redis://:{pass}@127.0.0.1:{}/", self.port),
-            None => format!("redis://127.0.0.1:{}/", self.port),
+            Some(pass) => format!("{scheme}://:{pass}@127.0.0.1:{}/", self.port),
+            None => format!("{scheme}://127.0.0.1:{}/", self.port),
         }
     }
 
