@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::client::Client;
+use crate::config::MAX_REPLICAS;
 use crate::context::{self, Frame, Outer};
 use crate::error::{Error, LossReason, Operation};
 use crate::guard::{Acquisition, Hold, LockGuard, ReleaseOnDrop, Released};
@@ -51,6 +52,7 @@ pub struct LockBuilder {
     max_hold: Option<Duration>,
     min_hold: Option<Duration>,
     fenced: bool,
+    min_replicas: Option<usize>,
 }
 
 /// Starts building a lock on `name` through the default client (see [`crate::init`]).
@@ -64,6 +66,7 @@ pub fn lock(name: impl Into<String>) -> LockBuilder {
         max_hold: None,
         min_hold: None,
         fenced: false,
+        min_replicas: None,
     }
 }
 
@@ -135,6 +138,24 @@ impl LockBuilder {
         self
     }
 
+    /// Replicas that must acknowledge the acquire and every renewal of this lock (overrides
+    /// [`crate::Config::min_replicas`]; 0: none). Too few acknowledgements within
+    /// [`crate::Config::replica_timeout`] release the lock again and fail the acquire with
+    /// [`Error::Unreplicated`]; for a renewal they count as a failed renewal (see
+    /// [`crate::Config::min_replicas`] for what this buys under failover and what it does not).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), distlock_core::Error> {
+    /// let guard = distlock_core::lock("ledger:7").min_replicas(1).acquire().await?;
+    /// // The lock is on the master and on at least one replica.
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn min_replicas(mut self, replicas: usize) -> Self {
+        self.min_replicas = Some(replicas);
+        self
+    }
+
     /// Use the client installed under `name` with [`crate::Config::install_as`].
     pub fn client(mut self, name: impl Into<String>) -> Self {
         self.client = ClientChoice::Named(name.into());
@@ -167,6 +188,15 @@ impl LockBuilder {
                 ),
             });
         }
+        let min_replicas = self.min_replicas.unwrap_or(config.min_replicas);
+        if min_replicas > MAX_REPLICAS {
+            return Err(Error::InvalidConfig {
+                reason: format!(
+                    "the min_replicas of lock `{}` is {min_replicas}, but it must be at most {MAX_REPLICAS}",
+                    self.name
+                ),
+            });
+        }
         let terms = Terms {
             ttl,
             renew: self.renew,
@@ -174,6 +204,7 @@ impl LockBuilder {
             max_hold: self.max_hold.or(config.max_hold),
             min_hold: self.min_hold,
             fenced: self.fenced,
+            min_replicas,
         };
         let keys = Arc::new(LockKeys::new(&config.key_prefix, self.name)?);
         let span =
@@ -262,6 +293,8 @@ struct Terms {
     max_hold: Option<Duration>,
     min_hold: Option<Duration>,
     fenced: bool,
+    /// Replicas that must acknowledge the acquire and each renewal (0: none).
+    min_replicas: usize,
 }
 
 async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<LockGuard, Error> {
@@ -284,9 +317,12 @@ async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<Lo
             // is released in the background.
             let mut pending = ReleaseOnDrop::new(hold.clone());
             let sent_at = Instant::now();
-            let attempt = try_acquire(&hold, &terms, give_up.is_some()).await?;
+            let (attempt, acked) = try_acquire(&hold, &terms, give_up.is_some()).await?;
             pending.disarm();
             match attempt {
+                Acquired::Taken { .. } if acked.unwrap_or(0) < terms.min_replicas => {
+                    return Err(unreplicated(hold, acked.unwrap_or(0), terms.min_replicas).await);
+                }
                 Acquired::Taken { token } => {
                     return Ok(into_guard(hold, token, false, &terms, sent_at, started))
                 }
@@ -336,6 +372,26 @@ async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<Lo
     }
 }
 
+/// A take that too few replicas acknowledged: released again (in the background if the
+/// release cannot be answered now), and the error that says how many did.
+async fn unreplicated(hold: Hold, acknowledged: usize, required: usize) -> Error {
+    let key = hold.keys.name.clone();
+    tracing::warn!(%key, acknowledged, required, "too few replicas acknowledged the lock; releasing it");
+    // Armed until the release is answered: cancelled or failed, it runs in the background.
+    let mut pending = ReleaseOnDrop::new(hold.clone());
+    match hold.release(None).await {
+        Ok(_) => drop(pending.disarm()),
+        Err(error) => {
+            tracing::debug!(%key, %error, "release of an unacknowledged lock failed; retrying in the background")
+        }
+    }
+    Error::Unreplicated {
+        key,
+        acknowledged,
+        required,
+    }
+}
+
 /// Re-enters a lock this call chain holds: no hold is written to Redis (holds are counted on
 /// the client), but one round trip checks that the outer hold is still ours and makes the
 /// key's expiry reach at least this hold's ttl (never shortening it). If the outer hold is
@@ -365,17 +421,27 @@ async fn reenter(outer: Outer, terms: &Terms, started: Instant) -> Result<LockGu
     let call = RenewCall {
         id: &id,
         items: &items,
+        wait: client.replica_wait(terms.min_replicas),
     };
     let sent_at = Instant::now();
     // The check changes nothing but the expiry (only ever later), so it is safe to repeat.
-    let found = match client.call(Operation::Acquire, name, &call).await {
+    let (found, acked) = match client.call_acked(Operation::Acquire, name, &call).await {
         Err(error) if error.is_connection_failure() => {
             tracing::debug!(%error, "re-entry check reply lost; retrying");
-            client.call(Operation::Acquire, name, &call).await?
+            client.call_acked(Operation::Acquire, name, &call).await?
         }
         other => other?,
     };
     let reason = match found.first() {
+        // The outer hold stays as it was (its own acquire was acknowledged); only this
+        // extension is not durable enough.
+        Some(Renewed::Yes) if acked.unwrap_or(0) < terms.min_replicas => {
+            return Err(Error::Unreplicated {
+                key: name.clone(),
+                acknowledged: acked.unwrap_or(0),
+                required: terms.min_replicas,
+            });
+        }
         Some(Renewed::Yes) => {
             let hold = outer.hold.enter();
             return Ok(into_guard(hold, outer.token, true, terms, sent_at, started));
@@ -417,6 +483,7 @@ fn into_guard(
                 ttl: terms.ttl,
             },
             name: hold.keys.name.as_str().into(),
+            replicas: terms.min_replicas,
             hold_until: terms.max_hold.map(|cap| deadline_after(sent_at, cap)),
             lease: lease.clone(),
         })
@@ -432,11 +499,17 @@ fn into_guard(
 }
 
 /// One acquire round trip (two if the connection dropped): a plain `SET NX PX GET`, or the
-/// fenced script. `wait`: the caller waits when the lock is busy, so ask for its ttl too.
-async fn try_acquire(hold: &Hold, terms: &Terms, wait: bool) -> Result<Acquired, Error> {
+/// fenced script, with the `WAIT` of `min_replicas`. `wait`: the caller waits when the lock is
+/// busy, so ask for its ttl too. Returns what it found and how many replicas acknowledged.
+async fn try_acquire(
+    hold: &Hold,
+    terms: &Terms,
+    wait: bool,
+) -> Result<(Acquired, Option<usize>), Error> {
     let client = &hold.client;
     let name = &hold.keys.name;
     let id = client.new_request_id();
+    let replicas = client.replica_wait(terms.min_replicas);
     let send = || async {
         if terms.fenced {
             let call = FencedAcquireCall {
@@ -445,8 +518,9 @@ async fn try_acquire(hold: &Hold, terms: &Terms, wait: bool) -> Result<Acquired,
                 id: &id,
                 ttl: terms.ttl,
                 retention: client.config().fence_retention,
+                wait: replicas,
             };
-            client.call(Operation::Acquire, name, &call).await
+            client.call_acked(Operation::Acquire, name, &call).await
         } else {
             let call = AcquireCall {
                 keys: &hold.keys,
@@ -454,8 +528,9 @@ async fn try_acquire(hold: &Hold, terms: &Terms, wait: bool) -> Result<Acquired,
                 id: &id,
                 ttl: terms.ttl,
                 want_pttl: wait,
+                wait: replicas,
             };
-            client.call(Operation::Acquire, name, &call).await
+            client.call_acked(Operation::Acquire, name, &call).await
         }
     };
     // A dropped connection fails fast and the connection reconnects: retry once, with the same

@@ -15,9 +15,9 @@ use crate::config::Config;
 use crate::connection::{CallError, Connection};
 use crate::error::{Error, Operation};
 use crate::identity;
-use crate::scripts::{self, Call};
+use crate::scripts::{self, Call, ReplicaWait};
 use crate::waiters::{Subscription, Waiters};
-use crate::watchdog::{Renewal, Watchdog};
+use crate::watchdog::{Batching, Renewal, Watchdog};
 
 /// A connection to one Redis server with its lock defaults. Cheap to clone.
 ///
@@ -109,8 +109,12 @@ impl Client {
         let watchdog = Watchdog::start(
             conn.clone(),
             background.handle().clone(),
-            config.renew_batch,
-            config.response_timeout,
+            Batching {
+                size: config.renew_batch,
+                per_slot: false,
+                replica_timeout: config.replica_timeout,
+                timeout: config.response_timeout,
+            },
         );
         let waiters = Waiters::new(
             redis,
@@ -219,6 +223,19 @@ impl Client {
         name: &str,
         call: &C,
     ) -> Result<C::Reply, Error> {
+        self.call_acked(op, name, call)
+            .await
+            .map(|(reply, _)| reply)
+    }
+
+    /// [`Client::call`], with the number of replicas that acknowledged the call's write when it
+    /// asked for a `WAIT`.
+    pub(crate) async fn call_acked<C: Call>(
+        &self,
+        op: Operation,
+        name: &str,
+        call: &C,
+    ) -> Result<(C::Reply, Option<usize>), Error> {
         let after = self.inner.config.response_timeout;
         let key = name;
         match self.inner.conn.call(call, after).await {
@@ -235,6 +252,14 @@ impl Client {
                 source,
             }),
         }
+    }
+
+    /// The `WAIT` for a lock that asks `replicas` replicas to acknowledge it (none for 0).
+    pub(crate) fn replica_wait(&self, replicas: usize) -> Option<ReplicaWait> {
+        (replicas > 0).then_some(ReplicaWait {
+            replicas,
+            timeout: self.inner.config.replica_timeout,
+        })
     }
 }
 

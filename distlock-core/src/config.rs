@@ -33,6 +33,8 @@ pub struct Config {
     pub(crate) renew_batch: usize,
     pub(crate) max_hold: Option<Duration>,
     pub(crate) require_noeviction: bool,
+    pub(crate) min_replicas: usize,
+    pub(crate) replica_timeout: Duration,
     /// PEM certificates of the CAs to trust for `rediss://` instead of the system's store.
     pub(crate) tls_root_certificates: Option<Vec<u8>>,
     /// PEM certificate and private key this client presents (mutual TLS).
@@ -42,7 +44,8 @@ pub struct Config {
 impl Config {
     /// A configuration for the Redis server at `url` (`redis://[:password@]host[:port][/db]`),
     /// with the defaults: key prefix `distlock`, ttl 30 s, connect timeout 5 s, response timeout
-    /// 2 s, fence retention 10 min, renewal batches of 256, no cap on hold time.
+    /// 2 s, fence retention 10 min, renewal batches of 256, no cap on hold time, no replica
+    /// acknowledgement (replica timeout 500 ms when asked for).
     pub fn new(url: impl Into<String>) -> Self {
         Config {
             url: url.into(),
@@ -54,6 +57,8 @@ impl Config {
             renew_batch: 256,
             max_hold: None,
             require_noeviction: false,
+            min_replicas: 0,
+            replica_timeout: Duration::from_millis(500),
             tls_root_certificates: None,
             tls_client_certificate: None,
         }
@@ -118,6 +123,47 @@ impl Config {
         self
     }
 
+    /// Replicas that must acknowledge every acquire and renewal of the locks taken through
+    /// this client (default 0: none; a lock may ask for its own with
+    /// [`LockBuilder::min_replicas`](crate::LockBuilder::min_replicas)).
+    ///
+    /// After the lock is written, the same round trip runs `WAIT n timeout` on the lock's own
+    /// node (in a cluster, the master of its slot). If fewer than `n` replicas acknowledge within
+    /// [`Config::replica_timeout`], the acquire releases the lock again and fails with
+    /// [`Error::Unreplicated`], which says how many did; a renewal that too few acknowledge
+    /// counts as a failed renewal (retried; if that lasts until the lease runs out, the lock is
+    /// lost with [`LossReason::Unreplicated`](crate::LossReason::Unreplicated)).
+    ///
+    /// What it buys: a lock acknowledged by `n` replicas survives the failover of its master to
+    /// any of them (Redis promotes the most up-to-date replica). What it does not: `WAIT` makes
+    /// replication synchronous for this write only, it is not consensus; a failover to a
+    /// replica that had not acknowledged (more masters lost than `n` covers) can still lose the
+    /// lock. Fencing tokens remain what protects the resource.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), distlock_core::Error> {
+    /// use std::time::Duration;
+    /// distlock_core::Config::new("redis://127.0.0.1:6379/")
+    ///     .min_replicas(1)
+    ///     .replica_timeout(Duration::from_millis(200))
+    ///     .install()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn min_replicas(mut self, replicas: usize) -> Self {
+        self.min_replicas = replicas;
+        self
+    }
+
+    /// How long `WAIT` waits for the replicas of [`Config::min_replicas`] (default 500 ms; at
+    /// least 1 ms). While it waits, other requests of this client queue behind it on the
+    /// command connection, so keep it short: a healthy replica acknowledges within a
+    /// millisecond or two of its link's round trip.
+    pub fn replica_timeout(mut self, timeout: Duration) -> Self {
+        self.replica_timeout = timeout;
+        self
+    }
+
     /// Trust these CA certificates (PEM, one or more) for a `rediss://` server instead of the
     /// system's trust store: a private CA, as managed Redis services and test set-ups use.
     /// `rediss://` needs the `tls` feature.
@@ -177,6 +223,14 @@ impl Config {
         if self.renew_batch == 0 {
             return invalid("renew_batch_size must be at least 1");
         }
+        if self.replica_timeout < Duration::from_millis(1) {
+            return invalid(
+                "replica_timeout must be at least 1 ms (`WAIT` with 0 would wait forever)",
+            );
+        }
+        if self.min_replicas > MAX_REPLICAS {
+            return invalid("min_replicas must be at most 1000");
+        }
         if !cfg!(feature = "tls") && uses_tls(&self.url) {
             return invalid("a `rediss://` URL needs TLS: enable the `tls` feature of distlock");
         }
@@ -200,7 +254,9 @@ impl fmt::Debug for Config {
             .field("fence_retention", &self.fence_retention)
             .field("renew_batch", &self.renew_batch)
             .field("max_hold", &self.max_hold)
-            .field("require_noeviction", &self.require_noeviction);
+            .field("require_noeviction", &self.require_noeviction)
+            .field("min_replicas", &self.min_replicas)
+            .field("replica_timeout", &self.replica_timeout);
         d.field(
             "tls_root_certificates",
             &self.tls_root_certificates.as_ref().map(|_| "<set>"),
@@ -212,6 +268,9 @@ impl fmt::Debug for Config {
         d.finish()
     }
 }
+
+/// The most replicas a lock may ask to acknowledge it (a typo guard; no deployment has more).
+pub(crate) const MAX_REPLICAS: usize = 1000;
 
 /// True for a URL that asks for TLS (`rediss://`, `valkeys://`).
 pub(crate) fn uses_tls(url: &str) -> bool {

@@ -61,23 +61,27 @@ impl Connection {
     }
 
     /// Runs one script call, checking that its reply answers this request (the echoed request
-    /// id) and decoding it. A reply for another request or a reply of the wrong shape retires
-    /// the connection; a timeout retires it if Redis answers a fresh connection.
+    /// id) and decoding it; with the number of replicas that acknowledged its write when the
+    /// call asked for a `WAIT` (whose timeout is added to `timeout`). A reply for another
+    /// request or a reply of the wrong shape retires the connection; a timeout retires it if
+    /// Redis answers a fresh connection.
     pub(crate) async fn call<C: Call>(
         self: &Arc<Self>,
         call: &C,
         timeout: Duration,
-    ) -> Result<C::Reply, CallError> {
+    ) -> Result<(C::Reply, Option<usize>), CallError> {
         let (generation, mut conn) = self.current();
         let request = call.request();
+        let wait = call.replica_wait();
+        let timeout = timeout.saturating_add(wait.map_or(Duration::ZERO, |w| w.timeout));
         // Polled on the caller's runtime: the driver lives wherever the connection was last
         // (re)made. If that runtime is gone, the call fails as a dropped connection and the
         // connection manager reconnects from the runtime that is asking (see `background`).
-        let run = request.send::<C::Raw>(&mut conn);
+        let run = request.send::<C::Raw, _>(&mut conn, call.request_id(), wait);
         let reply = tokio::time::timeout(timeout, run).await;
         match reply {
-            Ok(Ok((echoed, raw))) if echoed == call.request_id() => match call.decode(raw) {
-                Some(reply) => Ok(reply),
+            Ok(Ok(sent)) if sent.echoed == call.request_id() => match call.decode(sent.raw) {
+                Some(reply) => Ok((reply, sent.acked)),
                 None => {
                     self.retire(generation);
                     Err(CallError::Redis(desync_error()))

@@ -20,6 +20,9 @@ pub enum LossReason {
     /// Redis answered the renewals with an error (for example `READONLY`, `NOPERM` or `OOM`)
     /// until the lease ran out: reachable, but it would not extend the lease.
     Refused,
+    /// The renewals were not acknowledged by the lock's `min_replicas` replicas until the lease
+    /// ran out: extended on the master, but not durably enough to count.
+    Unreplicated,
 }
 
 impl fmt::Display for LossReason {
@@ -30,6 +33,9 @@ impl fmt::Display for LossReason {
             LossReason::Unreachable => "Redis could not be reached before the lease ran out",
             LossReason::LeaseElapsed => "the lease (ttl) elapsed without renewal",
             LossReason::Refused => "Redis refused to renew the lease until it ran out",
+            LossReason::Unreplicated => {
+                "too few replicas acknowledged the renewals until the lease ran out"
+            }
         })
     }
 }
@@ -91,6 +97,18 @@ pub enum Error {
     Incompatible {
         /// The lock's name.
         key: String,
+    },
+    /// The lock was taken on its master, but fewer replicas than the lock's `min_replicas`
+    /// acknowledged it within the replica timeout, so it was released again (nobody holds it
+    /// through this acquire).
+    #[error("lock `{key}` was not acknowledged by enough replicas: {acknowledged} of the {required} required within the replica timeout, so it was released again; check that the replicas are up and linked (`INFO replication`), or lower `min_replicas` / raise `Config::replica_timeout`")]
+    Unreplicated {
+        /// The lock's name.
+        key: String,
+        /// Replicas that acknowledged the write.
+        acknowledged: usize,
+        /// Replicas the lock asked for (`min_replicas`).
+        required: usize,
     },
     /// No client was installed before the first lock.
     #[error("distlock is not initialized: call `distlock::init(\"redis://...\").await` once at startup, before taking any lock")]

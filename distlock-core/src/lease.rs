@@ -84,6 +84,9 @@ pub(crate) struct Lease {
     /// The last renewal attempt got an error reply (Redis answered but refused): a passed
     /// deadline is then reported as [`LossReason::Refused`].
     refused: AtomicBool,
+    /// The last renewal was not acknowledged by enough replicas: a passed deadline is then
+    /// reported as [`LossReason::Unreplicated`].
+    unreplicated: AtomicBool,
 }
 
 impl Lease {
@@ -95,6 +98,7 @@ impl Lease {
             }),
             renewing: AtomicBool::new(renewing),
             refused: AtomicBool::new(false),
+            unreplicated: AtomicBool::new(false),
         }
     }
 
@@ -132,6 +136,11 @@ impl Lease {
         self.refused.store(refused, Ordering::Release);
     }
 
+    /// Records whether the last renewal was acknowledged by too few replicas.
+    pub(crate) fn set_unreplicated(&self, unreplicated: bool) {
+        self.unreplicated.store(unreplicated, Ordering::Release);
+    }
+
     pub(crate) fn deadline(&self) -> Instant {
         self.state.borrow().deadline
     }
@@ -150,7 +159,9 @@ impl Lease {
     }
 
     fn elapsed_reason(&self) -> LossReason {
-        if self.refused.load(Ordering::Acquire) {
+        if self.unreplicated.load(Ordering::Acquire) {
+            LossReason::Unreplicated
+        } else if self.refused.load(Ordering::Acquire) {
             LossReason::Refused
         } else if self.renewing.load(Ordering::Acquire) {
             LossReason::Unreachable

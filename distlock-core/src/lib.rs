@@ -136,7 +136,19 @@
 //! | deployment | configuration | what a lock guarantees under failover |
 //! | --- | --- | --- |
 //! | one Redis server | `Config::new("redis://host:6379/")` | no failover: a restart without persistence frees every lock |
+//! | a master with replicas, `min_replicas` | `Config::new(url).min_replicas(1)`, per lock [`LockBuilder::min_replicas`] or the attribute's `min_replicas = 1` | a lock acknowledged by `n` replicas (`WAIT`) survives a failover to any of them; a failover to a replica that had not acknowledged can still lose it |
 //! | TLS (feature `tls`) | `Config::new("rediss://host:6380/")`, [`Config::tls_root_certificates`] for a private CA, [`Config::tls_client_certificate`] for mutual TLS | as the same deployment without TLS |
+//!
+//! **Replica acknowledgement.** Redis replicates asynchronously: a lock acknowledged only by
+//! its master is gone if the master fails before the write reached a replica. With
+//! `min_replicas = n` the acquire and every renewal are followed, in the same round trip, by
+//! `WAIT n` on the lock's own node (bounded by [`Config::replica_timeout`]). Too few
+//! acknowledgements: the acquire releases the lock and fails with [`Error::Unreplicated`]
+//! (which says how many replicas did acknowledge); a renewal counts as failed and is retried,
+//! and if none is acknowledged before the lease runs out the lock is lost
+//! ([`LossReason::Unreplicated`]). `WAIT` is not consensus: it narrows the window, fencing
+//! tokens still protect the resource. While `WAIT` waits, later requests of the same client
+//! queue behind it on its command connection: keep the replica timeout short.
 //!
 //! **TLS.** With the `tls` feature, `rediss://` URLs connect through rustls (ring as its
 //! crypto provider unless the application installed another): the server's certificate is

@@ -19,6 +19,10 @@
 //! * **Release** (`ReleaseCall`, `RELEASE`): compare and delete, then `PUBLISH` to wake waiters.
 //! * **Renewal** (`RenewCall`, `RENEW`): compare and extend, batched.
 //!
+//! A lock that asks for replica acknowledgement (`min_replicas`) gets `WAIT n timeout` after its
+//! acquire or renewal in the same pipeline, so it runs on the connection (and, in a cluster, the
+//! node) that wrote.
+//!
 //! Every reply answers with the request's id, so a reply that answers another request (a reply
 //! lost on a connection that stayed open) is recognised. A key that holds anything else than a
 //! `d2` lock (a lock of another distlock version, another program's key) is never misread: the
@@ -27,7 +31,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, FromRedisValue, Pipeline, RedisResult, ServerErrorKind, Value};
 
 use crate::keys::LockKeys;
@@ -175,9 +179,9 @@ impl Lua {
     }
 
     /// Runs `cmd` (built with [`Lua::evalsha`]); on NOSCRIPT loads the script and runs it again.
-    async fn run<T: FromRedisValue>(
+    async fn run<T: FromRedisValue, C: ConnectionLike>(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut C,
         cmd: &Cmd,
     ) -> RedisResult<T> {
         match cmd.query_async(conn).await {
@@ -201,19 +205,70 @@ pub(crate) static ALL: [&Lua; 3] = [&ACQUIRE_FENCED_SCRIPT, &RELEASE_SCRIPT, &RE
 pub(crate) enum Request {
     /// A script call whose reply is `{request id, value}`.
     Script(&'static Lua, Cmd),
-    /// Commands pipelined in one write, the last one `ECHO <request id>`.
+    /// Commands pipelined in one write; `ECHO <request id>` is appended when it is sent.
     Pipeline(Pipeline),
 }
 
+/// `WAIT replicas timeout` after a call's write: how many replicas must acknowledge it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaWait {
+    pub(crate) replicas: usize,
+    pub(crate) timeout: Duration,
+}
+
+/// A reply as it came back: the echoed request id, the call's own reply, and how many replicas
+/// acknowledged the write (when the call asked, with [`ReplicaWait`]).
+pub(crate) struct Sent<T> {
+    pub(crate) echoed: String,
+    pub(crate) raw: T,
+    pub(crate) acked: Option<usize>,
+}
+
 impl Request {
-    /// Sends the request; returns the echoed request id and the rest of the reply.
-    pub(crate) async fn send<T: FromRedisValue>(
+    /// Sends the request for the call whose id is `id` (a pipeline echoes it last), with a
+    /// `WAIT` after the write when `wait` is given, all in one write (so in a cluster the `WAIT`
+    /// goes with the key to the lock's own node, never broadcast).
+    pub(crate) async fn send<T: FromRedisValue, C: ConnectionLike>(
         &self,
-        conn: &mut ConnectionManager,
-    ) -> RedisResult<(String, T)> {
-        match self {
-            Request::Script(lua, cmd) => lua.run(conn, cmd).await,
-            Request::Pipeline(pipe) => {
+        conn: &mut C,
+        id: &str,
+        wait: Option<ReplicaWait>,
+    ) -> RedisResult<Sent<T>> {
+        match (self, wait) {
+            (Request::Script(lua, cmd), None) => {
+                let (echoed, raw) = lua.run(conn, cmd).await?;
+                Ok(Sent {
+                    echoed,
+                    raw,
+                    acked: None,
+                })
+            }
+            (Request::Script(lua, cmd), Some(wait)) => {
+                let mut pipe = redis::pipe();
+                // A NOSCRIPT stays in the reply (the script is loaded and the pair sent again).
+                pipe.ignore_errors();
+                pipe.add_command(cmd.clone());
+                add_wait(&mut pipe, wait);
+                let mut replies: Vec<Value> = pipe.query_async(conn).await?;
+                if matches!(replies.first(), Some(Value::ServerError(e)) if e.kind() == Some(ServerErrorKind::NoScript))
+                {
+                    lua.load().exec_async(conn).await?;
+                    replies = pipe.query_async(conn).await?;
+                }
+                let [reply, acked] = <[Value; 2]>::try_from(replies).map_err(|_| wrong_shape())?;
+                let (echoed, raw) = redis::from_redis_value(reply.extract_error()?)?;
+                Ok(Sent {
+                    echoed,
+                    raw,
+                    acked: Some(redis::from_redis_value(acked.extract_error()?)?),
+                })
+            }
+            (Request::Pipeline(pipe), wait) => {
+                let mut pipe = pipe.clone();
+                if let Some(wait) = wait {
+                    add_wait(&mut pipe, wait);
+                }
+                pipe.cmd("ECHO").arg(id);
                 let mut replies: Vec<Value> = pipe.query_async(conn).await?;
                 // An error reply is an error, except `WRONGTYPE`, which the call decodes (the
                 // key holds something that is not a lock of this protocol).
@@ -223,12 +278,36 @@ impl Request {
                 {
                     return Err(e.clone().into());
                 }
-                let echo = replies.pop().unwrap_or(Value::Nil);
-                let echo: String = redis::from_redis_value(echo)?;
-                Ok((echo, redis::from_redis_value(Value::Array(replies))?))
+                let echoed = replies.pop().unwrap_or(Value::Nil);
+                let echoed: String = redis::from_redis_value(echoed)?;
+                let acked = match wait {
+                    Some(_) => Some(redis::from_redis_value(
+                        replies.pop().ok_or_else(wrong_shape)?,
+                    )?),
+                    None => None,
+                };
+                Ok(Sent {
+                    echoed,
+                    raw: redis::from_redis_value(Value::Array(replies))?,
+                    acked,
+                })
             }
         }
     }
+}
+
+fn add_wait(pipe: &mut Pipeline, wait: ReplicaWait) {
+    pipe.cmd("WAIT")
+        .arg(wait.replicas)
+        .arg(millis_ceil(wait.timeout).max(1));
+}
+
+/// A reply with fewer parts than its request: it answers some other request.
+fn wrong_shape() -> redis::RedisError {
+    redis::RedisError::from((
+        ErrorKind::UnexpectedReturnType,
+        "a pipelined reply has the wrong number of parts",
+    ))
 }
 
 /// One typed call: its request, the request id its reply echoes, and the decoding of the rest
@@ -242,6 +321,10 @@ pub(crate) trait Call {
     fn request(&self) -> Request;
     /// The id the reply must echo (a reply that echoes another answers another request).
     fn request_id(&self) -> &str;
+    /// The replicas that must acknowledge this call's write (`WAIT`), if any.
+    fn replica_wait(&self) -> Option<ReplicaWait> {
+        None
+    }
     /// The reply, or `None` if it is not one this call gets (a reply of the wrong shape).
     fn decode(&self, raw: Self::Raw) -> Option<Self::Reply>;
 }
@@ -267,6 +350,8 @@ pub(crate) struct AcquireCall<'a> {
     pub(crate) ttl: Duration,
     /// Also ask for the holder's remaining ttl (the caller waits when the lock is busy).
     pub(crate) want_pttl: bool,
+    /// Replicas that must acknowledge the take (`min_replicas`).
+    pub(crate) wait: Option<ReplicaWait>,
 }
 
 impl Call for AcquireCall<'_> {
@@ -287,12 +372,15 @@ impl Call for AcquireCall<'_> {
         if self.want_pttl {
             pipe.cmd("PTTL").arg(&self.keys.lock);
         }
-        pipe.cmd("ECHO").arg(self.id);
         Request::Pipeline(pipe)
     }
 
     fn request_id(&self) -> &str {
         self.id
+    }
+
+    fn replica_wait(&self) -> Option<ReplicaWait> {
+        self.wait
     }
 
     fn decode(&self, raw: Vec<Value>) -> Option<Acquired> {
@@ -330,6 +418,8 @@ pub(crate) struct FencedAcquireCall<'a> {
     pub(crate) ttl: Duration,
     /// How long the fence floor is kept (at least the ttl).
     pub(crate) retention: Duration,
+    /// Replicas that must acknowledge the take (`min_replicas`).
+    pub(crate) wait: Option<ReplicaWait>,
 }
 
 impl Call for FencedAcquireCall<'_> {
@@ -350,6 +440,10 @@ impl Call for FencedAcquireCall<'_> {
 
     fn request_id(&self) -> &str {
         self.id
+    }
+
+    fn replica_wait(&self) -> Option<ReplicaWait> {
+        self.wait
     }
 
     fn decode(&self, (status, value): (i64, i64)) -> Option<Acquired> {
@@ -431,6 +525,8 @@ pub(crate) struct RenewItem {
 pub(crate) struct RenewCall<'a> {
     pub(crate) id: &'a str,
     pub(crate) items: &'a [RenewItem],
+    /// Replicas that must acknowledge the renewal (`min_replicas`).
+    pub(crate) wait: Option<ReplicaWait>,
 }
 
 /// What [`RENEW`] found for one lease.
@@ -465,6 +561,10 @@ impl Call for RenewCall<'_> {
 
     fn request_id(&self) -> &str {
         self.id
+    }
+
+    fn replica_wait(&self) -> Option<ReplicaWait> {
+        self.wait
     }
 
     fn decode(&self, statuses: Vec<i64>) -> Option<Vec<Renewed>> {

@@ -15,8 +15,9 @@ use tokio::time::Instant;
 
 use crate::connection::{CallError, Connection};
 use crate::error::{is_error_reply, LossReason};
+use crate::keys::hash_slot;
 use crate::lease::{guaranteed_until, renewal_interval, Lease};
-use crate::scripts::{RenewCall, RenewItem, Renewed};
+use crate::scripts::{RenewCall, RenewItem, Renewed, ReplicaWait};
 use crate::sync;
 
 /// Retry delay after a failed renewal round trip.
@@ -45,6 +46,8 @@ pub(crate) struct Renewal {
     pub(crate) item: RenewItem,
     /// The lock's name, for logs.
     pub(crate) name: Arc<str>,
+    /// Replicas that must acknowledge each renewal (`min_replicas`; 0: none).
+    pub(crate) replicas: usize,
     /// The hold cap (`max_hold`): the last renewal reaches exactly this far.
     pub(crate) hold_until: Option<Instant>,
     pub(crate) lease: Arc<Lease>,
@@ -56,8 +59,20 @@ pub(crate) struct Watchdog {
     task: Mutex<AbortHandle>,
     conn: Arc<Connection>,
     handle: Handle,
-    batch: usize,
-    timeout: Duration,
+    batching: Batching,
+}
+
+/// How leases are put into renewal calls.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Batching {
+    /// Most leases in one call.
+    pub(crate) size: usize,
+    /// One call per hash slot (a cluster: one script call cannot span slots).
+    pub(crate) per_slot: bool,
+    /// The `WAIT` timeout of leases that ask for replica acknowledgement.
+    pub(crate) replica_timeout: Duration,
+    /// The response timeout of one call.
+    pub(crate) timeout: Duration,
 }
 
 impl Drop for Watchdog {
@@ -68,24 +83,18 @@ impl Drop for Watchdog {
 
 impl Watchdog {
     /// Starts the renewal task on `handle` (the client's own runtime).
-    pub(crate) fn start(
-        conn: Arc<Connection>,
-        handle: Handle,
-        batch: usize,
-        timeout: Duration,
-    ) -> Self {
+    pub(crate) fn start(conn: Arc<Connection>, handle: Handle, batching: Batching) -> Self {
         let shared = Arc::new(Shared {
             table: Mutex::new(Table::default()),
             wake: Notify::new(),
         });
-        let task = spawn(&handle, &shared, &conn, batch, timeout);
+        let task = spawn(&handle, &shared, &conn, batching);
         Watchdog {
             shared,
             task: Mutex::new(task),
             conn,
             handle,
-            batch,
-            timeout,
+            batching,
         }
     }
 
@@ -100,13 +109,7 @@ impl Watchdog {
         let mut task = self.task();
         if task.is_finished() {
             tracing::error!("the renewal task had stopped; restarting it");
-            *task = spawn(
-                &self.handle,
-                &self.shared,
-                &self.conn,
-                self.batch,
-                self.timeout,
-            );
+            *task = spawn(&self.handle, &self.shared, &self.conn, self.batching);
         }
     }
 
@@ -146,10 +149,9 @@ fn spawn(
     handle: &Handle,
     shared: &Arc<Shared>,
     conn: &Arc<Connection>,
-    batch: usize,
-    timeout: Duration,
+    batching: Batching,
 ) -> AbortHandle {
-    let task = run(shared.clone(), conn.clone(), batch, timeout);
+    let task = run(shared.clone(), conn.clone(), batching);
     handle.spawn(task).abort_handle()
 }
 
@@ -201,7 +203,24 @@ fn collect(shared: &Shared, now: Instant) -> (Due, Option<Instant>) {
     (due, next)
 }
 
-async fn run(shared: Arc<Shared>, conn: Arc<Connection>, batch: usize, timeout: Duration) {
+/// The due leases in groups that can share one call: same hash slot (when batching per slot)
+/// and same replica count (so a lease that asks for no acknowledgement never waits for one).
+fn groups(due: Due, batching: Batching) -> Vec<Due> {
+    let mut groups: HashMap<(u16, usize), Due> = HashMap::new();
+    for (item, holder) in due.items.into_iter().zip(due.holders) {
+        let slot = if batching.per_slot {
+            hash_slot(item.key.as_bytes())
+        } else {
+            0
+        };
+        let group = groups.entry((slot, holder.1.replicas)).or_default();
+        group.items.push(item);
+        group.holders.push(holder);
+    }
+    groups.into_values().collect()
+}
+
+async fn run(shared: Arc<Shared>, conn: Arc<Connection>, batching: Batching) {
     let mut batches = 0u64;
     loop {
         let (due, next) = collect(&shared, Instant::now());
@@ -217,13 +236,22 @@ async fn run(shared: Arc<Shared>, conn: Arc<Connection>, batch: usize, timeout: 
             }
             continue;
         }
-        for (items, holders) in due.items.chunks(batch).zip(due.holders.chunks(batch)) {
-            batches += 1;
-            let call = RenewCall {
-                id: &format!("b{batches}"),
-                items,
-            };
-            renew_chunk(&shared, &conn, &call, holders, timeout).await;
+        for group in groups(due, batching) {
+            let replicas = group.holders.first().map_or(0, |(_, r)| r.replicas);
+            let wait = (replicas > 0).then_some(ReplicaWait {
+                replicas,
+                timeout: batching.replica_timeout,
+            });
+            let size = batching.size;
+            for (items, holders) in group.items.chunks(size).zip(group.holders.chunks(size)) {
+                batches += 1;
+                let call = RenewCall {
+                    id: &format!("b{batches}"),
+                    items,
+                    wait,
+                };
+                renew_chunk(&shared, &conn, &call, holders, batching.timeout).await;
+            }
         }
     }
 }
@@ -239,12 +267,24 @@ async fn renew_chunk(
     let reply = conn.call(call, timeout).await;
     let mut table = sync::lock(&shared.table);
     match reply {
-        Ok(statuses) => {
+        Ok((statuses, acked)) => {
+            let acked = acked.unwrap_or(0);
             let batch = call.items.iter().zip(holders).zip(statuses);
             for ((item, (id, r)), status) in batch {
                 r.lease.set_refused(false);
                 let lost = match status {
+                    // Extended on the master only: a failed renewal, retried soon; if that
+                    // lasts until the lease runs out, the loss says so.
+                    Renewed::Yes if acked < r.replicas => {
+                        r.lease.set_unreplicated(true);
+                        tracing::warn!(key = %r.name, acked, required = r.replicas, "lease renewal not acknowledged by enough replicas; retrying");
+                        if let Some(e) = table.entries.get_mut(id) {
+                            e.due = e.due.min(Instant::now() + RETRY_AFTER_ERROR);
+                        }
+                        continue;
+                    }
                     Renewed::Yes => {
+                        r.lease.set_unreplicated(false);
                         r.lease.extend(guaranteed_until(sent_at, item.ttl));
                         continue;
                     }

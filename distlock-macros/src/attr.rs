@@ -18,10 +18,11 @@ mod kw {
     syn::custom_keyword!(skip);
     syn::custom_keyword!(fenced);
     syn::custom_keyword!(client);
+    syn::custom_keyword!(min_replicas);
 }
 
 const VALID_OPTIONS: &str =
-    "`key`, `ttl`, `renew`, `wait`, `skip`, `min_hold`, `fenced`, `client` and `crate`";
+    "`key`, `ttl`, `renew`, `wait`, `skip`, `min_hold`, `fenced`, `min_replicas`, `client` and `crate`";
 
 /// The options as written, each with the span of its name for later errors.
 #[derive(Default)]
@@ -40,6 +41,8 @@ pub(crate) struct LockArgs {
     pub(crate) skip: Option<Span>,
     /// `fenced`: the span of the flag.
     pub(crate) fenced: Option<Span>,
+    /// `min_replicas = N`: the number, checked (at most [`MAX_REPLICAS`]).
+    pub(crate) min_replicas: Option<LitInt>,
     /// `client = "..."`.
     pub(crate) client: Option<LitStr>,
     /// `crate = "..."`.
@@ -108,6 +111,17 @@ impl LockArgs {
             let name = input.parse::<kw::fenced>()?;
             no_value(input, "fenced", name.span)?;
             set_once(&mut self.fenced, name.span, "fenced", name.span, errors);
+        } else if input.peek(kw::min_replicas) {
+            let name = input.parse::<kw::min_replicas>()?;
+            if let Some(value) = replicas_value(input, errors)? {
+                set_once(
+                    &mut self.min_replicas,
+                    value,
+                    "min_replicas",
+                    name.span,
+                    errors,
+                );
+            }
         } else if input.peek(kw::client) {
             let name = input.parse::<kw::client>()?;
             let value = string_value(input, "a client name, e.g. `client = \"payments\"`")?;
@@ -161,9 +175,39 @@ fn unknown_option_message(name: &Ident) -> String {
         }
         "fence" | "fencing" | "fencing_token" | "token" => " (did you mean `fenced`?)",
         "connection" | "redis" | "pool" => " (did you mean `client`?)",
+        "replicas" | "min_replicas_to_write" | "wait_replicas" | "acks" | "durable" => {
+            " (did you mean `min_replicas`?)"
+        }
         _ => "",
     };
     format!("unknown option `{name}`{hint}; valid options are {VALID_OPTIONS}")
+}
+
+/// `distlock_core::config::MAX_REPLICAS`: the most replicas a lock may ask for.
+pub(crate) const MAX_REPLICAS: u64 = 1000;
+
+/// Parses `= N` after `min_replicas`: an integer literal up to [`MAX_REPLICAS`]. A bad number
+/// is recorded in `errors` (parsing goes on) and gives `None`.
+fn replicas_value(input: ParseStream<'_>, errors: &mut Errors) -> syn::Result<Option<LitInt>> {
+    let what = "the number of replicas that must acknowledge the lock, e.g. `min_replicas = 1`";
+    if !input.peek(Token![=]) {
+        return Err(input.error(format!("expected `=` and {what}")));
+    }
+    input.parse::<Token![=]>()?;
+    if !input.peek(LitInt) {
+        return Err(input.error(format!("expected an integer literal: {what}")));
+    }
+    let value: LitInt = input.parse()?;
+    match value.base10_parse::<u64>() {
+        Ok(n) if n <= MAX_REPLICAS && value.suffix().is_empty() => Ok(Some(value)),
+        _ => {
+            errors.push(syn::Error::new(
+                value.span(),
+                format!("`min_replicas = {value}` is not a replica count: write a whole number from 0 to {MAX_REPLICAS} without a suffix, e.g. `min_replicas = 1`"),
+            ));
+            Ok(None)
+        }
+    }
 }
 
 /// Parses `= "string"` after an option name.
@@ -501,7 +545,7 @@ mod tests {
     #[test]
     fn all_options() {
         let args = parse(
-            r#"key = "user:<self.tenant>", ttl = "500ms", renew, wait = "2s", min_hold = "1m", fenced, client = "payments", crate = "my::distlock","#,
+            r#"key = "user:<self.tenant>", ttl = "500ms", renew, wait = "2s", min_hold = "1m", fenced, min_replicas = 2, client = "payments", crate = "my::distlock","#,
         )
         .unwrap();
         assert_eq!(args.key.unwrap().value(), "user:<self.tenant>");
@@ -511,6 +555,10 @@ mod tests {
         assert_eq!(args.min_hold, Some(DurationArg::Millis(60_000)));
         assert!(args.skip.is_none());
         assert!(args.fenced.is_some());
+        assert_eq!(
+            args.min_replicas.map(|n| n.base10_parse::<u64>().unwrap()),
+            Some(2)
+        );
         assert_eq!(args.client.unwrap().value(), "payments");
         let krate = args.krate.unwrap();
         assert_eq!(quote::quote!(#krate).to_string(), "my :: distlock");
@@ -541,7 +589,7 @@ mod tests {
     fn unknown_options() {
         assert_eq!(
             error(r#"key = "a", foo = 1"#),
-            "unknown option `foo`; valid options are `key`, `ttl`, `renew`, `wait`, `skip`, `min_hold`, `fenced`, `client` and `crate`"
+            "unknown option `foo`; valid options are `key`, `ttl`, `renew`, `wait`, `skip`, `min_hold`, `fenced`, `min_replicas`, `client` and `crate`"
         );
         assert!(
             error("timeout = \"1s\"").starts_with("unknown option `timeout` (did you mean `ttl`?)")
@@ -556,6 +604,11 @@ mod tests {
         assert!(error("renew = true").starts_with("`renew` is a flag and takes no value"));
         assert!(error("fenced = true").starts_with("`fenced` is a flag and takes no value"));
         assert!(error("fencing").starts_with("unknown option `fencing` (did you mean `fenced`?)"));
+        assert!(error("min_replicas = 1001")
+            .starts_with("`min_replicas = 1001` is not a replica count"));
+        assert!(error("min_replicas = \"1\"").starts_with("expected an integer literal"));
+        assert!(error("replicas = 1")
+            .starts_with("unknown option `replicas` (did you mean `min_replicas`?)"));
         assert!(error(r#"key = "a" ttl = "1s""#).contains("expected `,`"));
         assert!(error(r#"client = """#).starts_with("the client name is empty"));
         assert!(error(r#"crate = "not a path""#).contains("is not a path"));

@@ -252,6 +252,12 @@ fn builder(model: &LockModel, key: &Ident) -> TokenStream {
     if model.fenced {
         builder.extend(quote!(.fenced(true)));
     }
+    if let Some(replicas) = &model.min_replicas {
+        // A plain `usize` literal, whatever the user's literal looked like (`0x1`, `1_0`).
+        let replicas = replicas.base10_parse::<usize>().unwrap_or_default();
+        let replicas = Literal::usize_suffixed(replicas);
+        builder.extend(quote!(.min_replicas(#replicas)));
+    }
     if let Some(client) = &model.client {
         builder.extend(quote!(.client(#client)));
     }
@@ -408,12 +414,12 @@ mod tests {
     #[test]
     fn skip_wait_client_and_crate() {
         let out = expand_str(
-            r#"key = "a<<b:<x>", skip, fenced, client = "payments", crate = "my::lock""#,
+            r#"key = "a<<b:<x>", skip, fenced, min_replicas = 0x2, client = "payments", crate = "my::lock""#,
             "async fn f(x: u8) -> Result<(), E> { Ok(()) }",
         );
         assert!(out.contains(
-            "match my :: lock :: __private :: lock (__distlock_key) . fenced (true) . client (\"payments\") . run"
-        ));
+            "match my :: lock :: __private :: lock (__distlock_key) . fenced (true) . min_replicas (2usize) . client (\"payments\") . run"
+        ), "{out}");
         assert!(out.contains(
             ":: core :: result :: Result :: Err (__distlock_error) if __distlock_error . is_busy () => { :: core :: result :: Result :: Ok (my :: lock :: __private :: skip_default ()) }"
         ));

@@ -57,6 +57,7 @@ use proc_macro::TokenStream;
 /// | `skip` | flag: if busy, return `Ok(Default::default())` | off |
 /// | `min_hold` | keep the lock at least this long after acquiring it: a duration | release when the body ends |
 /// | `fenced` | flag: hand out a fencing token with the lock (`distlock::fencing_token()`) | no token |
+/// | `min_replicas` | replicas that must acknowledge the acquire and each renewal (`WAIT`): an integer, 0 to 1000 | the client's `Config::min_replicas` (0 unless configured) |
 /// | `client` | name of a client installed with `Config::install_as` | the default client |
 /// | `crate` | path to `distlock`, for crates that re-export it | `"::distlock"` |
 ///
@@ -170,6 +171,19 @@ use proc_macro::TokenStream;
 ///     let token = distlock::fencing_token().expect("fenced lock");
 ///     db.write_if_newer(account, token).await
 /// }
+/// ```
+///
+/// ## `min_replicas = N`
+///
+/// After the acquire and after each renewal, wait (`WAIT N`, up to `Config::replica_timeout`)
+/// until `N` replicas of the lock's node have the write. Fewer acknowledgements release the
+/// lock again and fail the call with `distlock::Error::Unreplicated` (which says how many
+/// acknowledged); an unacknowledged renewal counts as a failed renewal. Per lock, so only the
+/// locks that must survive a failover pay the replication round trip.
+///
+/// ```ignore
+/// #[distributed_lock(key = "ledger:<account>", ttl = "10s", renew, min_replicas = 1)]
+/// async fn settle(account: u64) -> Result<(), AppError> { Ok(()) }
 /// ```
 ///
 /// ## `client = "..."`

@@ -26,6 +26,8 @@ pub(crate) struct LockModel {
     pub(crate) skip: bool,
     /// `fenced`: the lock hands out a fencing token.
     pub(crate) fenced: bool,
+    /// `min_replicas = N`: replicas that must acknowledge the acquire and each renewal.
+    pub(crate) min_replicas: Option<syn::LitInt>,
     pub(crate) key: Key,
     /// The function's return type as written.
     pub(crate) ret: ResultType,
@@ -131,6 +133,7 @@ pub(crate) fn build(args: syn::Result<LockArgs>, item: &LockFn) -> syn::Result<L
         min_hold: args.min_hold,
         skip: args.skip.is_some(),
         fenced: args.fenced.is_some(),
+        min_replicas: args.min_replicas,
         key,
         ret,
         shape,

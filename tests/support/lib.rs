@@ -189,6 +189,44 @@ impl RedisServer {
         assert!(status.success(), "kill {sig} failed");
     }
 
+    /// Starts a replica of `master` (`--replicaof`), returned once the master counts it online.
+    pub fn start_replica_of(master: &RedisServer) -> RedisServer {
+        let replica = Self::start_with(ServerOptions {
+            args: vec![
+                "--replicaof".to_owned(),
+                "127.0.0.1".to_owned(),
+                master.port().to_string(),
+            ],
+            ..Default::default()
+        });
+        let online = std::time::Instant::now() + READY_WITHIN;
+        while master.replicas_online() < 1 {
+            assert!(
+                std::time::Instant::now() < online,
+                "the replica on port {} did not come online",
+                replica.port()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        replica
+    }
+
+    /// Replicas the server counts as online (`INFO replication`), asked on a blocking
+    /// connection so it works outside a runtime too.
+    pub fn replicas_online(&self) -> usize {
+        let mut conn = self
+            .client()
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .expect("connect to test redis");
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut conn)
+            .expect("INFO replication");
+        info.lines()
+            .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+            .count()
+    }
+
     /// Freezes the server (`SIGSTOP`): connections stay open, nothing answers.
     pub fn pause(&self) {
         self.signal("-STOP");
