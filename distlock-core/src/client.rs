@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use std::future::Future;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::IntoConnectionInfo;
-
+use crate::backend::{Backend, Link};
 use crate::background::Background;
 use crate::config::Config;
 use crate::connection::{CallError, Connection};
@@ -39,6 +37,8 @@ struct Inner {
     /// `d2:` and 128 random bits; owners are `<id>:<n>`, unique across processes.
     id: String,
     next: AtomicU64,
+    /// A cluster: release notifications are sharded (`SPUBLISH`).
+    sharded: bool,
 }
 
 impl Config {
@@ -52,32 +52,7 @@ impl Client {
     /// Validates `config`, connects and starts the client's background work.
     pub(crate) async fn connect(config: Config, name: Option<String>) -> Result<Client, Error> {
         config.validate()?;
-        let info =
-            config
-                .url
-                .as_str()
-                .into_connection_info()
-                .map_err(|e| Error::InvalidConfig {
-                    reason: format!(
-                        "`{}` is not a valid Redis URL: {}",
-                        config.redacted_url(),
-                        describe(&e)
-                    ),
-                })?;
-        let redis = open_client(&config, info).map_err(|e| Error::InvalidConfig {
-            reason: format!(
-                "`{}` cannot be used: {}",
-                config.redacted_url(),
-                describe(&e)
-            ),
-        })?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.connect_timeout))
-            // One timer per call is enough: `Connection::call` bounds every call and decides
-            // whether a timed-out connection must be replaced.
-            .set_response_timeout(None)
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
+        let backend = Arc::new(Backend::open(&config)?);
         let connect_error = |source| Error::Connect { source };
         // The client's own runtime thread: its connections and tasks must not depend on the
         // runtime that happens to call `connect` (it may be a test's, gone a moment later).
@@ -85,43 +60,42 @@ impl Client {
         let connect_within = config
             .connect_timeout
             .saturating_add(config.response_timeout);
-        // The command connection is made on the caller's runtime (see `background` for why
-        // it is not moved to the client's thread).
-        let conn = tokio::time::timeout(
-            connect_within,
-            ConnectionManager::new_with_config(redis.clone(), manager_config.clone()),
-        )
-        .await
-        .map_err(|_| Error::ConnectTimeout {
-            after: connect_within,
-        })?
-        .map_err(connect_error)?;
+        let conn = tokio::time::timeout(connect_within, backend.command_link(&background))
+            .await
+            .map_err(|_| Error::ConnectTimeout {
+                after: connect_within,
+            })?
+            .map_err(connect_error)?;
         check_server(conn.clone(), &config).await?;
         let id = format!("{}{}", scripts::VERSION_TAG, uuid::Uuid::new_v4().simple());
         let (handle, name_ref) = (background.handle(), name.as_deref());
-        identity::announce(conn.clone(), redis.clone(), handle, &config, &id, name_ref).await;
-        let conn = Arc::new(Connection::new(
-            conn,
-            redis.clone(),
-            manager_config,
-            background.clone(),
-        ));
+        identity::announce(
+            conn.clone(),
+            backend.clone(),
+            handle,
+            &config,
+            &id,
+            name_ref,
+        )
+        .await;
+        let conn = Arc::new(Connection::new(conn, backend.clone(), background.clone()));
         let watchdog = Watchdog::start(
             conn.clone(),
             background.handle().clone(),
             Batching {
                 size: config.renew_batch,
-                per_slot: false,
+                per_slot: backend.is_cluster(),
                 replica_timeout: config.replica_timeout,
                 timeout: config.response_timeout,
             },
         );
         let waiters = Waiters::new(
-            redis,
+            backend.clone(),
             config.connect_timeout,
             config.response_timeout,
             background.clone(),
         );
+        let sharded = backend.is_cluster();
         tracing::debug!(url = %config.redacted_url(), client = ?name, "distlock client connected");
         Ok(Client {
             inner: Arc::new(Inner {
@@ -133,6 +107,7 @@ impl Client {
                 background,
                 id,
                 next: AtomicU64::new(0),
+                sharded,
             }),
         })
     }
@@ -161,6 +136,11 @@ impl Client {
     /// acquires, and unsubscribes of departed waiters. Zero when the client is at rest.
     pub fn background_tasks(&self) -> usize {
         self.inner.background.count()
+    }
+
+    /// True if release notifications go through sharded pub/sub (a cluster).
+    pub(crate) fn sharded_pubsub(&self) -> bool {
+        self.inner.sharded
     }
 
     /// Identity of this client, for matching held-lock frames.
@@ -272,50 +252,9 @@ impl fmt::Debug for Client {
     }
 }
 
-/// The redis-rs client for one server, with the configured TLS certificates (feature `tls`)
-/// for a `rediss://` URL. Every connection made from it (the command connection, the
-/// subscriber, the identity refresh) carries them: they live in its connection info.
-fn open_client(config: &Config, info: redis::ConnectionInfo) -> redis::RedisResult<redis::Client> {
-    #[cfg(feature = "tls")]
-    if let redis::ConnectionAddr::TcpTls { .. } = info.addr() {
-        install_crypto_provider();
-        if config.tls_root_certificates.is_some() || config.tls_client_certificate.is_some() {
-            let certificates = redis::TlsCertificates {
-                client_tls: config.tls_client_certificate.as_ref().map(|(cert, key)| {
-                    redis::ClientTlsConfig {
-                        client_cert: cert.clone(),
-                        client_key: key.clone(),
-                    }
-                }),
-                root_cert: config.tls_root_certificates.clone(),
-            };
-            return redis::Client::build_with_tls(info, certificates);
-        }
-    }
-    let _ = config;
-    redis::Client::open(info)
-}
-
-/// rustls needs one process-wide crypto provider: ring, unless the application installed
-/// another first (then that one is used, and this does nothing).
-#[cfg(feature = "tls")]
-fn install_crypto_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-}
-
-/// A redis-rs error's category and detail; never the URL it was parsing.
-fn describe(e: &redis::RedisError) -> String {
-    match e.detail() {
-        Some(detail) => format!("{}: {detail}", e.category()),
-        None => e.category().to_owned(),
-    }
-}
-
 /// The checks and set-up of a fresh connection: a missing password fails here (see
 /// [`preload_scripts`]), the scripts are loaded, and the eviction policy is looked at.
-async fn check_server(conn: ConnectionManager, config: &Config) -> Result<(), Error> {
+async fn check_server(conn: Link, config: &Config) -> Result<(), Error> {
     let timeout = config.response_timeout;
     preload_scripts(conn.clone(), timeout)
         .await
@@ -338,7 +277,7 @@ async fn check_server(conn: ConnectionManager, config: &Config) -> Result<(), Er
 
 /// The server's `maxmemory-policy`, if `CONFIG GET` is permitted (managed services often
 /// refuse it).
-async fn eviction_policy(mut conn: ConnectionManager, timeout: Duration) -> Option<String> {
+async fn eviction_policy(mut conn: Link, timeout: Duration) -> Option<String> {
     let mut cmd = redis::cmd("CONFIG");
     cmd.arg("GET").arg("maxmemory-policy");
     // A map in RESP3, name/value pairs in RESP2: redis-rs reads both into a map.
@@ -354,10 +293,7 @@ async fn eviction_policy(mut conn: ConnectionManager, timeout: Duration) -> Opti
 ///
 /// A server that wants a password nobody gave answers NOAUTH here: that fails the connect, so a
 /// missing password is reported at `init`, not at the first lock.
-async fn preload_scripts(
-    mut conn: ConnectionManager,
-    timeout: Duration,
-) -> Result<(), redis::RedisError> {
+async fn preload_scripts(mut conn: Link, timeout: Duration) -> Result<(), redis::RedisError> {
     // A server that wants a password answers NOAUTH to anything, PING included.
     if let Ok(Err(error)) =
         tokio::time::timeout(timeout, redis::cmd("PING").exec_async(&mut conn)).await

@@ -25,6 +25,8 @@ use crate::lease::{check_ttl, MAX_TTL};
 #[derive(Clone)]
 pub struct Config {
     pub(crate) url: String,
+    /// Seed nodes of a Redis Cluster (empty: one server, `url`).
+    pub(crate) cluster_nodes: Vec<String>,
     pub(crate) key_prefix: String,
     pub(crate) default_ttl: Duration,
     pub(crate) connect_timeout: Duration,
@@ -49,6 +51,7 @@ impl Config {
     pub fn new(url: impl Into<String>) -> Self {
         Config {
             url: url.into(),
+            cluster_nodes: Vec::new(),
             key_prefix: "distlock".to_owned(),
             default_ttl: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
@@ -61,6 +64,35 @@ impl Config {
             replica_timeout: Duration::from_millis(500),
             tls_root_certificates: None,
             tls_client_certificate: None,
+        }
+    }
+
+    /// A configuration for a Redis Cluster, reached through these seed nodes
+    /// (`redis://[:password@]host:port`, any of its masters or replicas; the client discovers
+    /// the rest), with the same defaults as [`Config::new`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), distlock_core::Error> {
+    /// distlock_core::Config::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
+    ///     .install()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Every key of one lock shares a hash slot, so each lock lives on one shard: acquire,
+    /// release and renewal are single-shard requests (renewal batches are grouped per slot),
+    /// `MOVED`/`ASK` are followed, and waiters subscribe with sharded pub/sub (`SSUBSCRIBE`)
+    /// on the lock's shard. See the crate docs, "Deployments", for what a lock guarantees
+    /// under failover.
+    pub fn cluster<I, S>(nodes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let nodes: Vec<String> = nodes.into_iter().map(Into::into).collect();
+        Config {
+            cluster_nodes: nodes.clone(),
+            ..Config::new(nodes.into_iter().next().unwrap_or_default())
         }
     }
 
@@ -223,6 +255,9 @@ impl Config {
         if self.renew_batch == 0 {
             return invalid("renew_batch_size must be at least 1");
         }
+        if self.url.is_empty() {
+            return invalid("no Redis URL: give the server's URL (or, for `Config::cluster`, at least one seed node)");
+        }
         if self.replica_timeout < Duration::from_millis(1) {
             return invalid(
                 "replica_timeout must be at least 1 ms (`WAIT` with 0 would wait forever)",
@@ -246,8 +281,12 @@ impl Config {
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Config");
-        d.field("url", &self.redacted_url())
-            .field("key_prefix", &self.key_prefix)
+        d.field("url", &self.redacted_url());
+        if !self.cluster_nodes.is_empty() {
+            let nodes: Vec<String> = self.cluster_nodes.iter().map(|n| redact_url(n)).collect();
+            d.field("cluster_nodes", &nodes);
+        }
+        d.field("key_prefix", &self.key_prefix)
             .field("default_ttl", &self.default_ttl)
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)

@@ -11,8 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-
+use crate::backend::{Backend, Link};
 use crate::background::Background;
 use crate::error::is_error_reply;
 use crate::scripts::Call;
@@ -29,9 +28,8 @@ pub(crate) enum CallError {
 
 /// The current command connection and its generation.
 pub(crate) struct Connection {
-    slot: RwLock<(u64, ConnectionManager)>,
-    redis: redis::Client,
-    config: ConnectionManagerConfig,
+    slot: RwLock<(u64, Link)>,
+    backend: Arc<Backend>,
     /// A health check after a timeout is running (one at a time).
     probing: AtomicBool,
     /// The client's runtime: connections and reconnects live there.
@@ -39,23 +37,17 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    pub(crate) fn new(
-        conn: ConnectionManager,
-        redis: redis::Client,
-        config: ConnectionManagerConfig,
-        background: Background,
-    ) -> Self {
+    pub(crate) fn new(conn: Link, backend: Arc<Backend>, background: Background) -> Self {
         Connection {
             slot: RwLock::new((0, conn)),
-            redis,
-            config,
+            backend,
             probing: AtomicBool::new(false),
             background,
         }
     }
 
     /// The connection to use now, with its generation (to [`Connection::retire`] it).
-    pub(crate) fn current(&self) -> (u64, ConnectionManager) {
+    pub(crate) fn current(&self) -> (u64, Link) {
         let slot = sync::read(&self.slot);
         (slot.0, slot.1.clone())
     }
@@ -123,7 +115,7 @@ impl Connection {
         let this = self.clone();
         drop(self.background.handle().spawn(async move {
             let ping = async {
-                let mut fresh = this.redis.get_multiplexed_async_connection().await?;
+                let mut fresh = this.backend.fresh_link().await?;
                 redis::cmd("PING").query_async::<String>(&mut fresh).await
             };
             if let Ok(Ok(_)) = tokio::time::timeout(timeout, ping).await {
@@ -140,7 +132,7 @@ impl Connection {
         if slot.0 != generation {
             return;
         }
-        match ConnectionManager::new_lazy_with_config(self.redis.clone(), self.config.clone()) {
+        match self.backend.lazy_command_link(&self.background) {
             Ok(fresh) => {
                 tracing::warn!(
                     generation,

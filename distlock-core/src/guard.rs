@@ -103,6 +103,7 @@ impl Hold {
             value: &self.value,
             id: &id,
             keep: self.keep(),
+            sharded: self.client.sharded_pubsub(),
         };
         self.client
             .call(Operation::Release, &self.keys.name, &call)

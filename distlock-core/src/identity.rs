@@ -30,10 +30,12 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::AsyncConnectionConfig;
+use std::sync::Arc;
+
+use redis::aio::ConnectionLike;
 use tokio::runtime::Handle;
 
+use crate::backend::{Backend, Link};
 use crate::config::Config;
 
 /// How long a record outlives the last refresh of its client.
@@ -115,8 +117,8 @@ impl Record {
 /// fresh from `background` (the client's runtime) until that runtime stops with the client.
 /// Failures are logged at `debug` and never returned.
 pub(crate) async fn announce(
-    conn: ConnectionManager,
-    redis: redis::Client,
+    conn: Link,
+    backend: Arc<Backend>,
     background: &Handle,
     config: &Config,
     client_id: &str,
@@ -128,9 +130,6 @@ pub(crate) async fn announce(
     if let Err(error) = record.write(&mut conn, timeout).await {
         tracing::debug!(key = %record.key, %error, "could not write the client's identity record");
     }
-    let connect = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(config.connect_timeout))
-        .set_response_timeout(Some(timeout));
     // The task holds no part of the client, so it never keeps it alive; it ends when the
     // client's runtime stops.
     drop(background.spawn(async move {
@@ -139,10 +138,7 @@ pub(crate) async fn announce(
         refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             refresh.tick().await;
-            let written = match redis
-                .get_multiplexed_async_connection_with_config(&connect)
-                .await
-            {
+            let written = match backend.fresh_link().await {
                 Ok(mut conn) => record.write(&mut conn, timeout).await,
                 Err(error) => Err(error.to_string()),
             };

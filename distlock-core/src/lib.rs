@@ -170,6 +170,7 @@
 #![deny(missing_docs)]
 
 mod acquire;
+mod backend;
 mod background;
 mod client;
 mod config;

@@ -85,7 +85,9 @@ return {ARGV[4], {0, redis.call('PTTL', KEYS[1])}}
 
 /// Release.
 ///
-/// KEYS: lock, release channel. ARGV: value (`d2:<owner>`), request id, keep ms.
+/// KEYS: lock, release channel. ARGV: value (`d2:<owner>`), request id, keep ms, and `s` for a
+/// sharded release channel (a cluster: `SPUBLISH` reaches the subscribers of the lock's own
+/// shard, where `PUBLISH` would be broadcast to every node).
 /// Returns `{id, code}`: 0 released, -1 another owner holds it (nothing changed), -2 no lock (it
 /// expired, or a replayed release already freed it), -3 the key is not a `d2` lock. With keep
 /// ms > 0 (`min_hold` not reached yet) the lock is left to expire after keep ms instead of
@@ -109,7 +111,11 @@ if tonumber(ARGV[3]) > 0 then
   return {ARGV[2], 0}
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', KEYS[2], '1')
+if ARGV[4] == 's' then
+  redis.call('SPUBLISH', KEYS[2], '1')
+else
+  redis.call('PUBLISH', KEYS[2], '1')
+end
 return {ARGV[2], 0}
 "#;
 
@@ -480,6 +486,8 @@ pub(crate) struct ReleaseCall<'a> {
     pub(crate) id: &'a str,
     /// `min_hold` not reached yet: leave the lock to expire after this long (zero: delete it).
     pub(crate) keep: Duration,
+    /// Notify waiters through sharded pub/sub (a cluster).
+    pub(crate) sharded: bool,
 }
 
 impl Call for ReleaseCall<'_> {
@@ -493,7 +501,8 @@ impl Call for ReleaseCall<'_> {
             .arg(&self.keys.channel)
             .arg(self.value)
             .arg(self.id)
-            .arg(millis_ceil(self.keep));
+            .arg(millis_ceil(self.keep))
+            .arg(if self.sharded { "s" } else { "-" });
         Request::Script(&RELEASE_SCRIPT, cmd)
     }
 

@@ -15,11 +15,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ProtocolVersion, PushInfo, PushKind, Value};
+use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{watch, OnceCell, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+use crate::backend::{Backend, Subscriber};
 use crate::background::Background;
 use crate::error::{is_connection_failure, Error, Operation};
 use crate::sync;
@@ -43,23 +43,23 @@ struct ChannelState {
 
 /// The subscriber side of one client.
 pub(crate) struct Waiters {
-    redis: redis::Client,
+    backend: Arc<Backend>,
     connect_timeout: Duration,
     response_timeout: Duration,
-    conn: OnceCell<ConnectionManager>,
+    conn: OnceCell<Subscriber>,
     channels: Arc<Mutex<ChannelMap>>,
     background: Background,
 }
 
 impl Waiters {
     pub(crate) fn new(
-        redis: redis::Client,
+        backend: Arc<Backend>,
         connect_timeout: Duration,
         response_timeout: Duration,
         background: Background,
     ) -> Self {
         Waiters {
-            redis,
+            backend,
             connect_timeout,
             response_timeout,
             conn: OnceCell::new(),
@@ -68,26 +68,15 @@ impl Waiters {
         }
     }
 
-    async fn connection(&self, key: &str) -> Result<ConnectionManager, Error> {
+    async fn connection(&self, key: &str) -> Result<Subscriber, Error> {
         let make = async {
-            let info = self.redis.get_connection_info().clone();
-            let settings = info
-                .redis_settings()
-                .clone()
-                .set_protocol(ProtocolVersion::RESP3);
-            let client = redis::Client::open(info.set_redis_settings(settings))
-                .map_err(|e| subscribe_error(key, e))?;
             let channels = self.channels.clone();
-            let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(self.connect_timeout))
-                .set_response_timeout(Some(self.response_timeout))
-                .set_number_of_retries(2)
-                .set_automatic_resubscription()
-                .set_push_sender(move |push: PushInfo| {
-                    dispatch(&channels, push);
-                    Ok::<(), std::convert::Infallible>(())
-                });
-            ConnectionManager::new_with_config(client, config)
+            let pushes = move |push: PushInfo| {
+                dispatch(&channels, push);
+                Ok::<(), std::convert::Infallible>(())
+            };
+            self.backend
+                .subscriber(pushes)
                 .await
                 .map_err(|e| subscribe_error(key, e))
         };
@@ -150,7 +139,7 @@ impl Waiters {
                     let timeout = self.response_timeout;
                     let background = self.background.clone();
                     async move {
-                        let subscribe = async move { conn.subscribe(channel).await };
+                        let subscribe = async move { conn.subscribe(channel.as_bytes()).await };
                         tokio::time::timeout(timeout, background.enter(subscribe)).await
                     }
                 };
@@ -201,8 +190,14 @@ fn dispatch(channels: &Mutex<ChannelMap>, push: PushInfo) {
     let map = sync::lock(channels);
     match push.kind {
         // A release message; or a (re)subscription confirmed, which after a reconnect means
-        // releases published while the connection was down were missed: look again.
-        PushKind::Message | PushKind::Subscribe => {
+        // releases published while the connection was down were missed: look again. Sharded
+        // (a cluster) or not; a sharded channel is also unsubscribed by the server when its
+        // slot moves to another shard (the client subscribes again there): look again too.
+        PushKind::Message
+        | PushKind::Subscribe
+        | PushKind::SMessage
+        | PushKind::SSubscribe
+        | PushKind::SUnsubscribe => {
             if let Some(Value::BulkString(name)) = push.data.first() {
                 if let Some(entry) = map.get(name.as_slice()) {
                     entry.generation.send_modify(|g| *g += 1);
@@ -224,7 +219,7 @@ pub(crate) struct Subscription {
     rx: watch::Receiver<u64>,
     entry: Arc<Channel>,
     channels: Arc<Mutex<ChannelMap>>,
-    conn: ConnectionManager,
+    conn: Subscriber,
     name: Vec<u8>,
     background: Background,
     /// Held while this waiter is at the head of the queue; dropped with the subscription.

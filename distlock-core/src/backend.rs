@@ -1,0 +1,330 @@
+//! Which Redis deployment a client talks to, one server or a Redis Cluster, and the
+//! connections it makes there: the rest of the runtime speaks to a [`Link`] (commands) and a
+//! [`Subscriber`] (release notifications) and never asks which one it has.
+//!
+//! A cluster runs on redis-rs's own cluster client (`cluster-async`): it routes each request
+//! by the slot of its first key (every key of one lock shares a slot), follows `MOVED` and
+//! `ASK` (inside pipelines too), refreshes its slot map after a failover, and keeps sharded
+//! subscriptions (`SSUBSCRIBE`) on the shard that owns their slot.
+
+use std::time::Duration;
+
+use redis::aio::{
+    AsyncPushSender, ConnectionLike, ConnectionManager, ConnectionManagerConfig,
+    MultiplexedConnection,
+};
+use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{
+    AsyncConnectionConfig, Cmd, IntoConnectionInfo, Pipeline, ProtocolVersion, RedisFuture,
+    RedisResult, Value,
+};
+
+use crate::background::Background;
+#[cfg(feature = "tls")]
+use crate::config::uses_tls;
+use crate::config::{redact_url, Config};
+use crate::error::Error;
+
+/// Where a client's connections go, and how they are made.
+pub(crate) struct Backend {
+    kind: Kind,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+}
+
+enum Kind {
+    /// One server (with its TLS settings in the client's connection info).
+    Single(redis::Client),
+    /// A Redis Cluster: one client for commands and one (RESP3) for the subscriber.
+    Cluster {
+        commands: ClusterClient,
+        builder: Box<dyn Fn() -> ClusterClientBuilder + Send + Sync>,
+    },
+}
+
+/// A command connection: to one server (reconnecting by itself) or to a whole cluster.
+#[derive(Clone)]
+pub(crate) enum Link {
+    /// The command connection to one server.
+    Single(ConnectionManager),
+    /// A short-lived connection to one server (identity refreshes, health probes).
+    Plain(MultiplexedConnection),
+    /// The cluster connection: one multiplexed connection per node, routed by slot.
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Link {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Link::Single(conn) => conn.req_packed_command(cmd),
+            Link::Plain(conn) => conn.req_packed_command(cmd),
+            Link::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Link::Single(conn) => conn.req_packed_commands(cmd, offset, count),
+            Link::Plain(conn) => conn.req_packed_commands(cmd, offset, count),
+            Link::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Link::Single(conn) => conn.get_db(),
+            Link::Plain(conn) => conn.get_db(),
+            Link::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// The subscriber connection: plain pub/sub on one server, sharded pub/sub (`SSUBSCRIBE`, the
+/// channel's own shard) in a cluster.
+#[derive(Clone)]
+pub(crate) enum Subscriber {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl Subscriber {
+    pub(crate) async fn subscribe(&mut self, channel: &[u8]) -> RedisResult<()> {
+        match self {
+            Subscriber::Single(conn) => conn.subscribe(channel).await,
+            Subscriber::Cluster(conn) => conn.ssubscribe(channel).await,
+        }
+    }
+
+    pub(crate) async fn unsubscribe(&mut self, channel: &[u8]) -> RedisResult<()> {
+        match self {
+            Subscriber::Single(conn) => conn.unsubscribe(channel).await,
+            Subscriber::Cluster(conn) => conn.sunsubscribe(channel).await,
+        }
+    }
+}
+
+impl Backend {
+    /// The backend `config` describes (no connection is made yet).
+    pub(crate) fn open(config: &Config) -> Result<Backend, Error> {
+        let invalid = |url: &str, what: &str, e: &redis::RedisError| Error::InvalidConfig {
+            reason: format!("`{}` {what}: {}", redact_url(url), describe(e)),
+        };
+        let kind = if config.cluster_nodes.is_empty() {
+            let info = config
+                .url
+                .as_str()
+                .into_connection_info()
+                .map_err(|e| invalid(&config.url, "is not a valid Redis URL", &e))?;
+            let client = open_client(config, info)
+                .map_err(|e| invalid(&config.url, "cannot be used", &e))?;
+            Kind::Single(client)
+        } else {
+            let mut nodes = Vec::with_capacity(config.cluster_nodes.len());
+            for url in &config.cluster_nodes {
+                let info = url
+                    .as_str()
+                    .into_connection_info()
+                    .map_err(|e| invalid(url, "is not a valid Redis URL", &e))?;
+                nodes.push(info);
+            }
+            #[cfg(feature = "tls")]
+            let certificates = tls_certificates(config);
+            let (connect, response) = (config.connect_timeout, config.response_timeout);
+            let builder = move || {
+                let builder = ClusterClientBuilder::new(nodes.clone())
+                    .connection_timeout(connect)
+                    .response_timeout(response)
+                    // Redirects and a failover's slot refresh are retried within the call's
+                    // own response timeout (which bounds every call).
+                    .retries(16)
+                    .min_retry_wait(10)
+                    .max_retry_wait(200);
+                #[cfg(feature = "tls")]
+                let builder = match &certificates {
+                    Some(certificates) => builder.certs(certificates.clone()),
+                    None => builder,
+                };
+                builder
+            };
+            let commands = builder()
+                .build()
+                .map_err(|e| invalid(&config.url, "cannot be used as a cluster", &e))?;
+            Kind::Cluster {
+                commands,
+                builder: Box::new(builder),
+            }
+        };
+        #[cfg(feature = "tls")]
+        if uses_tls(&config.url) {
+            install_crypto_provider();
+        }
+        Ok(Backend {
+            kind,
+            connect_timeout: config.connect_timeout,
+            response_timeout: config.response_timeout,
+        })
+    }
+
+    /// True for a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.kind, Kind::Cluster { .. })
+    }
+
+    fn manager_config(&self) -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            // One timer per call is enough: `Connection::call` bounds every call and decides
+            // whether a timed-out connection must be replaced.
+            .set_response_timeout(None)
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500))
+    }
+
+    fn cluster_config(&self) -> ClusterConfig {
+        ClusterConfig::new()
+            .set_connection_timeout(self.connect_timeout)
+            .set_response_timeout(self.response_timeout)
+    }
+
+    /// The command connection, connected.
+    ///
+    /// To one server it is made on the caller's runtime (see `background` for why); a cluster
+    /// connection is made on the client's runtime thread, because its driver task (which owns
+    /// every node's connection) does not come back once its runtime is gone.
+    pub(crate) async fn command_link(&self, background: &Background) -> RedisResult<Link> {
+        match &self.kind {
+            Kind::Single(client) => {
+                ConnectionManager::new_with_config(client.clone(), self.manager_config())
+                    .await
+                    .map(Link::Single)
+            }
+            Kind::Cluster { commands, .. } => {
+                let connect = commands.get_async_connection_with_config(self.cluster_config());
+                background.enter(connect).await.map(Link::Cluster)
+            }
+        }
+    }
+
+    /// A fresh command connection that connects on first use (replacing one that cannot be
+    /// trusted any more).
+    pub(crate) fn lazy_command_link(&self, background: &Background) -> RedisResult<Link> {
+        match &self.kind {
+            Kind::Single(client) => {
+                ConnectionManager::new_lazy_with_config(client.clone(), self.manager_config())
+                    .map(Link::Single)
+            }
+            Kind::Cluster { commands, .. } => {
+                let _entered = background.handle().enter();
+                let link = commands.get_pending_async_connection_with_config(self.cluster_config());
+                Ok(Link::Cluster(link))
+            }
+        }
+    }
+
+    /// A short-lived connection, for an occasional write or a health probe.
+    pub(crate) async fn fresh_link(&self) -> RedisResult<Link> {
+        match &self.kind {
+            Kind::Single(client) => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(self.connect_timeout))
+                    .set_response_timeout(Some(self.response_timeout));
+                client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .map(Link::Plain)
+            }
+            Kind::Cluster { commands, .. } => commands
+                .get_async_connection_with_config(self.cluster_config())
+                .await
+                .map(Link::Cluster),
+        }
+    }
+
+    /// The subscriber connection (RESP3), made with the client's runtime current; every push
+    /// (messages, subscription confirmations, disconnections) goes to `pushes`.
+    pub(crate) async fn subscriber(&self, pushes: impl AsyncPushSender) -> RedisResult<Subscriber> {
+        match &self.kind {
+            Kind::Single(client) => {
+                let info = client.get_connection_info().clone();
+                let settings = info
+                    .redis_settings()
+                    .clone()
+                    .set_protocol(ProtocolVersion::RESP3);
+                let client = redis::Client::open(info.set_redis_settings(settings))?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(self.connect_timeout))
+                    .set_response_timeout(Some(self.response_timeout))
+                    .set_number_of_retries(2)
+                    .set_automatic_resubscription()
+                    .set_push_sender(pushes);
+                ConnectionManager::new_with_config(client, config)
+                    .await
+                    .map(Subscriber::Single)
+            }
+            Kind::Cluster { builder, .. } => {
+                let client = builder()
+                    .use_protocol(ProtocolVersion::RESP3)
+                    .push_sender(pushes)
+                    .build()?;
+                client
+                    .get_async_connection_with_config(self.cluster_config())
+                    .await
+                    .map(Subscriber::Cluster)
+            }
+        }
+    }
+}
+
+/// The redis-rs client for one server, with the configured TLS certificates (feature `tls`)
+/// for a `rediss://` URL. Every connection made from it (the command connection, the
+/// subscriber, the identity refresh) carries them: they live in its connection info.
+fn open_client(config: &Config, info: redis::ConnectionInfo) -> RedisResult<redis::Client> {
+    #[cfg(feature = "tls")]
+    if let (redis::ConnectionAddr::TcpTls { .. }, Some(certificates)) =
+        (info.addr(), tls_certificates(config))
+    {
+        return redis::Client::build_with_tls(info, certificates);
+    }
+    let _ = config;
+    redis::Client::open(info)
+}
+
+/// The certificates `config` names, if any.
+#[cfg(feature = "tls")]
+fn tls_certificates(config: &Config) -> Option<redis::TlsCertificates> {
+    if config.tls_root_certificates.is_none() && config.tls_client_certificate.is_none() {
+        return None;
+    }
+    Some(redis::TlsCertificates {
+        client_tls: config.tls_client_certificate.as_ref().map(|(cert, key)| {
+            redis::ClientTlsConfig {
+                client_cert: cert.clone(),
+                client_key: key.clone(),
+            }
+        }),
+        root_cert: config.tls_root_certificates.clone(),
+    })
+}
+
+/// rustls needs one process-wide crypto provider: ring, unless the application installed
+/// another first (then that one is used, and this does nothing).
+#[cfg(feature = "tls")]
+fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+/// A redis-rs error's category and detail; never the URL it was parsing.
+pub(crate) fn describe(e: &redis::RedisError) -> String {
+    match e.detail() {
+        Some(detail) => format!("{}: {detail}", e.category()),
+        None => e.category().to_owned(),
+    }
+}
