@@ -35,10 +35,10 @@ pub(crate) struct Backend {
 
 enum Kind {
     /// One server (with its TLS settings in the client's connection info).
-    Single(redis::Client),
+    Single(Box<redis::Client>),
     /// A Redis Cluster: one client for commands and one (RESP3) for the subscriber.
     Cluster {
-        commands: ClusterClient,
+        commands: Box<ClusterClient>,
         builder: Box<dyn Fn() -> ClusterClientBuilder + Send + Sync>,
     },
 }
@@ -123,7 +123,7 @@ impl Backend {
                 .map_err(|e| invalid(&config.url, "is not a valid Redis URL", &e))?;
             let client = open_client(config, info)
                 .map_err(|e| invalid(&config.url, "cannot be used", &e))?;
-            Kind::Single(client)
+            Kind::Single(Box::new(client))
         } else {
             let mut nodes = Vec::with_capacity(config.cluster_nodes.len());
             for url in &config.cluster_nodes {
@@ -156,7 +156,7 @@ impl Backend {
                 .build()
                 .map_err(|e| invalid(&config.url, "cannot be used as a cluster", &e))?;
             Kind::Cluster {
-                commands,
+                commands: Box::new(commands),
                 builder: Box::new(builder),
             }
         };
@@ -200,7 +200,7 @@ impl Backend {
     pub(crate) async fn command_link(&self, background: &Background) -> RedisResult<Link> {
         match &self.kind {
             Kind::Single(client) => {
-                ConnectionManager::new_with_config(client.clone(), self.manager_config())
+                ConnectionManager::new_with_config((**client).clone(), self.manager_config())
                     .await
                     .map(Link::Single)
             }
@@ -216,7 +216,7 @@ impl Backend {
     pub(crate) fn lazy_command_link(&self, background: &Background) -> RedisResult<Link> {
         match &self.kind {
             Kind::Single(client) => {
-                ConnectionManager::new_lazy_with_config(client.clone(), self.manager_config())
+                ConnectionManager::new_lazy_with_config((**client).clone(), self.manager_config())
                     .map(Link::Single)
             }
             Kind::Cluster { commands, .. } => {

@@ -137,6 +137,7 @@
 //! | --- | --- | --- |
 //! | one Redis server | `Config::new("redis://host:6379/")` | no failover: a restart without persistence frees every lock |
 //! | a master with replicas, `min_replicas` | `Config::new(url).min_replicas(1)`, per lock [`LockBuilder::min_replicas`] or the attribute's `min_replicas = 1` | a lock acknowledged by `n` replicas (`WAIT`) survives a failover to any of them; a failover to a replica that had not acknowledged can still lose it |
+//! | Redis Cluster | `Config::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])` ([`Config::cluster`]) | each lock lives on the master of its slot; asynchronous replication as above (a failover can lose a lock just taken unless it asked for `min_replicas`); a coordinated `CLUSTER FAILOVER` keeps it |
 //! | TLS (feature `tls`) | `Config::new("rediss://host:6380/")`, [`Config::tls_root_certificates`] for a private CA, [`Config::tls_client_certificate`] for mutual TLS | as the same deployment without TLS |
 //!
 //! **Replica acknowledgement.** Redis replicates asynchronously: a lock acknowledged only by
@@ -150,6 +151,17 @@
 //! tokens still protect the resource. While `WAIT` waits, later requests of the same client
 //! queue behind it on its command connection: keep the replica timeout short.
 //!
+//! **Redis Cluster.** Built on redis-rs's cluster client: every key of one lock (the lock, its
+//! fence floor, its release channel) shares one hash slot, so acquire, release, renewal and
+//! `WAIT` are single-shard requests on the master of that slot. `MOVED` and `ASK` (a failover,
+//! a slot migration) are followed, within the response timeout; renewal batches are grouped
+//! per slot (one script call cannot span slots); waiters subscribe with sharded pub/sub
+//! (`SSUBSCRIBE` on the lock's shard) and the release script notifies with `SPUBLISH`, so a
+//! release message reaches only the shard whose clients wait for it. The cluster connection
+//! lives on the client's runtime thread. What a lock guarantees is what its master
+//! guarantees: a coordinated `CLUSTER FAILOVER` keeps it, an unplanned failover keeps it if
+//! the promoted replica had it (`min_replicas` makes sure it did when the call returned).
+//!
 //! **TLS.** With the `tls` feature, `rediss://` URLs connect through rustls (ring as its
 //! crypto provider unless the application installed another): the server's certificate is
 //! checked against the system's trust store, or against [`Config::tls_root_certificates`]
@@ -158,15 +170,16 @@
 //! [`Config::validate`] with a message that names the feature.
 //!
 //! Not implemented here: Sentinel discovery and RedLock over independent masters.
+//! Configuration files and `DISTLOCK_*` variables do not read `min_replicas`, the cluster
+//! nodes or TLS certificates yet: set those in code.
 //!
 //! ## Limits
 //!
-//! This is a single-Redis-node lock. With asynchronous replication, a failover can lose a lock
-//! that was just acquired on the old primary, and two owners may then hold it; fencing tokens are
-//! what protects the resource in that case. RedLock across independent nodes is not implemented.
-//! Keys are laid out so that everything one lock touches shares a Redis Cluster hash slot (see
-//! [`hash_slot`]), but the client speaks to a single node, and one renewal batch spans the
-//! leases of many locks (a cluster client would group its batches by slot).
+//! Each lock lives on one Redis node (a server, or the master of its slot in a cluster). With
+//! asynchronous replication, a failover can lose a lock that was just acquired on the old
+//! primary, and two owners may then hold it; `min_replicas` narrows that window and fencing
+//! tokens are what protects the resource. RedLock across independent nodes is not implemented.
+//! Everything one lock touches shares a Redis Cluster hash slot (see [`hash_slot`]).
 #![deny(missing_docs)]
 
 mod acquire;

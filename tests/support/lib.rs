@@ -95,6 +95,8 @@ impl RedisServer {
         if opts.cluster {
             let dir = std::env::temp_dir().join(format!("distlock-cluster-{port}"));
             std::fs::create_dir_all(&dir).expect("temp dir");
+            // A node file left by an earlier server on this port would make a stale node.
+            let _ = std::fs::remove_file(dir.join("nodes.conf"));
             extra.extend([
                 "--cluster-enabled".to_owned(),
                 "yes".to_owned(),
@@ -259,6 +261,206 @@ impl Drop for RedisServer {
             self.kill();
         }
     }
+}
+
+/// A Redis Cluster of `masters` masters with `replicas` replicas each, on free loopback ports,
+/// created with `redis-cli --cluster create`; every node is stopped by PID when dropped.
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts the nodes, creates the cluster and waits until every node reports it healthy
+    /// and knows every slot.
+    pub fn start(masters: usize, replicas: usize) -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
+            .map(|_| {
+                RedisServer::start_with(ServerOptions {
+                    cluster: true,
+                    ..Default::default()
+                })
+            })
+            .collect();
+        let mut create = Command::new(redis_cli());
+        create.args(["--cluster", "create"]);
+        for node in &nodes {
+            create.arg(format!("127.0.0.1:{}", node.port()));
+        }
+        let output = create
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run redis-cli --cluster create");
+        assert!(
+            output.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        let cluster = RedisCluster { nodes };
+        cluster.wait_until_healthy(masters, masters * replicas);
+        cluster
+    }
+
+    /// Waits until every node says `cluster_state:ok` and sees `masters` masters (each with its
+    /// slots) and `replicas` replicas.
+    pub fn wait_until_healthy(&self, masters: usize, replicas: usize) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let healthy = self.nodes.iter().all(|node| {
+                let state = cli(node.port(), &["CLUSTER", "INFO"]);
+                let topology = cli(node.port(), &["CLUSTER", "NODES"]);
+                let count = |role: &str| {
+                    topology
+                        .lines()
+                        .filter(|l| l.split(' ').nth(2).is_some_and(|f| f.contains(role)))
+                        .filter(|l| !l.contains("fail"))
+                        .count()
+                };
+                state.contains("cluster_state:ok")
+                    && count("master") == masters
+                    && count("slave") == replicas
+            });
+            if healthy {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the cluster did not become healthy"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `redis://127.0.0.1:<port>` of every node (seed nodes for a client).
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|n| format!("redis://127.0.0.1:{}", n.port()))
+            .collect()
+    }
+
+    /// The node on `port`.
+    pub fn node(&self, port: u16) -> &RedisServer {
+        self.nodes
+            .iter()
+            .find(|n| n.port() == port)
+            .expect("a node of this cluster")
+    }
+
+    /// The ports of the current masters.
+    pub fn master_ports(&self) -> Vec<u16> {
+        self.roles()
+            .into_iter()
+            .filter(|(_, master)| master.is_none())
+            .map(|(port, _)| port)
+            .collect()
+    }
+
+    /// The port of the master that serves `slot` now.
+    pub fn master_of_slot(&self, slot: u16) -> u16 {
+        let nodes = cli(self.nodes[0].port(), &["CLUSTER", "NODES"]);
+        for line in nodes.lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            if !fields.get(2).is_some_and(|f| f.contains("master")) {
+                continue;
+            }
+            for range in fields.iter().skip(8) {
+                let (lo, hi) = match range.split_once('-') {
+                    Some((lo, hi)) => (lo.parse::<u16>(), hi.parse::<u16>()),
+                    None => (range.parse::<u16>(), range.parse::<u16>()),
+                };
+                if let (Ok(lo), Ok(hi)) = (lo, hi) {
+                    if (lo..=hi).contains(&slot) {
+                        return port_of(fields[1]);
+                    }
+                }
+            }
+        }
+        panic!("no master serves slot {slot}")
+    }
+
+    /// A replica of the master on `master` port.
+    pub fn replica_of(&self, master: u16) -> u16 {
+        self.roles()
+            .into_iter()
+            .find(|(_, of)| *of == Some(master))
+            .map(|(port, _)| port)
+            .expect("the master has a replica")
+    }
+
+    /// `CLUSTER FAILOVER` on `replica` (a coordinated, lossless switch), returned once it is the
+    /// master and every node agrees.
+    pub fn failover(&self, replica: u16) {
+        let reply = cli(replica, &["CLUSTER", "FAILOVER"]);
+        assert!(reply.contains("OK"), "CLUSTER FAILOVER: {reply}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while self
+            .roles()
+            .iter()
+            .any(|(port, of)| *port == replica && of.is_some())
+            || !self.nodes.iter().all(|n| {
+                let nodes = cli(n.port(), &["CLUSTER", "NODES"]);
+                nodes.lines().any(|l| {
+                    l.contains(&format!("127.0.0.1:{replica}@"))
+                        && l.split(' ').nth(2).is_some_and(|f| f.contains("master"))
+                })
+            })
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "failover did not finish"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Every node's port and, for a replica, its master's port.
+    fn roles(&self) -> Vec<(u16, Option<u16>)> {
+        let nodes = cli(self.nodes[0].port(), &["CLUSTER", "NODES"]);
+        let ids: Vec<(String, u16)> = nodes
+            .lines()
+            .map(|l| {
+                let fields: Vec<&str> = l.split(' ').collect();
+                (fields[0].to_owned(), port_of(fields[1]))
+            })
+            .collect();
+        nodes
+            .lines()
+            .map(|l| {
+                let fields: Vec<&str> = l.split(' ').collect();
+                let master = match fields[3] {
+                    "-" => None,
+                    id => ids.iter().find(|(i, _)| i == id).map(|(_, p)| *p),
+                };
+                (port_of(fields[1]), master)
+            })
+            .collect()
+    }
+}
+
+/// `127.0.0.1:7000@17000` → 7000.
+fn port_of(address: &str) -> u16 {
+    address
+        .split('@')
+        .next()
+        .and_then(|a| a.rsplit(':').next())
+        .and_then(|p| p.parse().ok())
+        .expect("a node address")
+}
+
+fn redis_cli() -> String {
+    std::env::var("REDIS_CLI").unwrap_or_else(|_| "redis-cli".to_owned())
+}
+
+/// One `redis-cli` command against the node on `port`; its output.
+fn cli(port: u16, args: &[&str]) -> String {
+    let output = Command::new(redis_cli())
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run redis-cli");
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// Runs `f` until it returns `Some`, or panics after `within` (for conditions Redis exposes no
