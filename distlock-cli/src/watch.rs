@@ -223,7 +223,12 @@ fn frame(
     let acquires_per_sec = if first {
         None
     } else {
-        Some(locks.iter().filter_map(|r| r.acquires_per_sec).sum())
+        Some(
+            locks
+                .iter()
+                .filter_map(|r| r.acquires_per_sec)
+                .fold(0.0, |a, b| a + b),
+        )
     };
     Frame {
         unix_ms: unix_ms(),
@@ -293,9 +298,13 @@ fn table(
                 cells
             })
             .collect();
-        let mut header = render::LOCK_HEADER.to_vec();
-        header.push("ACQ/S");
-        out.push_str(&render::table(&header, &rows, &[3, 4, 5, 6]));
+        if rows.is_empty() {
+            out.push_str("(no locks held)\n");
+        } else {
+            let mut header = render::LOCK_HEADER.to_vec();
+            header.push("ACQ/S");
+            out.push_str(&render::table(&header, &rows, &[3, 4, 5, 6]));
+        }
         for odd in &frame.not_locks {
             out.push_str(&format!("! {}\n", render::not_a_lock(odd)));
         }

@@ -298,6 +298,16 @@ async fn watch_refreshes_until_ctrl_c() {
             .any(|l| l.contains(" held · ") && l.ends_with(" acquires/s")),
         "{seen:#?}"
     );
+    // The releases between frames are counted (from their notifications).
+    let counted = seen.iter().any(|l| {
+        l.starts_with("cron:hourly")
+            && l.contains("(free)")
+            && l.split_whitespace()
+                .last()
+                .and_then(|r| r.parse::<f64>().ok())
+                > Some(0.0)
+    });
+    assert!(counted, "{seen:#?}");
     let status = std::process::Command::new("kill")
         .args(["-INT", &child.id().unwrap().to_string()])
         .status()
