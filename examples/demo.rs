@@ -4,7 +4,9 @@
 //! re-runs itself as worker processes. Each worker runs tasks that add to a shared Redis
 //! counter with a deliberately racy read-modify-write. First without the lock (updates get
 //! lost), then with `#[distributed_lock]` (the counter ends exactly right). It prints who held
-//! the lock, who waited, who skipped the once-only job, and the fencing tokens.
+//! the lock, who waited, who skipped the once-only job, and the fencing tokens. With
+//! `DEMO_DISTLOCK_CLI` set to the `distlock` binary (scripts/demo.sh does), it ends with what
+//! `distlock list` shows an operator.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -175,6 +177,16 @@ fn main() {
         })
         .collect();
     let all_ok = printers.into_iter().all(|p| p.join().expect("printer"));
+
+    // An operator's view (scripts/demo.sh passes the `distlock` binary): `nightly-report` is
+    // still held for its `min_hold`, by a worker that has exited.
+    if let Ok(cli) = std::env::var("DEMO_DISTLOCK_CLI") {
+        println!("\n$ distlock --url {url} list");
+        let listed = Command::new(cli).args(["--url", &url, "list"]).status();
+        if !listed.is_ok_and(|status| status.success()) {
+            eprintln!("`distlock list` failed");
+        }
+    }
 
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (unlocked, locked): (i64, i64) = rt.block_on(async {

@@ -4,4 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
+# The operator's CLI, which the demo runs at its end (`distlock list`).
+cargo build --release --locked -p distlock-cli
+export DEMO_DISTLOCK_CLI="${CARGO_TARGET_DIR:-$PWD/target}/release/distlock"
 cargo run --release --locked --example demo

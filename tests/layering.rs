@@ -17,6 +17,7 @@ const ROOTS: &[(&str, &str)] = &[
     ("distlock-core/src", "lib.rs"),
     ("distlock-macros/src", "lib.rs"),
     ("distlock/src", "lib.rs"),
+    ("distlock-cli/src", "main.rs"),
     ("benches/locks", "main.rs"),
     ("tests/reliability", "main.rs"),
     ("tests/support", "lib.rs"),

@@ -1,27 +1,52 @@
 //! `distlock::testing` as a user's test suite would use it: many `#[tokio::test]` functions
 //! (each with its own runtime) share one throwaway server and the default client, and
-//! `assert_locked!` checks that code runs under its lock.
-
-use std::time::Duration;
+//! `assert_locked!` checks that code runs under its lock. The first part is the README's
+//! "Testing code that takes locks" example, verbatim.
 
 use distlock::{assert_locked, distributed_lock, testing};
 
-#[derive(Debug, PartialEq)]
-struct AppError(String);
+#[derive(Debug)]
+struct AppError(distlock::Error);
 
 impl From<distlock::Error> for AppError {
     fn from(e: distlock::Error) -> Self {
-        AppError(e.to_string())
+        AppError(e)
     }
 }
 
-/// Code under test: must only ever run under its lock.
+#[distributed_lock(key = "order:<id>", ttl = "10s", fenced)]
 async fn settle(id: u64) -> Result<u64, AppError> {
-    let body = async move { assert_locked!("settle({id})") };
-    Ok(distlock::lock(format!("order:{id}"))
-        .fenced(true)
-        .run(body)
-        .await?)
+    let token = assert_locked!("settle({id})"); // panics if it ever runs without its lock
+    Ok(token)
+}
+
+#[tokio::test]
+async fn settles_under_the_lock() {
+    let redis = testing::init().await; // the first call starts redis-server, installs the client
+    assert!(settle(42).await.unwrap() > 0);
+    assert!(
+        !redis.is_locked("order:42").await,
+        "released after the call"
+    );
+}
+
+#[tokio::test]
+async fn a_busy_order_is_not_settled_twice() {
+    testing::init().await; // the same server and client, from another test's runtime
+    let held = distlock::lock("order:7").acquire().await.unwrap();
+    let busy = settle(7).await.unwrap_err();
+    assert!(
+        matches!(busy, AppError(distlock::Error::Busy { .. })),
+        "{busy:?}"
+    );
+    held.release().await.unwrap();
+}
+
+// (end of the README example)
+
+/// A helper that forgot its lock.
+async fn settle_unlocked(id: u64) -> Result<u64, AppError> {
+    Ok(assert_locked!("settle({id})"))
 }
 
 /// Through the attribute, the lock is held while the body runs.
@@ -33,29 +58,12 @@ async fn nightly_report(day: u32) -> Result<bool, AppError> {
         .await)
 }
 
-/// A helper that forgot its lock.
-async fn settle_unlocked(id: u64) -> Result<u64, AppError> {
-    Ok(assert_locked!("settle({id})"))
-}
-
 #[tokio::test]
-async fn first_test_settles_under_the_lock() {
-    let redis = testing::init().await;
-    let token = settle(1).await.unwrap();
-    assert!(token > 0);
-    assert!(!redis.is_locked("order:1").await, "released after the call");
-    assert_eq!(nightly_report(1).await, Ok(true));
-    assert!(!redis.is_locked("report:1").await);
-}
-
-#[tokio::test]
-async fn second_test_shares_the_server_and_the_client() {
+async fn a_lock_is_visible_from_outside_while_held() {
     let redis = testing::init().await;
     assert_eq!(redis.url(), testing::init().await.url());
-    let guard = distlock::lock("order:2").acquire().await.unwrap();
-    assert!(redis.is_locked("order:2").await);
-    guard.release().await.unwrap();
-    assert!(!redis.is_locked("order:2").await);
+    assert!(nightly_report(1).await.unwrap());
+    assert!(!redis.is_locked("report:1").await);
 }
 
 #[tokio::test]
@@ -77,12 +85,7 @@ async fn a_forgotten_lock_fails_the_assertion() {
 async fn a_private_server_stops_when_dropped() {
     let redis = testing::TestRedis::start().unwrap();
     let client = redis.config().connect().await.unwrap();
-    let guard = client
-        .lock("job")
-        .ttl(Duration::from_secs(5))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = client.lock("job").acquire().await.unwrap();
     assert!(redis.is_locked("job").await);
     guard.release().await.unwrap();
     let port = redis.port();

@@ -10,15 +10,18 @@
 //! * B4 10,000 held locks renewed by the watchdog: Redis work and the smallest remaining ttl;
 //! * B5 the marketplace of "Redis in Action" ch. 6 (WATCH vs coarse lock vs per-item locks).
 //!
-//! Prints the tables, checks the targets (PASS/FAIL) and writes `BENCHMARKS.md`.
+//! Prints the tables, checks the targets (PASS/FAIL) and writes `BENCHMARKS.md` with its
+//! plots (`docs/benchmarks/*.svg`).
 //!
 //! Environment: `BENCH_QUICK=1` for a short run (under a minute); `BENCH_REPS`, `BENCH_SECS`
 //! (measured seconds per run), `BENCH_ONLY=B1,B3` to pick scenarios, `BENCH_WORKERS` (tokio
-//! worker threads, default: the number of CPUs), `BENCH_NO_WRITE=1` to leave BENCHMARKS.md alone.
+//! worker threads, default: the number of CPUs), `BENCH_NO_WRITE=1` to leave BENCHMARKS.md and
+//! the plots alone.
 
 mod contenders;
 mod market;
 mod plan;
+mod plots;
 mod probe;
 mod report;
 mod scenarios;
@@ -34,7 +37,7 @@ use plan::{env_f64, env_flag, Plan};
 use probe::Probe;
 use report::{B3Row, B5Row, Report};
 use scenarios::{Renewer, Runner};
-use stats::{median, CycleRow};
+use stats::{median, CycleRow, Samples};
 
 fn main() {
     let plan = Plan::from_env();
@@ -127,6 +130,9 @@ async fn run(plan: Plan) -> BenchResult<()> {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/BENCHMARKS.md");
         std::fs::write(path, &text)?;
         eprintln!("wrote {path}");
+        for plot in plots::write(&report, std::path::Path::new(env!("CARGO_MANIFEST_DIR")))? {
+            eprintln!("wrote {}", plot.display());
+        }
     }
     // The clients shut down while their server still runs.
     drop(bench);
@@ -218,6 +224,7 @@ impl Bench<'_> {
             flush(admin).await?;
             // Overlaps are failures to count, not a spread to take the median of.
             let mut violations: HashMap<Kind, u64> = HashMap::new();
+            let mut gaps: HashMap<Kind, Samples> = HashMap::new();
             let runs = repeat(
                 plan.reps,
                 |rep| rotated(kinds, rep),
@@ -233,6 +240,9 @@ impl Bench<'_> {
                     row[1]
                 );
                     *violations.entry(kind).or_default() += r.violations;
+                    gaps.entry(kind)
+                        .or_default()
+                        .extend(std::mem::take(&mut r.gaps));
                     Ok(row)
                 },
             )
@@ -245,6 +255,7 @@ impl Bench<'_> {
                     .b3
                     .push(B3Row::new(tasks, kind, m, violations[&kind]));
             }
+            report.b3_gaps.push((tasks, gaps));
         }
         Ok(())
     }

@@ -9,7 +9,11 @@ use crate::contenders::{BenchResult, Kind};
 use crate::market::{MarketRun, Variant};
 use crate::plan::Plan;
 use crate::scenarios::{RenewRun, Renewer};
-use crate::stats::{fmt_num, median, CycleRow, HandoffRow};
+use crate::stats::{fmt_num, median, CycleRow, HandoffRow, Samples};
+
+/// The plots every run that writes BENCHMARKS.md draws (`plots`), relative to the repository.
+pub(crate) const HANDOFF_SVG: &str = "docs/benchmarks/handoff.svg";
+pub(crate) const THROUGHPUT_SVG: &str = "docs/benchmarks/throughput.svg";
 
 pub(crate) struct B3Row {
     pub(crate) tasks: usize,
@@ -93,6 +97,8 @@ pub(crate) struct Report {
     /// Per task count: a row per contender.
     pub(crate) b2: Vec<(usize, Vec<(Kind, CycleRow)>)>,
     pub(crate) b3: Vec<B3Row>,
+    /// Every B3 handoff gap, per task count and contender (all repetitions), for the plot.
+    pub(crate) b3_gaps: Vec<(usize, HashMap<Kind, Samples>)>,
     /// Throughput of every repetition, per scenario (`"B1"`, `"B2 64"`, `"B3 8"`, ...) and
     /// contender, in run order: ratios pair runs of the same repetition, which ran seconds
     /// apart, so load from outside the benchmark mostly cancels out.
@@ -173,6 +179,7 @@ impl Report {
             b1: Vec::new(),
             b2: Vec::new(),
             b3: Vec::new(),
+            b3_gaps: Vec::new(),
             per_rep: HashMap::new(),
             b4: Vec::new(),
             b5: Vec::new(),
@@ -212,6 +219,7 @@ impl Report {
                 "**Note:** `#[distributed_lock]` did not expand in this build, so the macro rows are missing.\n"
             );
         }
+        self.render_plots(&mut out);
         let mut targets = Vec::new();
         self.render_b1(&mut out, &mut targets);
         self.render_b2(&mut out, &mut targets);
@@ -234,6 +242,33 @@ impl Report {
         let passed = targets.iter().filter(|t| t.pass).count();
         let _ = writeln!(out, "\n{passed} of {} targets pass.", targets.len());
         out
+    }
+
+    /// Links to the plots of this run (drawn by `plots` when the report is written).
+    fn render_plots(&self, out: &mut String) {
+        let throughput = !self.b1.is_empty() || !self.b2.is_empty() || !self.b3.is_empty();
+        if self.b3_gaps.is_empty() && !throughput {
+            return;
+        }
+        let _ = writeln!(out, "## Plots\n");
+        if !self.b3_gaps.is_empty() {
+            let _ = writeln!(
+                out,
+                "The B3 handoff gap (release returned → next acquire returned) of every critical \
+                 section of every repetition, as the fraction of handoffs at most x µs, up to the \
+                 99.9th percentile; the dashed line is one round trip. A gap drawn at 1 µs was \
+                 under 1 µs or none (the next acquire returned before the release did).\n\n\
+                 ![B3 handoff latency distribution]({HANDOFF_SVG})\n"
+            );
+        }
+        if throughput {
+            let _ = writeln!(
+                out,
+                "Throughput against the number of tasks (medians): acquire + release cycles on \
+                 distinct keys (B1, B2), and critical sections on one key with the tasks \
+                 waiting (B3).\n\n![Throughput against tasks]({THROUGHPUT_SVG})\n"
+            );
+        }
     }
 
     /// Median over repetitions of `kind`'s throughput divided by `base`'s in the same repetition.

@@ -87,13 +87,14 @@ impl Connection {
                 self.retire_if_redis_answers(generation, timeout);
                 Err(CallError::Timeout)
             }
-            Ok(Err(source)) => {
-                if !source.is_io_error() && !is_error_reply(&source) {
-                    // A reply of the wrong shape: it answers some other request.
-                    self.retire(generation);
-                }
-                Err(CallError::Redis(source))
+            Ok(Err(source)) if !source.is_io_error() && !is_error_reply(&source) => {
+                // A reply of the wrong shape (say, a nil where the echo belongs): it answers
+                // some other request, exactly like a mismatched echo.
+                tracing::debug!(error = %source, "reply of the wrong shape");
+                self.retire(generation);
+                Err(CallError::Redis(desync_error()))
             }
+            Ok(Err(source)) => Err(CallError::Redis(source)),
             Err(_) => {
                 self.retire_if_redis_answers(generation, timeout);
                 Err(CallError::Timeout)

@@ -1,5 +1,5 @@
-//! Shared by the scenarios: run settings, a seeded RNG, Redis inspection helpers, and the
-//! fenced resource that rejects stale writers.
+//! Shared by the scenarios: run settings, a seeded RNG, the acquire paths, Redis inspection
+//! helpers for the `d2` key layout, and the fenced resource that rejects stale writers.
 
 use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
@@ -120,22 +120,86 @@ pub(crate) async fn redis_conn(url: &str) -> Result<MultiplexedConnection, Strin
         .map_err(|e| e.to_string())
 }
 
-/// Takes `name` with a lease of `ttl` (no renewal, no waiting).
+/// Which acquire path a lock takes (protocol `d2`): the plain `SET NX PX GET` pipeline, which
+/// hands out no fencing token, or the fenced acquire script (`.fenced(true)`), which does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Plain,
+    Fenced,
+}
+
+impl Kind {
+    /// Both paths, plain first.
+    pub(crate) const BOTH: [Kind; 2] = [Kind::Plain, Kind::Fenced];
+
+    pub(crate) fn fenced(self) -> bool {
+        self == Kind::Fenced
+    }
+
+    /// A short word for names and messages.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Kind::Plain => "plain",
+            Kind::Fenced => "fenced",
+        }
+    }
+
+    /// Takes `name` this way with a lease of `ttl` (no renewal, no waiting).
+    pub(crate) async fn acquire(
+        self,
+        client: &Client,
+        name: impl Into<String>,
+        ttl: Duration,
+    ) -> Result<LockGuard, Error> {
+        client
+            .lock(name)
+            .ttl(ttl)
+            .fenced(self.fenced())
+            .acquire()
+            .await
+    }
+}
+
+/// Takes `name` with a lease of `ttl` (no renewal, no waiting) through the plain acquire (no
+/// fencing token).
 pub(crate) async fn acquire_for(
     client: &Client,
     name: impl Into<String>,
     ttl: Duration,
 ) -> Result<LockGuard, Error> {
-    client.lock(name).ttl(ttl).acquire().await
+    Kind::Plain.acquire(client, name, ttl).await
 }
 
-/// Takes `name` with a lease of `ttl` that the client keeps renewing (no waiting).
+/// Takes `name` with a lease of `ttl` and a fencing token (no renewal, no waiting).
+pub(crate) async fn acquire_fenced(
+    client: &Client,
+    name: impl Into<String>,
+    ttl: Duration,
+) -> Result<LockGuard, Error> {
+    Kind::Fenced.acquire(client, name, ttl).await
+}
+
+/// Takes `name` with a fencing token and a lease of `ttl` that the client keeps renewing (no
+/// waiting). Fenced because the scenarios that hold renewed locks compare their tokens.
 pub(crate) async fn acquire_renewed(
     client: &Client,
     name: impl Into<String>,
     ttl: Duration,
 ) -> Result<LockGuard, Error> {
-    client.lock(name).ttl(ttl).renew(true).acquire().await
+    client
+        .lock(name)
+        .ttl(ttl)
+        .renew(true)
+        .fenced(true)
+        .acquire()
+        .await
+}
+
+/// The fencing token of a guard that was taken fenced (panics, naming `what`, if it has none).
+pub(crate) fn token_of(guard: &LockGuard, what: &str) -> u64 {
+    guard
+        .token()
+        .unwrap_or_else(|| panic!("{what}: a lock taken with fenced(true) has a fencing token"))
 }
 
 /// Starts `lock.acquire()` on its own task, which returns the result and when it came.
@@ -146,13 +210,20 @@ pub(crate) fn spawn_acquire(lock: LockBuilder) -> JoinHandle<(Result<LockGuard, 
     })
 }
 
-/// The lock hash of `name` under the default prefix.
+/// The lock key of `name` under the default prefix: a string holding `d2:<owner>`, with the
+/// lease as its expiry (protocol `d2`).
 pub(crate) fn lock_key(name: &str) -> String {
     format!("distlock:{{{name}}}")
 }
 
-/// Lock hashes (not fence keys) present on the server.
-pub(crate) async fn lock_hashes(conn: &mut MultiplexedConnection) -> Vec<String> {
+/// The fence key of `name` under the default prefix: the last fencing token handed out for the
+/// name (a decimal string), kept for the fence retention after the last fenced acquire.
+pub(crate) fn fence_key(name: &str) -> String {
+    format!("{}:fence", lock_key(name))
+}
+
+/// Lock keys (not fence keys) present on the server.
+pub(crate) async fn lock_keys(conn: &mut MultiplexedConnection) -> Vec<String> {
     testkit::all_keys(conn)
         .await
         .into_iter()
@@ -160,11 +231,11 @@ pub(crate) async fn lock_hashes(conn: &mut MultiplexedConnection) -> Vec<String>
         .collect()
 }
 
-/// Waits until no lock hash is left (panics after `within`): cleanups and commands queued
+/// Waits until no lock key is left (panics after `within`): cleanups and commands queued
 /// during a fault may land late, and abandoned locks only go at their ttl.
 pub(crate) async fn no_lock_left(conn: &MultiplexedConnection, within: Duration) -> Vec<String> {
     until_empty(conn, within, "no lock left", |mut conn| async move {
-        lock_hashes(&mut conn).await
+        lock_keys(&mut conn).await
     })
     .await
 }
@@ -211,19 +282,99 @@ pub(crate) async fn pubsub_channels(conn: &mut MultiplexedConnection) -> Vec<Str
         .expect("PUBSUB CHANNELS")
 }
 
-/// The lock hash as field/value pairs, sorted (empty when the lock is free).
-pub(crate) async fn lock_state(
-    conn: &mut MultiplexedConnection,
-    name: &str,
-) -> Vec<(String, String)> {
-    let mut fields: Vec<(String, String)> = conn.hgetall(lock_key(name)).await.expect("HGETALL");
-    fields.sort();
-    fields
+/// The value of the lock key (`d2:<owner>`), `None` when the lock is free. Panics if the key is
+/// not a string (a lock of another layout).
+pub(crate) async fn lock_value(conn: &mut MultiplexedConnection, name: &str) -> Option<String> {
+    conn.get(lock_key(name)).await.expect("GET lock key")
 }
 
-/// Number of fields of the lock hash: 2 fixed fields (owner, token) plus one per hold.
-pub(crate) async fn lock_fields(conn: &mut MultiplexedConnection, name: &str) -> usize {
-    conn.hlen(lock_key(name)).await.expect("HLEN")
+/// The last fencing token handed out for `name` (the fence key), `None` if there is none.
+pub(crate) async fn fence_token(conn: &mut MultiplexedConnection, name: &str) -> Option<u64> {
+    conn.get(fence_key(name)).await.expect("GET fence key")
+}
+
+/// What Redis holds for one lock (protocol `d2`): the lock key's value (its owner) and the fence
+/// key (the last fencing token). The `d2` counterpart of the former lock hash's fields (owner,
+/// token, holds): holds are counted on the client now, so owner and fence are all there is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LockState {
+    /// `d2:<owner>`, `None` when the lock is free.
+    pub(crate) value: Option<String>,
+    /// The fence key's content, `None` when no fenced acquire happened within the retention.
+    pub(crate) fence: Option<String>,
+}
+
+/// The lock's value and fence key.
+pub(crate) async fn lock_state(conn: &mut MultiplexedConnection, name: &str) -> LockState {
+    let fence: Option<String> = conn.get(fence_key(name)).await.expect("GET fence key");
+    LockState {
+        value: lock_value(conn, name).await,
+        fence,
+    }
+}
+
+/// The owner tag of `client`: every lock value it writes is `<tag><n>` (`d2:<client id>:`,
+/// then a counter). Learnt from a lock it takes (and releases) on `probe`.
+pub(crate) async fn owner_tag(
+    client: &Client,
+    conn: &mut MultiplexedConnection,
+    probe: &str,
+) -> String {
+    let guard = acquire_for(client, probe, Duration::from_secs(10))
+        .await
+        .expect("acquire the owner-tag probe");
+    let value = lock_value(conn, probe)
+        .await
+        .expect("the owner-tag probe is held");
+    guard.release().await.expect("release the owner-tag probe");
+    let (tag, _) = value.rsplit_once(':').expect("a d2 value is <tag>:<n>");
+    assert!(
+        tag.starts_with(distlock::scripts::VERSION_TAG),
+        "lock value {value:?} does not start with the protocol tag"
+    );
+    format!("{tag}:")
+}
+
+/// The guard agrees with Redis: the lock key holds a `d2` value (one written by the client whose
+/// values start with `tag`, if given) with a lease as its expiry, and for a fenced guard the fence
+/// key holds the guard's token (the last token handed out for the name). An unfenced guard has
+/// no token.
+pub(crate) async fn agrees_with_redis(
+    conn: &mut MultiplexedConnection,
+    name: &str,
+    guard: &LockGuard,
+    fenced: bool,
+    tag: Option<&str>,
+) -> Result<(), String> {
+    let key = lock_key(name);
+    let value: Option<String> = conn.get(&key).await.map_err(|e| e.to_string())?;
+    let Some(value) = value else {
+        return Err(format!("the guard holds {name} but Redis has no lock key"));
+    };
+    if !value.starts_with(distlock::scripts::VERSION_TAG) {
+        return Err(format!("the lock key holds {value:?}, not a d2 lock"));
+    }
+    if let Some(tag) = tag {
+        if !value.starts_with(tag) {
+            return Err(format!(
+                "the lock key holds {value:?}, a value of another owner than this client ({tag}...)"
+            ));
+        }
+    }
+    let pttl: i64 = conn.pttl(&key).await.map_err(|e| e.to_string())?;
+    if pttl <= 0 {
+        return Err(format!("the lock key has no lease (PTTL {pttl})"));
+    }
+    let fence = fence_token(conn, name).await;
+    match (fenced, guard.token()) {
+        (true, Some(token)) if fence == Some(token) => Ok(()),
+        (true, Some(token)) => Err(format!(
+            "guard token {token} but the fence key has {fence:?}"
+        )),
+        (true, None) => Err("a fenced guard without a token".to_owned()),
+        (false, None) => Ok(()),
+        (false, Some(token)) => Err(format!("an unfenced guard with token {token}")),
+    }
 }
 
 /// Calls of `command` in `INFO commandstats`, retried while the server is still waking up.

@@ -7,8 +7,9 @@
 //! are delivered once it heals), and reset every connection (RST).
 //!
 //! Replies are matched to commands in order, per connection, which holds on a command
-//! connection (one reply per command). Push frames (`>`) are passed through and not counted;
-//! rules should match commands that are only sent on command connections (e.g. `EVALSHA`).
+//! connection (one reply per command, pipelined commands included). Push frames (`>`) are
+//! passed through and not counted; rules should match commands that are only sent on command
+//! connections (e.g. `EVALSHA`, or the plain acquire's `SET ... NX ... GET`).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

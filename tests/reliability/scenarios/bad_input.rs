@@ -3,22 +3,28 @@
 //! sentinel lock held by another client is compared before and after.
 //!
 //! 10a runs in this process: names (very long, Unicode, control and RESP-looking bytes,
-//! `{`/`}`/`:`/`<`, empty), invalid URLs, wrong or missing passwords, invalid settings, and at
-//! the Redis level a retried release of the same hold and releases by a non-owner.
+//! `{`/`}`/`:`/`<`, empty) on both acquire paths (plain and fenced), invalid URLs, wrong or
+//! missing passwords, invalid settings, keys under the prefix that are not `d2` locks
+//! (`Incompatible`, left untouched), and at the Redis level a retried release of the same
+//! lock and releases and renewals by a non-owner.
 //! 10b (the client registry, in a worker process) is in `registry_misuse.rs`.
+//!
+//! The sentinel is taken fenced, so "untouched" covers its owner (the lock key's value) and its
+//! fencing token (the fence key).
 
-use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{Client, Config, Error, LockGuard};
 use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands;
 use testkit::{RedisServer, ServerOptions};
 use tokio::time::Instant;
 
 use crate::common::{
-    acquire_for, calm_client, lock_fields, lock_hashes, lock_key, lock_state, Settings,
+    acquire_fenced, acquire_for, agrees_with_redis, calm_client, fence_key, lock_key, lock_keys,
+    lock_state, lock_value, Kind, LockState, Settings,
 };
 use crate::report::{Scenario, Tally};
 
@@ -70,17 +76,21 @@ fn expect_invalid_key(
 /// A lock held by another client through the scenario: no case may touch it.
 pub(super) struct Sentinel {
     guard: LockGuard,
-    before: Vec<(String, String)>,
+    before: LockState,
     _client: Client,
 }
 
 impl Sentinel {
     pub(super) async fn take(server: &RedisServer, conn: &mut MultiplexedConnection) -> Sentinel {
         let client = calm_client(&server.url()).await;
-        let guard = acquire_for(&client, "sentinel", Duration::from_secs(60))
+        let guard = acquire_fenced(&client, "sentinel", Duration::from_secs(60))
             .await
             .expect("sentinel");
         let before = lock_state(conn, "sentinel").await;
+        assert!(
+            before.value.is_some() && before.fence == guard.token().map(|t| t.to_string()),
+            "the sentinel's lock and fence keys: {before:?}"
+        );
         Sentinel {
             guard,
             before,
@@ -94,7 +104,7 @@ impl Sentinel {
         t.check(after == before, || {
             format!("the sentinel lock changed: {before:?} -> {after:?}")
         });
-        let left = lock_hashes(conn).await;
+        let left = lock_keys(conn).await;
         t.check(left == [lock_key("sentinel")], || {
             format!("lock keys left: {left:?}")
         });
@@ -105,23 +115,27 @@ impl Sentinel {
     }
 }
 
-/// An unusual but valid name works end to end: the lock hash is exactly `distlock:{name}`.
+/// An unusual but valid name works end to end on both acquire paths: the lock key is exactly
+/// `distlock:{name}` holding a `d2` value with a lease (and, fenced, the fence key
+/// `distlock:{name}:fence` holds the guard's token), and the release frees it.
 /// (Cases own their client and connection: each runs on its own task.)
 async fn round_trip(
     client: Client,
     mut conn: MultiplexedConnection,
     name: String,
 ) -> Result<(), String> {
-    let guard = acquire_for(&client, &name, Duration::from_secs(10))
-        .await
-        .map_err(|e| e.to_string())?;
-    let fields = lock_fields(&mut conn, &name).await;
-    if fields != 3 {
-        return Err(format!("{fields} fields under the exact key"));
-    }
-    guard.release().await.map_err(|e| e.to_string())?;
-    if lock_fields(&mut conn, &name).await != 0 {
-        return Err("still held after release".to_owned());
+    for kind in Kind::BOTH {
+        let guard = kind
+            .acquire(&client, &name, Duration::from_secs(10))
+            .await
+            .map_err(|e| format!("{}: {e}", kind.as_str()))?;
+        agrees_with_redis(&mut conn, &name, &guard, kind.fenced(), None)
+            .await
+            .map_err(|e| format!("{} under the exact key: {e}", kind.as_str()))?;
+        guard.release().await.map_err(|e| e.to_string())?;
+        if lock_value(&mut conn, &name).await.is_some() {
+            return Err(format!("still held after release ({})", kind.as_str()));
+        }
     }
     Ok(())
 }
@@ -321,7 +335,11 @@ async fn run(t: Arc<Tally>) {
         .await;
     }
 
-    // At the Redis level: a retried release of the same hold, and a foreign release/renewal.
+    // Keys under the prefix that are not d2 locks.
+    let layout = foreign_layout(client.clone(), conn.clone());
+    case(&t, "key of another layout under the prefix", layout).await;
+
+    // At the Redis level: a retried release of the same lock, and a foreign release/renewal.
     let retried = retried_release(client.clone(), conn.clone());
     case(&t, "release retried with the same hold", retried).await;
     let foreign = foreign_release(client.clone(), conn.clone());
@@ -334,54 +352,114 @@ async fn run(t: Arc<Tally>) {
     sentinel.check_and_release(&t, &mut conn).await;
 }
 
-/// The lock's owner and hold fields (`h...`), read from Redis.
-async fn owner_and_holds(
-    conn: &mut MultiplexedConnection,
-    name: &str,
-) -> (String, BTreeSet<String>) {
-    let state = lock_state(conn, name).await;
-    let owner = state
-        .iter()
-        .find(|(k, _)| k == "o")
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default();
-    let holds = state
-        .into_iter()
-        .map(|(k, _)| k)
-        .filter(|k| k.starts_with('h'))
-        .collect();
-    (owner, holds)
+/// Keys under the prefix that are not `d2` locks: a hash (a lock as the previous protocol wrote
+/// it) and another program's string. Both acquire paths report `Incompatible` naming the lock,
+/// and change nothing: the key stays as it was and no fence key appears.
+async fn foreign_layout(client: Client, mut conn: MultiplexedConnection) -> Result<(), String> {
+    let (hash, string) = ("old-layout", "other-program");
+    let err = |e: redis::RedisError| e.to_string();
+    let () = conn
+        .hset_multiple(lock_key(hash), &[("o", "owner:1"), ("f", "7"), ("h1", "1")])
+        .await
+        .map_err(err)?;
+    let () = conn
+        .set(lock_key(string), "not a lock")
+        .await
+        .map_err(err)?;
+    let hash_before: Vec<(String, String)> = conn.hgetall(lock_key(hash)).await.map_err(err)?;
+    for name in [hash, string] {
+        for kind in Kind::BOTH {
+            match kind.acquire(&client, name, Duration::from_secs(10)).await {
+                Err(e)
+                    if matches!(&e, Error::Incompatible { key } if key == name)
+                        && e.to_string().contains("d2") => {}
+                other => {
+                    return Err(format!(
+                        "{} acquire of {name}: expected Incompatible, got {:?}",
+                        kind.as_str(),
+                        other.map(|g| g.token())
+                    ))
+                }
+            }
+            let fence: bool = conn.exists(fence_key(name)).await.map_err(err)?;
+            if fence {
+                return Err(format!(
+                    "{} acquire of {name} created a fence key",
+                    kind.as_str()
+                ));
+            }
+        }
+    }
+    let hash_after: Vec<(String, String)> = conn.hgetall(lock_key(hash)).await.map_err(err)?;
+    let string_after: Option<String> = conn.get(lock_key(string)).await.map_err(err)?;
+    let mut result = Ok(());
+    if hash_after != hash_before {
+        result = Err(format!(
+            "the hash changed: {hash_before:?} -> {hash_after:?}"
+        ));
+    } else if string_after.as_deref() != Some("not a lock") {
+        result = Err(format!("the string changed: {string_after:?}"));
+    }
+    let () = conn
+        .del(&[lock_key(hash), lock_key(string)])
+        .await
+        .map_err(err)?;
+    result
 }
 
-/// Runs the release script as the runtime sends it and returns its status code (-2 no lock,
-/// -1 another owner, 0 released, n holds left); the reply may carry the request id first.
+/// Runs the release script as the runtime sends it (compare the value and delete) and returns
+/// its status code: 0 released, -1 another owner holds it, -2 no lock, -3 not a `d2` lock.
 async fn release_code(
     conn: &mut MultiplexedConnection,
     name: &str,
-    owner: &str,
-    hold: &str,
+    value: &str,
 ) -> Result<i64, String> {
-    let reply: redis::Value = redis::cmd("EVAL")
+    let (id, code): (String, i64) = redis::cmd("EVAL")
         .arg(distlock::scripts::RELEASE)
         .arg(2)
         .arg(lock_key(name))
         .arg(format!("{}:released", lock_key(name)))
-        .arg(owner)
-        .arg(hold)
+        .arg(value)
+        .arg("test-release")
         .arg(0)
         .query_async(conn)
         .await
         .map_err(|e| e.to_string())?;
-    match &reply {
-        redis::Value::Int(code) => Ok(*code),
-        redis::Value::Array(items) => match items.last() {
-            Some(redis::Value::Int(code)) => Ok(*code),
-            _ => Err(format!("unexpected release reply {reply:?}")),
-        },
-        _ => Err(format!("unexpected release reply {reply:?}")),
+    if id != "test-release" {
+        return Err(format!("the release echoed {id:?}"));
+    }
+    Ok(code)
+}
+
+/// Runs the renew script for one lock as the runtime sends it and returns its status: 1 ours
+/// (extended), 0 gone, -1 another owner's, -2 not a `d2` lock.
+async fn renew_status(
+    conn: &mut MultiplexedConnection,
+    name: &str,
+    value: &str,
+    ttl: Duration,
+) -> Result<i64, String> {
+    let (id, statuses): (String, Vec<i64>) = redis::cmd("EVAL")
+        .arg(distlock::scripts::RENEW)
+        .arg(1)
+        .arg(lock_key(name))
+        .arg("test-renew")
+        .arg(ttl.as_millis() as u64)
+        .arg(value)
+        .query_async(conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    match (id.as_str(), statuses.as_slice()) {
+        ("test-renew", [status]) => Ok(*status),
+        _ => Err(format!("unexpected renew reply {id:?} {statuses:?}")),
     }
 }
 
+/// In `d2` a re-entry writes nothing to Redis and its release changes nothing there (holds are
+/// counted on the client), and the release script retried with the same value (after a lost
+/// reply) frees the lock once, then finds no lock and changes nothing, not even a lock someone
+/// else took meanwhile. (Formerly: the inner hold field's release, sent twice, left the outer
+/// hold field in the lock hash.)
 async fn retried_release(client: Client, mut conn: MultiplexedConnection) -> Result<(), String> {
     let name = "twice";
     let inner_client = client.clone();
@@ -389,62 +467,132 @@ async fn retried_release(client: Client, mut conn: MultiplexedConnection) -> Res
     client
         .lock(name)
         .ttl(Duration::from_secs(10))
+        .fenced(true)
         .run(async move {
-            let (owner, outer_holds) = owner_and_holds(&mut inner_conn, name).await;
-            let inner = inner_client.lock(name).acquire().await.map_err(|e| e.to_string())?;
+            let before = lock_state(&mut inner_conn, name).await;
+            if before.value.is_none() || before.fence.is_none() {
+                return Err(format!("the outer hold is not in Redis: {before:?}"));
+            }
+            let inner = inner_client
+                .lock(name)
+                .fenced(true)
+                .acquire()
+                .await
+                .map_err(|e| e.to_string())?;
             if !inner.is_reentry() {
                 return Err("the nested acquire did not re-enter".to_owned());
             }
-            let (_, holds) = owner_and_holds(&mut inner_conn, name).await;
-            let inner_hold = holds.difference(&outer_holds).next().cloned().ok_or("no new hold field")?;
-            // The inner hold's release, sent twice (a retry after a lost reply).
-            for attempt in 1..=2 {
-                let left = release_code(&mut inner_conn, name, &owner, &inner_hold).await?;
-                if left != 1 {
-                    return Err(format!("release attempt {attempt} of the inner hold returned {left}, expected 1 hold left"));
-                }
-                let fields = lock_fields(&mut inner_conn, name).await;
-                if fields != 3 {
-                    return Err(format!("after release attempt {attempt}: {fields} fields, expected 2 + the outer hold"));
-                }
+            if inner.token().is_none() || inner.token() != distlock::fencing_token() {
+                return Err(format!(
+                    "the re-entry's token {:?} is not the outer hold's {:?}",
+                    inner.token(),
+                    distlock::fencing_token()
+                ));
             }
-            // The guard's own release of the already released hold changes nothing either.
+            let entered = lock_state(&mut inner_conn, name).await;
+            if entered != before {
+                return Err(format!("the re-entry changed the lock in Redis: {before:?} -> {entered:?}"));
+            }
+            // The inner hold lets go on the client only: Redis still holds the outer lock as
+            // it was. (There is no inner hold in Redis to release twice; the retried release
+            // script is checked on a lock of its own below.)
             inner.release().await.map_err(|e| e.to_string())?;
-            if lock_fields(&mut inner_conn, name).await != 3 {
-                return Err("the outer hold was released with the inner one".to_owned());
+            let released = lock_state(&mut inner_conn, name).await;
+            if released != before {
+                return Err(format!("the inner hold's release changed the lock (the outer hold still holds it): {before:?} -> {released:?}"));
             }
             Ok(())
         })
         .await
         .map_err(|e| e.to_string())??;
-    if lock_fields(&mut conn, name).await != 0 {
+    if lock_value(&mut conn, name).await.is_some() {
         return Err("not released after the outer body".to_owned());
     }
-    Ok(())
+
+    // The release script sent twice with the same value (a retry after a lost reply).
+    let raw = "twice-raw";
+    let guard = acquire_for(&client, raw, Duration::from_secs(10))
+        .await
+        .map_err(|e| e.to_string())?;
+    let value = lock_value(&mut conn, raw)
+        .await
+        .ok_or("no lock key after the acquire")?;
+    for (attempt, expected) in [(1, 0), (2, -2)] {
+        let code = release_code(&mut conn, raw, &value).await?;
+        if code != expected {
+            return Err(format!(
+                "release attempt {attempt} returned {code}, expected {expected}"
+            ));
+        }
+        if lock_value(&mut conn, raw).await.is_some() {
+            return Err(format!("still held after release attempt {attempt}"));
+        }
+    }
+    // The guard's own release then finds no lock: refused, nothing changed.
+    match guard.release().await {
+        Err(Error::NotOwner { .. }) => {}
+        other => {
+            return Err(format!(
+                "the guard's release after its lock was freed returned {other:?}, expected NotOwner"
+            ))
+        }
+    }
+    // A retry that comes after someone else took the lock does not free theirs.
+    let next = acquire_for(&client, raw, Duration::from_secs(10))
+        .await
+        .map_err(|e| e.to_string())?;
+    let theirs = lock_value(&mut conn, raw).await;
+    let code = release_code(&mut conn, raw, &value).await?;
+    if code != -1 || lock_value(&mut conn, raw).await != theirs {
+        return Err(format!(
+            "a late retried release returned {code} (expected -1) against the next holder's lock"
+        ));
+    }
+    next.release().await.map_err(|e| e.to_string())
 }
 
+/// Releases and renewals by non-owners (another client's value, another acquisition of the same
+/// client, an empty value, a value that is not `d2`) are refused and change nothing: the lock's
+/// value, its fence key, and its expiry (never extended).
 async fn foreign_release(client: Client, mut conn: MultiplexedConnection) -> Result<(), String> {
     let name = "foreign";
-    let guard = acquire_for(&client, name, Duration::from_secs(10))
+    let guard = acquire_fenced(&client, name, Duration::from_secs(10))
         .await
         .map_err(|e| e.to_string())?;
     let before = lock_state(&mut conn, name).await;
-    let (_, holds) = owner_and_holds(&mut conn, name).await;
-    let hold = holds.iter().next().cloned().ok_or("no hold field")?;
-    for (owner, hold) in [
-        ("intruder:1", hold.as_str()),
-        ("intruder:1", "h999999"),
-        ("", hold.as_str()),
-    ] {
-        let left = release_code(&mut conn, name, owner, hold).await?;
-        if left != -1 {
+    let value = before
+        .value
+        .clone()
+        .ok_or("no lock key after the acquire")?;
+    // The same client's value with another counter: another acquisition of the same owner.
+    let sibling = format!("{value}0");
+    let intruders = ["d2:intruder:1", sibling.as_str(), "", "intruder"];
+    for owner in intruders {
+        let code = release_code(&mut conn, name, owner).await?;
+        if code != -1 {
             return Err(format!(
-                "release by owner {owner:?} returned {left}, expected -1 (not the owner)"
+                "release by owner {owner:?} returned {code}, expected -1 (not the owner)"
             ));
         }
     }
-    if lock_state(&mut conn, name).await != before {
-        return Err("the lock hash changed".to_owned());
+    let pttl_before: i64 = conn.pttl(lock_key(name)).await.map_err(|e| e.to_string())?;
+    for owner in intruders {
+        let status = renew_status(&mut conn, name, owner, Duration::from_secs(3600)).await?;
+        if status != -1 {
+            return Err(format!(
+                "renewal by owner {owner:?} returned {status}, expected -1 (not the owner)"
+            ));
+        }
+    }
+    let pttl_after: i64 = conn.pttl(lock_key(name)).await.map_err(|e| e.to_string())?;
+    if pttl_after > pttl_before {
+        return Err(format!(
+            "a foreign renewal extended the lease: PTTL {pttl_before} -> {pttl_after}"
+        ));
+    }
+    let after = lock_state(&mut conn, name).await;
+    if after != before {
+        return Err(format!("the lock changed: {before:?} -> {after:?}"));
     }
     guard.release().await.map_err(|e| e.to_string())
 }

@@ -7,8 +7,10 @@
 //!
 //! Afterwards the client must come to rest (`background_tasks`, `renewing` and
 //! `waiting_channels` all zero), no lock key and no subscription may remain, and no renewal
-//! traffic may continue (`INFO commandstats` unchanged over a quiet window while the worker
-//! and its client stay alive). Meanwhile no two bodies may have run at once under one name.
+//! or acquire traffic may continue (`INFO commandstats` unchanged over a quiet window while the
+//! worker and its client stay alive). Meanwhile no two bodies may have run at once under one
+//! name. Manual locks take either acquire path of protocol `d2` at random (the plain
+//! `SET NX PX GET` pipeline or the fenced script), so cancellation hits both.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,7 +23,7 @@ use distlock::{distributed_lock, Client, Config, LockBuilder};
 use testkit::RedisServer;
 
 use super::mutex::{macro_probe, SectionError};
-use crate::common::{calls, lock_hashes, ms, no_channel_left, redis_conn, Rng, Settings};
+use crate::common::{calls, lock_keys, ms, no_channel_left, redis_conn, Rng, Settings};
 use crate::report::{Scenario, Tally};
 use crate::worker::{field_u64, fields, Ctx, Worker};
 
@@ -82,7 +84,7 @@ async fn run(t: Arc<Tally>, ops: u64, seed: u64) {
         )
     });
 
-    let left = lock_hashes(&mut conn).await;
+    let left = lock_keys(&mut conn).await;
     t.check(left.is_empty(), || {
         format!("lock keys left after the storm: {left:?}")
     });
@@ -94,19 +96,22 @@ async fn run(t: Arc<Tally>, ops: u64, seed: u64) {
     // A quiet window while the worker and its client stay alive: longer than four renewal
     // intervals of the shortest renewed ttl in the storm (2 s / 3).
     let quiet = Duration::from_millis(2800);
+    // `evalsha`: renewals, releases and fenced acquires; `set`: plain acquires.
     let before = (
         calls(&mut conn, "evalsha").await,
+        calls(&mut conn, "set").await,
         calls(&mut conn, "subscribe").await,
         calls(&mut conn, "unsubscribe").await,
     );
     tokio::time::sleep(quiet).await;
     let after = (
         calls(&mut conn, "evalsha").await,
+        calls(&mut conn, "set").await,
         calls(&mut conn, "subscribe").await,
         calls(&mut conn, "unsubscribe").await,
     );
     t.check(before == after, || {
-        format!("traffic at rest over {} ms: evalsha/subscribe/unsubscribe calls {before:?} -> {after:?}", ms(quiet))
+        format!("traffic at rest over {} ms: evalsha/set/subscribe/unsubscribe calls {before:?} -> {after:?}", ms(quiet))
     });
     worker.send("CHECK").await;
     let rest = worker.expect("AT-REST", Duration::from_secs(5)).await;
@@ -236,7 +241,8 @@ async fn annotated_waiting(name: &str, body: Body) -> Result<(), SectionError> {
     body.run().await
 }
 
-#[distributed_lock(key = "storm:<name>", ttl = "2s", renew, wait = "300ms")]
+// Fenced: the attribute's fenced acquire (the script) is cut mid-flight too.
+#[distributed_lock(key = "storm:<name>", ttl = "2s", renew, wait = "300ms", fenced)]
 async fn annotated_renewed(name: &str, body: Body) -> Result<(), SectionError> {
     body.run().await
 }
@@ -247,14 +253,19 @@ async fn annotated_or_busy(name: &str, body: Body) -> Result<(), SectionError> {
 }
 
 /// A manual lock on a storm name, with the leases of the annotated functions: renewed ones
-/// are 2 s, which sizes the quiet window that checks renewal has stopped.
-fn storm_lock(client: &Client, name: &str, renew: bool) -> LockBuilder {
+/// are 2 s, which sizes the quiet window that checks renewal has stopped. `fenced`: the fenced
+/// acquire script instead of the plain `SET NX PX GET`.
+fn storm_lock(client: &Client, name: &str, renew: bool, fenced: bool) -> LockBuilder {
     let ttl = if renew {
         Duration::from_secs(2)
     } else {
         Duration::from_secs(5)
     };
-    client.lock(format!("storm:{name}")).ttl(ttl).renew(renew)
+    client
+        .lock(format!("storm:{name}"))
+        .ttl(ttl)
+        .renew(renew)
+        .fenced(fenced)
 }
 
 #[derive(Default)]
@@ -303,7 +314,8 @@ async fn storm_task(
         // The manual API: acquire (maybe waiting, maybe renewed), hold, then release, drop the
         // guard, or drop the release future mid-flight.
         0 => {
-            let mut lock = storm_lock(&client, &name, rng.percent(40));
+            let renew = rng.percent(40);
+            let mut lock = storm_lock(&client, &name, renew, rng.percent(50));
             if rng.percent(60) {
                 lock = lock.wait(rng.millis(0, 300));
             }
@@ -327,7 +339,8 @@ async fn storm_task(
         }
         // A body under `run`, with or without renewal.
         1 => {
-            let lock = storm_lock(&client, &name, rng.percent(50)).wait(rng.millis(0, 300));
+            let renew = rng.percent(50);
+            let lock = storm_lock(&client, &name, renew, rng.percent(50)).wait(rng.millis(0, 300));
             let result = cut.apply(lock.run(body.run())).await;
             stats.outcome(result.map(|r| r.map_err(SectionError::from).and_then(|inner| inner)));
         }

@@ -4,6 +4,11 @@
 //! After each fault the very next acquire and release succeed (no `eventually`), a waiter
 //! subscribed before the fault is still woken by the release, and a renewed lock held across
 //! every round is never lost.
+//!
+//! Protocol `d2` has two acquire paths: the plain `SET NX PX GET` pipeline (no script, so
+//! `SCRIPT FLUSH` does not touch it) and the fenced acquire script. Each round takes one lock on
+//! each path; which of them is the very next command after the fault is drawn at random, and
+//! both must succeed first try.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,8 +19,8 @@ use testkit::RedisServer;
 use tokio::time::Instant;
 
 use crate::common::{
-    acquire_for, acquire_renewed, fast_client, lock_hashes, ms, no_channel_left, pubsub_channels,
-    Rng, Settings,
+    acquire_for, acquire_renewed, fast_client, lock_keys, ms, no_channel_left, pubsub_channels,
+    Kind, Rng, Settings,
 };
 use crate::report::{Scenario, Tally};
 
@@ -69,6 +74,7 @@ async fn run(t: Arc<Tally>, rounds: u64, seed: u64) {
         .await
         .expect("acquire");
     let mut counts = [0u64; 4];
+    let mut fenced_first = 0u64;
     let mut slowest_wake = Duration::ZERO;
     for round in 0..rounds {
         let fault = match rng.below(4) {
@@ -78,6 +84,12 @@ async fn run(t: Arc<Tally>, rounds: u64, seed: u64) {
             _ => Fault::KillAllAndFlush,
         };
         counts[fault as usize] += 1;
+        let order = if rng.percent(50) {
+            fenced_first += 1;
+            [Kind::Fenced, Kind::Plain]
+        } else {
+            [Kind::Plain, Kind::Fenced]
+        };
         // A waiter subscribed before the fault.
         let blocker_name = format!("cf-wait-{round}");
         let blocker = acquire_for(&other, &blocker_name, Duration::from_secs(30))
@@ -95,20 +107,34 @@ async fn run(t: Arc<Tally>, rounds: u64, seed: u64) {
         inject(&mut admin, fault).await;
         t.faults(1);
 
-        // The next operations succeed, first try.
-        let name = format!("cf-{round}");
-        match acquire_for(&client, &name, Duration::from_secs(5)).await {
-            Ok(guard) => {
-                let released = guard.release().await;
-                release_check(&t, &released, || {
-                    format!("round {round} ({fault:?}): the release right after the acquire")
-                });
+        // The next operations succeed, first try (on both acquire paths).
+        for (nth, kind) in order.into_iter().enumerate() {
+            let name = format!("cf-{round}-{}", kind.as_str());
+            let which = if nth == 0 { "first" } else { "second" };
+            match kind.acquire(&client, &name, Duration::from_secs(5)).await {
+                Ok(guard) => {
+                    t.check(guard.token().is_some() == kind.fenced(), || {
+                        format!(
+                            "round {round} ({fault:?}): {} acquire returned token {:?}",
+                            kind.as_str(),
+                            guard.token()
+                        )
+                    });
+                    let released = guard.release().await;
+                    release_check(&t, &released, || {
+                        format!(
+                            "round {round} ({fault:?}): the release right after the {which} ({}) acquire",
+                            kind.as_str()
+                        )
+                    });
+                }
+                Err(e) => t.violation(format!(
+                    "round {round} ({fault:?}): {which} acquire after the fault ({}) failed: {e}",
+                    kind.as_str()
+                )),
             }
-            Err(e) => t.violation(format!(
-                "round {round} ({fault:?}): first acquire after the fault failed: {e}"
-            )),
+            t.ops(2);
         }
-        t.ops(2);
         // The waiter is still woken by the release (not by the blocker's 30 s ttl).
         // `other`'s first command after the fault: its connection may be the one killed.
         let released_at = Instant::now();
@@ -156,14 +182,14 @@ async fn run(t: Arc<Tally>, rounds: u64, seed: u64) {
         })
         .await;
     }
-    let left = lock_hashes(&mut admin).await;
+    let left = lock_keys(&mut admin).await;
     t.check(left.is_empty(), || format!("lock keys left: {left:?}"));
     let channels = no_channel_left(&admin, Duration::from_secs(5)).await;
     t.check(channels.is_empty(), || {
         format!("channels left: {channels:?}")
     });
     t.note(format!(
-        "faults: {} SCRIPT FLUSH, {} kill command conns, {} kill subscriber conns, {} all; slowest wake {} ms",
+        "faults: {} SCRIPT FLUSH, {} kill command conns, {} kill subscriber conns, {} all; fenced acquire first after {fenced_first} of {rounds}; slowest wake {} ms",
         counts[0],
         counts[1],
         counts[2],

@@ -6,8 +6,11 @@
 //!
 //! Paused past its ttl: another process takes the lock with a larger fencing token; when the
 //! holder resumes, its body is cancelled with `Err(Lost)`, its guard reports the loss and its
-//! release is refused (`Lost`: it knew of the loss already) and changes nothing, and a fenced resource rejects the
-//! write it sends with its old token.
+//! release is refused (`Lost`: it knew of the loss already) and changes nothing, and a fenced
+//! resource rejects the write it sends with its old token.
+//!
+//! Every lock here is taken with `fenced(true)` (protocol `d2` hands out fencing tokens only
+//! then): the checks compare tokens.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,8 +22,8 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::common::{
-    acquire_renewed, calm_client, lock_key, lock_state, ms, redis_conn, spawn_acquire,
-    FencedResource, Settings,
+    acquire_renewed, calm_client, lock_key, lock_state, lock_value, ms, redis_conn, spawn_acquire,
+    token_of, FencedResource, Settings,
 };
 use crate::report::{Scenario, Tally};
 use crate::worker::{field_u64, fields, Ctx, Worker};
@@ -57,11 +60,15 @@ async fn run_killed(t: Arc<Tally>, rounds: u64) {
         );
         let acquired = holder.expect("ACQUIRED", Duration::from_secs(20)).await;
         let holder_token = field_u64(&acquired, "token");
-        let owner: String = conn.hget(lock_key(&name), "o").await.expect("HGET owner");
+        // The lock key's value is its owner (`d2:<owner>`).
+        let owner = lock_value(&mut conn, &name)
+            .await
+            .expect("the holder's lock key");
         let waiter = spawn_acquire(
             client
                 .lock(name.clone())
                 .ttl(Duration::from_secs(5))
+                .fenced(true)
                 .wait(ttl * 20),
         );
         // Renewal keeps the lock past its ttl: four renewals are more than one ttl of holding.
@@ -72,7 +79,7 @@ async fn run_killed(t: Arc<Tally>, rounds: u64) {
         t.check(!waiter.is_finished(), || {
             format!("round {round}: the waiter got the lock while the holder was renewing it")
         });
-        let still: Option<String> = conn.hget(lock_key(&name), "o").await.expect("HGET owner");
+        let still = lock_value(&mut conn, &name).await;
         t.check(still.as_deref() == Some(owner.as_str()), || {
             format!("round {round}: the lock changed owner while the holder was renewing it")
         });
@@ -109,11 +116,9 @@ async fn run_killed(t: Arc<Tally>, rounds: u64) {
                 ms(ttl + EPSILON)
             )
         });
-        t.check(guard.token() > holder_token, || {
-            format!(
-                "round {round}: token {} not above the killed holder's {holder_token}",
-                guard.token()
-            )
+        let token = token_of(&guard, "the waiter's guard");
+        t.check(token > holder_token, || {
+            format!("round {round}: token {token} not above the killed holder's {holder_token}")
         });
         if let Err(e) = guard.release().await {
             t.violation(format!("round {round}: release after takeover failed: {e}"));
@@ -137,7 +142,10 @@ pub(crate) async fn holder_worker(ctx: Ctx) -> Result<(), String> {
     let guard = acquire_renewed(&client, ctx.param("name"), ttl)
         .await
         .map_err(|e| e.to_string())?;
-    ctx.say(format!("ACQUIRED token={}", guard.token()));
+    let token = guard
+        .token()
+        .ok_or("a lock taken with fenced(true) has no fencing token")?;
+    ctx.say(format!("ACQUIRED token={token}"));
     let lost = guard.lost();
     tokio::pin!(lost);
     let mut last = guard.guaranteed_until();
@@ -204,6 +212,7 @@ async fn run_paused(t: Arc<Tally>, rounds: u64) {
             client
                 .lock(name)
                 .ttl(Duration::from_secs(10))
+                .fenced(true)
                 .wait(ttl * 10)
         };
         let new_run = take(&run_name)
@@ -225,19 +234,20 @@ async fn run_paused(t: Arc<Tally>, rounds: u64) {
                 format!("round {round}: {what} lock taken {} ms into the pause, lease had {pttl} ms", ms(taken_at))
             });
         }
-        t.check(new_run.token() > run_token && new_guard.token() > guard_token, || {
+        let (new_run_token, new_guard_token) = (
+            token_of(&new_run, "the new run lock"),
+            token_of(&new_guard, "the new guard lock"),
+        );
+        t.check(new_run_token > run_token && new_guard_token > guard_token, || {
             format!(
-                "round {round}: new tokens {}/{} not above the frozen holder's {run_token}/{guard_token}",
-                new_run.token(),
-                new_guard.token()
+                "round {round}: new tokens {new_run_token}/{new_guard_token} not above the frozen holder's {run_token}/{guard_token}"
             )
         });
         t.check(
-            resource
-                .write(&mut conn, new_run.token(), "new-holder")
-                .await,
+            resource.write(&mut conn, new_run_token, "new-holder").await,
             || format!("round {round}: the new holder's write was rejected"),
         );
+        // Each lock's owner (its value) and last fencing token (its fence key).
         let run_state = lock_state(&mut conn, &run_name).await;
         let guard_state = lock_state(&mut conn, &guard_name).await;
 
@@ -290,7 +300,7 @@ async fn run_paused(t: Arc<Tally>, rounds: u64) {
             .map(|i| {
                 log[i..]
                     .iter()
-                    .filter(|(tok, _)| *tok != new_run.token())
+                    .filter(|(tok, _)| *tok != new_run_token)
                     .count()
             })
             .unwrap_or(0);
@@ -342,7 +352,8 @@ pub(crate) async fn paused_worker(mut ctx: Ctx) -> Result<(), String> {
         let resource = resource.clone();
         let mut conn = conn.clone();
         async move {
-            let token = distlock::fencing_token().expect("a body run under a lock has a token");
+            let token = distlock::fencing_token()
+                .expect("a body run under a fenced lock has a fencing token");
             resource.write(&mut conn, token, "holder-0").await;
             let _ = started_tx.send(token);
             let mut n = 0u64;
@@ -360,14 +371,17 @@ pub(crate) async fn paused_worker(mut ctx: Ctx) -> Result<(), String> {
             .lock(run_name.as_str())
             .ttl(ttl)
             .renew(true)
+            .fenced(true)
             .run(body),
     );
     let run_token = started_rx
         .await
         .map_err(|_| "the body never started".to_owned())?;
+    let guard_token = guard
+        .token()
+        .ok_or("a lock taken with fenced(true) has no fencing token")?;
     ctx.say(format!(
-        "HOLDING run_token={run_token} guard_token={}",
-        guard.token()
+        "HOLDING run_token={run_token} guard_token={guard_token}"
     ));
 
     // ... SIGSTOP, another process takes the locks, SIGCONT ...

@@ -2,7 +2,8 @@
 //!
 //! Another client probes it continuously and must always find it busy (and the key alive); a
 //! third client waiting for it gets it right after the release (woken by the release), and
-//! the prober's next attempt succeeds.
+//! the prober's next attempt succeeds. The probes alternate between the two acquire paths of
+//! protocol `d2` (the plain `SET NX PX GET` and the fenced script): both must find it busy.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,10 +44,12 @@ async fn run(t: Arc<Tally>, hold: Duration) {
     let acquired_at = Instant::now();
     let waiter = spawn_acquire(waiting.lock("long").wait(hold + Duration::from_secs(10)));
 
-    let (mut probes, mut busy, mut min_pttl) = (0u64, 0u64, i64::MAX);
+    let (mut probes, mut fenced_probes, mut busy, mut min_pttl) = (0u64, 0u64, 0u64, i64::MAX);
     while acquired_at.elapsed() < hold {
         probes += 1;
-        match prober.lock("long").acquire().await {
+        let fenced = probes % 2 == 0;
+        fenced_probes += u64::from(fenced);
+        match prober.lock("long").fenced(fenced).acquire().await {
             Err(e) if e.is_busy() => busy += 1,
             Err(e) => t.violation(format!("probe failed with {e}")),
             Ok(g) => {
@@ -78,8 +81,10 @@ async fn run(t: Arc<Tally>, hold: Duration) {
     t.check(holder.renewing() == 1, || {
         format!("{} leases renewing, expected 1", holder.renewing())
     });
-    // Every EVALSHA during the hold was the acquire, a probe, or a renewal.
-    let renewals = (calls(&mut conn, "evalsha").await - renewals_before).saturating_sub(probes + 1);
+    // Every EVALSHA during the hold was the (fenced) acquire, a fenced probe, or a renewal
+    // (plain probes are a `SET`, no script).
+    let renewals =
+        (calls(&mut conn, "evalsha").await - renewals_before).saturating_sub(fenced_probes + 1);
 
     let released_at = Instant::now();
     let released = guard.release().await;
@@ -112,7 +117,7 @@ async fn run(t: Arc<Tally>, hold: Duration) {
     }
     t.ops(2);
     t.note(format!(
-        "{probes} probes ({busy} Busy); lowest PTTL seen {min_pttl} ms of {}; {renewals} renewals",
+        "{probes} probes ({fenced_probes} fenced; {busy} Busy); lowest PTTL seen {min_pttl} ms of {}; {renewals} renewals",
         ms(ttl)
     ));
 }

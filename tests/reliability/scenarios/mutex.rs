@@ -3,7 +3,9 @@
 //! K worker processes × M tasks each run N critical sections through `#[distributed_lock]`.
 //! A section increments a Redis counter with a deliberately non-atomic GET-then-SET and keeps
 //! an occupancy count (INCR on entry, DECR on exit). Lost updates show in the counter, overlaps
-//! in the occupancy, and the fencing tokens seen inside the sections must strictly increase.
+//! in the occupancy, and the fencing tokens seen inside the sections must strictly increase:
+//! the locks are taken fenced (`fenced` on the attribute, `.fenced(true)` on the manual path),
+//! and a locked section that sees no token counts as a violation too.
 //! The same workload without the lock (1c) must be caught by these checks, which shows they
 //! are not blind.
 
@@ -16,7 +18,7 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use testkit::RedisServer;
 
-use crate::common::{lock_hashes, pubsub_channels, redis_conn, Rng, Settings};
+use crate::common::{lock_keys, pubsub_channels, redis_conn, Rng, Settings};
 use crate::report::{Scenario, Tally};
 use crate::worker::{field_u64, fields, Ctx, Worker};
 
@@ -129,8 +131,8 @@ async fn run(t: Arc<Tally>, mode: Mode, k: u64, m: u64, n: u64, seed: u64) {
     for w in &mut workers {
         w.send("GO").await;
     }
-    let (mut sections, mut max_occupancy, mut busy, mut errors, mut token_violations) =
-        (0, 0, 0, 0, 0);
+    let (mut sections, mut max_occupancy, mut busy, mut errors) = (0, 0, 0, 0);
+    let (mut token_violations, mut no_token) = (0, 0);
     for w in &mut workers {
         let done = w.expect("DONE", Duration::from_secs(240)).await;
         sections += field_u64(&done, "sections");
@@ -138,6 +140,7 @@ async fn run(t: Arc<Tally>, mode: Mode, k: u64, m: u64, n: u64, seed: u64) {
         busy += field_u64(&done, "busy");
         errors += field_u64(&done, "errors");
         token_violations += field_u64(&done, "token_violations");
+        no_token += field_u64(&done, "no_token");
         if field_u64(&done, "errors") > 0 {
             t.note(format!("{}: {}", w.name(), w.stderr_tail()));
         }
@@ -183,7 +186,10 @@ async fn run(t: Arc<Tally>, mode: Mode, k: u64, m: u64, n: u64, seed: u64) {
     t.check(token_violations == 0, || {
         format!("{token_violations} sections saw a fencing token not above the previous section's")
     });
-    let left = lock_hashes(&mut conn).await;
+    t.check(no_token == 0, || {
+        format!("{no_token} sections under a fenced lock saw no fencing token")
+    });
+    let left = lock_keys(&mut conn).await;
     t.check(left.is_empty(), || format!("lock keys left: {left:?}"));
     let channels = pubsub_channels(&mut conn).await;
     t.check(channels.is_empty(), || {
@@ -194,6 +200,9 @@ async fn run(t: Arc<Tally>, mode: Mode, k: u64, m: u64, n: u64, seed: u64) {
 /// What a worker task reports about one critical section.
 struct Section {
     occupancy: i64,
+    /// The section saw a fencing token.
+    had_token: bool,
+    /// Its token (if any) was above the previous section's.
     token_ok: bool,
 }
 
@@ -225,9 +234,10 @@ impl fmt::Display for SectionError {
     }
 }
 
-/// Probe: true if `#[distributed_lock]` really runs the body under the lock (the lock hash
-/// exists and the body sees a fencing token), false if the attribute passed the fn through.
-#[distributed_lock(key = "probe:<name>", ttl = "5s")]
+/// Probe: true if `#[distributed_lock]` really runs the body under the lock (the lock key
+/// exists and the body of this `fenced` lock sees a fencing token), false if the attribute
+/// passed the fn through.
+#[distributed_lock(key = "probe:<name>", ttl = "5s", fenced)]
 pub(crate) async fn macro_probe(
     name: &str,
     mut conn: MultiplexedConnection,
@@ -238,7 +248,7 @@ pub(crate) async fn macro_probe(
     Ok(held && distlock::fencing_token().is_some())
 }
 
-#[distributed_lock(key = "mutex:<name>", ttl = "10s", renew, wait = "60s")]
+#[distributed_lock(key = "mutex:<name>", ttl = "10s", renew, wait = "60s", fenced)]
 async fn section_waiting(
     name: &str,
     conn: MultiplexedConnection,
@@ -247,7 +257,7 @@ async fn section_waiting(
     critical_section(name, conn, pause).await
 }
 
-#[distributed_lock(key = "mutex:<name>", ttl = "10s", renew)]
+#[distributed_lock(key = "mutex:<name>", ttl = "10s", renew, fenced)]
 async fn section_or_busy(
     name: &str,
     conn: MultiplexedConnection,
@@ -266,7 +276,8 @@ async fn section_manual(
 ) -> Result<Section, SectionError> {
     let mut builder = distlock::lock(format!("mutex:{name}"))
         .ttl(Duration::from_secs(10))
-        .renew(true);
+        .renew(true)
+        .fenced(true);
     if wait {
         builder = builder.wait(Duration::from_secs(60));
     }
@@ -301,6 +312,7 @@ async fn critical_section(
     let _: i64 = conn.decr(&keys.occupancy, 1).await?;
     Ok(Section {
         occupancy,
+        had_token: token.is_some(),
         token_ok,
     })
 }
@@ -312,6 +324,8 @@ struct TaskStats {
     busy: u64,
     errors: u64,
     token_violations: u64,
+    /// Locked sections that saw no fencing token (every lock here is fenced).
+    no_token: u64,
 }
 
 /// Worker role `mutex`.
@@ -373,6 +387,9 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
                             if !section.token_ok {
                                 stats.token_violations += 1;
                             }
+                            if mode != Mode::Unlocked && !section.had_token {
+                                stats.no_token += 1;
+                            }
                             break;
                         }
                         Err(SectionError::Lock(e)) if e.is_busy() && mode == Mode::RetryOnBusy => {
@@ -398,10 +415,16 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
         total.busy += s.busy;
         total.errors += s.errors;
         total.token_violations += s.token_violations;
+        total.no_token += s.no_token;
     }
     ctx.say(format!(
-        "DONE sections={} max_occupancy={} busy={} errors={} token_violations={}",
-        total.sections, total.max_occupancy, total.busy, total.errors, total.token_violations
+        "DONE sections={} max_occupancy={} busy={} errors={} token_violations={} no_token={}",
+        total.sections,
+        total.max_occupancy,
+        total.busy,
+        total.errors,
+        total.token_violations,
+        total.no_token
     ));
     Ok(())
 }

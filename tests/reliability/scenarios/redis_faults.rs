@@ -19,8 +19,8 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::common::{
-    acquire_for, acquire_renewed, fast_client, lock_hashes, ms, no_lock_left, spawn_acquire,
-    Settings,
+    acquire_for, acquire_renewed, fast_client, lock_keys, ms, no_lock_left, spawn_acquire,
+    token_of, Settings,
 };
 use crate::report::{Scenario, Tally};
 
@@ -75,14 +75,14 @@ async fn waiter_subscribed(client: &Client) {
     .await;
 }
 
-/// Acquires `name` once Redis is back (`what`: after which fault), retrying until it works;
-/// returns the guard and the number of attempts it took.
+/// Acquires `name` (fenced: the caller may compare tokens) once Redis is back (`what`: after
+/// which fault), retrying until it works; returns the guard and the number of attempts it took.
 async fn acquire_when_back(client: &Client, name: &'static str, what: &str) -> (LockGuard, u64) {
     let mut attempts = 0;
     let guard = testkit::eventually(Duration::from_secs(10), what, || {
         attempts += 1;
         let client = client.clone();
-        async move { client.lock(name).acquire().await.ok() }
+        async move { client.lock(name).fenced(true).acquire().await.ok() }
     })
     .await;
     (guard, attempts)
@@ -112,12 +112,14 @@ async fn run_paused(t: Arc<Tally>, callers: u64) {
     let paused_at = Instant::now();
     t.faults(1);
 
-    // Every caller fails with a timeout instead of hanging.
+    // Every caller fails with a timeout instead of hanging, on either acquire path (odd callers
+    // take the fenced acquire script, even ones the plain SET pipeline).
     let mut calls = Vec::new();
     for i in 0..callers {
         let lock = client
             .lock(format!("frozen-new-{i}"))
-            .ttl(Duration::from_secs(2));
+            .ttl(Duration::from_secs(2))
+            .fenced(i % 2 == 1);
         calls.push(tokio::spawn(async move {
             let started = Instant::now();
             let result = lock.acquire().await.map(|_| ());
@@ -240,7 +242,7 @@ async fn run_paused(t: Arc<Tally>, callers: u64) {
     .await;
     // No guard is left and the client is at rest: nothing may stay held once Redis has run
     // the commands queued during the freeze (each cleanup after the command it cleans up).
-    let ghosts = lock_hashes(&mut conn).await;
+    let ghosts = lock_keys(&mut conn).await;
     t.check(ghosts.is_empty(), || {
         format!("after SIGCONT, locks held by nobody (until their ttl): {ghosts:?}")
     });
@@ -266,7 +268,7 @@ async fn run_restarted(t: Arc<Tally>, rounds: u64) {
         let held = acquire_renewed(&client, "restart-held", ttl)
             .await
             .expect("acquire");
-        let token_before = held.token();
+        let token_before = token_of(&held, "the renewed lock held before the restart");
         // A waiter is subscribed while the server dies (its subscriber connection must recover).
         let blocker = acquire_for(&other, "restart-wait", Duration::from_secs(30))
             .await
@@ -283,7 +285,12 @@ async fn run_restarted(t: Arc<Tally>, rounds: u64) {
         for i in 0..5 {
             let name = format!("restart-new-{i}");
             let started = Instant::now();
-            let result = client.lock(name.as_str()).acquire().await;
+            // Both acquire paths fail the same way (odd ones fenced).
+            let result = client
+                .lock(name.as_str())
+                .fenced(i % 2 == 1)
+                .acquire()
+                .await;
             let took = started.elapsed();
             slowest = slowest.max(took);
             t.ops(1);
@@ -328,10 +335,11 @@ async fn run_restarted(t: Arc<Tally>, rounds: u64) {
             acquire_when_back(&client, "restart-after", "acquire after restart").await;
         attempts_after = attempts_after.max(attempts);
         t.ops(attempts);
-        t.check(after.token() > token_before, || {
+        // The restarted server lost the fence key: the token comes from its clock alone.
+        let token_after = token_of(&after, "the lock taken after the restart");
+        t.check(token_after > token_before, || {
             format!(
-                "round {round}: token after restart {} not above {token_before} (server clock)",
-                after.token()
+                "round {round}: token after restart {token_after} not above {token_before} (server clock)"
             )
         });
         after.release().await.expect("release after restart");

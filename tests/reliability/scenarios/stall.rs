@@ -1,7 +1,8 @@
 //! Scenario 15 (the stall row): holders frozen inside `run` for longer than their lease.
 //!
 //! N worker processes loop taking ONE shared lock through `distlock::lock(name).ttl(T)
-//! .wait(..).run(body)`, the path `#[distributed_lock]` expands to; most sections have no
+//! .fenced(true).wait(..).run(body)`, the path `#[distributed_lock(.., fenced)]` expands to
+//! (fencing tokens are handed out only to locks that ask for them); most sections have no
 //! renewal, a fraction has `renew(true)`. Each body records its start (wall-clock µs, the same
 //! clock in every process on this machine) and its fencing token, sleeps a random time shorter
 //! than T, and records its end just before it returns. After `run` returns, the worker appends
@@ -391,6 +392,7 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
         let result = distlock::lock(LOCK)
             .ttl(ttl)
             .renew(renew)
+            .fenced(true)
             .wait(Duration::from_secs(60))
             .run(body)
             .await;
@@ -416,7 +418,7 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
             }
         };
         let Some(token) = section.token else {
-            return Err("a body run under a lock saw no fencing token".to_owned());
+            return Err("a body run under a fenced lock saw no fencing token".to_owned());
         };
         let record = format!(
             "pid={pid} start={} end={} token={token} outcome={outcome} renew={} finished={}",

@@ -1,0 +1,568 @@
+//! The one place that knows how a lock looks in Redis: key names, the lock's value, the client
+//! identity records, and the compare-and-delete a forced release runs. When the wire protocol
+//! changes, this module (and its tests) is what changes.
+//!
+//! Protocol `d2` (see `distlock-core/src/scripts.rs` and `keys.rs`), for a lock named `order:42`
+//! under the prefix `distlock`:
+//!
+//! * `distlock:{order:42}` — a string `d2:<client id>:<counter>` (the owner), with the lease as
+//!   its expiry; re-entrant holds are counted by the holder and are not in Redis;
+//! * `distlock:{order:42}:fence` — the last fencing token handed out for the name (kept for the
+//!   fence retention after the last fenced acquisition);
+//! * `distlock:{order:42}:released` — the channel a release publishes on (waiters subscribe);
+//! * `distlock:client:<client id>` — the client's identity record, a hash of `host`, `pid`,
+//!   `exe`, `name`, `started` (Unix seconds) and `version`, expiring unless refreshed.
+
+use std::collections::{BTreeSet, HashMap};
+
+use distlock::redis::aio::MultiplexedConnection;
+use distlock::redis::{self, RedisError, Value};
+use serde::Serialize;
+
+/// The protocol tag every lock value starts with.
+const TAG: &str = "d2:";
+
+/// Longest lock name the runtime accepts, in bytes.
+const MAX_NAME_LEN: usize = distlock::MAX_NAME_LEN;
+
+/// How many locks one pipeline reads.
+const PAGE: usize = 200;
+
+/// The keys and channels under one key prefix.
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    prefix: String,
+}
+
+/// A lock that is held, as Redis has it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct Lock {
+    /// The name users pass to `lock(..)` (or the rendered key template).
+    pub(crate) name: String,
+    /// Its Redis key.
+    pub(crate) key: String,
+    /// The owner: the lock's value, `d2:<client id>:<counter>`.
+    pub(crate) owner: String,
+    /// The owner's client id (the owner without its counter).
+    pub(crate) client_id: String,
+    /// The process of the owner's client, if its identity record is there.
+    pub(crate) process: Option<Process>,
+    /// Milliseconds until the lease runs out; `None` if the key has no expiry.
+    pub(crate) ttl_ms: Option<u64>,
+    /// The last fencing token handed out for the name (the holder's, if it asked for one).
+    pub(crate) fencing_token: Option<u64>,
+    /// Connections subscribed to the lock's release channel: one per client with waiters.
+    pub(crate) waiting_clients: u64,
+}
+
+/// Which process a client belongs to (its identity record).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct Process {
+    pub(crate) host: Option<String>,
+    pub(crate) pid: Option<u32>,
+    /// The program's file name.
+    pub(crate) exe: Option<String>,
+    /// The name the client was installed under (`install_as`).
+    pub(crate) client_name: Option<String>,
+    /// When the client connected, in Unix seconds.
+    pub(crate) connected_unix: Option<u64>,
+    /// The distlock version of the client.
+    pub(crate) version: Option<String>,
+}
+
+/// A key under the prefix that has a lock's name but does not hold a lock.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct NotALock {
+    pub(crate) key: String,
+    /// What the key holds instead (`a hash`, `a string that is not a distlock lock`, ...).
+    pub(crate) holds: String,
+}
+
+/// What one lock key holds.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Entry {
+    Lock(Box<Lock>),
+    NotALock(NotALock),
+    /// Nothing: the lock is free (or was released while being read).
+    Free,
+}
+
+/// The outcome of a forced release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// Deleted; the release channel's message reached this many subscribed clients.
+    Deleted { woken_clients: u64 },
+    /// The lock no longer had the owner that was shown: nothing changed.
+    ChangedHands,
+}
+
+/// Deletes the lock if it still has the owner the operator saw, and wakes its waiters as the
+/// runtime's own release does (one `PUBLISH` on the release channel).
+///
+/// KEYS: lock, release channel. ARGV: the owner. Returns `{1, woken}` or `{0, 0}`.
+const FORCE_RELEASE: &str = r#"
+local v = redis.pcall('GET', KEYS[1])
+if type(v) ~= 'string' or v ~= ARGV[1] then
+  return {0, 0}
+end
+redis.call('DEL', KEYS[1])
+return {1, redis.call('PUBLISH', KEYS[2], '1')}
+"#;
+
+impl Layout {
+    pub(crate) fn new(prefix: &str) -> Layout {
+        Layout {
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    pub(crate) fn lock_key(&self, name: &str) -> String {
+        format!("{}:{{{name}}}", self.prefix)
+    }
+
+    fn fence_key(&self, name: &str) -> String {
+        format!("{}:{{{name}}}:fence", self.prefix)
+    }
+
+    fn channel(&self, name: &str) -> String {
+        format!("{}:{{{name}}}:released", self.prefix)
+    }
+
+    fn record_key(&self, client_id: &str) -> String {
+        format!("{}:client:{client_id}", self.prefix)
+    }
+
+    /// The `SCAN MATCH` pattern of the lock keys whose names match the glob `names`.
+    pub(crate) fn key_pattern(&self, names: &str) -> String {
+        format!("{}:{{{names}}}", glob_escape(&self.prefix))
+    }
+
+    /// The `PSUBSCRIBE` pattern of the release channels of the names matching the glob `names`.
+    pub(crate) fn channel_pattern(&self, names: &str) -> String {
+        format!("{}:{{{names}}}:released", glob_escape(&self.prefix))
+    }
+
+    /// The lock name in a key `SCAN` returned for [`Layout::key_pattern`] (`None` for a key
+    /// whose name could not be a lock's: the fence key of a name that ends in `}`, ...).
+    pub(crate) fn name_of_key(&self, key: &str) -> Option<String> {
+        let name = key
+            .strip_prefix(&self.prefix)?
+            .strip_prefix(":{")?
+            .strip_suffix('}')?;
+        check_name(name).ok().map(|()| name.to_owned())
+    }
+
+    /// The lock name of a release channel.
+    pub(crate) fn name_of_channel(&self, channel: &str) -> Option<String> {
+        self.name_of_key(channel.strip_suffix(":released")?)
+    }
+
+    /// The names of the lock keys matching the glob `names` (`SCAN`, never `KEYS`), sorted, and
+    /// the keys that matched but cannot be a lock's (their names contain braces).
+    pub(crate) async fn scan(
+        &self,
+        conn: &mut MultiplexedConnection,
+        names: &str,
+    ) -> Result<(Vec<String>, Vec<NotALock>), RedisError> {
+        let pattern = self.key_pattern(names);
+        let mut found = BTreeSet::new();
+        let mut odd = BTreeSet::new();
+        let mut cursor = 0u64;
+        loop {
+            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(conn)
+                .await?;
+            for key in keys {
+                let key = String::from_utf8_lossy(&key).into_owned();
+                match self.name_of_key(&key) {
+                    Some(name) => found.insert(name),
+                    None => odd.insert(key),
+                };
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        let odd = odd
+            .into_iter()
+            .map(|key| NotALock {
+                key,
+                holds: "a key whose name cannot be a lock name (it has braces inside)".to_owned(),
+            })
+            .collect();
+        Ok((found.into_iter().collect(), odd))
+    }
+
+    /// The held locks whose names match the glob `names`, and the keys among them that are not
+    /// locks, each sorted.
+    pub(crate) async fn read_matching(
+        &self,
+        conn: &mut MultiplexedConnection,
+        names: &str,
+    ) -> Result<(Vec<Lock>, Vec<NotALock>), RedisError> {
+        let (names, mut not_locks) = self.scan(conn, names).await?;
+        let mut locks = Vec::new();
+        for (_, entry) in self.read(conn, &names).await? {
+            match entry {
+                Entry::Lock(lock) => locks.push(*lock),
+                Entry::NotALock(odd) => not_locks.push(odd),
+                Entry::Free => {}
+            }
+        }
+        not_locks.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok((locks, not_locks))
+    }
+
+    /// Reads the lock of every name in `names`, in order, in pages of [`PAGE`]: two round trips
+    /// per page (the keys, then the identity records of their owners).
+    pub(crate) async fn read(
+        &self,
+        conn: &mut MultiplexedConnection,
+        names: &[String],
+    ) -> Result<Vec<(String, Entry)>, RedisError> {
+        let mut out = Vec::with_capacity(names.len());
+        for page in names.chunks(PAGE) {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for name in page {
+                let key = self.lock_key(name);
+                pipe.cmd("GET").arg(&key);
+                pipe.cmd("TYPE").arg(&key);
+                pipe.cmd("PTTL").arg(&key);
+                pipe.cmd("GET").arg(self.fence_key(name));
+            }
+            pipe.cmd("PUBSUB").arg("NUMSUB");
+            for name in page {
+                pipe.arg(self.channel(name));
+            }
+            let replies: Vec<Value> = pipe.query_async(conn).await?;
+            let numsub = replies.last().map(subscriber_counts).unwrap_or_default();
+            let mut locks = Vec::new();
+            for (name, reply) in page.iter().zip(replies.chunks_exact(4)) {
+                let entry = self.entry(name, reply, &numsub);
+                if let Entry::Lock(lock) = &entry {
+                    locks.push(lock.client_id.clone());
+                }
+                out.push((name.clone(), entry));
+            }
+            let records = self.records(conn, locks).await?;
+            for (_, entry) in out.iter_mut().rev().take(page.len()) {
+                if let Entry::Lock(lock) = entry {
+                    lock.process = records.get(&lock.client_id).cloned();
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// One lock from its `GET`, `TYPE`, `PTTL` and fence `GET` replies.
+    fn entry(&self, name: &str, reply: &[Value], numsub: &HashMap<String, u64>) -> Entry {
+        let key = self.lock_key(name);
+        let not_a_lock = |holds: String| {
+            Entry::NotALock(NotALock {
+                key: key.clone(),
+                holds,
+            })
+        };
+        let value = match &reply[0] {
+            Value::Nil => return Entry::Free,
+            Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+            Value::SimpleString(text) => text.clone(),
+            // WRONGTYPE: not a string.
+            _ => {
+                let kind = match &reply[1] {
+                    Value::SimpleString(kind) => kind.clone(),
+                    Value::Okay => "status".to_owned(),
+                    _ => "an unknown type".to_owned(),
+                };
+                return not_a_lock(describe_type(&kind));
+            }
+        };
+        let Some(client_id) = owner_client_id(&value) else {
+            return not_a_lock(describe_string(&value));
+        };
+        let ttl_ms = match &reply[2] {
+            Value::Int(ms) if *ms >= 0 => Some(*ms as u64),
+            Value::Int(-2) => return Entry::Free,
+            _ => None,
+        };
+        let fencing_token = match &reply[3] {
+            Value::BulkString(bytes) => {
+                std::str::from_utf8(bytes).ok().and_then(|t| t.parse().ok())
+            }
+            _ => None,
+        };
+        Entry::Lock(Box::new(Lock {
+            name: name.to_owned(),
+            key: key.clone(),
+            client_id: client_id.to_owned(),
+            owner: value,
+            process: None,
+            ttl_ms,
+            fencing_token,
+            waiting_clients: numsub.get(&self.channel(name)).copied().unwrap_or(0),
+        }))
+    }
+
+    /// The identity records of `client_ids`, by client id (absent ones left out).
+    async fn records(
+        &self,
+        conn: &mut MultiplexedConnection,
+        client_ids: Vec<String>,
+    ) -> Result<HashMap<String, Process>, RedisError> {
+        let ids: Vec<String> = client_ids
+            .into_iter()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for id in &ids {
+            pipe.cmd("HGETALL").arg(self.record_key(id));
+        }
+        let replies: Vec<Value> = pipe.query_async(conn).await?;
+        Ok(ids
+            .into_iter()
+            .zip(replies)
+            .filter_map(|(id, reply)| Some((id, process(&reply)?)))
+            .collect())
+    }
+
+    /// Deletes the lock `name` if `owner` still holds it, and wakes its waiters.
+    pub(crate) async fn force_release(
+        &self,
+        conn: &mut MultiplexedConnection,
+        name: &str,
+        owner: &str,
+    ) -> Result<Released, RedisError> {
+        let (deleted, woken): (i64, u64) = redis::Script::new(FORCE_RELEASE)
+            .key(self.lock_key(name))
+            .key(self.channel(name))
+            .arg(owner)
+            .invoke_async(conn)
+            .await?;
+        Ok(if deleted == 1 {
+            Released::Deleted {
+                woken_clients: woken,
+            }
+        } else {
+            Released::ChangedHands
+        })
+    }
+}
+
+/// Why `name` cannot be a lock name (the runtime's rules: not empty, at most 1024 bytes, no
+/// braces).
+pub(crate) fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        Err("a lock name cannot be empty".to_owned())
+    } else if name.len() > MAX_NAME_LEN {
+        Err(format!("a lock name is at most {MAX_NAME_LEN} bytes"))
+    } else if name.contains(['{', '}']) {
+        Err("a lock name cannot contain `{` or `}` (distlock puts the name in braces itself; a key template escapes them in values)".to_owned())
+    } else {
+        Ok(())
+    }
+}
+
+/// Why `pattern` cannot match lock names (a glob is fine, braces are not).
+pub(crate) fn check_pattern(pattern: &str) -> Result<(), String> {
+    if pattern.contains(['{', '}']) {
+        Err("a name pattern cannot contain `{` or `}`: no lock name does".to_owned())
+    } else if pattern.is_empty() {
+        Err("a name pattern cannot be empty (`*` matches every name)".to_owned())
+    } else {
+        Ok(())
+    }
+}
+
+/// The client id in a `d2` lock value (`d2:<client id>:<counter>` → `d2:<client id>`).
+fn owner_client_id(value: &str) -> Option<&str> {
+    let rest = value.strip_prefix(TAG)?;
+    let (id, counter) = rest.rsplit_once(':')?;
+    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
+    (hex(id) && hex(counter)).then(|| &value[..TAG.len() + id.len()])
+}
+
+/// The owner shortened for a table: the first 8 digits of its client id and its counter.
+pub(crate) fn short_owner(owner: &str) -> String {
+    match owner
+        .strip_prefix(TAG)
+        .and_then(|rest| rest.rsplit_once(':'))
+    {
+        Some((id, counter)) if id.len() > 8 => format!("{}…:{counter}", &id[..8]),
+        _ => owner.to_owned(),
+    }
+}
+
+fn describe_type(kind: &str) -> String {
+    match kind {
+        "hash" => "a hash (distlock before protocol d2 kept locks in hashes)".to_owned(),
+        "list" | "set" | "zset" | "stream" => format!("a {kind}"),
+        other => format!("a value of type `{other}`"),
+    }
+}
+
+fn describe_string(value: &str) -> String {
+    let version = value.split_once(':').map(|(tag, _)| tag).filter(|tag| {
+        tag.len() > 1 && tag.starts_with('d') && tag[1..].bytes().all(|b| b.is_ascii_digit())
+    });
+    match version {
+        Some(tag) if tag != "d2" => format!(
+            "a lock of distlock protocol `{tag}`, which this CLI does not read (it reads `d2`): use the CLI of that distlock version"
+        ),
+        _ => "a string that is not a distlock lock".to_owned(),
+    }
+}
+
+/// `PUBSUB NUMSUB`'s reply: channel → subscribers (a flat array in RESP2, a map in RESP3).
+fn subscriber_counts(reply: &Value) -> HashMap<String, u64> {
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    let count = |v: &Value| match v {
+        Value::Int(n) => u64::try_from(*n).ok(),
+        _ => None,
+    };
+    let pairs: Vec<(&Value, &Value)> = match reply {
+        Value::Array(items) => items.chunks_exact(2).map(|p| (&p[0], &p[1])).collect(),
+        Value::Map(pairs) => pairs.iter().map(|(k, v)| (k, v)).collect(),
+        _ => Vec::new(),
+    };
+    pairs
+        .into_iter()
+        .filter_map(|(k, v)| Some((text(k)?, count(v)?)))
+        .collect()
+}
+
+/// An identity record from its `HGETALL` reply (`None` if there is none).
+fn process(reply: &Value) -> Option<Process> {
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    let fields: HashMap<String, String> = match reply {
+        Value::Array(items) => items
+            .chunks_exact(2)
+            .filter_map(|p| Some((text(&p[0])?, text(&p[1])?)))
+            .collect(),
+        Value::Map(pairs) => pairs
+            .iter()
+            .filter_map(|(k, v)| Some((text(k)?, text(v)?)))
+            .collect(),
+        _ => return None,
+    };
+    if fields.is_empty() {
+        return None;
+    }
+    let field = |name: &str| fields.get(name).cloned();
+    Some(Process {
+        host: field("host"),
+        pid: field("pid").and_then(|p| p.parse().ok()),
+        exe: field("exe"),
+        client_name: field("name"),
+        connected_unix: field("started").and_then(|s| s.parse().ok()),
+        version: field("version"),
+    })
+}
+
+/// `text` with the glob characters of `SCAN MATCH` and `PSUBSCRIBE` escaped.
+fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_and_names_round_trip() {
+        let layout = Layout::new("distlock");
+        assert_eq!(layout.lock_key("order:42"), "distlock:{order:42}");
+        assert_eq!(layout.channel("order:42"), "distlock:{order:42}:released");
+        assert_eq!(
+            layout.name_of_key("distlock:{order:42}").as_deref(),
+            Some("order:42")
+        );
+        assert_eq!(
+            layout
+                .name_of_channel("distlock:{order:42}:released")
+                .as_deref(),
+            Some("order:42")
+        );
+        // What a `*` in the pattern can match besides a lock key.
+        assert_eq!(layout.name_of_key("distlock:{a}:fence}"), None);
+        assert_eq!(layout.name_of_key("other:{a}"), None);
+        assert_eq!(layout.record_key("d2:ab"), "distlock:client:d2:ab");
+    }
+
+    #[test]
+    fn patterns_escape_the_prefix_but_not_the_names() {
+        let layout = Layout::new("app*[1]");
+        assert_eq!(layout.key_pattern("order:*"), r"app\*\[1\]:{order:*}");
+        assert_eq!(layout.channel_pattern("*"), r"app\*\[1\]:{*}:released");
+    }
+
+    #[test]
+    fn owners() {
+        let owner = "d2:0123456789abcdef0123456789abcdef:1b";
+        assert_eq!(
+            owner_client_id(owner),
+            Some("d2:0123456789abcdef0123456789abcdef")
+        );
+        assert_eq!(short_owner(owner), "01234567…:1b");
+        for bad in ["d2:", "d2:abc", "d3:ab:1", "x:ab:1", "d2:zz:1", "d2:ab:"] {
+            assert_eq!(owner_client_id(bad), None, "{bad}");
+        }
+        assert!(describe_string("d3:ab:1").contains("protocol `d3`"));
+        assert_eq!(
+            describe_string("hello"),
+            "a string that is not a distlock lock"
+        );
+    }
+
+    #[test]
+    fn names_and_patterns() {
+        assert!(check_name("order:42").is_ok());
+        assert!(check_name("a{b}").unwrap_err().contains("`{` or `}`"));
+        assert!(check_name("").is_err());
+        assert!(check_name(&"x".repeat(1025)).is_err());
+        assert!(check_pattern("order:*").is_ok());
+        assert!(check_pattern("{x}").is_err());
+    }
+
+    #[test]
+    fn numsub_in_both_protocols() {
+        let chan = |c: &str| Value::BulkString(c.as_bytes().to_vec());
+        let resp2 = Value::Array(vec![chan("a"), Value::Int(2), chan("b"), Value::Int(0)]);
+        let resp3 = Value::Map(vec![(chan("a"), Value::Int(2)), (chan("b"), Value::Int(0))]);
+        for reply in [resp2, resp3] {
+            let counts = subscriber_counts(&reply);
+            assert_eq!(counts.get("a"), Some(&2));
+            assert_eq!(counts.get("b"), Some(&0));
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! `distlock`: an operator's view of distlock's locks in Redis.
+//!
+//! ```text
+//! distlock list [PATTERN]              held locks: owner, process, ttl, fencing token, waiters
+//! distlock show NAME                   one lock in full
+//! distlock release NAME --force [-y]   delete a lock and wake its waiters
+//! distlock watch [PATTERN]             a live table, until Ctrl-C
+//! ```
+//!
+//! It reads the same settings as a distlock client (`--url`/`DISTLOCK_URL`,
+//! `--prefix`/`DISTLOCK_KEY_PREFIX`, the timeouts), validated the same way, and takes and shows
+//! lock *names* (what `lock(..)` was given), not Redis keys. It looks with `SCAN`, never `KEYS`,
+//! and never prints the password of a URL. Every failure is one line on standard error and an
+//! exit status: 1 failed, 2 bad arguments, 3 no such lock.
+//!
+//! Modules: `args` (the command line) → `server` (the connection, and what its errors mean) →
+//! `layout` (the only code that knows a lock's Redis representation) → `render` (tables,
+//! detail, JSON); `watch` (the live table); `failure` (messages and exit statuses).
+#![deny(missing_docs)]
+
+mod args;
+mod failure;
+mod layout;
+mod render;
+mod server;
+mod watch;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+use serde::Serialize;
+
+use args::{Cli, Command};
+use failure::Failure;
+use layout::{check_name, check_pattern, Entry, Layout, Lock, NotALock, Released};
+use server::{Server, Target};
+
+fn main() -> ExitCode {
+    // Bad arguments: clap prints the error and usage and exits with 2.
+    let cli = Cli::parse();
+    let outcome = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::failed(format!("cannot start the runtime: {e}")))
+        .and_then(|runtime| runtime.block_on(run(cli)));
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            let mut err = std::io::stderr().lock();
+            for line in failure.message.lines() {
+                let _ = writeln!(err, "error: {line}");
+            }
+            ExitCode::from(failure.exit as u8)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    let url = cli.url.ok_or_else(|| {
+        Failure::usage("no Redis URL: pass --url redis://host:port/ or set DISTLOCK_URL")
+    })?;
+    let target = Target {
+        url,
+        prefix: cli.prefix,
+        connect_timeout: cli.connect_timeout,
+        response_timeout: cli.timeout,
+    };
+    target.validate()?;
+    let layout = Layout::new(&target.prefix);
+    match cli.command {
+        Command::List { pattern } => list(&target, &layout, pattern, cli.json).await,
+        Command::Show { name } => show(&target, &layout, &name, cli.json).await,
+        Command::Release { name, force, yes } => {
+            release(&target, &layout, &name, force, yes, cli.json).await
+        }
+        Command::Watch { pattern, interval } => {
+            let pattern = pattern_or_all(pattern)?;
+            watch::run(&target, &layout, &pattern, interval, cli.json).await
+        }
+    }
+}
+
+fn pattern_or_all(pattern: Option<String>) -> Result<String, Failure> {
+    let pattern = pattern.unwrap_or_else(|| "*".to_owned());
+    check_pattern(&pattern)
+        .map_err(|reason| Failure::usage(format!("invalid pattern `{pattern}`: {reason}")))?;
+    Ok(pattern)
+}
+
+/// `list --json`.
+#[derive(Serialize)]
+struct Listing<'a> {
+    prefix: &'a str,
+    locks: Vec<Lock>,
+    not_locks: Vec<NotALock>,
+}
+
+async fn list(
+    target: &Target,
+    layout: &Layout,
+    pattern: Option<String>,
+    as_json: bool,
+) -> Result<(), Failure> {
+    let pattern = pattern_or_all(pattern)?;
+    let mut server = Server::connect(target).await?;
+    let explain = server.explain.clone();
+    let (locks, not_locks) = explain
+        .call(layout.read_matching(&mut server.conn, &pattern))
+        .await?;
+    if as_json {
+        render::print(&render::json(
+            &Listing {
+                prefix: layout.prefix(),
+                locks,
+                not_locks: not_locks.clone(),
+            },
+            true,
+        ))?;
+    } else {
+        let mut out = String::new();
+        if !locks.is_empty() {
+            let rows: Vec<Vec<String>> = locks.iter().map(render::lock_cells).collect();
+            out = render::table(&render::LOCK_HEADER, &rows, &[3, 4, 5]);
+        }
+        let held = match locks.len() {
+            0 => "no locks held".to_owned(),
+            1 => "1 lock held".to_owned(),
+            n => format!("{n} locks held"),
+        };
+        let matching = if pattern == "*" {
+            String::new()
+        } else {
+            format!(" matching `{pattern}`")
+        };
+        out.push_str(&format!(
+            "{held}{matching} under prefix `{}` on {}\n",
+            layout.prefix(),
+            target.shown_url()
+        ));
+        render::print(&out)?;
+    }
+    not_locks_failure(&not_locks)
+}
+
+/// One line per key under the prefix that is not a lock (acquiring its name fails).
+fn not_locks_failure(not_locks: &[NotALock]) -> Result<(), Failure> {
+    if not_locks.is_empty() {
+        return Ok(());
+    }
+    let lines: Vec<String> = not_locks.iter().map(render::not_a_lock).collect();
+    Err(Failure::failed(lines.join("\n")))
+}
+
+/// The lock `name`, or the failure that says why there is none.
+async fn one_lock(server: &mut Server, layout: &Layout, name: &str) -> Result<Lock, Failure> {
+    check_name(name)
+        .map_err(|reason| Failure::usage(format!("invalid lock name `{name}`: {reason}")))?;
+    let explain = server.explain.clone();
+    let entries = explain
+        .call(layout.read(&mut server.conn, &[name.to_owned()]))
+        .await?;
+    match entries.into_iter().next().map(|(_, entry)| entry) {
+        Some(Entry::Lock(lock)) => Ok(*lock),
+        Some(Entry::NotALock(odd)) => Err(Failure::failed(render::not_a_lock(&odd))),
+        Some(Entry::Free) | None => Err(Failure::no_such_lock(format!(
+            "no lock `{name}` is held under prefix `{}`",
+            layout.prefix()
+        ))),
+    }
+}
+
+async fn show(target: &Target, layout: &Layout, name: &str, as_json: bool) -> Result<(), Failure> {
+    // A bad name is a usage error before anything connects.
+    check_name(name)
+        .map_err(|reason| Failure::usage(format!("invalid lock name `{name}`: {reason}")))?;
+    let mut server = Server::connect(target).await?;
+    let lock = one_lock(&mut server, layout, name).await?;
+    if as_json {
+        render::print(&render::json(&lock, true))
+    } else {
+        render::print(&render::detail(&lock, layout.prefix()))
+    }
+}
+
+/// `release --json`.
+#[derive(Serialize)]
+struct ReleaseReport<'a> {
+    released: bool,
+    lock: &'a Lock,
+    woken_clients: u64,
+}
+
+async fn release(
+    target: &Target,
+    layout: &Layout,
+    name: &str,
+    force: bool,
+    yes: bool,
+    as_json: bool,
+) -> Result<(), Failure> {
+    check_name(name)
+        .map_err(|reason| Failure::usage(format!("invalid lock name `{name}`: {reason}")))?;
+    if !force {
+        return Err(Failure::usage(format!(
+            "not released: releasing `{name}` lets another process take it while its holder may still be working, unprotected; pass --force to release it anyway"
+        )));
+    }
+    let mut server = Server::connect(target).await?;
+    let lock = one_lock(&mut server, layout, name).await?;
+    let held_by = held_by(&lock);
+    if !yes && !confirm(&format!("release lock `{name}` {held_by}? [y/N] "))? {
+        return Err(Failure::failed(format!(
+            "not released: `{name}` is still held (answer y, or pass --yes)"
+        )));
+    }
+    let explain = server.explain.clone();
+    let released = explain
+        .call(layout.force_release(&mut server.conn, name, &lock.owner))
+        .await?;
+    match released {
+        Released::Deleted { woken_clients } => {
+            if as_json {
+                render::print(&render::json(
+                    &ReleaseReport {
+                        released: true,
+                        lock: &lock,
+                        woken_clients,
+                    },
+                    true,
+                ))
+            } else {
+                render::print(&format!(
+                    "released lock `{name}` {held_by}; woke {woken_clients} waiting client(s)\n"
+                ))
+            }
+        }
+        Released::ChangedHands => Err(Failure::failed(format!(
+            "not released: `{name}` changed hands since it was read (it was {held_by}); run the command again to see its new owner"
+        ))),
+    }
+}
+
+/// `held by <owner> (web-1 pid 4242 billing), 9.8s left`.
+fn held_by(lock: &Lock) -> String {
+    let process = match &lock.process {
+        Some(p) => format!(
+            " ({} pid {}{})",
+            p.host.as_deref().unwrap_or("?"),
+            p.pid.map_or_else(|| "?".to_owned(), |pid| pid.to_string()),
+            p.exe
+                .as_deref()
+                .map(|e| format!(" {e}"))
+                .unwrap_or_default()
+        ),
+        None => " (process unknown)".to_owned(),
+    };
+    let ttl = lock.ttl_ms.map_or_else(
+        || "no expiry".to_owned(),
+        |ms| format!("{} left", render::millis(ms)),
+    );
+    format!("held by {}{process}, {ttl}", lock.owner)
+}
+
+/// Asks on standard error and reads one answer from standard input (end of input: no).
+fn confirm(question: &str) -> Result<bool, Failure> {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(question.as_bytes());
+    let _ = err.flush();
+    let mut answer = String::new();
+    std::io::stdin()
+        .read_line(&mut answer)
+        .map_err(|e| Failure::failed(format!("cannot read the answer: {e}")))?;
+    Ok(matches!(
+        answer.trim().to_ascii_lowercase().as_str(),
+        "y" | "yes"
+    ))
+}

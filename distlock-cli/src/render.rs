@@ -1,0 +1,218 @@
+//! What the operator reads: tables, the detail of one lock, durations, and the JSON forms.
+
+use std::io::Write;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::failure::Failure;
+use crate::layout::{short_owner, Lock, NotALock, Process};
+
+/// Writes `text` to standard output. A closed pipe (`distlock list | head -1`) ends the process
+/// quietly, as it would for any Unix tool.
+pub(crate) fn print(text: &str) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        other => Ok(other?),
+    }
+}
+
+/// `value` as JSON text (pretty, or one line for `watch`).
+pub(crate) fn json<T: serde::Serialize>(value: &T, pretty: bool) -> String {
+    let text = if pretty {
+        serde_json::to_string_pretty(value)
+    } else {
+        serde_json::to_string(value)
+    };
+    // Serializing plain data into a string cannot fail.
+    text.unwrap_or_default() + "\n"
+}
+
+/// A table with a header row; columns listed in `right` are right-aligned.
+pub(crate) fn table(header: &[&str], rows: &[Vec<String>], right: &[usize]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut out = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            let pad = widths[i] - cell.chars().count();
+            if i > 0 {
+                out.push_str("  ");
+            }
+            if right.contains(&i) {
+                out.push_str(&" ".repeat(pad));
+                out.push_str(cell);
+            } else {
+                out.push_str(cell);
+                if i + 1 < cells.len() {
+                    out.push_str(&" ".repeat(pad));
+                }
+            }
+        }
+        out.push('\n');
+        out
+    };
+    let mut out = line(header.to_vec());
+    for row in rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+/// The columns `list` and `watch` share, for one lock.
+pub(crate) fn lock_cells(lock: &Lock) -> Vec<String> {
+    vec![
+        lock.name.clone(),
+        short_owner(&lock.owner),
+        lock.process
+            .as_ref()
+            .map_or_else(|| "–".to_owned(), process_brief),
+        lock.ttl_ms.map_or_else(|| "none".to_owned(), millis),
+        lock.fencing_token
+            .map_or_else(|| "–".to_owned(), |t| t.to_string()),
+        lock.waiting_clients.to_string(),
+    ]
+}
+
+/// `list`'s header (the columns of [`lock_cells`]).
+pub(crate) const LOCK_HEADER: [&str; 6] = ["NAME", "OWNER", "PROCESS", "TTL", "FENCE", "WAITING"];
+
+/// `web-1/4242 billing [payments]`: host/pid, program, client name.
+fn process_brief(p: &Process) -> String {
+    let mut out = format!(
+        "{}/{}",
+        p.host.as_deref().unwrap_or("?"),
+        p.pid.map_or_else(|| "?".to_owned(), |pid| pid.to_string())
+    );
+    if let Some(exe) = &p.exe {
+        out.push(' ');
+        out.push_str(exe);
+    }
+    if let Some(name) = &p.client_name {
+        out.push_str(&format!(" [{name}]"));
+    }
+    out
+}
+
+/// Everything about one lock, a field per line.
+pub(crate) fn detail(lock: &Lock, prefix: &str) -> String {
+    let mut rows: Vec<(&str, String)> = vec![
+        ("name", lock.name.clone()),
+        ("key", lock.key.clone()),
+        ("owner", lock.owner.clone()),
+    ];
+    match &lock.process {
+        Some(p) => {
+            rows.push(("host", p.host.clone().unwrap_or_else(|| "?".into())));
+            rows.push((
+                "pid",
+                p.pid.map_or_else(|| "?".into(), |pid| pid.to_string()),
+            ));
+            if let Some(exe) = &p.exe {
+                rows.push(("program", exe.clone()));
+            }
+            if let Some(name) = &p.client_name {
+                rows.push(("client", format!("installed as `{name}`")));
+            }
+            if let Some(since) = p.connected_unix {
+                rows.push(("connected", format!("{} ago", ago(since))));
+            }
+            if let Some(version) = &p.version {
+                rows.push(("version", format!("distlock {version}")));
+            }
+        }
+        None => rows.push((
+            "process",
+            format!(
+                "unknown: no identity record `{prefix}:client:{}` (its client has not been seen for a minute, could not write one, or predates them)",
+                lock.client_id
+            ),
+        )),
+    }
+    rows.push((
+        "ttl",
+        lock.ttl_ms.map_or_else(
+            || "none: the key has no expiry (not set by distlock)".to_owned(),
+            |ms| format!("{} left", millis(ms)),
+        ),
+    ));
+    rows.push((
+        "fence",
+        lock.fencing_token.map_or_else(
+            || "none: no fencing token handed out for this name recently".to_owned(),
+            |t| format!("{t} (the last fencing token handed out for this name)"),
+        ),
+    ));
+    rows.push((
+        "waiting",
+        format!(
+            "{} client(s) subscribed to its release channel",
+            lock.waiting_clients
+        ),
+    ));
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    rows.iter()
+        .map(|(k, v)| format!("{k:<width$}  {v}\n"))
+        .collect()
+}
+
+/// What a key that is not a lock means, in one line.
+pub(crate) fn not_a_lock(odd: &NotALock) -> String {
+    format!(
+        "`{}` is not a distlock lock: it holds {}; acquiring its name fails until the key is removed",
+        odd.key, odd.holds
+    )
+}
+
+/// A remaining time: `850ms`, `9.8s`, `4m12s`, `2h05m`, `3d04h`.
+pub(crate) fn millis(ms: u64) -> String {
+    let s = ms / 1000;
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if s < 60 {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    } else if s < 3600 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else if s < 86_400 {
+        format!("{}h{:02}m", s / 3600, s % 3600 / 60)
+    } else {
+        format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600)
+    }
+}
+
+/// How long ago the Unix time `since` was.
+fn ago(since: u64) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    millis(now.saturating_sub(since).saturating_mul(1000))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(millis(850), "850ms");
+        assert_eq!(millis(9_812), "9.8s");
+        assert_eq!(millis(252_000), "4m12s");
+        assert_eq!(millis(7_500_000), "2h05m");
+        assert_eq!(millis(3 * 86_400_000 + 4 * 3_600_000), "3d04h");
+    }
+
+    #[test]
+    fn tables_align() {
+        let rows = vec![
+            vec!["order:42".to_owned(), "9".to_owned()],
+            vec!["a".to_owned(), "10".to_owned()],
+        ];
+        assert_eq!(
+            table(&["NAME", "N"], &rows, &[1]),
+            "NAME       N\norder:42   9\na         10\n"
+        );
+    }
+}

@@ -1,0 +1,178 @@
+//! The connection to Redis, and what its errors mean to an operator: one line each, never the
+//! password.
+
+use std::future::Future;
+use std::time::Duration;
+
+use distlock::redis::aio::MultiplexedConnection;
+use distlock::redis::{self, AsyncConnectionConfig, ErrorKind, RedisError, RedisResult};
+use distlock::Config;
+
+use crate::failure::Failure;
+
+/// Where the locks are: the configuration the command runs with.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub(crate) url: String,
+    pub(crate) prefix: String,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+}
+
+impl Target {
+    /// Checks the settings exactly as a distlock client would ([`Config::validate`]).
+    pub(crate) fn validate(&self) -> Result<(), Failure> {
+        self.config()
+            .validate()
+            .map_err(|e| Failure::usage(e.to_string()))
+    }
+
+    fn config(&self) -> Config {
+        Config::new(self.url.clone())
+            .key_prefix(self.prefix.clone())
+            .connect_timeout(self.connect_timeout)
+            .response_timeout(self.response_timeout)
+    }
+
+    /// The URL as it may be shown: the password replaced by `***`.
+    pub(crate) fn shown_url(&self) -> String {
+        self.config().redacted_url()
+    }
+}
+
+/// Turns Redis errors into operator messages.
+#[derive(Debug, Clone)]
+pub(crate) struct Explain {
+    shown: String,
+    timeout: Duration,
+}
+
+/// A connection to the server of a [`Target`].
+pub(crate) struct Server {
+    pub(crate) conn: MultiplexedConnection,
+    pub(crate) client: redis::Client,
+    pub(crate) explain: Explain,
+}
+
+impl Server {
+    /// Connects and checks that the server answers (a missing password shows here).
+    pub(crate) async fn connect(target: &Target) -> Result<Server, Failure> {
+        let explain = Explain {
+            shown: target.shown_url(),
+            timeout: target.response_timeout,
+        };
+        let client = redis::Client::open(target.url.as_str()).map_err(|e| {
+            let detail = e.detail().unwrap_or(e.category()).replace(&target.url, "…");
+            Failure::usage(format!(
+                "`{}` is not a valid Redis URL: {detail}",
+                explain.shown
+            ))
+        })?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(target.connect_timeout))
+            .set_response_timeout(Some(target.response_timeout));
+        let within = target.connect_timeout + target.response_timeout;
+        let mut conn = match tokio::time::timeout(
+            within,
+            client.get_multiplexed_async_connection_with_config(&config),
+        )
+        .await
+        {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(error)) if !error.is_timeout() => return Err(explain.error(&error)),
+            Ok(Err(_)) | Err(_) => {
+                return Err(Failure::failed(format!(
+                    "cannot connect to Redis at {}: no answer within {} (--connect-timeout, DISTLOCK_CONNECT_TIMEOUT)",
+                    explain.shown,
+                    seconds(target.connect_timeout)
+                )))
+            }
+        };
+        explain
+            .call(redis::cmd("PING").exec_async(&mut conn))
+            .await?;
+        Ok(Server {
+            conn,
+            client,
+            explain,
+        })
+    }
+}
+
+impl Explain {
+    /// Runs Redis calls, explaining their failure. Each command is bounded by the connection's
+    /// response timeout, so a scan of many pages is not cut short as a whole.
+    pub(crate) async fn call<T>(
+        &self,
+        call: impl Future<Output = RedisResult<T>>,
+    ) -> Result<T, Failure> {
+        call.await.map_err(|error| self.error(&error))
+    }
+
+    fn timed_out(&self) -> Failure {
+        Failure::failed(format!(
+            "Redis at {} did not answer within {} (--timeout, DISTLOCK_RESPONSE_TIMEOUT)",
+            self.shown,
+            seconds(self.timeout)
+        ))
+    }
+
+    /// What `error` means, in one line.
+    pub(crate) fn error(&self, error: &RedisError) -> Failure {
+        let url = &self.shown;
+        let detail = error.detail().unwrap_or("").trim();
+        let code = error.code().unwrap_or("");
+        if code == "NOAUTH" {
+            return Failure::failed(format!(
+                "Redis at {url} requires a password: put it in the URL (redis://:PASSWORD@host:port/) in --url or DISTLOCK_URL"
+            ));
+        }
+        if code == "WRONGPASS"
+            || error.kind() == ErrorKind::AuthenticationFailed
+            || detail.contains("WRONGPASS")
+        {
+            return Failure::failed(format!(
+                "Redis at {url} refused the user name or password in the URL (WRONGPASS)"
+            ));
+        }
+        if code == "NOPERM" {
+            return Failure::failed(format!(
+                "Redis at {url} does not permit this for the URL's user: {detail}"
+            ));
+        }
+        if error.is_timeout() {
+            return self.timed_out();
+        }
+        if error.is_connection_refusal() {
+            return Failure::failed(format!(
+                "cannot connect to Redis at {url}: connection refused (is the server running, on that port?)"
+            ));
+        }
+        if error.is_io_error() || error.is_connection_dropped() {
+            let io = std::error::Error::source(error)
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| first_line(&error.to_string()));
+            return Failure::failed(format!("cannot talk to Redis at {url}: {io}"));
+        }
+        let what = if detail.is_empty() {
+            error.category().to_owned()
+        } else {
+            format!("{}: {}", error.category(), first_line(detail))
+        };
+        Failure::failed(format!("Redis at {url} answered with an error: {what}"))
+    }
+}
+
+fn first_line(text: &str) -> String {
+    text.lines().next().unwrap_or("").to_owned()
+}
+
+/// `2s`, `1.5s`.
+pub(crate) fn seconds(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s.fract() == 0.0 {
+        format!("{s:.0}s")
+    } else {
+        format!("{s}s")
+    }
+}

@@ -1,0 +1,469 @@
+//! The `distlock` binary end to end: a throwaway redis-server (`distlock::testing`), locks held
+//! by this test through distlock's API, the built binary run as an operator would, and its
+//! output and exit status checked.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use distlock::redis::{self, AsyncCommands};
+use distlock::testing::TestRedis;
+use distlock::{Client, LockGuard};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_distlock");
+
+/// What one run of the binary did.
+#[derive(Debug)]
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// Asserts the exit status, showing the output when it differs.
+    fn status(&self, code: i32) -> &Self {
+        assert_eq!(self.code, Some(code), "{self:#?}");
+        self
+    }
+}
+
+/// The binary with no `DISTLOCK_*` variable from the environment of the test.
+fn command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("DISTLOCK_") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+async fn run_with(args: &[&str], input: Option<&str>) -> Run {
+    let mut cmd = command(args);
+    if input.is_some() {
+        cmd.stdin(Stdio::piped());
+    }
+    let mut child = cmd.spawn().expect("run the distlock binary");
+    if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+        stdin.write_all(text.as_bytes()).await.unwrap();
+    }
+    let out = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+        .await
+        .expect("the binary finishes")
+        .unwrap();
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+async fn run(args: &[&str]) -> Run {
+    run_with(args, None).await
+}
+
+async fn conn(redis: &TestRedis) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+async fn client(redis: &TestRedis) -> Client {
+    redis.config().connect().await.unwrap()
+}
+
+async fn hold(client: &Client, name: &str) -> LockGuard {
+    client
+        .lock(name)
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn list_shows_who_holds_what() {
+    let redis = TestRedis::start().unwrap();
+    let url = redis.url();
+    let holder = redis.config().install_as("cli-list").await.unwrap();
+    let plain = hold(&holder, "order:42").await;
+    let fenced = holder
+        .lock("report:daily")
+        .fenced(true)
+        .acquire()
+        .await
+        .unwrap();
+    // A waiter in another client: one waiting client on `order:42`.
+    let other = client(&redis).await;
+    let waiter = tokio::spawn(async move {
+        other
+            .lock("order:42")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .is_ok()
+    });
+    let mut conn = conn(&redis).await;
+    wait_for_subscriber(&mut conn, "distlock:{order:42}:released").await;
+
+    let out = run(&["--url", url, "list"]).await;
+    out.status(0);
+    let pid = std::process::id().to_string();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(lines[0].starts_with("NAME"), "{}", out.stdout);
+    let order = lines.iter().find(|l| l.starts_with("order:42")).unwrap();
+    assert!(order.contains(&format!("/{pid} ")), "{order}");
+    assert!(order.contains("[cli-list]"), "{order}");
+    assert!(
+        order.trim_end().ends_with('1'),
+        "one waiting client: {order}"
+    );
+    let report = lines
+        .iter()
+        .find(|l| l.starts_with("report:daily"))
+        .unwrap();
+    let token = fenced.token().unwrap().to_string();
+    assert!(report.contains(&token), "{report}");
+    assert!(out
+        .stdout
+        .contains(&format!("2 locks held under prefix `distlock` on {url}")));
+
+    // A pattern, and JSON for scripts.
+    let out = run(&["--url", url, "list", "order:*", "--json"]).await;
+    out.status(0);
+    let listing: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let locks = listing["locks"].as_array().unwrap();
+    assert_eq!(locks.len(), 1, "{listing}");
+    assert_eq!(locks[0]["name"], "order:42");
+    let owner: String = conn.get("distlock:{order:42}").await.unwrap();
+    assert_eq!(locks[0]["owner"], owner);
+    assert_eq!(locks[0]["process"]["pid"], std::process::id());
+    assert_eq!(locks[0]["process"]["client_name"], "cli-list");
+    assert_eq!(locks[0]["waiting_clients"], 1);
+    assert!(locks[0]["ttl_ms"].as_u64().unwrap() <= 30_000);
+
+    plain.release().await.unwrap();
+    fenced.release().await.unwrap();
+    assert!(waiter.await.unwrap(), "the waiter gets the lock");
+}
+
+#[tokio::test]
+async fn show_one_lock_in_full() {
+    let redis = TestRedis::start().unwrap();
+    let url = redis.url();
+    let holder = client(&redis).await;
+    let guard = hold(&holder, "invoice:7").await;
+    let mut conn = conn(&redis).await;
+    let owner: String = conn.get("distlock:{invoice:7}").await.unwrap();
+
+    let out = run(&["--url", url, "show", "invoice:7"]).await;
+    out.status(0);
+    for expected in [
+        "name       invoice:7".to_owned(),
+        "key        distlock:{invoice:7}".to_owned(),
+        format!("owner      {owner}"),
+        format!("pid        {}", std::process::id()),
+        "waiting    0 client(s)".to_owned(),
+    ] {
+        assert!(out.stdout.contains(&expected), "{expected}\n{}", out.stdout);
+    }
+    let json: serde_json::Value = serde_json::from_str(
+        &run(&["--url", url, "show", "invoice:7", "--json"])
+            .await
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(json["key"], "distlock:{invoice:7}");
+
+    // A free lock, and a name that cannot be a lock's.
+    let out = run(&["--url", url, "show", "invoice:8"]).await;
+    out.status(3);
+    assert_eq!(
+        out.stderr,
+        "error: no lock `invoice:8` is held under prefix `distlock`\n"
+    );
+    let out = run(&["--url", url, "show", "invoice:{8}"]).await;
+    out.status(2);
+    assert!(
+        out.stderr.starts_with(
+            "error: invalid lock name `invoice:{8}`: a lock name cannot contain `{` or `}`"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(out.stderr.lines().count(), 1);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn release_needs_force_asks_and_wakes_the_waiters() {
+    let redis = TestRedis::start().unwrap();
+    let url = redis.url();
+    let holder = client(&redis).await;
+    let guard = hold(&holder, "job").await;
+    let other = client(&redis).await;
+    let waiter = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let got = other
+            .lock("job")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (got.is_ok(), started.elapsed())
+    });
+    let mut conn = conn(&redis).await;
+    wait_for_subscriber(&mut conn, "distlock:{job}:released").await;
+    let owner: String = conn.get("distlock:{job}").await.unwrap();
+
+    let out = run(&["--url", url, "release", "job"]).await;
+    out.status(2);
+    assert!(out.stderr.contains("pass --force"), "{}", out.stderr);
+    let out = run_with(&["--url", url, "release", "job", "--force"], Some("n\n")).await;
+    out.status(1);
+    assert!(
+        out.stderr.contains("release lock `job` held by"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("not released"), "{}", out.stderr);
+    assert!(redis.is_locked("job").await, "still held after `n`");
+
+    let out = run(&["--url", url, "release", "job", "--force", "--yes"]).await;
+    out.status(0);
+    assert!(
+        out.stdout
+            .starts_with(&format!("released lock `job` held by {owner}")),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains(&format!("pid {}", std::process::id())));
+    assert!(
+        out.stdout.contains("woke 1 waiting client(s)"),
+        "{}",
+        out.stdout
+    );
+    // The waiter was woken by the release, long before the holder's 30 s ttl.
+    let (taken, after) = waiter.await.unwrap();
+    assert!(taken && after < Duration::from_secs(5), "{after:?}");
+    // The old holder finds out at release.
+    assert!(guard.release().await.is_err());
+
+    // The waiter's guard is gone with its task: nothing left to release.
+    let out = run(&["--url", url, "release", "job", "--force", "--yes"]).await;
+    out.status(3);
+    assert_eq!(
+        out.stderr,
+        "error: no lock `job` is held under prefix `distlock`\n"
+    );
+}
+
+#[tokio::test]
+async fn watch_refreshes_until_ctrl_c() {
+    let redis = TestRedis::start().unwrap();
+    let url = redis.url();
+    let holder = client(&redis).await;
+    let guard = hold(&holder, "cron:nightly").await;
+
+    let mut child = command(&["--url", url, "watch", "cron:*", "--interval", "100ms"])
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let mut frames = 0;
+    while frames < 3 {
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("a frame within 10 s")
+            .unwrap()
+            .expect("watch keeps running");
+        if line.starts_with("cron:nightly") {
+            frames += 1;
+            // Take and release the lock between frames: acquisitions are counted.
+            guard_cycle(&holder).await;
+        }
+        seen.push(line);
+    }
+    assert!(seen[0].starts_with("distlock watch · "), "{seen:#?}");
+    assert!(
+        seen.iter()
+            .any(|l| l.contains(" held · ") && l.ends_with(" acquires/s")),
+        "{seen:#?}"
+    );
+    // The releases between frames are counted (from their notifications).
+    let counted = seen.iter().any(|l| {
+        l.starts_with("cron:hourly")
+            && l.contains("(free)")
+            && l.split_whitespace()
+                .last()
+                .and_then(|r| r.parse::<f64>().ok())
+                > Some(0.0)
+    });
+    assert!(counted, "{seen:#?}");
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().unwrap().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let status = tokio::time::timeout(Duration::from_secs(5), child.wait())
+        .await
+        .expect("watch quits on Ctrl-C")
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "a clean exit");
+    guard.release().await.unwrap();
+}
+
+/// Takes and releases a lock watched by `watch` (one release notification).
+async fn guard_cycle(client: &Client) {
+    hold(client, "cron:hourly").await.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn keys_that_are_not_locks_are_named() {
+    let redis = TestRedis::start().unwrap();
+    let url = redis.url();
+    let mut conn = conn(&redis).await;
+    let _: () = conn.set("distlock:{greeting}", "hello").await.unwrap();
+    let _: () = conn.hset("distlock:{old}", "o", "x").await.unwrap();
+    let _: () = conn.set("distlock:{future}", "d3:ab:1").await.unwrap();
+    let holder = client(&redis).await;
+    let guard = hold(&holder, "fine").await;
+
+    let out = run(&["--url", url, "list"]).await;
+    out.status(1);
+    assert!(
+        out.stdout.contains("fine"),
+        "the locks are still listed: {}",
+        out.stdout
+    );
+    let errors: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(errors.len(), 3, "{}", out.stderr);
+    assert!(errors[0].starts_with("error: `distlock:{future}` is not a distlock lock: it holds a lock of distlock protocol `d3`"));
+    assert!(errors[1]
+        .starts_with("error: `distlock:{greeting}` is not a distlock lock: it holds a string"));
+    assert!(
+        errors[2].starts_with("error: `distlock:{old}` is not a distlock lock: it holds a hash")
+    );
+
+    let out = run(&["--url", url, "show", "old"]).await;
+    out.status(1);
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    let out = run(&["--url", url, "release", "greeting", "--force", "--yes"]).await;
+    out.status(1);
+    let value: String = conn.get("distlock:{greeting}").await.unwrap();
+    assert_eq!(value, "hello", "never deletes what is not a lock");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_servers_and_settings_are_one_line_each() {
+    let redis = TestRedis::start().unwrap();
+    let port = redis.port();
+    let mut conn = conn(&redis).await;
+    redis::cmd("CONFIG")
+        .arg(&["SET", "requirepass", "s3cret"])
+        .exec_async(&mut conn)
+        .await
+        .unwrap();
+
+    let cases = [
+        (
+            format!("redis://:wrong-pw@127.0.0.1:{port}/"),
+            "error: Redis at redis://:***@127.0.0.1:",
+            "refused the user name or password",
+        ),
+        (
+            format!("redis://127.0.0.1:{port}/"),
+            "error: Redis at redis://127.0.0.1:",
+            "requires a password",
+        ),
+        (
+            format!("redis://:s3cret@127.0.0.1:{}/", unused_port()),
+            "error: cannot connect to Redis at redis://:***@127.0.0.1:",
+            "connection refused",
+        ),
+        (
+            "http://:s3cret@nowhere/".to_owned(),
+            "error: `http://:***@nowhere/` is not a valid Redis URL",
+            "",
+        ),
+    ];
+    for (url, start, middle) in cases {
+        let out = run(&["--url", &url, "list"]).await;
+        assert!(out.code == Some(1) || out.code == Some(2), "{out:#?}");
+        assert!(out.stderr.starts_with(start), "{url}: {}", out.stderr);
+        assert!(out.stderr.contains(middle), "{url}: {}", out.stderr);
+        assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+        assert!(!out.stderr.contains("wrong-pw") && !out.stderr.contains("s3cret"));
+        assert!(out.stdout.is_empty());
+    }
+
+    // The right password, through the environment.
+    let url = format!("redis://:s3cret@127.0.0.1:{port}/");
+    let out = command(&["list"])
+        .env("DISTLOCK_URL", &url)
+        .env("DISTLOCK_KEY_PREFIX", "other")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("no locks held under prefix `other` on redis://:***@"),
+        "{stdout}"
+    );
+
+    // No URL, a bad prefix, a bad duration: usage errors.
+    run(&["list"]).await.status(2);
+    let out = run(&["--url", &url, "--prefix", "a{b}", "list"]).await;
+    out.status(2);
+    assert!(out.stderr.contains("key prefix `a{b}`"), "{}", out.stderr);
+    run(&["--url", &url, "--timeout", "5", "list"])
+        .await
+        .status(2);
+    // `--help` shows the variable, never its value.
+    let out = command(&["--help"])
+        .env("DISTLOCK_URL", &url)
+        .output()
+        .await
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("DISTLOCK_URL") && !help.contains("s3cret"),
+        "{help}"
+    );
+}
+
+/// A loopback port nothing listens on.
+fn unused_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits until `channel` has a subscriber (a waiter subscribed before the CLI looks).
+async fn wait_for_subscriber(conn: &mut redis::aio::MultiplexedConnection, channel: &str) {
+    for _ in 0..500 {
+        let counts: Vec<(String, u64)> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query_async(conn)
+            .await
+            .unwrap();
+        if counts.first().is_some_and(|(_, n)| *n > 0) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no subscriber on {channel}");
+}
