@@ -184,7 +184,7 @@ async fn a_renewed_lock_survives_a_failover_of_its_master_with_no_second_holder(
     let holder = client(&cluster).await;
     let guard = holder
         .lock(name.as_str())
-        .ttl(Duration::from_secs(1))
+        .ttl(Duration::from_secs(2))
         .renew(true)
         .min_replicas(1)
         .acquire()
@@ -215,8 +215,8 @@ async fn a_renewed_lock_survives_a_failover_of_its_master_with_no_second_holder(
         .await
         .unwrap();
     assert_eq!(cluster.master_of_slot(hash_slot(name.as_bytes())), replica);
-    // Several ttls on the new master: renewals follow MOVED there.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Two ttls (six renewals) on the new master: renewals follow MOVED there.
+    tokio::time::sleep(Duration::from_secs(4)).await;
     guard
         .ensure_held()
         .expect("the lease survived the failover");

@@ -302,7 +302,7 @@ impl RedisCluster {
     }
 
     /// Waits until every node says `cluster_state:ok` and sees `masters` masters (each with its
-    /// slots) and `replicas` replicas.
+    /// slots) and `replicas` replicas, each of them synced with its master.
     pub fn wait_until_healthy(&self, masters: usize, replicas: usize) {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
@@ -320,6 +320,19 @@ impl RedisCluster {
                     && count("master") == masters
                     && count("slave") == replicas
             });
+            // And every replica has synced (a replica that is still loading acknowledges
+            // nothing, so `WAIT` would count it out).
+            let synced: usize = self
+                .nodes
+                .iter()
+                .map(|node| {
+                    cli(node.port(), &["INFO", "replication"])
+                        .lines()
+                        .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+                        .count()
+                })
+                .sum();
+            let healthy = healthy && synced == replicas;
             if healthy {
                 return;
             }
