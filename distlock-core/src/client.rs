@@ -17,7 +17,8 @@ use crate::scripts::{self, Call, ReplicaWait};
 use crate::waiters::{Subscription, Waiters};
 use crate::watchdog::{Batching, Renewal, Watchdog};
 
-/// A connection to one Redis server with its lock defaults. Cheap to clone.
+/// A connection to Redis (one server, or a Redis Cluster: see [`Config::cluster`]) with its
+/// lock defaults. Cheap to clone.
 ///
 /// Get one from [`Config::connect`] (not registered), [`Config::install`] / [`crate::init`]
 /// (the default client) or [`Config::install_as`] (a named client). It reconnects by itself
