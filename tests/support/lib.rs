@@ -115,12 +115,23 @@ impl RedisServer {
         server
     }
 
+    /// The server's working directory (emptied of snapshots before each start).
+    fn data_dir(&self) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("distlock-redis-{}", self.port));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let _ = std::fs::remove_file(dir.join("dump.rdb"));
+        dir
+    }
+
     fn spawn(&mut self) {
         // A TLS server listens on its TLS port only.
         let plain_port = if self.tls { 0 } else { self.port };
         let mut child = Command::new(redis_binary())
             .args(["--port", &plain_port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--logfile", ""])
+            // A replica writes the snapshot its master sends it to its working directory, and
+            // every server loads a snapshot it finds there: one empty folder per port.
+            .args(["--dir", &self.data_dir().display().to_string()])
             .args(["--daemonize", "no", "--protected-mode", "no"])
             .args(&self.extra)
             .stdout(Stdio::piped())
