@@ -132,6 +132,8 @@ impl RedisServer {
             // A replica writes the snapshot its master sends it to its working directory, and
             // every server loads a snapshot it finds there: one empty folder per port.
             .args(["--dir", &self.data_dir().display().to_string()])
+            // A master sends its first replica the snapshot at once, not after 5 s.
+            .args(["--repl-diskless-sync-delay", "0"])
             .args(["--daemonize", "no", "--protected-mode", "no"])
             .args(&self.extra)
             .stdout(Stdio::piped())
@@ -221,6 +223,36 @@ impl RedisServer {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+        // Online is not yet acknowledging (the replica may still be loading the snapshot):
+        // wait until a write is acknowledged, so tests start from a replica that answers WAIT.
+        let mut conn = master
+            .client()
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .expect("connect to test redis");
+        loop {
+            let () = redis::cmd("SET")
+                .arg("testkit:replica-sync")
+                .arg(1)
+                .query(&mut conn)
+                .expect("SET");
+            let acked: i64 = redis::cmd("WAIT")
+                .arg(1)
+                .arg(500)
+                .query(&mut conn)
+                .expect("WAIT");
+            if acked >= 1 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < online,
+                "the replica on port {} does not acknowledge writes",
+                replica.port()
+            );
+        }
+        let () = redis::cmd("DEL")
+            .arg("testkit:replica-sync")
+            .query(&mut conn)
+            .expect("DEL");
         replica
     }
 
