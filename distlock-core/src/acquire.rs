@@ -1,6 +1,6 @@
-//! Taking a lock: the builder, the acquire/wait loop, and running a body under a lock.
+//! Taking a lock: the builder, the acquire/wait loop and re-entry (running a body under a lock
+//! is `run`'s).
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,9 +9,9 @@ use tracing::Instrument;
 
 use crate::client::Client;
 use crate::config::MAX_REPLICAS;
-use crate::context::{self, Frame, Outer};
+use crate::context::{self, Outer};
 use crate::error::{Error, LossReason, Operation};
-use crate::guard::{Acquisition, Hold, LockGuard, ReleaseOnDrop, Released};
+use crate::guard::{Acquisition, Hold, LockGuard, ReleaseOnDrop};
 use crate::keys::LockKeys;
 use crate::lease::{check_ttl, deadline_after, guaranteed_until, millis_ceil, Lease, MAX_TTL};
 use crate::registry;
@@ -213,74 +213,6 @@ impl LockBuilder {
             acquire(client, keys, terms).await
         } else {
             acquire(client, keys, terms).instrument(span).await
-        }
-    }
-
-    /// Runs `body` while holding the lock, then releases it.
-    ///
-    /// The body sees [`crate::fencing_token`] and re-enters this lock instead of deadlocking.
-    ///
-    /// Returns `Ok` only if the body ran entirely inside the lease: it completed before the
-    /// lease could have run out, no loss was reported while it ran, and the release found the
-    /// lock still ours. Otherwise [`Error::Lost`]:
-    /// * the lease can no longer be guaranteed while the body runs (renewal found the lock lost,
-    ///   Redis stayed unreachable or refused renewal, or without renewal the ttl elapsed): the
-    ///   body future is dropped at its next await point;
-    /// * the process stalled (a pause, a blocked executor thread) past the lease and the body
-    ///   completed afterwards: its output is dropped;
-    /// * the lease ran out before the body was first polled: the body never starts;
-    /// * the release found the lock expired or held by another owner.
-    ///
-    /// A release that fails on the network after a body that finished inside its lease still
-    /// returns `Ok` (the body did run exclusively); the lock is released in the background or
-    /// expires at its ttl.
-    pub async fn run<F: Future>(self, body: F) -> Result<F::Output, Error> {
-        let guard = self.acquire().await?;
-        let hold = guard.hold().clone();
-        let frame = Frame::new(
-            hold.client.identity(),
-            hold.clone(),
-            guard.token(),
-            guard.lease().clone(),
-        );
-        let lost = guard.lost();
-        // Loss first: a lease that ran out before the body's first poll (or while the
-        // executor was blocked) stops the body before it takes another step.
-        let outcome = tokio::select! {
-            biased;
-            reason = lost => Err(reason),
-            out = frame.scope(body) => Ok(out),
-        };
-        let lost = |reason: LossReason| {
-            tracing::warn!(key = %hold.keys.name, %reason, "lock lost while the body ran");
-            Err(Error::Lost {
-                key: hold.keys.name.clone(),
-                reason,
-            })
-        };
-        let out = match outcome {
-            Ok(out) => out,
-            Err(reason) => {
-                // Dropping the guard releases whatever is still ours in the background.
-                drop(guard);
-                return lost(reason);
-            }
-        };
-        // The body may have completed only after a stall past the lease.
-        if let Some(reason) = guard.lost_reason() {
-            drop(guard);
-            return lost(reason);
-        }
-        match guard.finish().await {
-            Ok(Released::Yes) => Ok(out),
-            Ok(Released::OtherOwner) => lost(LossReason::Stolen),
-            Ok(Released::Absent) => lost(LossReason::Expired),
-            Ok(Released::Incompatible) => lost(LossReason::Stolen),
-            Err(Error::Lost { reason, .. }) => lost(reason),
-            Err(error) => {
-                tracing::warn!(key = %hold.keys.name, %error, "body finished inside its lease but the release failed; the lock expires at its ttl");
-                Ok(out)
-            }
         }
     }
 }

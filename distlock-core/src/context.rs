@@ -1,18 +1,23 @@
 //! The locks held by the current call chain: re-entry and [`fencing_token`].
 //!
-//! `LockBuilder::run` (and so `#[distributed_lock]`) runs its body inside a task-local frame
-//! naming the held lock. An acquisition of the same name through the same client inside that
-//! body re-enters with the same owner instead of deadlocking. A task spawned inside the body
-//! does not inherit the frame, so it is a different owner.
+//! `LockBuilder::run` (and so `#[distributed_lock]`) runs its body inside a frame naming the
+//! held lock. An acquisition of the same name through the same client inside that body
+//! re-enters with the same owner instead of deadlocking. A task spawned inside the body does not
+//! inherit the frame, so it is a different owner.
+//!
+//! The frame is task-local the way tokio's `task_local!` is (a thread-local set around each poll
+//! of the body, and around its drop), but entered by a non-generic [`Frame::enter`]: tokio's
+//! `TaskLocalFuture<T, F>` would be compiled again for every body type.
 
-use std::future::Future;
+use std::cell::Cell;
 use std::sync::Arc;
 
 use crate::guard::Hold;
 use crate::lease::Lease;
 
-tokio::task_local! {
-    static HELD: Frame;
+thread_local! {
+    /// The innermost frame of the body being polled on this thread, if any.
+    static HELD: Cell<Option<Frame>> = const { Cell::new(None) };
 }
 
 /// One held lock in the current call chain.
@@ -30,8 +35,10 @@ struct FrameData {
 }
 
 impl Frame {
+    /// A frame for a lock taken in the current call chain (whose innermost frame, if any,
+    /// becomes its parent).
     pub(crate) fn new(client: usize, hold: Hold, token: Option<u64>, lease: Arc<Lease>) -> Self {
-        let parent = HELD.try_with(Frame::clone).ok();
+        let parent = current();
         Frame(Arc::new(FrameData {
             client,
             hold,
@@ -41,10 +48,38 @@ impl Frame {
         }))
     }
 
-    /// Runs `fut` with this frame as the innermost held lock.
-    pub(crate) fn scope<F: Future>(self, fut: F) -> impl Future<Output = F::Output> {
-        HELD.scope(self, fut)
+    /// Makes this frame the innermost held lock on this thread until the returned guard is
+    /// dropped: around one poll (or the drop) of the body.
+    pub(crate) fn enter(&self) -> Entered {
+        // `None` only while the thread is being torn down: the body then runs without a frame.
+        let previous = HELD.try_with(|held| held.replace(Some(self.clone())));
+        Entered { previous }
     }
+}
+
+/// Puts the frame that was innermost before [`Frame::enter`] back (also when the poll panics).
+pub(crate) struct Entered {
+    previous: Result<Option<Frame>, std::thread::AccessError>,
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        if let Ok(previous) = &mut self.previous {
+            let previous = previous.take();
+            let _ = HELD.try_with(|held| held.set(previous));
+        }
+    }
+}
+
+/// The innermost frame on this thread (`None` outside a body run under a lock).
+fn current() -> Option<Frame> {
+    HELD.try_with(|held| {
+        let frame = held.take();
+        held.set(frame.clone());
+        frame
+    })
+    .ok()
+    .flatten()
 }
 
 /// The lock a re-entry joins: the outer hold of `name` through `client` in this call chain.
@@ -56,22 +91,19 @@ pub(crate) struct Outer {
 
 /// The outer hold to re-enter, if this call chain holds `name` through `client`.
 pub(crate) fn reentry(client: usize, name: &str) -> Option<Outer> {
-    HELD.try_with(|frame| {
-        let mut cursor = Some(frame);
-        while let Some(Frame(data)) = cursor {
-            if data.client == client && data.hold.keys.name == name {
-                return Some(Outer {
-                    hold: data.hold.clone(),
-                    token: data.token,
-                    lease: data.lease.clone(),
-                });
-            }
-            cursor = data.parent.as_ref();
+    let innermost = current();
+    let mut cursor = innermost.as_ref();
+    while let Some(Frame(data)) = cursor {
+        if data.client == client && data.hold.keys.name == name {
+            return Some(Outer {
+                hold: data.hold.clone(),
+                token: data.token,
+                lease: data.lease.clone(),
+            });
         }
-        None
-    })
-    .ok()
-    .flatten()
+        cursor = data.parent.as_ref();
+    }
+    None
 }
 
 /// The fencing token of the innermost lock held by this call chain, or `None` outside a body
@@ -83,5 +115,5 @@ pub(crate) fn reentry(client: usize, name: &str) -> Option<Outer> {
 /// `None` too when the innermost lock was taken without a fencing token (see
 /// [`LockBuilder::fenced`](crate::LockBuilder::fenced) and the attribute's `fenced`).
 pub fn fencing_token() -> Option<u64> {
-    HELD.try_with(|frame| frame.0.token).ok().flatten()
+    current().and_then(|frame| frame.0.token)
 }

@@ -200,6 +200,7 @@ mod lease;
 pub mod lock_assert;
 mod macro_support;
 mod registry;
+mod run;
 #[doc(hidden)]
 pub mod scripts;
 mod sync;

@@ -100,9 +100,10 @@ pub struct KeyBuilder {
     buf: String,
 }
 
+// Not `#[inline]`: a key is built once per call, next to a network round trip, and each
+// annotated function should cost a call per key part, not the formatting machinery (issue 14).
 impl KeyBuilder {
     /// A builder whose buffer starts with `capacity` bytes (the literal length plus a guess).
-    #[inline]
     pub fn with_capacity(capacity: usize) -> Self {
         KeyBuilder {
             buf: String::with_capacity(capacity),
@@ -110,7 +111,6 @@ impl KeyBuilder {
     }
 
     /// Appends literal template text verbatim.
-    #[inline]
     pub fn literal(&mut self, text: &str) {
         self.buf.push_str(text);
     }
@@ -119,6 +119,11 @@ impl KeyBuilder {
     /// after the placeholder (`None` when the placeholder ends the template).
     #[inline]
     pub fn value<T: KeyPart + ?Sized>(&mut self, value: &T, terminator: Option<char>) {
+        // The bound is checked here, at the key; the writing is compiled once.
+        self.display(&DisplayRef(value), terminator);
+    }
+
+    fn display(&mut self, value: &dyn Display, terminator: Option<char>) {
         let mut out = Escaper {
             buf: &mut self.buf,
             terminator,
@@ -131,6 +136,15 @@ impl KeyBuilder {
     #[inline]
     pub fn finish(self) -> String {
         self.buf
+    }
+}
+
+/// A `?Sized` value as a `dyn Display` (a reference to it is always sized).
+struct DisplayRef<'a, T: ?Sized>(&'a T);
+
+impl<T: Display + ?Sized> Display for DisplayRef<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
     }
 }
 

@@ -1,0 +1,287 @@
+//! Running a body under a lock ([`LockBuilder::run`]), with as little of it as possible generic
+//! over the body.
+//!
+//! `run` is compiled once per body type: once per `#[distributed_lock]` function and per
+//! hand-written `run(async { .. })`. Only what needs the body's type is generic here: holding
+//! the body future, polling it when told to, dropping it, keeping its output (`Slot`, one await
+//! in `run`). Everything else is the non-generic `session` (acquire, the re-entry frame, the
+//! loss watch, the post-body lease check, the release and the mapping of its outcome) and
+//! `drive` (the order of polls: loss first, then the body inside its frame), compiled once in
+//! this crate. Kept generic, they cost every annotated function kilobytes of machine code and
+//! tens of milliseconds of release build (issue 14; `scripts/codegen-cost.sh` measures it).
+//!
+//! Nothing is boxed: the session future sits in `run`'s own future, and the body reaches
+//! `drive` as a `&mut dyn BodySlot` for the length of one poll only, so `run`'s future is `Send`
+//! exactly when the body and its output are.
+
+use std::future::{poll_fn, Future};
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::task::{ready, Context, Poll};
+
+use crate::acquire::LockBuilder;
+use crate::context::{Entered, Frame};
+use crate::error::{Error, LossReason};
+use crate::guard::{LockGuard, Released};
+use crate::sync;
+
+impl LockBuilder {
+    /// Runs `body` while holding the lock, then releases it.
+    ///
+    /// The body sees [`crate::fencing_token`] and re-enters this lock instead of deadlocking.
+    ///
+    /// Returns `Ok` only if the body ran entirely inside the lease: it completed before the
+    /// lease could have run out, no loss was reported while it ran, and the release found the
+    /// lock still ours. Otherwise [`Error::Lost`]:
+    /// * the lease can no longer be guaranteed while the body runs (renewal found the lock lost,
+    ///   Redis stayed unreachable or refused renewal, or without renewal the ttl elapsed): the
+    ///   body future is dropped at its next await point;
+    /// * the process stalled (a pause, a blocked executor thread) past the lease and the body
+    ///   completed afterwards: its output is dropped;
+    /// * the lease ran out before the body was first polled: the body never starts;
+    /// * the release found the lock expired or held by another owner.
+    ///
+    /// A release that fails on the network after a body that finished inside its lease still
+    /// returns `Ok` (the body did run exclusively); the lock is released in the background or
+    /// expires at its ttl.
+    ///
+    /// The returned future is `Send` when `body` and its output are. Dropping it at any point
+    /// never leaves the lock held: the lock is released in the background.
+    pub async fn run<F: Future>(self, body: F) -> Result<F::Output, Error> {
+        let link = Link::new();
+        let mut session = pin!(session(self, &link));
+        let mut body = pin!(Some(body));
+        let mut out = None;
+        // Cancelled with the body alive, this future drops the body inside its frame (as it was
+        // polled), and before the session lets the lock go: locals drop in reverse order, and
+        // the frame is left when `link` goes, last.
+        let _frame = EnterOnDrop(&link);
+        let done = Drive {
+            session: session.as_mut(),
+            link: &link,
+            slot: Slot {
+                body: body.as_mut(),
+                out: &mut out,
+            },
+        }
+        .await;
+        match done {
+            Ok(()) => match out {
+                Some(out) => Ok(out),
+                None => output_missing(),
+            },
+            Err(error) => Err(error),
+        }
+    }
+}
+
+/// `run`'s one await: [`drive`] with the body's slot.
+struct Drive<'a, S> {
+    session: Pin<&'a mut Session<'a>>,
+    link: &'a Link,
+    slot: S,
+}
+
+/// The non-generic part of `run` (see [`session`]), as `drive` polls it.
+type Session<'a> = dyn Future<Output = Result<(), Error>> + Send + 'a;
+
+impl<S: BodySlot + Unpin> Future for Drive<'_, S> {
+    type Output = Result<(), Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        drive(this.session.as_mut(), this.link, cx, &mut this.slot)
+    }
+}
+
+/// The body as `drive` sees it, for one poll of `run`: the only code compiled per body type.
+trait BodySlot {
+    /// `Some(cx)` polls the body (`Ready` once it completed, its output kept); `None` drops it.
+    fn poll_body(&mut self, cx: Option<&mut Context<'_>>) -> Poll<()>;
+}
+
+/// Borrows only, so it has no drop glue of its own (nor a vtable entry for one).
+struct Slot<'a, F: Future> {
+    body: Pin<&'a mut Option<F>>,
+    out: &'a mut Option<F::Output>,
+}
+
+impl<F: Future> BodySlot for Slot<'_, F> {
+    fn poll_body(&mut self, cx: Option<&mut Context<'_>>) -> Poll<()> {
+        let Some(cx) = cx else {
+            self.body.set(None);
+            return Poll::Ready(());
+        };
+        let Some(body) = self.body.as_mut().as_pin_mut() else {
+            return Poll::Ready(());
+        };
+        let out = ready!(body.poll(cx));
+        self.body.set(None);
+        *self.out = Some(out);
+        Poll::Ready(())
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn output_missing() -> ! {
+    unreachable!("run's session returned Ok before its body completed")
+}
+
+/// Where the session and the body are: what `session` and `drive` tell each other. Only the
+/// task polling `run` touches it (atomics and a mutex only so that `run`'s future is `Send`).
+struct Link {
+    phase: AtomicU8,
+    /// The body's frame, from the acquire on.
+    frame: OnceLock<Frame>,
+    /// Entered by [`EnterOnDrop`] for a cancelled body's drop; left when this drops.
+    dropping: Mutex<Option<Entered>>,
+}
+
+/// Acquiring; the body is not polled.
+const ACQUIRING: u8 = 0;
+/// Held: `drive` polls the body (inside its frame) after the session.
+const BODY: u8 = 1;
+/// The body completed; the session checks the lease and releases.
+const DONE: u8 = 2;
+/// The lease was lost while the body ran: `drive` drops the body, then says `STOPPED`.
+const STOP: u8 = 3;
+const STOPPED: u8 = 4;
+
+impl Link {
+    fn new() -> Self {
+        Link {
+            phase: AtomicU8::new(ACQUIRING),
+            frame: OnceLock::new(),
+            dropping: Mutex::new(None),
+        }
+    }
+
+    fn phase(&self) -> u8 {
+        self.phase.load(Ordering::Relaxed)
+    }
+
+    fn set(&self, phase: u8) {
+        self.phase.store(phase, Ordering::Relaxed);
+    }
+
+    fn enter(&self) -> Option<Entered> {
+        self.frame.get().map(Frame::enter)
+    }
+}
+
+/// Enters the body's frame when dropped just before a body that is still there (it is left
+/// when the [`Link`] drops).
+struct EnterOnDrop<'a>(&'a Link);
+
+impl Drop for EnterOnDrop<'_> {
+    fn drop(&mut self) {
+        let link = self.0;
+        if matches!(link.phase(), BODY | STOP) {
+            *sync::lock(&link.dropping) = link.enter();
+        }
+    }
+}
+
+/// One poll of `run`: the session first (acquire; the loss watch, which goes before the body;
+/// the release), then the body inside its frame while the session holds the lock, until the
+/// session is done.
+fn drive(
+    mut session: Pin<&mut Session<'_>>,
+    link: &Link,
+    cx: &mut Context<'_>,
+    body: &mut dyn BodySlot,
+) -> Poll<Result<(), Error>> {
+    loop {
+        if let Poll::Ready(result) = session.as_mut().poll(cx) {
+            return Poll::Ready(result);
+        }
+        match link.phase() {
+            BODY => {
+                let entered = link.enter();
+                let polled = body.poll_body(Some(cx));
+                drop(entered);
+                if polled.is_pending() {
+                    return Poll::Pending;
+                }
+                // Completed: the session sees it at once (lease check, release).
+                link.set(DONE);
+            }
+            STOP => {
+                let entered = link.enter();
+                let _ = body.poll_body(None);
+                drop(entered);
+                link.set(STOPPED);
+            }
+            // Acquiring or releasing: the session is waiting for Redis.
+            _ => return Poll::Pending,
+        }
+    }
+}
+
+/// Everything `run` does besides the body: `Ok` only if the body completed entirely inside the
+/// lease and the release found the lock still ours.
+async fn session(builder: LockBuilder, link: &Link) -> Result<(), Error> {
+    let guard = builder.acquire().await?;
+    let hold = guard.hold();
+    let frame = Frame::new(
+        hold.client.identity(),
+        hold.clone(),
+        guard.token(),
+        guard.lease().clone(),
+    );
+    let _ = link.frame.set(frame);
+    link.set(BODY);
+    let mut loss = pin!(guard.lost());
+    // Loss first: a lease that ran out before the body's first poll (or while the executor was
+    // blocked) stops the body before it takes another step.
+    let loss = poll_fn(|cx| match loss.as_mut().poll(cx) {
+        Poll::Ready(reason) => Poll::Ready(Some(reason)),
+        Poll::Pending if link.phase() == DONE => Poll::Ready(None),
+        Poll::Pending => Poll::Pending,
+    })
+    .await;
+    if let Some(reason) = loss {
+        if link.phase() == BODY {
+            // The body goes before the lock: `drive` drops it as soon as this returns.
+            link.set(STOP);
+            poll_fn(|_| match link.phase() {
+                STOPPED => Poll::Ready(()),
+                _ => Poll::Pending,
+            })
+            .await;
+        }
+        return Err(abandon(guard, reason));
+    }
+    // The body may have completed only after a stall past the lease.
+    if let Some(reason) = guard.lost_reason() {
+        return Err(abandon(guard, reason));
+    }
+    let hold = guard.hold().clone();
+    let reason = match guard.finish().await {
+        Ok(Released::Yes) => return Ok(()),
+        Ok(Released::OtherOwner | Released::Incompatible) => LossReason::Stolen,
+        Ok(Released::Absent) => LossReason::Expired,
+        Err(Error::Lost { reason, .. }) => reason,
+        Err(error) => {
+            tracing::warn!(key = %hold.keys.name, %error, "body finished inside its lease but the release failed; the lock expires at its ttl");
+            return Ok(());
+        }
+    };
+    Err(lost(hold.keys.name.clone(), reason))
+}
+
+/// The lease was lost while the body ran (the body is gone): dropping the guard releases
+/// whatever is still ours in the background.
+fn abandon(guard: LockGuard, reason: LossReason) -> Error {
+    let key = guard.name().to_owned();
+    drop(guard);
+    lost(key, reason)
+}
+
+/// [`Error::Lost`] for a lock lost under its body.
+fn lost(key: String, reason: LossReason) -> Error {
+    tracing::warn!(key = %key, %reason, "lock lost while the body ran");
+    Error::Lost { key, reason }
+}
