@@ -180,14 +180,21 @@ time_build() {
   local flag=()
   [[ $profile == release ]] && flag=(--release)
   for ((r = 0; r < runs; r++)); do
-    while :; do
+    for ((attempt = 1; ; attempt++)); do
       touch "$work/${pkg#codegen-}/src/main.rs" "$work/${pkg#codegen-}/src/fns.rs"
-      /usr/bin/time -f '%e %U %S' -o "$times" cargo build --offline -v "${flag[@]}" -p "$pkg" 2>"$log"
-      if grep -E '^\s*Compiling ' "$log" | grep -vq " $pkg "; then
-        echo "  ($pkg: a dependency was rebuilt too; timing again)" >&2
-        continue
+      if ! /usr/bin/time -f '%e %U %S' -o "$times" cargo build --offline -v "${flag[@]}" -p "$pkg" 2>"$log"; then
+        cat "$log" >&2
+        echo "building $pkg failed" >&2
+        exit 1
       fi
-      break
+      if ! grep -E '^\s*Compiling ' "$log" | grep -vq " $pkg "; then
+        break
+      fi
+      if ((attempt == 5)); then
+        echo "the workspace keeps changing under the build; timing abandoned" >&2
+        exit 1
+      fi
+      echo "  ($pkg: a dependency was rebuilt too; timing again)" >&2
     done
     read -r wall user sys <"$times"
     cpu=$(echo "$user + $sys" | bc -l)
@@ -220,7 +227,8 @@ for profile in $profiles; do
   declare -A secs cpus bytes text
   for v in "${variants[@]}"; do
     echo "timing codegen-$v ($profile)..." >&2
-    read -r "secs[$v]" "cpus[$v]" < <(time_build "$profile" "codegen-$v")
+    time_build "$profile" "codegen-$v" >"$work/timing"
+    read -r "secs[$v]" "cpus[$v]" <"$work/timing"
     bin="$CARGO_TARGET_DIR/$dir/codegen-$v"
     bytes[$v]=$(stat -c %s "$bin")
     text[$v]=$(text_bytes "$bin")
