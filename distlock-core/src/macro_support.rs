@@ -6,7 +6,7 @@
 //! An annotated function becomes, in outline:
 //!
 //! ```ignore
-//! let key = { let mut k = KeyBuilder::with_capacity(22); k.literal("order:"); k.value(&(id), None); k.finish() };
+//! let key = key(22, "order:", &[part(&(id), "")]);
 //! match lock(key).ttl(StdDuration::from_millis(10000)).run(async move { /* body */ }).await {
 //!     Ok(result) => result,
 //!     Err(error) if error.is_busy() => Ok(skip_default()), // with `skip`
@@ -17,7 +17,7 @@
 //! Each requirement on the user's types is stated by exactly one function here, and each call
 //! is located at the type it is about, so one mistake gives one error at the right token:
 //! [`lock_error`] (the error type, `E: From<distlock::Error>`), [`skip_default`] (the success
-//! type with `skip`, `T: Default`), [`KeyBuilder::value`] (a key value, `Display`).
+//! type with `skip`, `T: Default`), [`part`] (a key value, `Display`).
 
 use std::fmt::{self, Display, Write as _};
 use std::time::Duration;
@@ -89,63 +89,44 @@ impl<T: Default> SkipDefault for T {}
 pub trait KeyPart: Display {}
 impl<T: Display + ?Sized> KeyPart for T {}
 
-/// Builds a lock key from a checked template: literal text plus escaped `Display` values.
+/// One placeholder of a key: its value and the literal text after it (see [`key`]).
+#[derive(Clone, Copy)]
+pub struct KeyValue<'a> {
+    value: &'a dyn Display,
+    then: &'a str,
+}
+
+/// A placeholder's `value` and `then`, the literal text up to the next placeholder (or the end of
+/// the template). The value's type is checked here, where the key is written.
+#[inline]
+pub fn part<'a, T: KeyPart>(value: &'a T, then: &'a str) -> KeyValue<'a> {
+    KeyValue { value, then }
+}
+
+/// Builds a lock key from a checked template: the leading literal text `lead`, then each value,
+/// escaped, followed by its literal text. `capacity`: the literal text plus a guess per value.
 ///
 /// Escaping keeps rendering injective and keeps values from choosing the Redis hash slot:
 /// in a value, `%`, `{`, `}` and the first character of the literal text that follows the
 /// placeholder are written as `%XX` (UTF-8 bytes, upper-case hex). Plain values such as `42` or
 /// `abc-1` render unchanged.
-#[derive(Debug)]
-pub struct KeyBuilder {
-    buf: String,
-}
-
-// Not `#[inline]`: a key is built once per call, next to a network round trip, and each
-// annotated function should cost a call per key part, not the formatting machinery (issue 14).
-impl KeyBuilder {
-    /// A builder whose buffer starts with `capacity` bytes (the literal length plus a guess).
-    pub fn with_capacity(capacity: usize) -> Self {
-        KeyBuilder {
-            buf: String::with_capacity(capacity),
-        }
-    }
-
-    /// Appends literal template text verbatim.
-    pub fn literal(&mut self, text: &str) {
-        self.buf.push_str(text);
-    }
-
-    /// Appends a placeholder's value. `terminator` is the first character of the literal text
-    /// after the placeholder (`None` when the placeholder ends the template).
-    #[inline]
-    pub fn value<T: KeyPart + ?Sized>(&mut self, value: &T, terminator: Option<char>) {
-        // The bound is checked here, at the key; the writing is compiled once.
-        self.display(&DisplayRef(value), terminator);
-    }
-
-    fn display(&mut self, value: &dyn Display, terminator: Option<char>) {
+///
+/// One call per key, compiled once: a key is built once per call, next to a network round
+/// trip, and each annotated function should cost a call, not the formatting machinery
+/// (issue 14).
+pub fn key(capacity: usize, lead: &str, values: &[KeyValue<'_>]) -> String {
+    let mut buf = String::with_capacity(capacity);
+    buf.push_str(lead);
+    for part in values {
         let mut out = Escaper {
-            buf: &mut self.buf,
-            terminator,
+            buf: &mut buf,
+            terminator: part.then.chars().next(),
         };
         // Writing into a String cannot fail; a Display impl that returns Err leaves what it wrote.
-        let _ = write!(out, "{value}");
+        let _ = write!(out, "{}", part.value);
+        buf.push_str(part.then);
     }
-
-    /// The finished key.
-    #[inline]
-    pub fn finish(self) -> String {
-        self.buf
-    }
-}
-
-/// A `?Sized` value as a `dyn Display` (a reference to it is always sized).
-struct DisplayRef<'a, T: ?Sized>(&'a T);
-
-impl<T: Display + ?Sized> Display for DisplayRef<'_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
+    buf
 }
 
 struct Escaper<'a> {
@@ -183,35 +164,27 @@ impl fmt::Write for Escaper<'_> {
 mod tests {
     use super::*;
 
-    /// A literal, then optionally a value with its terminator.
-    type Part<'a> = (&'a str, Option<(&'a str, Option<char>)>);
-
-    fn render(parts: &[Part<'_>]) -> String {
-        let mut k = KeyBuilder::with_capacity(8);
-        for (lit, val) in parts {
-            k.literal(lit);
-            if let Some((v, t)) = val {
-                k.value(*v, *t);
-            }
-        }
-        k.finish()
+    /// The leading literal, then each value with the literal text that follows it.
+    fn render(lead: &str, values: &[(&str, &str)]) -> String {
+        let parts: Vec<KeyValue<'_>> = values.iter().map(|(v, then)| part(v, then)).collect();
+        key(8, lead, &parts)
     }
 
     #[test]
     fn plain_values_render_unchanged() {
-        assert_eq!(render(&[("order:", Some(("42", None)))]), "order:42");
-        assert_eq!(render(&[("order:", Some(("abc-1", None)))]), "order:abc-1");
+        assert_eq!(render("order:", &[("42", "")]), "order:42");
+        assert_eq!(render("order:", &[("abc-1", "")]), "order:abc-1");
     }
 
     #[test]
     fn braces_and_percent_are_escaped() {
-        assert_eq!(render(&[("k:", Some(("{x}%", None)))]), "k:%7Bx%7D%25");
+        assert_eq!(render("k:", &[("{x}%", "")]), "k:%7Bx%7D%25");
     }
 
     #[test]
     fn terminator_is_escaped_so_rendering_is_injective() {
-        let a = render(&[("a:", Some(("1:2", Some(':')))), (":", Some(("3", None)))]);
-        let b = render(&[("a:", Some(("1", Some(':')))), (":", Some(("2:3", None)))]);
+        let a = render("a:", &[("1:2", ":"), ("3", "")]);
+        let b = render("a:", &[("1", ":"), ("2:3", "")]);
         assert_ne!(a, b);
         assert_eq!(a, "a:1%3A2:3");
         assert_eq!(b, "a:1:2:3");
@@ -219,6 +192,6 @@ mod tests {
 
     #[test]
     fn non_ascii_terminator_is_escaped_bytewise() {
-        assert_eq!(render(&[("", Some(("a→b", Some('→'))))]), "a%E2%86%92b");
+        assert_eq!(render("", &[("a→b", "→")]), "a%E2%86%92b→");
     }
 }

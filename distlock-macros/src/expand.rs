@@ -264,47 +264,45 @@ fn builder(model: &LockModel, key: &Ident) -> TokenStream {
     builder
 }
 
-/// `{ let mut k = KeyBuilder::with_capacity(N); k.literal("order:"); k.value(&(id), None); k.finish() }`
+/// `key(N, "order:", &[part(&(id), ":"), …])`: the leading literal text, then each value with
+/// the literal text that follows it (whose first character is the value's terminator); one call.
 fn key_block(model: &LockModel) -> TokenStream {
     let krate = &model.krate;
-    let builder = Ident::new("__distlock_builder", Span::mixed_site());
     let at_key = model.key.span;
+    let parts = &model.key.parts;
     let mut capacity = 0;
-    let mut pushes = TokenStream::new();
-    for part in &model.key.parts {
+    let mut lead = "";
+    let mut values = Vec::new();
+    for (index, part) in parts.iter().enumerate() {
         match part {
             KeyPart::Literal(text) => {
                 capacity += text.len();
-                let text = Literal::string(text);
-                pushes.extend(quote!(#builder.literal(#text);));
+                if index == 0 {
+                    lead = text;
+                }
             }
             KeyPart::Value { expr, terminator } => {
                 capacity += VALUE_CAPACITY;
-                let terminator = match terminator {
-                    Some(c) => {
-                        let c = Literal::character(*c);
-                        quote!(::core::option::Option::Some(#c))
-                    }
-                    None => quote!(::core::option::Option::None),
+                let then = match parts.get(index + 1) {
+                    Some(KeyPart::Literal(text)) => text.as_str(),
+                    _ => "",
                 };
-                // `&(...)` spanned at the key literal: a value without `Display` is then
+                debug_assert_eq!(*terminator, then.chars().next());
+                let then = Literal::string(then);
+                // `part(&(...))` spanned at the key literal: a value without `Display` is then
                 // reported at the key (not from the key to the parameter's declaration), while
                 // `#expr` keeps the parameter's own span.
+                let krate = respan(krate.to_token_stream(), at_key);
                 let mut value = Group::new(Delimiter::Parenthesis, expr.clone());
                 value.set_span(at_key);
-                pushes.extend(quote_spanned! {at_key=>
-                    #builder.value(&#value, #terminator);
+                values.push(quote_spanned! {at_key=>
+                    #krate::__private::part(&#value, #then)
                 });
             }
         }
     }
-    quote! {
-        {
-            let mut #builder = #krate::__private::KeyBuilder::with_capacity(#capacity);
-            #pushes
-            #builder.finish()
-        }
-    }
+    let lead = Literal::string(lead);
+    quote!(#krate::__private::key(#capacity, #lead, &[#(#values),*]))
 }
 
 /// Gives every token `span`.
@@ -368,12 +366,11 @@ mod tests {
             #[doc = " Docs."]
             pub async fn settle(id: u64) -> Result<u8, E> {
                 #![allow(unused)]
-                let __distlock_key = {
-                    let mut __distlock_builder = ::distlock::__private::KeyBuilder::with_capacity(22usize);
-                    __distlock_builder.literal("order:");
-                    __distlock_builder.value(&(id), ::core::option::Option::None);
-                    __distlock_builder.finish()
-                };
+                let __distlock_key = ::distlock::__private::key(
+                    22usize,
+                    "order:",
+                    &[::distlock::__private::part(&(id), "")]
+                );
                 match ::distlock::__private::lock(__distlock_key)
                     .ttl(::distlock::__private::StdDuration::from_millis(10000u64))
                     .renew(true)
@@ -424,12 +421,16 @@ mod tests {
             ":: core :: result :: Result :: Err (__distlock_error) if __distlock_error . is_busy () => { :: core :: result :: Result :: Ok (my :: lock :: __private :: skip_default ()) }"
         ));
         assert!(out.contains("Err (my :: lock :: __private :: lock_error (__distlock_error))"));
-        assert!(out.contains(r#"literal ("a<b:")"#));
+        assert!(out.contains(
+            r#"my :: lock :: __private :: key (20usize , "a<b:" , & [my :: lock :: __private :: part (& (x) , "")])"#
+        ));
         let out = expand_str(
             r#"key = "k:<x>-", wait = "2s", min_hold = "1m30s""#,
             "async fn f(x: u8) -> Result<(), E> { Ok(()) }",
         );
-        assert!(out.contains("value (& (x) , :: core :: option :: Option :: Some ('-'))"));
+        assert!(out.contains(
+            r#"key (19usize , "k:" , & [:: distlock :: __private :: part (& (x) , "-")])"#
+        ));
         assert!(out.contains(
             ". wait (:: distlock :: __private :: StdDuration :: from_millis (2000u64)) . min_hold (:: distlock :: __private :: StdDuration :: from_millis (90000u64))"
         ));
@@ -470,7 +471,7 @@ mod tests {
         assert!(out.ends_with(
             "Box :: pin (async move { match :: distlock :: __private :: lock (__distlock_key) . run (async move { # [allow (unused_variables)] let id = id ; let n = 1 ; Ok (()) }) . await { :: core :: result :: Result :: Ok (__distlock_result) => __distlock_result , :: core :: result :: Result :: Err (__distlock_error) => :: core :: result :: Result :: Err (:: distlock :: __private :: lock_error (__distlock_error)) , } }) }"
         ), "{out}");
-        assert!(out.contains("with_capacity (16usize)"));
+        assert!(out.contains(r#"__private :: key (16usize , "" , & ["#));
     }
 
     #[test]

@@ -308,14 +308,14 @@ use proc_macro::TokenStream;
 /// }
 /// ```
 ///
-/// The generated code differs only in how it is spelled: the key is built by
-/// `distlock::__private::KeyBuilder` into one `String`; the body's statements go into the
-/// `async move` block after an unreachable typed `return`, so that `?` and early `return`s keep
-/// the declared return type; and the conversion is a call to `__private::lock_error` (with
-/// `skip`, `__private::skip_default`) placed at the error type (the success type), so that an
-/// error type without `From<distlock::Error>` (a success type without `Default`) is exactly one
-/// error, at that type. It triggers no rustc warning and no `clippy::all` or
-/// `clippy::pedantic` lint in the crate that uses it.
+/// The generated code differs only in how it is spelled: the key is built by one call to
+/// `distlock::__private::key` (each value through `__private::part`); the body's statements go
+/// into the `async move` block after an unreachable typed `return`, so that `?` and early
+/// `return`s keep the declared return type; and the conversion is a call to
+/// `__private::lock_error` (with `skip`, `__private::skip_default`) placed at the error type
+/// (the success type), so that an error type without `From<distlock::Error>` (a success type
+/// without `Default`) is exactly one error, at that type. It triggers no rustc warning and no
+/// `clippy::all` or `clippy::pedantic` lint in the crate that uses it.
 ///
 /// # Errors
 ///

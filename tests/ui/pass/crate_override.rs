@@ -20,7 +20,7 @@ mod framework {
             use std::sync::atomic::Ordering;
 
             // Everything a function without `skip` needs, with `lock` replaced.
-            pub use ::distlock::__private::{lock_error, KeyBuilder, StdDuration};
+            pub use ::distlock::__private::{key, lock_error, part, StdDuration};
 
             pub fn lock(name: String) -> ::distlock::LockBuilder {
                 crate::LOCKS.fetch_add(1, Ordering::SeqCst);
