@@ -185,6 +185,7 @@
 mod acquire;
 mod backend;
 mod background;
+mod batch;
 mod client;
 mod config;
 mod config_source;
@@ -194,6 +195,7 @@ mod duration;
 mod error;
 mod guard;
 mod identity;
+mod ids;
 mod keys;
 mod lease;
 #[doc(hidden)]
