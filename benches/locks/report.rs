@@ -587,7 +587,8 @@ impl Report {
 
 /// The line after which BENCHMARKS.md holds what this harness does not measure (build cost per
 /// function, notes): a run rewrites everything above it and keeps everything from it on.
-pub(crate) const KEPT_MARKER: &str = "<!-- Measured by other tools: kept as is by `cargo bench --bench locks`. -->";
+pub(crate) const KEPT_MARKER: &str =
+    "<!-- Measured by other tools: kept as is by `cargo bench --bench locks`. -->";
 
 /// `report` followed by the kept part of the `old` file (from [`KEPT_MARKER`] on), if any.
 pub(crate) fn with_kept_sections(report: &str, old: &str) -> String {
@@ -596,4 +597,3 @@ pub(crate) fn with_kept_sections(report: &str, old: &str) -> String {
         None => report.to_owned(),
     }
 }
-
