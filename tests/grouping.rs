@@ -231,7 +231,7 @@ fn a_runtime_shutting_down_mid_group_does_not_stall_the_client() {
         });
     }
     main.block_on(async {
-        let mut conn = server.conn().await;
+        let conn = server.conn().await;
         testkit::eventually(Duration::from_secs(5), "cleanup", || {
             let mut conn = conn.clone();
             let c = c.clone();
