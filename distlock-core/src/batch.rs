@@ -19,6 +19,7 @@
 //! Used for standalone Redis only (a cluster routes each key to its own node).
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
@@ -51,17 +52,18 @@ pub(crate) struct Batcher {
     /// The client's own runtime: groups are sent from there when no runtime is current.
     spare: Handle,
     timeout: Duration,
-    /// Ids of groups (`g<hex n>`), unique within the client.
-    next_group: std::sync::atomic::AtomicU64,
+    /// Ids of groups (`g<hex n>`, unique within the client) and of the tasks sending them.
+    next_id: AtomicU64,
 }
 
 #[derive(Default)]
 struct State {
     /// Requests and groups in flight (at most [`MAX_IN_FLIGHT`]).
     in_flight: usize,
-    /// A group has left the queue but is not yet in redis-rs's send queue: a new request waits
-    /// (a cancelled member's cleanup must reach Redis after the member's own request).
-    building: bool,
+    /// A group has left the queue but is not yet in redis-rs's send queue (the id of the task
+    /// sending it): a new request waits (a cancelled member's cleanup must reach Redis after
+    /// the member's own request).
+    building: Option<u64>,
     queue: Vec<Queued>,
 }
 
@@ -104,7 +106,7 @@ impl Batcher {
             state: Mutex::new(State::default()),
             spare,
             timeout,
-            next_group: std::sync::atomic::AtomicU64::new(0),
+            next_id: AtomicU64::new(0),
         }
     }
 
@@ -164,7 +166,7 @@ impl Batcher {
     /// `op` makes (and starts a sender for the queue if there is room in flight).
     fn enter(self: &Arc<Self>, op: impl FnOnce() -> Op) -> Entry {
         let mut state = sync::lock(&self.state);
-        let room = state.in_flight < MAX_IN_FLIGHT && !state.building;
+        let room = state.in_flight < MAX_IN_FLIGHT && state.building.is_none();
         if room && state.queue.is_empty() {
             state.in_flight += 1;
             return Entry::Turn(Turn(self.clone()));
@@ -178,6 +180,14 @@ impl Batcher {
             self.spawn_groups(&self.current_or_spare());
         }
         Entry::Queued(rx)
+    }
+
+    /// The sender `sender` has handed its group to redis-rs (or is gone): new requests may go.
+    fn built(&self, sender: u64) {
+        let mut state = sync::lock(&self.state);
+        if state.building == Some(sender) {
+            state.building = None;
+        }
     }
 
     /// The caller's runtime, else the client's own.
@@ -218,6 +228,7 @@ impl Batcher {
         // shutting down) still hands the sending on.
         let mut sending = Sending {
             batcher: self.clone(),
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
             on_spare: on.id() == self.spare.id(),
             done: false,
         };
@@ -228,27 +239,26 @@ impl Batcher {
                     let mut state = sync::lock(&this.state);
                     // Members that gave up are left out (their cleanup is queued behind them).
                     state.queue.retain(|q| !q.reply.is_closed());
-                    if state.queue.is_empty() || state.building {
+                    if state.queue.is_empty() || state.building.is_some() {
                         // Nothing to send, or another sender is handing its group over: that
                         // one (or the turn after it) sends what is queued.
                         state.in_flight -= 1;
                         break;
                     }
-                    state.building = true;
+                    state.building = Some(sending.id);
                     let n = state.queue.len().min(MAX_GROUP);
                     state.queue.drain(..n).collect::<Vec<_>>()
                 };
-                this.send_group(group).await;
+                this.send_group(group, sending.id).await;
             }
             sending.disarm();
         }));
     }
 
-    /// Sends one group and hands each member its reply.
-    async fn send_group(&self, group: Vec<Queued>) {
-        let n = self
-            .next_group
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    /// Sends one group (taken from the queue by the sender `sender`) and hands each member its
+    /// reply.
+    async fn send_group(&self, group: Vec<Queued>, sender: u64) {
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
         let id = ShortId::with_counter("", b'g', n);
         let (mut acquires, mut acquire_replies) = (Vec::new(), Vec::new());
         let (mut releases, mut release_replies) = (Vec::new(), Vec::new());
@@ -278,7 +288,7 @@ impl Batcher {
             // The first poll puts the group in redis-rs's send queue; only then may a new
             // request go out alone (see `State::building`).
             let first = std::future::poll_fn(|cx| Poll::Ready(sent.as_mut().poll(cx))).await;
-            sync::lock(&self.state).building = false;
+            self.built(sender);
             match first {
                 Poll::Ready(replies) => replies,
                 Poll::Pending => sent.await,
@@ -336,6 +346,7 @@ impl Drop for Turn {
 /// the sending moves to the client's own runtime.
 struct Sending {
     batcher: Arc<Batcher>,
+    id: u64,
     on_spare: bool,
     done: bool,
 }
@@ -352,13 +363,13 @@ impl Drop for Sending {
         if self.done {
             return;
         }
+        self.batcher.built(self.id);
         if self.on_spare {
             // The client's own runtime is gone too (the client was dropped): nobody is left to
             // send; dropping the queue tells its members.
             let mut state = sync::lock(&self.batcher.state);
             state.queue.clear();
             state.in_flight -= 1;
-            state.building = false;
             return;
         }
         let spare = self.batcher.spare.clone();
