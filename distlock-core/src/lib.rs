@@ -203,6 +203,7 @@ mod registry;
 mod run;
 #[doc(hidden)]
 pub mod scripts;
+mod sentinel;
 mod sync;
 #[cfg(feature = "testing")]
 pub mod testing;
