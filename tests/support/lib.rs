@@ -600,7 +600,7 @@ impl RedisSentinel {
             servers: vec![master, replica],
             sentinels,
         };
-        group.wait_until_settled(group.servers[0].port());
+        group.wait_until(group.servers[0].port(), true);
         group
     }
 
@@ -668,10 +668,17 @@ impl RedisSentinel {
         new
     }
 
-    /// Waits until every sentinel names the master on `master`, sees the other two sentinels
-    /// and the replica (reporting itself a replica, its link up), the master says so itself
-    /// (`ROLE`) and the replica acknowledges its writes (`WAIT`).
+    /// Waits until every sentinel names the master on `master` and sees the other two
+    /// sentinels, the master says so itself (`ROLE`), the other server is its replica (link
+    /// up) and acknowledges its writes (`WAIT`). (The sentinels' own view of the replica lags:
+    /// they ask replicas every 10 s.)
     pub fn wait_until_settled(&self, master: u16) {
+        self.wait_until(master, false);
+    }
+
+    /// [`RedisSentinel::wait_until_settled`]; with `replica_known`, also until every sentinel
+    /// knows the replica as one (what `SENTINEL FAILOVER` needs).
+    fn wait_until(&self, master: u16, replica_known: bool) {
         let deadline = std::time::Instant::now() + Duration::from_secs(40);
         let replica = self
             .servers
@@ -690,11 +697,12 @@ impl RedisSentinel {
                 addr.lines().nth(1) == Some(&master.to_string())
                     && field(&state, "flags") == Some("master")
                     && field(&state, "num-other-sentinels") == Some("2")
-                    && field(&state, "num-slaves") == Some("1")
-                    && field(&replicas, "port") == Some(&replica.to_string())
-                    && field(&replicas, "flags") == Some("slave")
-                    && field(&replicas, "role-reported") == Some("slave")
-                    && field(&replicas, "master-link-status") == Some("ok")
+                    && (!replica_known
+                        || field(&state, "num-slaves") == Some("1")
+                            && field(&replicas, "port") == Some(&replica.to_string())
+                            && field(&replicas, "flags") == Some("slave")
+                            && field(&replicas, "role-reported") == Some("slave")
+                            && field(&replicas, "master-link-status") == Some("ok"))
             });
             let roles_agree = sentinels_agree
                 && cli(master, &["ROLE"]).lines().next() == Some("master")
