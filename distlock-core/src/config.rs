@@ -477,6 +477,19 @@ mod tests {
     }
 
     #[test]
+    fn debug_never_shows_sentinel_passwords() {
+        let c = Config::sentinel(["redis://:sentinel-pw@10.0.0.1:26379"], "locks")
+            .sentinel_master_auth("app", "master-pw");
+        let shown = format!("{c:?}");
+        assert!(
+            !shown.contains("sentinel-pw") && !shown.contains("master-pw"),
+            "{shown}"
+        );
+        assert!(shown.contains("redis://:***@10.0.0.1:26379"), "{shown}");
+        assert!(shown.contains("sentinel_service: \"locks\""), "{shown}");
+    }
+
+    #[test]
     fn redaction_comes_from_a_real_parse() {
         let cases = [
             ("redis+unix:///tmp/r.sock?db=1&pass=s3cret", "s3cret"),
