@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use distlock::{Client, Config, Error};
 use redis::AsyncCommands;
-use testkit::RedisSentinel;
+use testkit::{LoneSentinel, RedisSentinel, RedisServer, ServerOptions};
 
 async fn client(group: &RedisSentinel) -> Client {
     config(group)
@@ -255,5 +255,45 @@ async fn a_waiter_is_woken_by_the_release_on_the_new_master() {
     assert!(
         after < Duration::from_secs(5),
         "woken by the release message on the new master ({new_master}), not the ttl: {after:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_master_password_is_the_masters_not_the_sentinels() {
+    let master = RedisServer::start_with(ServerOptions {
+        password: Some("m4ster-secret".to_owned()),
+        ..Default::default()
+    });
+    let sentinel = LoneSentinel::start(&master, None);
+    let config = || Config::sentinel([sentinel.url()], RedisSentinel::SERVICE);
+    let client = config()
+        .sentinel_master_auth("", "m4ster-secret")
+        .connect()
+        .await
+        .expect("the master's password from sentinel_master_auth");
+    let guard = client.lock("auth").acquire().await.expect("acquired");
+    guard.release().await.unwrap();
+    // Without it, or with a wrong one, the master refuses: at once (not retried as if a
+    // failover were under way), at connect, and the password is never shown.
+    let started = Instant::now();
+    let error = config().connect().await.unwrap_err();
+    assert!(
+        matches!(&error, Error::Connect { source } if source.code() == Some("NOAUTH")),
+        "{error:?}"
+    );
+    let wrong = config()
+        .sentinel_master_auth("", "not-it")
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&wrong, Error::Connect { source } if !source.is_io_error()),
+        "{wrong:?}"
+    );
+    assert!(!wrong.to_string().contains("not-it"), "{wrong}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
     );
 }

@@ -320,6 +320,9 @@ impl Config {
         if self.url.is_empty() {
             return invalid("no Redis URL: give the server's URL (or, for `Config::cluster`, at least one seed node; for `Config::sentinel`, at least one sentinel)");
         }
+        if self.sentinel_master_auth.is_some() && self.sentinels.is_empty() {
+            return invalid("sentinel_master_auth applies to `Config::sentinel` only (a server's or a cluster's password goes in its URL)");
+        }
         if !self.sentinels.is_empty() && self.sentinel_service.trim().is_empty() {
             return invalid("no Sentinel service name: give the name the sentinels know the master by (`sentinel monitor <name> ...`)");
         }
@@ -487,6 +490,13 @@ mod tests {
         );
         assert!(shown.contains("redis://:***@10.0.0.1:26379"), "{shown}");
         assert!(shown.contains("sentinel_service: \"locks\""), "{shown}");
+        let misplaced = Config::new("redis://h/")
+            .sentinel_master_auth("", "pw")
+            .validate();
+        assert!(misplaced
+            .unwrap_err()
+            .to_string()
+            .contains("Config::sentinel` only"));
     }
 
     #[test]

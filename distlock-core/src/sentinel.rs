@@ -157,6 +157,8 @@ impl Sentinels {
                 };
                 match self.open_master(info, &host, port, protocol, &pushes).await {
                     Ok(conn) => return Ok(conn),
+                    // The master is there and refuses these credentials: no failover mends that.
+                    Err(error) if is_refused_login(&error) => return Err(error),
                     Err(error) => {
                         promoting = true;
                         last = Some(error);
@@ -245,6 +247,12 @@ impl Sentinels {
             format!("service `{}`: {why}", self.service),
         ))
     }
+}
+
+/// True when a server refused the client's credentials (or wanted some).
+fn is_refused_login(error: &RedisError) -> bool {
+    error.kind() == ErrorKind::AuthenticationFailed
+        || matches!(error.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
 }
 
 /// True for a `ROLE` reply of a master (`["master", offset, replicas]`).

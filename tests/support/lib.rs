@@ -576,6 +576,7 @@ struct SentinelProcess {
     child: Child,
     port: u16,
     dir: std::path::PathBuf,
+    tls: bool,
 }
 
 impl Drop for SentinelProcess {
@@ -728,17 +729,52 @@ fn field<'a>(output: &'a str, name: &str) -> Option<&'a str> {
     lines.next()
 }
 
-/// Starts one sentinel watching the master on `master`, returned once it answers.
+/// One sentinel (`redis-server <file> --sentinel`, quorum 1) watching one server as
+/// [`RedisSentinel::SERVICE`], killed by PID when dropped: enough to find a master, not to fail
+/// it over.
+pub struct LoneSentinel(SentinelProcess);
+
+impl LoneSentinel {
+    /// Starts a sentinel watching `master`; with `tls` it serves TLS only (`rediss://`) and
+    /// reaches the master over TLS (`tls-replication yes`).
+    pub fn start(master: &RedisServer, tls: Option<&TlsFiles>) -> LoneSentinel {
+        LoneSentinel(start_sentinel_with(master.port(), 1, tls))
+    }
+
+    /// `redis://127.0.0.1:<port>` (`rediss://` with TLS).
+    pub fn url(&self) -> String {
+        let scheme = if self.0.tls { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}", self.0.port)
+    }
+}
+
+/// Starts one sentinel of a [`RedisSentinel`] group watching the master on `master`.
 fn start_sentinel(master: u16) -> SentinelProcess {
+    start_sentinel_with(master, 2, None)
+}
+
+/// Starts one sentinel watching the master on `master` with `quorum`, returned once it
+/// listens.
+fn start_sentinel_with(master: u16, quorum: usize, tls: Option<&TlsFiles>) -> SentinelProcess {
     let port = free_port();
     let dir = std::env::temp_dir().join(format!("distlock-sentinel-{port}"));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let file = dir.join("sentinel.conf");
     let service = RedisSentinel::SERVICE;
+    let listen = match tls {
+        None => format!("port {port}\n"),
+        Some(tls) => format!(
+            "port 0\ntls-port {port}\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n\
+             tls-auth-clients no\ntls-replication yes\n",
+            tls.cert.display(),
+            tls.key.display(),
+            tls.ca.display()
+        ),
+    };
     let config = format!(
-        "port {port}\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\nlogfile \"\"\n\
+        "{listen}bind 127.0.0.1\nprotected-mode no\ndaemonize no\nlogfile \"\"\n\
          dir {dir}\n\
-         sentinel monitor {service} 127.0.0.1 {master} 2\n\
+         sentinel monitor {service} 127.0.0.1 {master} {quorum}\n\
          sentinel down-after-milliseconds {service} 5000\n\
          sentinel failover-timeout {service} 10000\n\
          sentinel parallel-syncs {service} 1\n",
@@ -752,9 +788,18 @@ fn start_sentinel(master: u16) -> SentinelProcess {
         .stderr(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start redis-server --sentinel ({e})"));
-    let sentinel = SentinelProcess { child, port, dir };
+    let sentinel = SentinelProcess {
+        child,
+        port,
+        dir,
+        tls: tls.is_some(),
+    };
     let deadline = std::time::Instant::now() + READY_WITHIN;
-    while cli(port, &["PING"]).trim() != "PONG" {
+    let answers = || match tls {
+        None => cli(port, &["PING"]).trim() == "PONG",
+        Some(_) => std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+    };
+    while !answers() {
         assert!(
             std::time::Instant::now() < deadline,
             "the sentinel on port {port} did not answer"
