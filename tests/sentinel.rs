@@ -297,3 +297,33 @@ async fn the_master_password_is_the_masters_not_the_sentinels() {
         started.elapsed()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_master_is_killed_the_client_reaches_the_promoted_replica() {
+    let mut group = RedisSentinel::start();
+    let (holder, other) = (client(&group).await, client(&group).await);
+    // Acknowledged by the replica before the master dies: it is on the replica that the
+    // sentinels promote.
+    let held = holder
+        .lock("kept")
+        .ttl(Duration::from_secs(60))
+        .min_replicas(1)
+        .acquire()
+        .await
+        .unwrap();
+    let group_ref = &mut group;
+    let new_master = tokio::task::block_in_place(|| group_ref.kill_master());
+    // The client finds the new master by itself (its connections dropped with the old one):
+    // the acknowledged lock is still held there, and new locks are taken there.
+    let fresh = testkit::eventually(Duration::from_secs(10), "a lock on the new master", || {
+        let other = other.clone();
+        async move { other.lock("fresh").acquire().await.ok() }
+    })
+    .await;
+    assert!(lock_exists(&group, new_master, "fresh").await);
+    fresh.release().await.unwrap();
+    let busy = other.lock("kept").acquire().await.unwrap_err();
+    assert!(busy.is_busy(), "the acknowledged lock survived: {busy}");
+    held.release().await.expect("released on the new master");
+    assert!(!lock_exists(&group, new_master, "kept").await);
+}

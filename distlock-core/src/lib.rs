@@ -181,9 +181,10 @@
 //! the promotion), so the acquire fails with [`Error::Unreplicated`] and a renewal does not
 //! extend the lease. A lock acknowledged before the failover is on the promoted replica: a
 //! renewed holder keeps it across `SENTINEL FAILOVER`, renews it on the new master and releases
-//! it there, and nobody else takes it meanwhile (tested). Without `min_replicas`, a lock taken
-//! on the master just before an unplanned failover can be lost, as with any asynchronous
-//! replica. Keep the lease long enough to outlast the failover when `min_replicas` is set: with
+//! it there, and nobody else takes it meanwhile (tested). When the master dies, the client
+//! reaches the replica the sentinels promote by itself, and a lock the replica had
+//! acknowledged is still held there (tested); without `min_replicas`, a lock taken on the
+//! master just before an unplanned failover can be lost, as with any asynchronous replica. Keep the lease long enough to outlast the failover when `min_replicas` is set: with
 //! one replica, the new master has none until the old one rejoins (about ten seconds with
 //! Sentinel's defaults), and until then every acquire is refused with
 //! [`Error::Unreplicated`] and renewals are not counted.

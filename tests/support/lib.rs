@@ -658,6 +658,37 @@ impl RedisSentinel {
         assert!(reply.contains("OK"), "SENTINEL FAILOVER: {reply}");
     }
 
+    /// Kills the master (`SIGKILL`) and returns, once every sentinel names the promoted
+    /// replica and it says it is a master (an unplanned failover: the sentinels wait for their
+    /// `down-after-milliseconds`, 5 s, then elect a leader), the new master's port.
+    pub fn kill_master(&mut self) -> u16 {
+        let old = self.master_port();
+        let new = self.replica().port();
+        self.servers
+            .iter_mut()
+            .find(|s| s.port() == old)
+            .expect("the master")
+            .kill();
+        let deadline = std::time::Instant::now() + Duration::from_secs(40);
+        loop {
+            let named = self.sentinels.iter().all(|s| {
+                let addr = cli(
+                    s.port,
+                    &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", Self::SERVICE],
+                );
+                addr.lines().nth(1) == Some(&new.to_string())
+            });
+            if named && cli(new, &["ROLE"]).lines().next() == Some("master") {
+                return new;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the sentinels did not promote the replica"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// `SENTINEL FAILOVER`, returned once it is over (see
     /// [`RedisSentinel::wait_until_settled`]); the new master's port.
     pub fn failover(&self) -> u16 {
