@@ -179,7 +179,7 @@ impl LockBuilder {
         let client = self.resolve()?;
         let config = client.config();
         let ttl = self.ttl.unwrap_or(config.default_ttl);
-        check_ttl(&format!("the ttl of lock `{}`", self.name), ttl)?;
+        check_ttl(|| format!("the ttl of lock `{}`", self.name), ttl)?;
         if let Some(min) = self.min_hold.filter(|&m| m > MAX_TTL) {
             return Err(Error::InvalidConfig {
                 reason: format!(
@@ -206,9 +206,9 @@ impl LockBuilder {
             fenced: self.fenced,
             min_replicas,
         };
-        let keys = Arc::new(LockKeys::new(&config.key_prefix, self.name)?);
+        let keys = LockKeys::new(&config.key_prefix, &self.name)?;
         let span =
-            tracing::debug_span!("distlock.acquire", key = %keys.name, ttl_ms = millis_ceil(ttl));
+            tracing::debug_span!("distlock.acquire", key = %keys.name(), ttl_ms = millis_ceil(ttl));
         if span.is_disabled() {
             acquire(client, keys, terms).await
         } else {
@@ -229,16 +229,18 @@ struct Terms {
     min_replicas: usize,
 }
 
-async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<LockGuard, Error> {
+async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGuard, Error> {
     let started = Instant::now();
-    if let Some(outer) = context::reentry(client.identity(), &keys.name) {
+    if let Some(outer) = context::reentry(client.identity(), keys.name()) {
         return reenter(outer, &terms, started).await;
     }
     let give_up = terms.wait.map(|w| deadline_after(started, w));
-    let hold = Hold::new(client.clone(), keys.clone(), client.new_owner());
+    let owner = client.new_owner();
+    let hold = Hold::new(client.clone(), keys, owner);
+    let keys = &hold.keys;
     let mut subscription: Option<Subscription> = None;
     // Tasks of this client already wait for the lock: queue behind them instead of barging.
-    let mut queue_first = give_up.is_some() && client.has_waiters(&keys.channel);
+    let mut queue_first = give_up.is_some() && client.has_waiters(keys.channel());
     loop {
         let mut pttl = None;
         if !std::mem::take(&mut queue_first) {
@@ -261,7 +263,7 @@ async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<Lo
                 Acquired::Busy { pttl: left } => pttl = left,
                 Acquired::Incompatible => {
                     return Err(Error::Incompatible {
-                        key: keys.name.clone(),
+                        key: keys.name().to_owned(),
                     })
                 }
             }
@@ -275,7 +277,7 @@ async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<Lo
             };
             tracing::debug!(waited_ms = millis_ceil(waited), "busy");
             Err(Error::Busy {
-                key: keys.name.clone(),
+                key: keys.name().to_owned(),
                 waited,
             })
         };
@@ -286,7 +288,7 @@ async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<Lo
             // Subscribed and at the head of the queue: try again at once, the lock may have
             // been released meanwhile.
             None => {
-                let sub = subscription.insert(client.subscribe(&keys.channel, &keys.name).await?);
+                let sub = subscription.insert(client.subscribe(keys.channel(), keys.name()).await?);
                 if !sub.take_turn(give_up).await {
                     return busy();
                 }
@@ -307,7 +309,7 @@ async fn acquire(client: Client, keys: Arc<LockKeys>, terms: Terms) -> Result<Lo
 /// A take that too few replicas acknowledged: released again (in the background if the
 /// release cannot be answered now), and the error that says how many did.
 async fn unreplicated(hold: Hold, acknowledged: usize, required: usize) -> Error {
-    let key = hold.keys.name.clone();
+    let key = hold.keys.name().to_owned();
     tracing::warn!(%key, acknowledged, required, "too few replicas acknowledged the lock; releasing it");
     // Armed until the release is answered: cancelled or failed, it runs in the background.
     let mut pending = ReleaseOnDrop::new(hold.clone());
@@ -330,11 +332,11 @@ async fn unreplicated(hold: Hold, acknowledged: usize, required: usize) -> Error
 /// gone the re-entry fails with [`Error::Lost`] and the outer hold is marked lost too: a lost
 /// lock is never re-created under its old owner.
 async fn reenter(outer: Outer, terms: &Terms, started: Instant) -> Result<LockGuard, Error> {
-    let name = &outer.hold.keys.name;
+    let name = outer.hold.keys.name();
     // Re-entering a hold that is known lost: no round trip can make it ours again.
     if let Some(reason) = outer.lease.lost_reason() {
         return Err(Error::Lost {
-            key: name.clone(),
+            key: name.to_owned(),
             reason,
         });
     }
@@ -345,13 +347,13 @@ async fn reenter(outer: Outer, terms: &Terms, started: Instant) -> Result<LockGu
     }
     let client = &outer.hold.client;
     let items = [RenewItem {
-        key: outer.hold.keys.lock.as_str().into(),
-        value: outer.hold.value.clone(),
+        key: outer.hold.keys.lock().into(),
+        value: outer.hold.value.as_str().into(),
         ttl: terms.ttl,
     }];
     let id = client.new_request_id();
     let call = RenewCall {
-        id: &id,
+        id: id.as_bytes(),
         items: &items,
         wait: client.replica_wait(terms.min_replicas),
     };
@@ -369,7 +371,7 @@ async fn reenter(outer: Outer, terms: &Terms, started: Instant) -> Result<LockGu
         // extension is not durable enough.
         Some(Renewed::Yes) if acked.unwrap_or(0) < terms.min_replicas => {
             return Err(Error::Unreplicated {
-                key: name.clone(),
+                key: name.to_owned(),
                 acknowledged: acked.unwrap_or(0),
                 required: terms.min_replicas,
             });
@@ -385,7 +387,7 @@ async fn reenter(outer: Outer, terms: &Terms, started: Instant) -> Result<LockGu
         tracing::warn!(key = %name, %reason, "re-entry found the outer hold gone: lock lost");
     }
     Err(Error::Lost {
-        key: name.clone(),
+        key: name.to_owned(),
         reason,
     })
 }
@@ -410,11 +412,11 @@ fn into_guard(
     let renewal = terms.renew.then(|| {
         hold.client.start_renewal(Renewal {
             item: RenewItem {
-                key: hold.keys.lock.as_str().into(),
-                value: hold.value.clone(),
+                key: hold.keys.lock().into(),
+                value: hold.value.as_str().into(),
                 ttl: terms.ttl,
             },
-            name: hold.keys.name.as_str().into(),
+            name: hold.keys.name().into(),
             replicas: terms.min_replicas,
             hold_until: terms.max_hold.map(|cap| deadline_after(sent_at, cap)),
             lease: lease.clone(),
@@ -439,15 +441,15 @@ async fn try_acquire(
     wait: bool,
 ) -> Result<(Acquired, Option<usize>), Error> {
     let client = &hold.client;
-    let name = &hold.keys.name;
+    let name = hold.keys.name();
     let id = client.new_request_id();
     let replicas = client.replica_wait(terms.min_replicas);
     let send = || async {
         if terms.fenced {
             let call = FencedAcquireCall {
                 keys: &hold.keys,
-                value: &hold.value,
-                id: &id,
+                value: hold.value.as_bytes(),
+                id: id.as_bytes(),
                 ttl: terms.ttl,
                 retention: client.config().fence_retention,
                 wait: replicas,
@@ -456,8 +458,8 @@ async fn try_acquire(
         } else {
             let call = AcquireCall {
                 keys: &hold.keys,
-                value: &hold.value,
-                id: &id,
+                value: hold.value.as_bytes(),
+                id: id.as_bytes(),
                 ttl: terms.ttl,
                 want_pttl: wait,
                 wait: replicas,

@@ -152,15 +152,15 @@ impl Client {
     /// A fresh lock value for one acquisition: the protocol tag, 128 random bits of the client
     /// and a counter (`d2:<hex id>:<hex n>`), unique across processes. It is the owner check of
     /// every release and renewal.
-    pub(crate) fn new_owner(&self) -> Arc<str> {
+    pub(crate) fn new_owner(&self) -> ShortId {
         let n = self.inner.next.fetch_add(1, Ordering::Relaxed);
-        id_with_counter(&self.inner.id, b':', n)
+        ShortId::with_counter(&self.inner.id, b':', n)
     }
 
     /// A fresh request id, unique within this client (`r<hex n>`): every reply echoes it.
-    pub(crate) fn new_request_id(&self) -> Arc<str> {
+    pub(crate) fn new_request_id(&self) -> ShortId {
         let n = self.inner.next.fetch_add(1, Ordering::Relaxed);
-        id_with_counter("", b'r', n)
+        ShortId::with_counter("", b'r', n)
     }
 
     /// Starts renewing a lease in the watchdog; returns the id to stop it with.
@@ -317,31 +317,70 @@ async fn preload_scripts(mut conn: Link, timeout: Duration) -> Result<(), redis:
     Ok(())
 }
 
-/// `<prefix><sep><n in hex>` as one allocation (ids are made on every acquire).
-fn id_with_counter(prefix: &str, sep: u8, n: u64) -> Arc<str> {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut buf = [0u8; 64];
-    let head = prefix.len().min(buf.len() - 18);
-    buf[..head].copy_from_slice(&prefix.as_bytes()[..head]);
-    buf[head] = sep;
-    let mut len = head + 1;
-    let digits = (64 - n.leading_zeros()).div_ceil(4).max(1);
-    for i in (0..digits).rev() {
-        buf[len] = HEX[((n >> (i * 4)) & 0xf) as usize];
-        len += 1;
+/// An owner or request id, made on every acquire and release: kept inline (no allocation).
+#[derive(Clone, Copy)]
+pub(crate) struct ShortId {
+    len: u8,
+    buf: [u8; ShortId::CAPACITY],
+}
+
+impl ShortId {
+    /// The longest id: `d2:` + 32 hex digits of the client id + `:` + 16 hex digits.
+    const CAPACITY: usize = 56;
+
+    /// `<prefix><sep><n in hex>` (a prefix longer than 38 bytes is cut, which the client's own
+    /// ids never are).
+    fn with_counter(prefix: &str, sep: u8, n: u64) -> ShortId {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut buf = [0u8; ShortId::CAPACITY];
+        let head = prefix.len().min(ShortId::CAPACITY - 17);
+        buf[..head].copy_from_slice(&prefix.as_bytes()[..head]);
+        buf[head] = sep;
+        let mut len = head + 1;
+        let digits = (64 - n.leading_zeros()).div_ceil(4).max(1);
+        for i in (0..digits).rev() {
+            buf[len] = HEX[((n >> (i * 4)) & 0xf) as usize];
+            len += 1;
+        }
+        ShortId {
+            len: len as u8,
+            buf,
+        }
     }
-    // Only ASCII was written.
-    Arc::from(std::str::from_utf8(&buf[..len]).unwrap_or("h0"))
+}
+
+impl ShortId {
+    /// The id's bytes (ASCII), as it goes on the wire.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.buf[..usize::from(self.len)]
+    }
+
+    /// The id as text (only ASCII is ever written, see `with_counter`).
+    pub(crate) fn as_str(&self) -> &str {
+        std::str::from_utf8(self.as_bytes()).unwrap_or("")
+    }
+}
+
+impl fmt::Debug for ShortId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::id_with_counter;
+    use super::ShortId;
 
     #[test]
     fn ids_are_prefix_separator_and_hex_counter() {
-        assert_eq!(&*id_with_counter("abc", b':', 0), "abc:0");
-        assert_eq!(&*id_with_counter("abc", b':', 255), "abc:ff");
-        assert_eq!(&*id_with_counter("", b'h', u64::MAX), "hffffffffffffffff");
+        assert_eq!(ShortId::with_counter("abc", b':', 0).as_str(), "abc:0");
+        assert_eq!(ShortId::with_counter("abc", b':', 255).as_str(), "abc:ff");
+        assert_eq!(
+            ShortId::with_counter("", b'h', u64::MAX).as_bytes(),
+            b"hffffffffffffffff"
+        );
+        let client = format!("d2:{}", "f".repeat(32));
+        let owner = ShortId::with_counter(&client, b':', u64::MAX);
+        assert_eq!(owner.as_str(), format!("{client}:{}", "f".repeat(16)));
     }
 }

@@ -307,7 +307,7 @@ impl Config {
                 reason: reason.into(),
             })
         };
-        check_ttl("default_ttl", self.default_ttl)?;
+        check_ttl(|| "default_ttl", self.default_ttl)?;
         if self.fence_retention > MAX_TTL {
             return invalid("fence_retention must be at most 30 days");
         }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::backend::{Backend, Link};
 use crate::background::Background;
 use crate::error::is_error_reply;
-use crate::scripts::Call;
+use crate::scripts::{echoes, Call};
 use crate::sync;
 
 /// Why a script call failed.
@@ -69,16 +69,18 @@ impl Connection {
         // Polled on the caller's runtime: the driver lives wherever the connection was last
         // (re)made. If that runtime is gone, the call fails as a dropped connection and the
         // connection manager reconnects from the runtime that is asking (see `background`).
-        let run = request.send::<C::Raw, _>(&mut conn, call.request_id(), wait);
+        let run = request.send::<C::Raw, _>(&mut conn, wait);
         let reply = tokio::time::timeout(timeout, run).await;
         match reply {
-            Ok(Ok(sent)) if sent.echoed == call.request_id() => match call.decode(sent.raw) {
-                Some(reply) => Ok((reply, sent.acked)),
-                None => {
-                    self.retire(generation);
-                    Err(CallError::Redis(desync_error()))
+            Ok(Ok(sent)) if echoes(&sent.echoed, call.request_id()) => {
+                match call.decode(sent.raw) {
+                    Some(reply) => Ok((reply, sent.acked)),
+                    None => {
+                        self.retire(generation);
+                        Err(CallError::Redis(desync_error()))
+                    }
                 }
-            },
+            }
             Ok(Ok(_)) => {
                 self.retire(generation);
                 Err(CallError::Redis(desync_error()))

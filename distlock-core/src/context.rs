@@ -94,7 +94,7 @@ pub(crate) fn reentry(client: usize, name: &str) -> Option<Outer> {
     let innermost = current();
     let mut cursor = innermost.as_ref();
     while let Some(Frame(data)) = cursor {
-        if data.client == client && data.hold.keys.name == name {
+        if data.client == client && data.hold.keys.name() == name {
             return Some(Outer {
                 hold: data.hold.clone(),
                 token: data.token,

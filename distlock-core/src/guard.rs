@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::client::Client;
+use crate::client::{Client, ShortId};
 use crate::error::{Error, LossReason, Operation};
 use crate::keys::LockKeys;
 use crate::lease::{millis_ceil, Lease};
@@ -23,9 +23,9 @@ pub(crate) struct Hold(Arc<HoldState>);
 
 pub(crate) struct HoldState {
     pub(crate) client: Client,
-    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) keys: LockKeys,
     /// The lock's value in Redis (`d2:<owner>`): the owner check of release and renewal.
-    pub(crate) value: Arc<str>,
+    pub(crate) value: ShortId,
     /// `min_hold`: releasing earlier leaves the lock to expire at this instant (set once, by
     /// the outer hold).
     keep_until: OnceLock<Instant>,
@@ -42,7 +42,7 @@ impl std::ops::Deref for Hold {
 
 impl Hold {
     /// A new acquisition with one hold.
-    pub(crate) fn new(client: Client, keys: Arc<LockKeys>, value: Arc<str>) -> Self {
+    pub(crate) fn new(client: Client, keys: LockKeys, value: ShortId) -> Self {
         Hold(Arc::new(HoldState {
             client,
             keys,
@@ -77,7 +77,7 @@ impl Hold {
     pub(crate) async fn release(&self, ours_until: Option<Instant>) -> Result<Released, Error> {
         match self.release_once().await {
             Err(error) if error.is_connection_failure() => {
-                tracing::debug!(%error, key = %self.keys.name, "release reply lost; retrying");
+                tracing::debug!(%error, key = %self.keys.name(), "release reply lost; retrying");
                 let sent_in_lease = ours_until.is_some_and(|until| Instant::now() < until);
                 self.release_once().await.map(|found| match found {
                     Released::Absent => Released::Yes,
@@ -100,13 +100,13 @@ impl Hold {
         let id = self.client.new_request_id();
         let call = ReleaseCall {
             keys: &self.keys,
-            value: &self.value,
-            id: &id,
+            value: self.value.as_bytes(),
+            id: id.as_bytes(),
             keep: self.keep(),
             sharded: self.client.sharded_pubsub(),
         };
         self.client
-            .call(Operation::Release, &self.keys.name, &call)
+            .call(Operation::Release, self.keys.name(), &call)
             .await
     }
 }
@@ -168,9 +168,9 @@ fn release_later(hold: Hold) {
     let client = hold.client.clone();
     client.spawn_cleanup(async move {
         match hold.release(None).await {
-            Ok(_) => tracing::debug!(key = %hold.keys.name, "released in background"),
+            Ok(_) => tracing::debug!(key = %hold.keys.name(), "released in background"),
             Err(error) => {
-                tracing::warn!(key = %hold.keys.name, %error, "background release failed; the lock expires at its ttl")
+                tracing::warn!(key = %hold.keys.name(), %error, "background release failed; the lock expires at its ttl")
             }
         }
     });
@@ -225,7 +225,7 @@ impl LockGuard {
 
     /// The lock's name, as passed to [`crate::lock`].
     pub fn name(&self) -> &str {
-        &self.hold().keys.name
+        self.hold().keys.name()
     }
 
     /// The fencing token, if the lock was taken with [`LockBuilder::fenced`](crate::LockBuilder::fenced):
@@ -287,11 +287,12 @@ impl LockGuard {
     ///
     /// If this future is dropped before Redis answers, the release finishes in the background.
     pub async fn release(self) -> Result<(), Error> {
-        let key = self.name().to_owned();
+        let hold = self.hold().clone();
+        let key = || hold.keys.name().to_owned();
         match self.finish().await? {
             Released::Yes => Ok(()),
-            Released::OtherOwner | Released::Absent => Err(Error::NotOwner { key }),
-            Released::Incompatible => Err(Error::Incompatible { key }),
+            Released::OtherOwner | Released::Absent => Err(Error::NotOwner { key: key() }),
+            Released::Incompatible => Err(Error::Incompatible { key: key() }),
         }
     }
 
@@ -318,13 +319,13 @@ impl LockGuard {
         }
         if let Some(reason) = lost_before {
             return Err(Error::Lost {
-                key: hold.keys.name.clone(),
+                key: hold.keys.name().to_owned(),
                 reason,
             });
         }
         let released = released?;
         if released == Released::Yes {
-            tracing::debug!(key = %hold.keys.name, held_ms = millis_ceil(self.acquired_at.elapsed()), "released");
+            tracing::debug!(key = %hold.keys.name(), held_ms = millis_ceil(self.acquired_at.elapsed()), "released");
         }
         Ok(released)
     }
@@ -349,7 +350,7 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("LockGuard");
         if let Some(hold) = self.cleanup.hold() {
-            d.field("name", &hold.keys.name);
+            d.field("name", &hold.keys.name());
         }
         d.field("token", &self.token)
             .field("reentry", &self.reentry)

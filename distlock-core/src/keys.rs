@@ -1,7 +1,7 @@
-//! Redis key layout of one lock: lock hash, fencing floor and release channel, all in one slot.
+//! Redis key layout of one lock: lock key, fencing floor and release channel, all in one slot.
 //!
 //! For a lock named `order:42` under the prefix `distlock` the keys are
-//! `distlock:{order:42}` (the lock hash), `distlock:{order:42}:fence` (the fencing floor) and
+//! `distlock:{order:42}` (the lock), `distlock:{order:42}:fence` (the fencing floor) and
 //! `distlock:{order:42}:released` (the release channel). Redis Cluster hashes only the text
 //! between the first `{` and the next `}`; the prefix may not contain braces and the name may
 //! not contain `}`, so that text is exactly the lock name for all three keys: they always share
@@ -12,37 +12,61 @@ use crate::error::Error;
 /// Longest accepted lock name, in bytes.
 pub const MAX_NAME_LEN: usize = 1024;
 
-/// The Redis keys of one lock.
+/// The Redis keys of one lock, in one buffer: `prefix:{name}:released`, whose prefix up to the
+/// closing brace is the lock key and whose middle is the name (one allocation per acquire; the
+/// fence key, needed only by fenced acquires, is made when asked for).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {
-    pub(crate) name: String,
-    pub(crate) lock: String,
-    pub(crate) fence: String,
-    pub(crate) channel: String,
+    /// `prefix:{name}:released`.
+    text: String,
+    /// Where the name starts (after `prefix:{`).
+    name_at: usize,
+    /// Where the lock key ends (after the `}`).
+    lock_end: usize,
 }
 
+/// The release channel's suffix.
+const CHANNEL_SUFFIX: &str = ":released";
+
 impl LockKeys {
-    pub(crate) fn new(prefix: &str, name: String) -> Result<Self, Error> {
-        validate_name(&name)?;
-        let mut lock = String::with_capacity(prefix.len() + name.len() + 3);
-        lock.push_str(prefix);
-        lock.push_str(":{");
-        lock.push_str(&name);
-        lock.push('}');
-        let suffixed = |suffix: &str| {
-            let mut key = String::with_capacity(lock.len() + suffix.len());
-            key.push_str(&lock);
-            key.push_str(suffix);
-            key
-        };
-        let fence = suffixed(":fence");
-        let channel = suffixed(":released");
+    pub(crate) fn new(prefix: &str, name: &str) -> Result<Self, Error> {
+        validate_name(name)?;
+        let mut text = String::with_capacity(prefix.len() + name.len() + 3 + CHANNEL_SUFFIX.len());
+        text.push_str(prefix);
+        text.push_str(":{");
+        let name_at = text.len();
+        text.push_str(name);
+        text.push('}');
+        let lock_end = text.len();
+        text.push_str(CHANNEL_SUFFIX);
         Ok(LockKeys {
-            name,
-            lock,
-            fence,
-            channel,
+            text,
+            name_at,
+            lock_end,
         })
+    }
+
+    /// The lock's name, as the user gave it.
+    pub(crate) fn name(&self) -> &str {
+        &self.text[self.name_at..self.lock_end - 1]
+    }
+
+    /// The lock key, `prefix:{name}`.
+    pub(crate) fn lock(&self) -> &str {
+        &self.text[..self.lock_end]
+    }
+
+    /// The release channel, `prefix:{name}:released`.
+    pub(crate) fn channel(&self) -> &str {
+        &self.text
+    }
+
+    /// The fencing floor key, `prefix:{name}:fence`.
+    pub(crate) fn fence(&self) -> String {
+        let mut key = String::with_capacity(self.lock_end + 6);
+        key.push_str(self.lock());
+        key.push_str(":fence");
+        key
     }
 }
 
@@ -117,14 +141,15 @@ mod tests {
 
     #[test]
     fn layout_shares_one_tag() {
-        let k = LockKeys::new("distlock", "order:42".into()).unwrap();
-        assert_eq!(k.lock, "distlock:{order:42}");
-        assert_eq!(k.fence, "distlock:{order:42}:fence");
-        assert_eq!(k.channel, "distlock:{order:42}:released");
-        let slot = hash_slot(k.lock.as_bytes());
+        let k = LockKeys::new("distlock", "order:42").unwrap();
+        assert_eq!(k.name(), "order:42");
+        assert_eq!(k.lock(), "distlock:{order:42}");
+        assert_eq!(k.fence(), "distlock:{order:42}:fence");
+        assert_eq!(k.channel(), "distlock:{order:42}:released");
+        let slot = hash_slot(k.lock().as_bytes());
         assert_eq!(slot, hash_slot(b"order:42"));
-        assert_eq!(slot, hash_slot(k.fence.as_bytes()));
-        assert_eq!(slot, hash_slot(k.channel.as_bytes()));
+        assert_eq!(slot, hash_slot(k.fence().as_bytes()));
+        assert_eq!(slot, hash_slot(k.channel().as_bytes()));
     }
 
     #[test]
@@ -139,13 +164,13 @@ mod tests {
     fn rejects_bad_names() {
         for bad in ["", "a{b", "a}b"] {
             assert!(matches!(
-                LockKeys::new("p", bad.into()),
+                LockKeys::new("p", bad),
                 Err(Error::InvalidKey { .. })
             ));
         }
         let long = "x".repeat(MAX_NAME_LEN + 1);
-        let err = LockKeys::new("p", long).unwrap_err();
+        let err = LockKeys::new("p", &long).unwrap_err();
         assert!(err.to_string().contains("1025 bytes"), "{err}");
-        assert!(LockKeys::new("p", "x".repeat(MAX_NAME_LEN)).is_ok());
+        assert!(LockKeys::new("p", &"x".repeat(MAX_NAME_LEN)).is_ok());
     }
 }

@@ -1,13 +1,16 @@
 //! The holder's view of a lease: until when the lock is guaranteed, and whether it was lost;
 //! and the limits every lease duration is checked against.
 
+use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::{Error, LossReason};
+use crate::sync;
 
 /// The shortest lease (`ttl`) a lock accepts: 100 ms.
 ///
@@ -57,11 +60,15 @@ pub(crate) fn millis_ceil(d: Duration) -> u64 {
 }
 
 /// Checks a lease-like duration against [`MIN_TTL`]`..=`[`MAX_TTL`].
-pub(crate) fn check_ttl(what: &str, ttl: Duration) -> Result<(), Error> {
+pub(crate) fn check_ttl<S: fmt::Display>(
+    what: impl FnOnce() -> S,
+    ttl: Duration,
+) -> Result<(), Error> {
     if ttl < MIN_TTL || ttl > MAX_TTL {
         return Err(Error::InvalidConfig {
             reason: format!(
-                "{what} is {ttl:?}, but it must be between {MIN_TTL:?} and {MAX_TTL:?} (30 days)"
+                "{} is {ttl:?}, but it must be between {MIN_TTL:?} and {MAX_TTL:?} (30 days)",
+                what()
             ),
         });
     }
@@ -77,7 +84,9 @@ struct LeaseState {
 /// Shared by a guard and the watchdog: the lease deadline and the loss flag.
 #[derive(Debug)]
 pub(crate) struct Lease {
-    state: watch::Sender<LeaseState>,
+    state: Mutex<LeaseState>,
+    /// Woken on every change of `state` (waiters of [`Lease::lost`]).
+    changed: Notify,
     /// True while the watchdog renews this lease: a passed deadline then means Redis could not
     /// be reached; otherwise the lease simply elapsed.
     renewing: AtomicBool,
@@ -92,10 +101,11 @@ pub(crate) struct Lease {
 impl Lease {
     pub(crate) fn new(deadline: Instant, renewing: bool) -> Self {
         Lease {
-            state: watch::Sender::new(LeaseState {
+            state: Mutex::new(LeaseState {
                 deadline,
                 lost: None,
             }),
+            changed: Notify::new(),
             renewing: AtomicBool::new(renewing),
             refused: AtomicBool::new(false),
             unreplicated: AtomicBool::new(false),
@@ -104,7 +114,7 @@ impl Lease {
 
     /// Moves the deadline later (never earlier); no effect once lost.
     pub(crate) fn extend(&self, deadline: Instant) {
-        self.state.send_if_modified(|s| {
+        self.update(|s| {
             if s.lost.is_none() && deadline > s.deadline {
                 s.deadline = deadline;
                 true
@@ -114,9 +124,22 @@ impl Lease {
         });
     }
 
+    /// Applies `change` to the state; wakes the waiters of [`Lease::lost`] if it returns true.
+    fn update(&self, change: impl FnOnce(&mut LeaseState) -> bool) -> bool {
+        let changed = change(&mut sync::lock(&self.state));
+        if changed {
+            self.changed.notify_waiters();
+        }
+        changed
+    }
+
+    fn state(&self) -> LeaseState {
+        *sync::lock(&self.state)
+    }
+
     /// Marks the lease lost (the first reason wins). Returns true if this call marked it.
     pub(crate) fn mark_lost(&self, reason: LossReason) -> bool {
-        self.state.send_if_modified(|s| {
+        self.update(|s| {
             if s.lost.is_none() {
                 s.lost = Some(reason);
                 true
@@ -142,18 +165,18 @@ impl Lease {
     }
 
     pub(crate) fn deadline(&self) -> Instant {
-        self.state.borrow().deadline
+        self.state().deadline
     }
 
     /// Why the lease is lost, if it is (a passed deadline counts, and is recorded).
     pub(crate) fn lost_reason(&self) -> Option<LossReason> {
-        let s = *self.state.borrow();
+        let s = self.state();
         if s.lost.is_some() {
             return s.lost;
         }
         if Instant::now() >= s.deadline {
             self.mark_lost(self.elapsed_reason());
-            return self.state.borrow().lost;
+            return self.state().lost;
         }
         None
     }
@@ -172,9 +195,12 @@ impl Lease {
 
     /// Resolves when the lease is lost: marked by the watchdog, or its deadline passed.
     pub(crate) async fn lost(&self) -> LossReason {
-        let mut rx = self.state.subscribe();
         loop {
-            let s = *rx.borrow_and_update();
+            // Registered before the state is read: a change after the read wakes it.
+            let changed = self.changed.notified();
+            let mut changed = std::pin::pin!(changed);
+            changed.as_mut().enable();
+            let s = self.state();
             if let Some(reason) = s.lost {
                 return reason;
             }
@@ -185,14 +211,11 @@ impl Lease {
             }
             tokio::select! {
                 () = tokio::time::sleep_until(s.deadline) => {
-                    if self.state.borrow().deadline <= s.deadline {
+                    if self.state().deadline <= s.deadline {
                         self.mark_lost(self.elapsed_reason());
                     }
                 }
-                changed = rx.changed() => {
-                    // The sender lives in `self`, so it cannot be dropped while we wait.
-                    debug_assert!(changed.is_ok());
-                }
+                () = changed => {}
             }
         }
     }

@@ -265,11 +265,11 @@ async fn session(builder: LockBuilder, link: &Link) -> Result<(), Error> {
         Ok(Released::Absent) => LossReason::Expired,
         Err(Error::Lost { reason, .. }) => reason,
         Err(error) => {
-            tracing::warn!(key = %hold.keys.name, %error, "body finished inside its lease but the release failed; the lock expires at its ttl");
+            tracing::warn!(key = %hold.keys.name(), %error, "body finished inside its lease but the release failed; the lock expires at its ttl");
             return Ok(());
         }
     };
-    Err(lost(hold.keys.name.clone(), reason))
+    Err(lost(hold.keys.name().to_owned(), reason))
 }
 
 /// The lease was lost while the body ran (the body is gone): dropping the guard releases

@@ -211,7 +211,8 @@ pub(crate) static ALL: [&Lua; 3] = [&ACQUIRE_FENCED_SCRIPT, &RELEASE_SCRIPT, &RE
 pub(crate) enum Request {
     /// A script call whose reply is `{request id, value}`.
     Script(&'static Lua, Cmd),
-    /// Commands pipelined in one write; `ECHO <request id>` is appended when it is sent.
+    /// Commands pipelined in one write, ending with `ECHO <request id>` (and, before it, the
+    /// `WAIT` of the call's [`ReplicaWait`] if it has one): see [`finish_pipeline`].
     Pipeline(Pipeline),
 }
 
@@ -225,19 +226,18 @@ pub(crate) struct ReplicaWait {
 /// A reply as it came back: the echoed request id, the call's own reply, and how many replicas
 /// acknowledged the write (when the call asked, with [`ReplicaWait`]).
 pub(crate) struct Sent<T> {
-    pub(crate) echoed: String,
+    pub(crate) echoed: Value,
     pub(crate) raw: T,
     pub(crate) acked: Option<usize>,
 }
 
 impl Request {
-    /// Sends the request for the call whose id is `id` (a pipeline echoes it last), with a
-    /// `WAIT` after the write when `wait` is given, all in one write (so in a cluster the `WAIT`
-    /// goes with the key to the lock's own node, never broadcast).
+    /// Sends the request, with a `WAIT` after the write when `wait` is given, all in one write
+    /// (so in a cluster the `WAIT` goes with the key to the lock's own node, never broadcast).
+    /// A pipeline carries its `WAIT` and `ECHO` already ([`finish_pipeline`]).
     pub(crate) async fn send<T: FromRedisValue, C: ConnectionLike>(
         &self,
         conn: &mut C,
-        id: &str,
         wait: Option<ReplicaWait>,
     ) -> RedisResult<Sent<T>> {
         match (self, wait) {
@@ -270,11 +270,6 @@ impl Request {
                 })
             }
             (Request::Pipeline(pipe), wait) => {
-                let mut pipe = pipe.clone();
-                if let Some(wait) = wait {
-                    add_wait(&mut pipe, wait);
-                }
-                pipe.cmd("ECHO").arg(id);
                 let mut replies: Vec<Value> = pipe.query_async(conn).await?;
                 // An error reply is an error, except `WRONGTYPE`, which the call decodes (the
                 // key holds something that is not a lock of this protocol).
@@ -285,7 +280,6 @@ impl Request {
                     return Err(e.clone().into());
                 }
                 let echoed = replies.pop().unwrap_or(Value::Nil);
-                let echoed: String = redis::from_redis_value(echoed)?;
                 let acked = match wait {
                     Some(_) => Some(redis::from_redis_value(
                         replies.pop().ok_or_else(wrong_shape)?,
@@ -308,6 +302,25 @@ fn add_wait(pipe: &mut Pipeline, wait: ReplicaWait) {
         .arg(millis_ceil(wait.timeout).max(1));
 }
 
+/// Ends a call's pipeline: its `WAIT` (if any), then `ECHO <request id>`, whose reply comes
+/// last and says which request the replies answer.
+fn finish_pipeline(mut pipe: Pipeline, wait: Option<ReplicaWait>, id: &[u8]) -> Request {
+    if let Some(wait) = wait {
+        add_wait(&mut pipe, wait);
+    }
+    pipe.cmd("ECHO").arg(id);
+    Request::Pipeline(pipe)
+}
+
+/// True if `echoed` (the id a reply carries) is `id`: the reply answers this request.
+pub(crate) fn echoes(echoed: &Value, id: &[u8]) -> bool {
+    match echoed {
+        Value::BulkString(bytes) => bytes == id,
+        Value::SimpleString(text) => text.as_bytes() == id,
+        _ => false,
+    }
+}
+
 /// A reply with fewer parts than its request: it answers some other request.
 fn wrong_shape() -> redis::RedisError {
     redis::RedisError::from((
@@ -326,7 +339,7 @@ pub(crate) trait Call {
     /// The request to send.
     fn request(&self) -> Request;
     /// The id the reply must echo (a reply that echoes another answers another request).
-    fn request_id(&self) -> &str;
+    fn request_id(&self) -> &[u8];
     /// The replicas that must acknowledge this call's write (`WAIT`), if any.
     fn replica_wait(&self) -> Option<ReplicaWait> {
         None
@@ -350,9 +363,9 @@ pub(crate) enum Acquired {
 pub(crate) struct AcquireCall<'a> {
     pub(crate) keys: &'a LockKeys,
     /// `d2:<owner>`.
-    pub(crate) value: &'a str,
+    pub(crate) value: &'a [u8],
     /// The request id (unique within the client).
-    pub(crate) id: &'a str,
+    pub(crate) id: &'a [u8],
     pub(crate) ttl: Duration,
     /// Also ask for the holder's remaining ttl (the caller waits when the lock is busy).
     pub(crate) want_pttl: bool,
@@ -365,23 +378,23 @@ impl Call for AcquireCall<'_> {
     type Reply = Acquired;
 
     fn request(&self) -> Request {
-        let mut pipe = redis::pipe();
+        let mut pipe = redis::Pipeline::with_capacity(4);
         // Error replies stay in the reply (a `WRONGTYPE` says "not a lock of this protocol").
         pipe.ignore_errors();
         pipe.cmd("SET")
-            .arg(&self.keys.lock)
+            .arg(self.keys.lock())
             .arg(self.value)
             .arg("NX")
             .arg("PX")
             .arg(millis_ceil(self.ttl))
             .arg("GET");
         if self.want_pttl {
-            pipe.cmd("PTTL").arg(&self.keys.lock);
+            pipe.cmd("PTTL").arg(self.keys.lock());
         }
-        Request::Pipeline(pipe)
+        finish_pipeline(pipe, self.wait, self.id)
     }
 
-    fn request_id(&self) -> &str {
+    fn request_id(&self) -> &[u8] {
         self.id
     }
 
@@ -391,12 +404,14 @@ impl Call for AcquireCall<'_> {
 
     fn decode(&self, raw: Vec<Value>) -> Option<Acquired> {
         let mut raw = raw.into_iter();
-        let previous: Option<String> = match raw.next()? {
+        let previous: Option<Vec<u8>> = match raw.next()? {
             // `SET ... GET` on a key of another type: a lock of an older distlock (a hash).
             Value::ServerError(e) if e.code() == "WRONGTYPE" => {
                 return Some(Acquired::Incompatible)
             }
-            other => redis::from_redis_value(other).ok()?,
+            Value::Nil => None,
+            Value::BulkString(bytes) => Some(bytes),
+            _ => return None,
         };
         let pttl = match raw.next() {
             Some(pttl) => Some(redis::from_redis_value::<i64>(pttl).ok()?),
@@ -408,7 +423,7 @@ impl Call for AcquireCall<'_> {
         Some(match previous {
             None => Acquired::Taken { token: None },
             Some(v) if v == self.value => Acquired::Taken { token: None },
-            Some(v) if v.starts_with(VERSION_TAG) => Acquired::Busy { pttl },
+            Some(v) if v.starts_with(VERSION_TAG.as_bytes()) => Acquired::Busy { pttl },
             Some(_) => Acquired::Incompatible,
         })
     }
@@ -418,9 +433,9 @@ impl Call for AcquireCall<'_> {
 pub(crate) struct FencedAcquireCall<'a> {
     pub(crate) keys: &'a LockKeys,
     /// `d2:<owner>`.
-    pub(crate) value: &'a str,
+    pub(crate) value: &'a [u8],
     /// The request id (unique within the client).
-    pub(crate) id: &'a str,
+    pub(crate) id: &'a [u8],
     pub(crate) ttl: Duration,
     /// How long the fence floor is kept (at least the ttl).
     pub(crate) retention: Duration,
@@ -435,8 +450,8 @@ impl Call for FencedAcquireCall<'_> {
     fn request(&self) -> Request {
         let mut cmd = ACQUIRE_FENCED_SCRIPT.evalsha();
         cmd.arg(2)
-            .arg(&self.keys.lock)
-            .arg(&self.keys.fence)
+            .arg(self.keys.lock())
+            .arg(self.keys.fence())
             .arg(self.value)
             .arg(millis_ceil(self.ttl))
             .arg(millis_ceil(self.retention.max(self.ttl)))
@@ -444,7 +459,7 @@ impl Call for FencedAcquireCall<'_> {
         Request::Script(&ACQUIRE_FENCED_SCRIPT, cmd)
     }
 
-    fn request_id(&self) -> &str {
+    fn request_id(&self) -> &[u8] {
         self.id
     }
 
@@ -481,9 +496,9 @@ pub(crate) enum Released {
 pub(crate) struct ReleaseCall<'a> {
     pub(crate) keys: &'a LockKeys,
     /// `d2:<owner>`.
-    pub(crate) value: &'a str,
+    pub(crate) value: &'a [u8],
     /// The request id (unique within the client).
-    pub(crate) id: &'a str,
+    pub(crate) id: &'a [u8],
     /// `min_hold` not reached yet: leave the lock to expire after this long (zero: delete it).
     pub(crate) keep: Duration,
     /// Notify waiters through sharded pub/sub (a cluster).
@@ -497,8 +512,8 @@ impl Call for ReleaseCall<'_> {
     fn request(&self) -> Request {
         let mut cmd = RELEASE_SCRIPT.evalsha();
         cmd.arg(2)
-            .arg(&self.keys.lock)
-            .arg(&self.keys.channel)
+            .arg(self.keys.lock())
+            .arg(self.keys.channel())
             .arg(self.value)
             .arg(self.id)
             .arg(millis_ceil(self.keep))
@@ -506,7 +521,7 @@ impl Call for ReleaseCall<'_> {
         Request::Script(&RELEASE_SCRIPT, cmd)
     }
 
-    fn request_id(&self) -> &str {
+    fn request_id(&self) -> &[u8] {
         self.id
     }
 
@@ -532,7 +547,7 @@ pub(crate) struct RenewItem {
 
 /// [`RENEW`] of a batch of leases.
 pub(crate) struct RenewCall<'a> {
-    pub(crate) id: &'a str,
+    pub(crate) id: &'a [u8],
     pub(crate) items: &'a [RenewItem],
     /// Replicas that must acknowledge the renewal (`min_replicas`).
     pub(crate) wait: Option<ReplicaWait>,
@@ -568,7 +583,7 @@ impl Call for RenewCall<'_> {
         Request::Script(&RENEW_SCRIPT, cmd)
     }
 
-    fn request_id(&self) -> &str {
+    fn request_id(&self) -> &[u8] {
         self.id
     }
 

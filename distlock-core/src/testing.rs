@@ -169,8 +169,7 @@ impl TestRedis {
     ///
     /// As [`TestRedis::is_locked`].
     pub async fn is_locked_under(&self, prefix: &str, name: &str) -> bool {
-        let keys = LockKeys::new(prefix, name.to_owned())
-            .unwrap_or_else(|e| panic!("distlock::testing: {e}"));
+        let keys = LockKeys::new(prefix, name).unwrap_or_else(|e| panic!("distlock::testing: {e}"));
         let client = redis::Client::open(self.url.as_str())
             .unwrap_or_else(|e| panic!("distlock::testing: {e}"));
         let mut conn = client
@@ -178,10 +177,10 @@ impl TestRedis {
             .await
             .unwrap_or_else(|e| panic!("distlock::testing: cannot connect to {}: {e}", self.url));
         let exists: bool = redis::cmd("EXISTS")
-            .arg(&keys.lock)
+            .arg(keys.lock())
             .query_async(&mut conn)
             .await
-            .unwrap_or_else(|e| panic!("distlock::testing: EXISTS {}: {e}", keys.lock));
+            .unwrap_or_else(|e| panic!("distlock::testing: EXISTS {}: {e}", keys.lock()));
         exists
     }
 }

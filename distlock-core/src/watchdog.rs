@@ -245,8 +245,9 @@ async fn run(shared: Arc<Shared>, conn: Arc<Connection>, batching: Batching) {
             let size = batching.size;
             for (items, holders) in group.items.chunks(size).zip(group.holders.chunks(size)) {
                 batches += 1;
+                let id = format!("b{batches}");
                 let call = RenewCall {
-                    id: &format!("b{batches}"),
+                    id: id.as_bytes(),
                     items,
                     wait,
                 };
