@@ -57,6 +57,23 @@ async fn acquire_release_and_busy_through_the_master_the_sentinels_name() {
     let again = b.lock("plain").acquire().await.expect("free again");
     again.release().await.unwrap();
 
+    // A `WAIT` longer than the response timeout is still answered (the call's bound includes
+    // the replica timeout): two replicas asked for, one there.
+    let patient = config(&group)
+        .response_timeout(Duration::from_millis(300))
+        .replica_timeout(Duration::from_millis(600))
+        .connect()
+        .await
+        .unwrap();
+    match patient.lock("patient").min_replicas(2).acquire().await {
+        Err(Error::Unreplicated {
+            acknowledged: 1,
+            required: 2,
+            ..
+        }) => {}
+        other => panic!("expected Unreplicated (1 of 2), got {other:?}"),
+    }
+
     // A service the sentinels do not know: the connect says so, naming it.
     let started = Instant::now();
     let error = Config::sentinel(group.sentinel_urls(), "no-such-service")

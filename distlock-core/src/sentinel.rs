@@ -208,13 +208,25 @@ impl Sentinels {
             .set_addr(addr)
             .set_redis_settings(self.master.clone().set_protocol(protocol));
         let mut config = self.connection_config();
-        if let Some(pushes) = pushes {
-            config = config.set_push_sender(pushes.clone());
+        match pushes {
+            Some(pushes) => config = config.set_push_sender(pushes.clone()),
+            // The command connection: `connection` bounds every call itself, a `WAIT` included
+            // (whose replica timeout may exceed the response timeout).
+            None => config = config.set_response_timeout(None),
         }
         let mut conn = (self.open)(info)?
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
-        let role: Value = redis::cmd("ROLE").query_async(&mut conn).await?;
+        let ask_role = redis::cmd("ROLE");
+        let role = ask_role.query_async::<Value>(&mut conn);
+        let role = tokio::time::timeout(self.response_timeout, role)
+            .await
+            .map_err(|_| {
+                RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("{host}:{port} did not answer ROLE"),
+                ))
+            })??;
         if is_master(&role) {
             Ok(conn)
         } else {
@@ -597,5 +609,44 @@ async fn watch_switches(sentinels: Weak<Sentinels>) {
                 _ => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles() {
+        let master = Value::Array(vec![
+            Value::BulkString(b"master".to_vec()),
+            Value::Int(0),
+            Value::Array(vec![]),
+        ]);
+        assert!(is_master(&master));
+        let replica = Value::Array(vec![
+            Value::BulkString(b"slave".to_vec()),
+            Value::BulkString(b"127.0.0.1".to_vec()),
+        ]);
+        assert!(!is_master(&replica));
+        assert!(!is_master(&Value::Nil));
+    }
+
+    #[test]
+    fn what_moves_a_command_connection() {
+        let dropped = RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "reset",
+        ));
+        assert!(follows_master_after(&dropped));
+        let readonly = redis::make_extension_error(
+            "READONLY".to_owned(),
+            Some("You can't write against a read only replica.".to_owned()),
+        );
+        assert!(follows_master_after(&readonly), "{readonly:?}");
+        let other = redis::make_extension_error("NOSCRIPT".to_owned(), None);
+        assert!(!follows_master_after(&other));
+        let refused = redis::make_extension_error("WRONGPASS".to_owned(), None);
+        assert!(is_refused_login(&refused) && !is_refused_login(&readonly));
     }
 }
