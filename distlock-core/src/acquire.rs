@@ -458,13 +458,13 @@ async fn try_acquire(
         } else {
             let call = AcquireCall {
                 keys: &hold.keys,
-                value: hold.value.as_bytes(),
+                owner: &hold.value,
                 id: id.as_bytes(),
                 ttl: terms.ttl,
                 want_pttl: wait,
                 wait: replicas,
             };
-            client.call_acked(Operation::Acquire, name, &call).await
+            client.take(name, &call).await
         }
     };
     // A dropped connection fails fast and the connection reconnects: retry once, with the same

@@ -9,11 +9,13 @@ use std::future::Future;
 
 use crate::backend::{Backend, Link};
 use crate::background::Background;
+use crate::batch::Batcher;
 use crate::config::Config;
 use crate::connection::{CallError, Connection};
 use crate::error::{Error, Operation};
 use crate::identity;
-use crate::scripts::{self, Call, ReplicaWait};
+use crate::ids::ShortId;
+use crate::scripts::{self, AcquireCall, Acquired, Call, ReleaseCall, Released, ReplicaWait};
 use crate::waiters::{Subscription, Waiters};
 use crate::watchdog::{Batching, Renewal, Watchdog};
 
@@ -32,6 +34,8 @@ struct Inner {
     name: Option<String>,
     config: Config,
     conn: Arc<Connection>,
+    /// Group commit of plain acquires and releases (standalone Redis; `None` in a cluster).
+    batcher: Option<Arc<Batcher>>,
     watchdog: Watchdog,
     waiters: Waiters,
     background: Background,
@@ -97,12 +101,20 @@ impl Client {
             background.clone(),
         );
         let sharded = backend.is_cluster();
+        let batcher = (!sharded).then(|| {
+            Arc::new(Batcher::new(
+                conn.clone(),
+                background.handle().clone(),
+                config.response_timeout,
+            ))
+        });
         tracing::debug!(url = %config.redacted_url(), client = ?name, "distlock client connected");
         Ok(Client {
             inner: Arc::new(Inner {
                 name,
                 config,
                 conn,
+                batcher,
                 watchdog,
                 waiters,
                 background,
@@ -218,20 +230,59 @@ impl Client {
         call: &C,
     ) -> Result<(C::Reply, Option<usize>), Error> {
         let after = self.inner.config.response_timeout;
-        let key = name;
-        match self.inner.conn.call(call, after).await {
-            Ok(value) => Ok(value),
+        self.inner
+            .conn
+            .call(call, after)
+            .await
+            .map_err(|e| self.call_error(op, name, e))
+    }
+
+    /// A plain acquire: grouped with others that arrive while one is in flight (see `batch`),
+    /// unless it asks for a `WAIT` (which must follow its own write) or the backend is a
+    /// cluster. With the number of replicas that acknowledged it, as [`Client::call_acked`].
+    pub(crate) async fn take(
+        &self,
+        name: &str,
+        call: &AcquireCall<'_>,
+    ) -> Result<(Acquired, Option<usize>), Error> {
+        match (&self.inner.batcher, call.wait) {
+            (Some(batcher), None) => batcher
+                .acquire(call)
+                .await
+                .map(|acquired| (acquired, None))
+                .map_err(|e| self.call_error(Operation::Acquire, name, e)),
+            _ => self.call_acked(Operation::Acquire, name, call).await,
+        }
+    }
+
+    /// A release, grouped like [`Client::take`].
+    pub(crate) async fn release(
+        &self,
+        name: &str,
+        call: &ReleaseCall<'_>,
+    ) -> Result<Released, Error> {
+        match &self.inner.batcher {
+            Some(batcher) => batcher
+                .release(call)
+                .await
+                .map_err(|e| self.call_error(Operation::Release, name, e)),
+            None => self.call(Operation::Release, name, call).await,
+        }
+    }
+
+    fn call_error(&self, op: Operation, key: &str, error: CallError) -> Error {
+        match error {
             // `Connection::call` reports a timed-out reply (whichever timer saw it) as `Timeout`.
-            Err(CallError::Timeout) => Err(Error::Timeout {
+            CallError::Timeout => Error::Timeout {
                 op,
                 key: key.to_owned(),
-                after,
-            }),
-            Err(CallError::Redis(source)) => Err(Error::Redis {
+                after: self.inner.config.response_timeout,
+            },
+            CallError::Redis(source) => Error::Redis {
                 op,
                 key: key.to_owned(),
                 source,
-            }),
+            },
         }
     }
 
@@ -315,72 +366,4 @@ async fn preload_scripts(mut conn: Link, timeout: Duration) -> Result<(), redis:
         Err(_) => tracing::debug!("script preload timed out; scripts load on first use"),
     }
     Ok(())
-}
-
-/// An owner or request id, made on every acquire and release: kept inline (no allocation).
-#[derive(Clone, Copy)]
-pub(crate) struct ShortId {
-    len: u8,
-    buf: [u8; ShortId::CAPACITY],
-}
-
-impl ShortId {
-    /// The longest id: `d2:` + 32 hex digits of the client id + `:` + 16 hex digits.
-    const CAPACITY: usize = 56;
-
-    /// `<prefix><sep><n in hex>` (a prefix longer than 38 bytes is cut, which the client's own
-    /// ids never are).
-    fn with_counter(prefix: &str, sep: u8, n: u64) -> ShortId {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut buf = [0u8; ShortId::CAPACITY];
-        let head = prefix.len().min(ShortId::CAPACITY - 17);
-        buf[..head].copy_from_slice(&prefix.as_bytes()[..head]);
-        buf[head] = sep;
-        let mut len = head + 1;
-        let digits = (64 - n.leading_zeros()).div_ceil(4).max(1);
-        for i in (0..digits).rev() {
-            buf[len] = HEX[((n >> (i * 4)) & 0xf) as usize];
-            len += 1;
-        }
-        ShortId {
-            len: len as u8,
-            buf,
-        }
-    }
-}
-
-impl ShortId {
-    /// The id's bytes (ASCII), as it goes on the wire.
-    pub(crate) fn as_bytes(&self) -> &[u8] {
-        &self.buf[..usize::from(self.len)]
-    }
-
-    /// The id as text (only ASCII is ever written, see `with_counter`).
-    pub(crate) fn as_str(&self) -> &str {
-        std::str::from_utf8(self.as_bytes()).unwrap_or("")
-    }
-}
-
-impl fmt::Debug for ShortId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self.as_str(), f)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::ShortId;
-
-    #[test]
-    fn ids_are_prefix_separator_and_hex_counter() {
-        assert_eq!(ShortId::with_counter("abc", b':', 0).as_str(), "abc:0");
-        assert_eq!(ShortId::with_counter("abc", b':', 255).as_str(), "abc:ff");
-        assert_eq!(
-            ShortId::with_counter("", b'h', u64::MAX).as_bytes(),
-            b"hffffffffffffffff"
-        );
-        let client = format!("d2:{}", "f".repeat(32));
-        let owner = ShortId::with_counter(&client, b':', u64::MAX);
-        assert_eq!(owner.as_str(), format!("{client}:{}", "f".repeat(16)));
-    }
 }

@@ -18,7 +18,7 @@ use crate::scripts::{echoes, Call};
 use crate::sync;
 
 /// Why a script call failed.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum CallError {
     /// No reply within the timeout (the connection was retired).
     Timeout,

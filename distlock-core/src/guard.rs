@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::client::{Client, ShortId};
-use crate::error::{Error, LossReason, Operation};
+use crate::client::Client;
+use crate::error::{Error, LossReason};
+use crate::ids::ShortId;
 use crate::keys::LockKeys;
 use crate::lease::{millis_ceil, Lease};
 use crate::scripts::ReleaseCall;
@@ -100,14 +101,12 @@ impl Hold {
         let id = self.client.new_request_id();
         let call = ReleaseCall {
             keys: &self.keys,
-            value: self.value.as_bytes(),
+            owner: &self.value,
             id: id.as_bytes(),
             keep: self.keep(),
             sharded: self.client.sharded_pubsub(),
         };
-        self.client
-            .call(Operation::Release, self.keys.name(), &call)
-            .await
+        self.client.release(self.keys.name(), &call).await
     }
 }
 

@@ -213,6 +213,7 @@
 mod acquire;
 mod backend;
 mod background;
+mod batch;
 mod client;
 mod config;
 mod config_source;
@@ -222,6 +223,7 @@ mod duration;
 mod error;
 mod guard;
 mod identity;
+mod ids;
 mod keys;
 mod lease;
 #[doc(hidden)]

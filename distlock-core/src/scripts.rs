@@ -17,6 +17,8 @@
 //! * **Re-entry check** (`RenewCall` with one lease): the outer hold is still ours, and its
 //!   expiry reaches at least the inner hold's ttl.
 //! * **Release** (`ReleaseCall`, `RELEASE`): compare and delete, then `PUBLISH` to wake waiters.
+//!   Releases that arrive together go out as one `RELEASE_MANY` call (`ReleaseManyCall`), and
+//!   acquires that arrive together share one pipeline and one `ECHO` (see `batch`).
 //! * **Renewal** (`RenewCall`, `RENEW`): compare and extend, batched.
 //!
 //! A lock that asks for replica acknowledgement (`min_replicas`) gets `WAIT n timeout` after its
@@ -34,6 +36,7 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, FromRedisValue, Pipeline, RedisResult, ServerErrorKind, Value};
 
+use crate::ids::ShortId;
 use crate::keys::LockKeys;
 use crate::lease::millis_ceil;
 
@@ -119,6 +122,42 @@ end
 return {ARGV[2], 0}
 "#;
 
+/// Release several locks in one call (a batch of releases that arrived together, see `batch`).
+///
+/// KEYS: lock and release channel of each lock, in pairs. ARGV: the request id, `s` for
+/// sharded release channels (else `-`), then for each lock its value (`d2:<owner>`) and keep
+/// ms. Returns `{id, codes}` with one code per lock, as [`RELEASE`] returns it.
+pub const RELEASE_MANY: &str = r#"
+local out = {}
+for i = 1, #KEYS / 2 do
+  local lock = KEYS[2 * i - 1]
+  local v = redis.pcall('GET', lock)
+  if type(v) == 'table' then
+    out[i] = -3
+  elseif v == false then
+    out[i] = -2
+  elseif v ~= ARGV[2 * i + 1] then
+    if string.sub(v, 1, 3) ~= 'd2:' then
+      out[i] = -3
+    else
+      out[i] = -1
+    end
+  elseif tonumber(ARGV[2 * i + 2]) > 0 then
+    redis.call('PEXPIRE', lock, ARGV[2 * i + 2])
+    out[i] = 0
+  else
+    redis.call('DEL', lock)
+    if ARGV[2] == 's' then
+      redis.call('SPUBLISH', KEYS[2 * i], '1')
+    else
+      redis.call('PUBLISH', KEYS[2 * i], '1')
+    end
+    out[i] = 0
+  end
+end
+return {ARGV[1], out}
+"#;
+
 /// Renew a batch of leases (and check a re-entry: a batch of one).
 ///
 /// KEYS: lock keys. ARGV: the request id, then for each key its ttl ms and its value.
@@ -202,10 +241,16 @@ impl Lua {
 
 static ACQUIRE_FENCED_SCRIPT: Lua = Lua::new(ACQUIRE_FENCED);
 static RELEASE_SCRIPT: Lua = Lua::new(RELEASE);
+static RELEASE_MANY_SCRIPT: Lua = Lua::new(RELEASE_MANY);
 static RENEW_SCRIPT: Lua = Lua::new(RENEW);
 
 /// Every script, for preloading at connect.
-pub(crate) static ALL: [&Lua; 3] = [&ACQUIRE_FENCED_SCRIPT, &RELEASE_SCRIPT, &RENEW_SCRIPT];
+pub(crate) static ALL: [&Lua; 4] = [
+    &ACQUIRE_FENCED_SCRIPT,
+    &RELEASE_SCRIPT,
+    &RELEASE_MANY_SCRIPT,
+    &RENEW_SCRIPT,
+];
 
 /// What goes on the wire for one call.
 pub(crate) enum Request {
@@ -272,11 +317,11 @@ impl Request {
             (Request::Pipeline(pipe), wait) => {
                 let mut replies: Vec<Value> = pipe.query_async(conn).await?;
                 // An error reply is an error, except `WRONGTYPE`, which the call decodes (the
-                // key holds something that is not a lock of this protocol).
-                if let Some(Value::ServerError(e)) = replies
-                    .iter()
-                    .find(|v| matches!(v, Value::ServerError(e) if e.code() != "WRONGTYPE"))
-                {
+                // key holds something that is not a lock of this protocol), and `NOSCRIPT` (a
+                // batch's release script, loaded and sent again by `batch`).
+                if let Some(Value::ServerError(e)) = replies.iter().find(|v| {
+                    matches!(v, Value::ServerError(e) if !matches!(e.code(), "WRONGTYPE" | "NOSCRIPT"))
+                }) {
                     return Err(e.clone().into());
                 }
                 let echoed = replies.pop().unwrap_or(Value::Nil);
@@ -304,7 +349,7 @@ fn add_wait(pipe: &mut Pipeline, wait: ReplicaWait) {
 
 /// Ends a call's pipeline: its `WAIT` (if any), then `ECHO <request id>`, whose reply comes
 /// last and says which request the replies answer.
-fn finish_pipeline(mut pipe: Pipeline, wait: Option<ReplicaWait>, id: &[u8]) -> Request {
+pub(crate) fn finish_pipeline(mut pipe: Pipeline, wait: Option<ReplicaWait>, id: &[u8]) -> Request {
     if let Some(wait) = wait {
         add_wait(&mut pipe, wait);
     }
@@ -362,8 +407,8 @@ pub(crate) enum Acquired {
 /// A plain acquire: `SET NX PX GET` (and `PTTL` when the caller will wait), no script.
 pub(crate) struct AcquireCall<'a> {
     pub(crate) keys: &'a LockKeys,
-    /// `d2:<owner>`.
-    pub(crate) value: &'a [u8],
+    /// The lock's value, `d2:<owner>`.
+    pub(crate) owner: &'a ShortId,
     /// The request id (unique within the client).
     pub(crate) id: &'a [u8],
     pub(crate) ttl: Duration,
@@ -381,16 +426,13 @@ impl Call for AcquireCall<'_> {
         let mut pipe = redis::Pipeline::with_capacity(4);
         // Error replies stay in the reply (a `WRONGTYPE` says "not a lock of this protocol").
         pipe.ignore_errors();
-        pipe.cmd("SET")
-            .arg(self.keys.lock())
-            .arg(self.value)
-            .arg("NX")
-            .arg("PX")
-            .arg(millis_ceil(self.ttl))
-            .arg("GET");
-        if self.want_pttl {
-            pipe.cmd("PTTL").arg(self.keys.lock());
-        }
+        add_acquire(
+            &mut pipe,
+            self.keys,
+            self.owner.as_bytes(),
+            self.ttl,
+            self.want_pttl,
+        );
         finish_pipeline(pipe, self.wait, self.id)
     }
 
@@ -404,29 +446,58 @@ impl Call for AcquireCall<'_> {
 
     fn decode(&self, raw: Vec<Value>) -> Option<Acquired> {
         let mut raw = raw.into_iter();
-        let previous: Option<Vec<u8>> = match raw.next()? {
-            // `SET ... GET` on a key of another type: a lock of an older distlock (a hash).
-            Value::ServerError(e) if e.code() == "WRONGTYPE" => {
-                return Some(Acquired::Incompatible)
-            }
-            Value::Nil => None,
-            Value::BulkString(bytes) => Some(bytes),
-            _ => return None,
-        };
-        let pttl = match raw.next() {
-            Some(pttl) => Some(redis::from_redis_value::<i64>(pttl).ok()?),
-            None => None,
-        };
-        if raw.next().is_some() || pttl.is_some() != self.want_pttl {
-            return None;
-        }
-        Some(match previous {
-            None => Acquired::Taken { token: None },
-            Some(v) if v == self.value => Acquired::Taken { token: None },
-            Some(v) if v.starts_with(VERSION_TAG.as_bytes()) => Acquired::Busy { pttl },
-            Some(_) => Acquired::Incompatible,
-        })
+        let acquired = decode_acquire(&mut raw, self.owner.as_bytes(), self.want_pttl)?;
+        raw.next().is_none().then_some(acquired)
     }
+}
+
+/// Appends a plain acquire's commands to `pipe`: `SET lock value NX PX ttl GET`, and `PTTL
+/// lock` when the caller will wait.
+pub(crate) fn add_acquire(
+    pipe: &mut Pipeline,
+    keys: &LockKeys,
+    value: &[u8],
+    ttl: Duration,
+    want_pttl: bool,
+) {
+    pipe.cmd("SET")
+        .arg(keys.lock())
+        .arg(value)
+        .arg("NX")
+        .arg("PX")
+        .arg(millis_ceil(ttl))
+        .arg("GET");
+    if want_pttl {
+        pipe.cmd("PTTL").arg(keys.lock());
+    }
+}
+
+/// Decodes a plain acquire's replies (taken from `raw`, as [`add_acquire`] asked for them) for
+/// the lock value `value`; `None` if they are not replies to such a request.
+pub(crate) fn decode_acquire(
+    raw: &mut impl Iterator<Item = Value>,
+    value: &[u8],
+    want_pttl: bool,
+) -> Option<Acquired> {
+    let first = raw.next()?;
+    // Both replies are taken before deciding, so a batch's next request starts at its own.
+    let pttl = match want_pttl {
+        true => Some(redis::from_redis_value::<i64>(raw.next()?).ok()?),
+        false => None,
+    };
+    let previous = match first {
+        // `SET ... GET` on a key of another type: a lock of an older distlock (a hash).
+        Value::ServerError(e) if e.code() == "WRONGTYPE" => return Some(Acquired::Incompatible),
+        Value::Nil => None,
+        Value::BulkString(bytes) => Some(bytes),
+        _ => return None,
+    };
+    Some(match previous {
+        None => Acquired::Taken { token: None },
+        Some(v) if v == value => Acquired::Taken { token: None },
+        Some(v) if v.starts_with(VERSION_TAG.as_bytes()) => Acquired::Busy { pttl },
+        Some(_) => Acquired::Incompatible,
+    })
 }
 
 /// An acquire that also hands out a fencing token ([`ACQUIRE_FENCED`]).
@@ -495,8 +566,8 @@ pub(crate) enum Released {
 /// [`RELEASE`] of a lock.
 pub(crate) struct ReleaseCall<'a> {
     pub(crate) keys: &'a LockKeys,
-    /// `d2:<owner>`.
-    pub(crate) value: &'a [u8],
+    /// The lock's value, `d2:<owner>`.
+    pub(crate) owner: &'a ShortId,
     /// The request id (unique within the client).
     pub(crate) id: &'a [u8],
     /// `min_hold` not reached yet: leave the lock to expire after this long (zero: delete it).
@@ -514,7 +585,7 @@ impl Call for ReleaseCall<'_> {
         cmd.arg(2)
             .arg(self.keys.lock())
             .arg(self.keys.channel())
-            .arg(self.value)
+            .arg(self.owner.as_bytes())
             .arg(self.id)
             .arg(millis_ceil(self.keep))
             .arg(if self.sharded { "s" } else { "-" });
@@ -526,13 +597,80 @@ impl Call for ReleaseCall<'_> {
     }
 
     fn decode(&self, code: i64) -> Option<Released> {
-        Some(match code {
-            0 => Released::Yes,
-            -1 => Released::OtherOwner,
-            -2 => Released::Absent,
-            -3 => Released::Incompatible,
-            _ => return None,
-        })
+        released(code)
+    }
+}
+
+/// The meaning of a release script's code.
+fn released(code: i64) -> Option<Released> {
+    Some(match code {
+        0 => Released::Yes,
+        -1 => Released::OtherOwner,
+        -2 => Released::Absent,
+        -3 => Released::Incompatible,
+        _ => return None,
+    })
+}
+
+/// One lock of a [`ReleaseManyCall`].
+#[derive(Clone)]
+pub(crate) struct ReleaseItem {
+    pub(crate) keys: LockKeys,
+    /// `d2:<owner>`.
+    pub(crate) value: ShortId,
+    /// `min_hold` not reached yet: leave the lock to expire after this long (zero: delete it).
+    pub(crate) keep: Duration,
+}
+
+/// [`RELEASE_MANY`] of several locks (standalone Redis: their keys need not share a slot).
+pub(crate) struct ReleaseManyCall<'a> {
+    pub(crate) id: &'a [u8],
+    pub(crate) items: &'a [ReleaseItem],
+}
+
+impl ReleaseManyCall<'_> {
+    /// The `EVALSHA` command (also sent inside a batch's pipeline).
+    pub(crate) fn command(&self) -> Cmd {
+        let mut cmd = RELEASE_MANY_SCRIPT.evalsha();
+        cmd.arg(self.items.len() * 2);
+        for item in self.items {
+            cmd.arg(item.keys.lock()).arg(item.keys.channel());
+        }
+        cmd.arg(self.id).arg("-");
+        for item in self.items {
+            cmd.arg(item.value.as_bytes()).arg(millis_ceil(item.keep));
+        }
+        cmd
+    }
+
+    /// Decodes the script's reply (`{id, codes}`): one result per lock, or `None` if the
+    /// reply answers another request.
+    pub(crate) fn decode_reply(&self, reply: Value) -> Option<Vec<Released>> {
+        let (echoed, codes): (Value, Vec<i64>) = redis::from_redis_value(reply).ok()?;
+        if !echoes(&echoed, self.id) {
+            return None;
+        }
+        self.decode(codes)
+    }
+}
+
+impl Call for ReleaseManyCall<'_> {
+    type Raw = Vec<i64>;
+    type Reply = Vec<Released>;
+
+    fn request(&self) -> Request {
+        Request::Script(&RELEASE_MANY_SCRIPT, self.command())
+    }
+
+    fn request_id(&self) -> &[u8] {
+        self.id
+    }
+
+    fn decode(&self, codes: Vec<i64>) -> Option<Vec<Released>> {
+        if codes.len() != self.items.len() {
+            return None;
+        }
+        codes.into_iter().map(released).collect()
     }
 }
 

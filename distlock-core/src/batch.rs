@@ -1,0 +1,441 @@
+//! Group commit on the hot path: plain acquires and releases that arrive while another one is in
+//! flight on the command connection wait for it and then go out together, as one pipeline with
+//! one `ECHO` (which still says whether the whole group's replies are its own) and one release
+//! script call for all of the group's releases.
+//!
+//! A lone request is sent at once, by its caller, exactly as it would be without this module:
+//! an uncontended lock pays nothing. Under load (many tasks of one client locking at the same
+//! time) a group costs Redis one `ECHO` and one script call where each request would have
+//! paid its own, and the client one round trip through redis-rs instead of one per request.
+//!
+//! At most two requests or groups are in flight at a time (two, so a waiter woken by a
+//! release's notification sends its acquire while the release's reply is still on its way).
+//! A group is sent by a task spawned for it (so a caller that is cancelled never strands the
+//! others): on the caller's runtime if there is one, else on the client's own runtime thread.
+//! Requests leave the queue in order, and a new request waits behind queued ones and behind a
+//! group that is being handed to redis-rs: a member that gives up (cancelled or timed out)
+//! before its group is sent is left out of it, and its cleanup (the release of a possibly
+//! taken lock) always reaches Redis after the request it cleans up.
+//! Used for standalone Redis only (a cluster routes each key to its own node).
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+use std::time::Duration;
+
+use redis::Value;
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+use crate::connection::{CallError, Connection};
+use crate::ids::ShortId;
+use crate::keys::LockKeys;
+use crate::scripts::{
+    add_acquire, decode_acquire, finish_pipeline, AcquireCall, Acquired, Call, ReleaseCall,
+    ReleaseItem, ReleaseManyCall, Released, Request,
+};
+use crate::sync;
+
+/// The most requests one group carries; the rest wait for the next group.
+const MAX_GROUP: usize = 256;
+
+/// Requests or groups in flight at once. Two, so that a waiter woken by a release's
+/// notification sends its acquire at once, while the release's own reply is on its way (the
+/// handoff stays under one round trip); more arrive together and go out grouped.
+const MAX_IN_FLIGHT: usize = 2;
+
+/// The group commit of one client's command connection.
+pub(crate) struct Batcher {
+    conn: Arc<Connection>,
+    state: Mutex<State>,
+    /// The client's own runtime: groups are sent from there when no runtime is current.
+    spare: Handle,
+    timeout: Duration,
+    /// Ids of groups (`g<hex n>`), unique within the client.
+    next_group: std::sync::atomic::AtomicU64,
+}
+
+#[derive(Default)]
+struct State {
+    /// Requests and groups in flight (at most [`MAX_IN_FLIGHT`]).
+    in_flight: usize,
+    /// A group has left the queue but is not yet in redis-rs's send queue: a new request waits
+    /// (a cancelled member's cleanup must reach Redis after the member's own request).
+    building: bool,
+    queue: Vec<Queued>,
+}
+
+struct Queued {
+    op: Op,
+    reply: oneshot::Sender<Result<Outcome, CallError>>,
+}
+
+/// A queued request, owning what it needs (its caller may be gone by the time it is sent).
+enum Op {
+    Acquire(QueuedAcquire),
+    Release(ReleaseItem),
+}
+
+/// A plain acquire in a group.
+struct QueuedAcquire {
+    keys: LockKeys,
+    owner: ShortId,
+    ttl: Duration,
+    want_pttl: bool,
+}
+
+enum Outcome {
+    Acquired(Acquired),
+    Released(Released),
+}
+
+/// Whether a caller sends its own request now or waits for its group.
+enum Entry {
+    /// Nothing in flight: send it now; the turn ends when this is dropped.
+    Turn(Turn),
+    /// Queued: the group's reply comes here.
+    Queued(oneshot::Receiver<Result<Outcome, CallError>>),
+}
+
+impl Batcher {
+    pub(crate) fn new(conn: Arc<Connection>, spare: Handle, timeout: Duration) -> Self {
+        Batcher {
+            conn,
+            state: Mutex::new(State::default()),
+            spare,
+            timeout,
+            next_group: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// A plain acquire (no `WAIT`): alone if nothing is in flight, else in the next group.
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        call: &AcquireCall<'_>,
+    ) -> Result<Acquired, CallError> {
+        debug_assert!(call.wait.is_none());
+        let entry = self.enter(|| {
+            Op::Acquire(QueuedAcquire {
+                keys: call.keys.clone(),
+                owner: *call.owner,
+                ttl: call.ttl,
+                want_pttl: call.want_pttl,
+            })
+        });
+        match entry {
+            Entry::Turn(turn) => {
+                let reply = self.conn.call(call, self.timeout).await;
+                drop(turn);
+                reply.map(|(acquired, _)| acquired)
+            }
+            Entry::Queued(rx) => match self.wait(rx).await? {
+                Outcome::Acquired(acquired) => Ok(acquired),
+                Outcome::Released(_) => Err(CallError::Redis(crossed_reply())),
+            },
+        }
+    }
+
+    /// A release: alone if nothing is in flight, else in the next group.
+    pub(crate) async fn release(
+        self: &Arc<Self>,
+        call: &ReleaseCall<'_>,
+    ) -> Result<Released, CallError> {
+        let entry = self.enter(|| {
+            Op::Release(ReleaseItem {
+                keys: call.keys.clone(),
+                value: *call.owner,
+                keep: call.keep,
+            })
+        });
+        match entry {
+            Entry::Turn(turn) => {
+                let reply = self.conn.call(call, self.timeout).await;
+                drop(turn);
+                reply.map(|(released, _)| released)
+            }
+            Entry::Queued(rx) => match self.wait(rx).await? {
+                Outcome::Released(released) => Ok(released),
+                Outcome::Acquired(_) => Err(CallError::Redis(crossed_reply())),
+            },
+        }
+    }
+
+    /// Takes a turn if there is room in flight and nobody is queued, else queues the request
+    /// `op` makes (and starts a sender for the queue if there is room in flight).
+    fn enter(self: &Arc<Self>, op: impl FnOnce() -> Op) -> Entry {
+        let mut state = sync::lock(&self.state);
+        let room = state.in_flight < MAX_IN_FLIGHT && !state.building;
+        if room && state.queue.is_empty() {
+            state.in_flight += 1;
+            return Entry::Turn(Turn(self.clone()));
+        }
+        let (reply, rx) = oneshot::channel();
+        // Behind everything queued before it: a cancelled member's cleanup never overtakes it.
+        state.queue.push(Queued { op: op(), reply });
+        if room {
+            state.in_flight += 1;
+            drop(state);
+            self.spawn_groups(&self.current_or_spare());
+        }
+        Entry::Queued(rx)
+    }
+
+    /// The caller's runtime, else the client's own.
+    fn current_or_spare(&self) -> Handle {
+        Handle::try_current().unwrap_or_else(|_| self.spare.clone())
+    }
+
+    /// A queued request's reply, within the response timeout (measured from the call, so the
+    /// bound is the same as a lone request's).
+    async fn wait(
+        &self,
+        rx: oneshot::Receiver<Result<Outcome, CallError>>,
+    ) -> Result<Outcome, CallError> {
+        match tokio::time::timeout(self.timeout, rx).await {
+            Ok(Ok(outcome)) => outcome,
+            // The group's task was dropped with its runtime: whether the request ran is
+            // unknown, as after a dropped connection.
+            Ok(Err(_)) => Err(CallError::Redis(dropped_group())),
+            Err(_) => Err(CallError::Timeout),
+        }
+    }
+
+    /// A turn ended: the queue (if any) goes out as the next group, from a task of its own that
+    /// takes over the turn's place in flight.
+    fn finish(self: &Arc<Self>) {
+        let mut state = sync::lock(&self.state);
+        if state.queue.is_empty() {
+            state.in_flight -= 1;
+            return;
+        }
+        drop(state);
+        self.spawn_groups(&self.current_or_spare());
+    }
+
+    /// Sends groups until the queue is empty, from a task on `on`.
+    fn spawn_groups(self: &Arc<Self>, on: &Handle) {
+        // Made outside the task: a task that is dropped before it first runs (its runtime is
+        // shutting down) still hands the sending on.
+        let mut sending = Sending {
+            batcher: self.clone(),
+            on_spare: on.id() == self.spare.id(),
+            done: false,
+        };
+        drop(on.spawn(async move {
+            let this = sending.batcher.clone();
+            loop {
+                let group = {
+                    let mut state = sync::lock(&this.state);
+                    // Members that gave up are left out (their cleanup is queued behind them).
+                    state.queue.retain(|q| !q.reply.is_closed());
+                    if state.queue.is_empty() || state.building {
+                        // Nothing to send, or another sender is handing its group over: that
+                        // one (or the turn after it) sends what is queued.
+                        state.in_flight -= 1;
+                        break;
+                    }
+                    state.building = true;
+                    let n = state.queue.len().min(MAX_GROUP);
+                    state.queue.drain(..n).collect::<Vec<_>>()
+                };
+                this.send_group(group).await;
+            }
+            sending.disarm();
+        }));
+    }
+
+    /// Sends one group and hands each member its reply.
+    async fn send_group(&self, group: Vec<Queued>) {
+        let n = self
+            .next_group
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = ShortId::with_counter("", b'g', n);
+        let (mut acquires, mut acquire_replies) = (Vec::new(), Vec::new());
+        let (mut releases, mut release_replies) = (Vec::new(), Vec::new());
+        for q in group {
+            match q.op {
+                Op::Acquire(acquire) => {
+                    acquires.push(acquire);
+                    acquire_replies.push(q.reply);
+                }
+                Op::Release(item) => {
+                    releases.push(item);
+                    release_replies.push(q.reply);
+                }
+            }
+        }
+        let call = GroupCall {
+            id: id.as_bytes(),
+            releases: ReleaseManyCall {
+                id: id.as_bytes(),
+                items: &releases,
+            },
+            acquires: &acquires,
+        };
+        let (acquired, released) = {
+            let sent = self.conn.call(&call, self.timeout);
+            let mut sent = std::pin::pin!(sent);
+            // The first poll puts the group in redis-rs's send queue; only then may a new
+            // request go out alone (see `State::building`).
+            let first = std::future::poll_fn(|cx| Poll::Ready(sent.as_mut().poll(cx))).await;
+            sync::lock(&self.state).building = false;
+            match first {
+                Poll::Ready(replies) => replies,
+                Poll::Pending => sent.await,
+            }
+            .map_or_else(
+                |error| (Err(error.clone()), Some(Err(error))),
+                |(GroupReply { acquired, released }, _)| (Ok(acquired), released),
+            )
+        };
+        // The release script was not loaded (Redis restarted or was flushed): the script call
+        // loads it and runs the group's releases again.
+        let released = match released {
+            Some(released) => released,
+            None => self
+                .conn
+                .call(&call.releases, self.timeout)
+                .await
+                .map(|(r, _)| r),
+        };
+        deliver(acquire_replies, acquired, Outcome::Acquired);
+        deliver(release_replies, released, Outcome::Released);
+    }
+}
+
+/// Hands each member of a group its own result (or the group's error).
+fn deliver<T>(
+    replies: Vec<oneshot::Sender<Result<Outcome, CallError>>>,
+    results: Result<Vec<T>, CallError>,
+    outcome: fn(T) -> Outcome,
+) {
+    match results {
+        Ok(results) => {
+            for (reply, result) in replies.into_iter().zip(results) {
+                let _ = reply.send(Ok(outcome(result)));
+            }
+        }
+        Err(error) => {
+            for reply in replies {
+                let _ = reply.send(Err(error.clone()));
+            }
+        }
+    }
+}
+
+/// The turn of a request sent alone; dropping it (answered, failed or cancelled) ends it.
+struct Turn(Arc<Batcher>);
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.0.finish();
+    }
+}
+
+/// A task sending groups; if it is dropped before the queue is empty (its runtime shut down),
+/// the sending moves to the client's own runtime.
+struct Sending {
+    batcher: Arc<Batcher>,
+    on_spare: bool,
+    done: bool,
+}
+
+impl Sending {
+    /// The queue is empty and no longer ours: nothing to hand on.
+    fn disarm(&mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Sending {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        if self.on_spare {
+            // The client's own runtime is gone too (the client was dropped): nobody is left to
+            // send; dropping the queue tells its members.
+            let mut state = sync::lock(&self.batcher.state);
+            state.queue.clear();
+            state.in_flight -= 1;
+            state.building = false;
+            return;
+        }
+        let spare = self.batcher.spare.clone();
+        self.batcher.spawn_groups(&spare);
+    }
+}
+
+/// One group on the wire: its releases in one script call, then its acquires, then `ECHO`.
+struct GroupCall<'a> {
+    id: &'a [u8],
+    releases: ReleaseManyCall<'a>,
+    acquires: &'a [QueuedAcquire],
+}
+
+struct GroupReply {
+    acquired: Vec<Acquired>,
+    /// `None`: the release script must be loaded and run again.
+    released: Option<Result<Vec<Released>, CallError>>,
+}
+
+impl Call for GroupCall<'_> {
+    type Raw = Vec<Value>;
+    type Reply = GroupReply;
+
+    fn request(&self) -> Request {
+        let mut pipe = redis::Pipeline::with_capacity(self.acquires.len() * 2 + 2);
+        // Error replies stay in the reply: `WRONGTYPE` (not a lock of this protocol) and
+        // `NOSCRIPT` are decoded.
+        pipe.ignore_errors();
+        if !self.releases.items.is_empty() {
+            pipe.add_command(self.releases.command());
+        }
+        for a in self.acquires {
+            add_acquire(&mut pipe, &a.keys, a.owner.as_bytes(), a.ttl, a.want_pttl);
+        }
+        finish_pipeline(pipe, None, self.id)
+    }
+
+    fn request_id(&self) -> &[u8] {
+        self.id
+    }
+
+    fn decode(&self, raw: Vec<Value>) -> Option<GroupReply> {
+        let mut raw = raw.into_iter();
+        let released = if self.releases.items.is_empty() {
+            Some(Ok(Vec::new()))
+        } else {
+            match raw.next()? {
+                Value::ServerError(e) if e.code() == "NOSCRIPT" => None,
+                reply => Some(Ok(self.releases.decode_reply(reply)?)),
+            }
+        };
+        let acquired = self
+            .acquires
+            .iter()
+            .map(|a| decode_acquire(&mut raw, a.owner.as_bytes(), a.want_pttl))
+            .collect::<Option<Vec<_>>>()?;
+        raw.next()
+            .is_none()
+            .then_some(GroupReply { acquired, released })
+    }
+}
+
+/// A member got the reply of another kind of request: the group's replies were out of step.
+fn crossed_reply() -> redis::RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::ConnectionAborted,
+        "a grouped Redis reply did not match its request",
+    )
+    .into()
+}
+
+/// The group's task is gone before it answered.
+fn dropped_group() -> redis::RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::ConnectionAborted,
+        "the task sending a group of Redis requests was dropped before it was answered",
+    )
+    .into()
+}
