@@ -154,6 +154,7 @@
 //! | one Redis server | `Config::new("redis://host:6379/")` | no failover: a restart without persistence frees every lock |
 //! | a master with replicas, `min_replicas` | `Config::new(url).min_replicas(1)`, per lock [`LockBuilder::min_replicas`] or the attribute's `min_replicas = 1` | a lock acknowledged by `n` replicas (`WAIT`) survives a failover to any of them; a failover to a replica that had not acknowledged can still lose it |
 //! | Redis Cluster | `Config::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])` ([`Config::cluster`]) | each lock lives on the master of its slot; asynchronous replication as above (a failover can lose a lock just taken unless it asked for `min_replicas`); a coordinated `CLUSTER FAILOVER` keeps it |
+//! | Redis Sentinel | `Config::sentinel(["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"], "locks").min_replicas(1)` ([`Config::sentinel`]) | locks live on the master the sentinels name; the client follows a failover by itself; `SENTINEL FAILOVER` keeps a lock that asked for `min_replicas`; asynchronous replication as above otherwise |
 //! | TLS (feature `tls`) | `Config::new("rediss://host:6380/")`, [`Config::tls_root_certificates`] for a private CA, [`Config::tls_client_certificate`] for mutual TLS | as the same deployment without TLS |
 //!
 //! **Replica acknowledgement.** Redis replicates asynchronously: a lock acknowledged only by
@@ -178,6 +179,32 @@
 //! guarantees: a coordinated `CLUSTER FAILOVER` keeps it, an unplanned failover keeps it if
 //! the promoted replica had it (`min_replicas` makes sure it did when the call returned).
 //!
+//! **Redis Sentinel.** The client asks the sentinels, in order, for the master's address
+//! (`SENTINEL GET-MASTER-ADDR-BY-NAME <service>`) and uses the first address whose server says
+//! it is the master (`ROLE`); every search is bounded by the connect and response timeouts,
+//! and an unknown service or unreachable sentinels fail [`Config::connect`] with
+//! [`Error::Connect`]. It follows a failover by itself: a task listens to the sentinels'
+//! `+switch-master` announcements, and the command connection and the release subscriber move
+//! to the new master as soon as one comes (the subscriber subscribes there again to every
+//! channel its waiters listen on, so they are woken by releases on the new master); a command
+//! connection that is dropped or answered `READONLY` finds the master again too. The master's
+//! credentials are [`Config::sentinel_master_auth`]; the sentinels' own go in their URLs.
+//!
+//! What a lock guarantees under a failover: Sentinel promotes the replica first and makes the
+//! old master its replica seconds later; until then the old master still accepts writes from
+//! clients that have not heard of the switch, and a lock written there is lost when it rejoins.
+//! With `min_replicas = n` such a write is not acknowledged (the old master lost its replicas at
+//! the promotion), so the acquire fails with [`Error::Unreplicated`] and a renewal does not
+//! extend the lease. A lock acknowledged before the failover is on the promoted replica: a
+//! renewed holder keeps it across `SENTINEL FAILOVER`, renews it on the new master and releases
+//! it there, and nobody else takes it meanwhile (tested). When the master dies, the client
+//! reaches the replica the sentinels promote by itself, and a lock the replica had
+//! acknowledged is still held there (tested); without `min_replicas`, a lock taken on the
+//! master just before an unplanned failover can be lost, as with any asynchronous replica. Keep the lease long enough to outlast the failover when `min_replicas` is set: with
+//! one replica, the new master has none until the old one rejoins (about ten seconds with
+//! Sentinel's defaults), and until then every acquire is refused with
+//! [`Error::Unreplicated`] and renewals are not counted.
+//!
 //! **TLS.** With the `tls` feature, `rediss://` URLs connect through rustls (ring as its
 //! crypto provider unless the application installed another): the server's certificate is
 //! checked against the system's trust store, or against [`Config::tls_root_certificates`]
@@ -185,15 +212,16 @@
 //! refresh) uses the same settings. Without the feature a `rediss://` URL fails
 //! [`Config::validate`] with a message that names the feature.
 //!
-//! Not implemented here: Sentinel discovery and RedLock over independent masters.
-//! Configuration files and `DISTLOCK_*` variables do not read `min_replicas`, the cluster
-//! nodes or TLS certificates yet: set those in code.
+//! Not implemented here: RedLock over independent masters. Configuration files and
+//! `DISTLOCK_*` variables read every deployment (`DISTLOCK_CLUSTER_NODES`,
+//! `DISTLOCK_SENTINELS` with `DISTLOCK_SENTINEL_SERVICE`) and `min_replicas`, but not TLS
+//! certificates: set those in code.
 //!
 //! ## Limits
 //!
-//! Each lock lives on one Redis node (a server, or the master of its slot in a cluster). With
-//! asynchronous replication, a failover can lose a lock that was just acquired on the old
-//! primary, and two owners may then hold it; `min_replicas` narrows that window and fencing
+//! Each lock lives on one Redis node (a server, the master the sentinels name, or the master of
+//! its slot in a cluster). With asynchronous replication, a failover can lose a lock that was
+//! just acquired on the old primary, and two owners may then hold it; `min_replicas` narrows that window and fencing
 //! tokens are what protects the resource. RedLock across independent nodes is not implemented.
 //! Everything one lock touches shares a Redis Cluster hash slot (see [`hash_slot`]).
 #![deny(missing_docs)]
@@ -221,6 +249,7 @@ mod registry;
 mod run;
 #[doc(hidden)]
 pub mod scripts;
+mod sentinel;
 mod sync;
 #[cfg(feature = "testing")]
 pub mod testing;
