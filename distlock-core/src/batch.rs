@@ -13,9 +13,10 @@
 //! A group is sent by a task spawned for it (so a caller that is cancelled never strands the
 //! others): on the caller's runtime if there is one, else on the client's own runtime thread.
 //! Requests leave the queue in order, and a new request waits behind queued ones and behind a
-//! group that is being handed to redis-rs: a member that gives up (cancelled or timed out)
-//! before its group is sent is left out of it, and its cleanup (the release of a possibly
-//! taken lock) always reaches Redis after the request it cleans up.
+//! group that is being handed to redis-rs: an acquire whose caller gives up (cancelled or timed
+//! out) before its group is sent is left out of it, and its cleanup (the release of a possibly
+//! taken lock) always reaches Redis after the request it cleans up. A release is sent even if
+//! its caller stopped waiting for it (it may be the cleanup of a lock that is held).
 //! Used for standalone Redis only (a cluster routes each key to its own node).
 
 use std::future::Future;
@@ -237,8 +238,12 @@ impl Batcher {
             loop {
                 let group = {
                     let mut state = sync::lock(&this.state);
-                    // Members that gave up are left out (their cleanup is queued behind them).
-                    state.queue.retain(|q| !q.reply.is_closed());
+                    // Acquires whose callers gave up are left out (their cleanup is queued
+                    // behind them). Releases always go: one whose caller gave up waiting (Redis
+                    // frozen, say) is still the cleanup of a lock that may be held.
+                    state
+                        .queue
+                        .retain(|q| matches!(q.op, Op::Release(_)) || !q.reply.is_closed());
                     if state.queue.is_empty() || state.building.is_some() {
                         // Nothing to send, or another sender is handing its group over: that
                         // one (or the turn after it) sends what is queued.

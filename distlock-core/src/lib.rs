@@ -139,8 +139,9 @@
 //! groups of 32), and the client one trip through redis-rs per group (see the README's
 //! benchmarks, B2). Nothing a caller can observe changes: each request gets its
 //! own reply, a lease is still measured from before the request was queued (so a wait in the
-//! queue only shortens it), requests leave in the order they came, and a caller that gives up
-//! while its request is queued takes it out of the group. Locks that ask for replica
+//! queue only shortens it), requests leave in the order they came, and an acquire whose caller
+//! gives up while it is queued is taken out of its group (a release is always sent: it may be
+//! the cleanup of a held lock). Locks that ask for replica
 //! acknowledgement (`min_replicas`), fenced acquires, re-entry checks, renewals and Redis
 //! Cluster clients send each request on its own.
 //!
