@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{Client, Config};
-use testkit::{all_keys, command_calls, RedisServer};
+use testkit::{command_calls, lock_keys, RedisServer};
 
 async fn client(server: &RedisServer) -> Client {
     Config::new(server.url())
@@ -288,13 +288,4 @@ fn a_runtime_shutting_down_mid_group_does_not_stall_the_client() {
         })
         .await;
     });
-}
-
-/// Lock keys (not fence keys) on the server.
-async fn lock_keys(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
-    all_keys(conn)
-        .await
-        .into_iter()
-        .filter(|k| k.ends_with('}'))
-        .collect()
 }

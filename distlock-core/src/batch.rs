@@ -117,25 +117,19 @@ impl Batcher {
         call: &AcquireCall<'_>,
     ) -> Result<Acquired, CallError> {
         debug_assert!(call.wait.is_none());
-        let entry = self.enter(|| {
+        let queued = || {
             Op::Acquire(QueuedAcquire {
                 keys: call.keys.clone(),
                 owner: *call.owner,
                 ttl: call.ttl,
                 want_pttl: call.want_pttl,
             })
-        });
-        match entry {
-            Entry::Turn(turn) => {
-                let reply = self.conn.call(call, self.timeout).await;
-                drop(turn);
-                reply.map(|(acquired, _)| acquired)
-            }
-            Entry::Queued(rx) => match self.wait(rx).await? {
-                Outcome::Acquired(acquired) => Ok(acquired),
-                Outcome::Released(_) => Err(CallError::Redis(crossed_reply())),
-            },
-        }
+        };
+        self.submit(call, queued, |outcome| match outcome {
+            Outcome::Acquired(acquired) => Some(acquired),
+            Outcome::Released(_) => None,
+        })
+        .await
     }
 
     /// A release: alone if nothing is in flight, else in the next group.
@@ -143,23 +137,37 @@ impl Batcher {
         self: &Arc<Self>,
         call: &ReleaseCall<'_>,
     ) -> Result<Released, CallError> {
-        let entry = self.enter(|| {
+        let queued = || {
             Op::Release(ReleaseItem {
                 keys: call.keys.clone(),
                 value: *call.owner,
                 keep: call.keep,
             })
-        });
-        match entry {
+        };
+        self.submit(call, queued, |outcome| match outcome {
+            Outcome::Released(released) => Some(released),
+            Outcome::Acquired(_) => None,
+        })
+        .await
+    }
+
+    /// Sends `call` alone (a turn), or queues the request `queued` makes and takes its reply
+    /// from the group's outcome with `mine`.
+    async fn submit<C: Call>(
+        self: &Arc<Self>,
+        call: &C,
+        queued: impl FnOnce() -> Op,
+        mine: fn(Outcome) -> Option<C::Reply>,
+    ) -> Result<C::Reply, CallError> {
+        match self.enter(queued) {
             Entry::Turn(turn) => {
                 let reply = self.conn.call(call, self.timeout).await;
                 drop(turn);
-                reply.map(|(released, _)| released)
+                reply.map(|(reply, _)| reply)
             }
-            Entry::Queued(rx) => match self.wait(rx).await? {
-                Outcome::Released(released) => Ok(released),
-                Outcome::Acquired(_) => Err(CallError::Redis(crossed_reply())),
-            },
+            Entry::Queued(rx) => {
+                mine(self.wait(rx).await?).ok_or_else(|| CallError::Redis(crossed_reply()))
+            }
         }
     }
 

@@ -548,6 +548,15 @@ pub async fn all_keys(conn: &mut redis::aio::MultiplexedConnection) -> Vec<Strin
         .expect("KEYS")
 }
 
+/// The lock keys on the server (`prefix:{name}`; not fence keys or identity records).
+pub async fn lock_keys(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
+    all_keys(conn)
+        .await
+        .into_iter()
+        .filter(|k| k.ends_with('}'))
+        .collect()
+}
+
 /// The `calls` count of one command in `INFO commandstats` (e.g. `evalsha`).
 pub async fn command_calls(conn: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
     let info: String = redis::cmd("INFO")
