@@ -14,6 +14,7 @@ use crate::error::{Error, LossReason, Operation};
 use crate::guard::{Acquisition, Hold, LockGuard, ReleaseOnDrop};
 use crate::keys::LockKeys;
 use crate::lease::{check_ttl, deadline_after, guaranteed_until, millis_ceil, Lease, MAX_TTL};
+use crate::metrics::{self, Attempt, Held, Waiting};
 use crate::registry;
 use crate::scripts::{AcquireCall, Acquired, FencedAcquireCall, RenewCall, RenewItem, Renewed};
 use crate::waiters::Subscription;
@@ -53,6 +54,10 @@ pub struct LockBuilder {
     min_hold: Option<Duration>,
     fenced: bool,
     min_replicas: Option<usize>,
+    /// The `lock` label of this lock's metrics.
+    label: &'static str,
+    /// A busy lock skips the body (`skip`): counted as `skipped`, not `busy`.
+    skip: bool,
 }
 
 /// Starts building a lock on `name` through the default client (see [`crate::init`]).
@@ -67,6 +72,8 @@ pub fn lock(name: impl Into<String>) -> LockBuilder {
         min_hold: None,
         fenced: false,
         min_replicas: None,
+        label: metrics::UNLABELED,
+        skip: false,
     }
 }
 
@@ -156,6 +163,31 @@ impl LockBuilder {
         self
     }
 
+    /// The `lock` label of this lock's metrics (feature `metrics`; without it this does
+    /// nothing): a name for the *family* of locks, such as the key template `"order:<id>"`,
+    /// never the rendered key (`"order:42"`), so that the number of series stays bounded. It is
+    /// `&'static str` for that reason (and so that no label is allocated per call).
+    /// `#[distributed_lock]` sets it to the key template as written in the attribute. Default:
+    /// `"unlabeled"`.
+    ///
+    /// ```no_run
+    /// # async fn demo(id: u64) -> Result<(), distlock_core::Error> {
+    /// let guard = distlock_core::lock(format!("order:{id}")).label("order:<id>").acquire().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn label(mut self, label: &'static str) -> Self {
+        self.label = label;
+        self
+    }
+
+    /// A busy lock will skip the caller's work (`#[distributed_lock(skip)]`): the acquire
+    /// counts as `skipped` rather than `busy` in the metrics. Nothing else changes.
+    pub(crate) fn skipping(mut self) -> Self {
+        self.skip = true;
+        self
+    }
+
     /// Use the client installed under `name` with [`crate::Config::install_as`].
     pub fn client(mut self, name: impl Into<String>) -> Self {
         self.client = ClientChoice::Named(name.into());
@@ -176,6 +208,13 @@ impl LockBuilder {
     /// count goes up and the guard shares the outer token. Dropping this future at any point
     /// never leaves the lock held: a possibly applied acquisition is released in the background.
     pub async fn acquire(self) -> Result<LockGuard, Error> {
+        let attempt = Attempt::new(self.label, self.skip, self.wait.is_some());
+        let result = self.take().await;
+        attempt.done(result.as_ref().map(LockGuard::is_reentry));
+        result
+    }
+
+    async fn take(self) -> Result<LockGuard, Error> {
         let client = self.resolve()?;
         let config = client.config();
         let ttl = self.ttl.unwrap_or(config.default_ttl);
@@ -205,6 +244,7 @@ impl LockBuilder {
             min_hold: self.min_hold,
             fenced: self.fenced,
             min_replicas,
+            label: self.label,
         };
         let keys = LockKeys::new(&config.key_prefix, &self.name)?;
         let span =
@@ -227,6 +267,8 @@ struct Terms {
     fenced: bool,
     /// Replicas that must acknowledge the acquire and each renewal (0: none).
     min_replicas: usize,
+    /// The `lock` label of the metrics.
+    label: &'static str,
 }
 
 async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGuard, Error> {
@@ -239,6 +281,7 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
     let hold = Hold::new(client.clone(), keys, owner);
     let keys = &hold.keys;
     let mut subscription: Option<Subscription> = None;
+    let mut waiting = Waiting::default();
     // Tasks of this client already wait for the lock: queue behind them instead of barging.
     let mut queue_first = give_up.is_some() && client.has_waiters(keys.channel());
     loop {
@@ -258,7 +301,8 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
                     return Err(unreplicated(hold, acked.unwrap_or(0), terms.min_replicas).await);
                 }
                 Acquired::Taken { token } => {
-                    return Ok(into_guard(hold, token, false, &terms, sent_at, started))
+                    waiting.acquired(started);
+                    return Ok(into_guard(hold, token, false, &terms, sent_at, started));
                 }
                 Acquired::Busy { pttl: left } => pttl = left,
                 Acquired::Incompatible => {
@@ -289,6 +333,7 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
             // been released meanwhile.
             None => {
                 let sub = subscription.insert(client.subscribe(keys.channel(), keys.name()).await?);
+                waiting.start(terms.label);
                 if !sub.take_turn(give_up).await {
                     return busy();
                 }
@@ -408,6 +453,7 @@ fn into_guard(
     let lease = Arc::new(Lease::new(
         guaranteed_until(sent_at, terms.ttl),
         terms.renew,
+        Held::new(terms.label, !reentry),
     ));
     let renewal = terms.renew.then(|| {
         hold.client.start_renewal(Renewal {

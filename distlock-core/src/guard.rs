@@ -175,6 +175,15 @@ fn release_later(hold: Hold) {
     });
 }
 
+/// The loss a release reveals: the lock was found gone or another owner's.
+fn lost_at_release(found: Released) -> Option<LossReason> {
+    match found {
+        Released::Yes => None,
+        Released::Absent => Some(LossReason::Expired),
+        Released::OtherOwner | Released::Incompatible => Some(LossReason::Stolen),
+    }
+}
+
 /// A held lock. Release it with [`LockGuard::release`]; dropping it releases in the background.
 ///
 /// Renewal (if enabled) stops the moment the guard is released or dropped.
@@ -310,6 +319,13 @@ impl LockGuard {
         } else {
             Ok(Released::Yes)
         };
+        if let Some(reason) = released
+            .as_ref()
+            .ok()
+            .and_then(|&found| lost_at_release(found))
+        {
+            self.lease.held().lost(reason);
+        }
         if let Err(error) = &released {
             if error.is_transient() {
                 // The release may not have reached Redis; try once more in the background.
@@ -341,6 +357,7 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         self.stop_renewal();
+        self.lease.held().end(self.acquired_at);
         // `cleanup` (if still armed) releases in the background as it drops.
     }
 }

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, LossReason};
 use crate::sync;
+use crate::metrics::Held;
 
 /// The shortest lease (`ttl`) a lock accepts: 100 ms.
 ///
@@ -96,10 +97,12 @@ pub(crate) struct Lease {
     /// The last renewal was not acknowledged by enough replicas: a passed deadline is then
     /// reported as [`LossReason::Unreplicated`].
     unreplicated: AtomicBool,
+    /// `distlock_held` and `distlock_lost_total` (feature `metrics`; zero-sized without it).
+    held: Held,
 }
 
 impl Lease {
-    pub(crate) fn new(deadline: Instant, renewing: bool) -> Self {
+    pub(crate) fn new(deadline: Instant, renewing: bool, held: Held) -> Self {
         Lease {
             state: Mutex::new(LeaseState {
                 deadline,
@@ -109,6 +112,7 @@ impl Lease {
             renewing: AtomicBool::new(renewing),
             refused: AtomicBool::new(false),
             unreplicated: AtomicBool::new(false),
+            held,
         }
     }
 
@@ -139,14 +143,23 @@ impl Lease {
 
     /// Marks the lease lost (the first reason wins). Returns true if this call marked it.
     pub(crate) fn mark_lost(&self, reason: LossReason) -> bool {
-        self.update(|s| {
+        let marked = self.update(|s| {
             if s.lost.is_none() {
                 s.lost = Some(reason);
                 true
             } else {
                 false
             }
-        })
+        });
+        if marked {
+            self.held.lost(reason);
+        }
+        marked
+    }
+
+    /// The lease's metrics (feature `metrics`).
+    pub(crate) fn held(&self) -> &Held {
+        &self.held
     }
 
     /// The watchdog stopped renewing on purpose (hold cap reached): the lease will elapse.

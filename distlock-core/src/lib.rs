@@ -246,6 +246,7 @@ mod lease;
 #[doc(hidden)]
 pub mod lock_assert;
 mod macro_support;
+mod metrics;
 mod registry;
 mod run;
 #[doc(hidden)]

@@ -7,7 +7,8 @@
 //!
 //! ```ignore
 //! let key = key(22, "order:", &[part(&(id), "")]);
-//! match lock(key).ttl(StdDuration::from_millis(10000)).run(async move { /* body */ }).await {
+//! // `lock_skipping(key)` with `skip`; the label is the key template as written.
+//! match lock(key).label("order:<id>").ttl(StdDuration::from_millis(10000)).run(async move { /* body */ }).await {
 //!     Ok(result) => result,
 //!     Err(error) if error.is_busy() => Ok(skip_default()), // with `skip`
 //!     Err(error) => Err(lock_error(error)),
@@ -26,7 +27,14 @@ use crate::error::Error;
 use crate::lease::{MAX_TTL, MIN_TTL};
 
 pub use crate::acquire::lock;
+use crate::acquire::LockBuilder;
 pub use std::time::Duration as StdDuration;
+
+/// `lock(name)` for a `skip` function: a busy lock is counted as `skipped` in the metrics
+/// (`distlock_acquire_total{outcome}`), not `busy`.
+pub fn lock_skipping(name: String) -> LockBuilder {
+    lock(name).skipping()
+}
 
 /// The error a lock failure becomes: `E::from(error)`, for the function's error type `E`.
 pub fn lock_error<E: LockError>(error: Error) -> E {

@@ -17,6 +17,7 @@ use crate::connection::{CallError, Connection};
 use crate::error::{is_error_reply, LossReason};
 use crate::keys::hash_slot;
 use crate::lease::{guaranteed_until, renewal_interval, Lease};
+use crate::metrics::{self, RenewalOutcome};
 use crate::scripts::{RenewCall, RenewItem, Renewed, ReplicaWait};
 use crate::sync;
 
@@ -246,6 +247,7 @@ async fn run(shared: Arc<Shared>, conn: Arc<Connection>, batching: Batching) {
             for (items, holders) in group.items.chunks(size).zip(group.holders.chunks(size)) {
                 batches += 1;
                 let id = format!("b{batches}");
+                metrics::renewal_batch(items.len());
                 let call = RenewCall {
                     id: id.as_bytes(),
                     items,
@@ -277,6 +279,7 @@ async fn renew_chunk(
                     // Extended on the master only: a failed renewal, retried soon; if that
                     // lasts until the lease runs out, the loss says so.
                     Renewed::Yes if acked < r.replicas => {
+                        metrics::renewal(RenewalOutcome::Failed);
                         r.lease.set_unreplicated(true);
                         tracing::warn!(key = %r.name, acked, required = r.replicas, "lease renewal not acknowledged by enough replicas; retrying");
                         if let Some(e) = table.entries.get_mut(id) {
@@ -285,6 +288,7 @@ async fn renew_chunk(
                         continue;
                     }
                     Renewed::Yes => {
+                        metrics::renewal(RenewalOutcome::Ok);
                         r.lease.set_unreplicated(false);
                         r.lease.extend(guaranteed_until(sent_at, item.ttl));
                         continue;
@@ -292,6 +296,7 @@ async fn renew_chunk(
                     Renewed::Gone => LossReason::Expired,
                     Renewed::OtherOwner | Renewed::NotALock => LossReason::Stolen,
                 };
+                metrics::renewal(RenewalOutcome::Lost);
                 // Released while the batch was in flight: not a loss.
                 if table.entries.remove(id).is_some() && r.lease.mark_lost(lost) {
                     tracing::warn!(key = %r.name, reason = %lost, "lock lost: renewal found it no longer ours");
@@ -308,6 +313,7 @@ async fn renew_chunk(
             };
             let retry = Instant::now() + RETRY_AFTER_ERROR;
             for (id, r) in holders {
+                metrics::renewal(RenewalOutcome::Failed);
                 r.lease.set_refused(refused);
                 tracing::warn!(key = %r.name, error = %why, "lease renewal failed; retrying");
                 if let Some(e) = table.entries.get_mut(id) {

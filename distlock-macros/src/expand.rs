@@ -209,10 +209,17 @@ fn private_call(model: &LockModel, name: &str, args: TokenStream, span: Span) ->
     quote_spanned!(span=> #krate::__private::#name #args)
 }
 
-/// `__private::lock(key).ttl(..).renew(true)...`: the public `LockBuilder` with the options.
+/// `__private::lock(key).label("order:<id>").ttl(..).renew(true)...`: the public `LockBuilder`
+/// with the options; the metrics label is the key template as written (bounded, unlike the
+/// key). With `skip`, `lock_skipping(key)`: a busy lock counts as skipped.
 fn builder(model: &LockModel, key: &Ident) -> TokenStream {
     let krate = &model.krate;
-    let mut builder = quote!(#krate::__private::lock(#key));
+    let lock = Ident::new(
+        if model.skip { "lock_skipping" } else { "lock" },
+        Span::call_site(),
+    );
+    let label = Literal::string(&model.key.template);
+    let mut builder = quote!(#krate::__private::#lock(#key).label(#label));
     let duration = |arg: &DurationArg, check: &str| match arg {
         DurationArg::Millis(millis) => {
             let millis = Literal::u64_suffixed(*millis);
@@ -372,6 +379,7 @@ mod tests {
                     &[::distlock::__private::part(&(id), "")]
                 );
                 match ::distlock::__private::lock(__distlock_key)
+                    .label("order:<id>")
                     .ttl(::distlock::__private::StdDuration::from_millis(10000u64))
                     .renew(true)
                     .run(async move {
@@ -415,7 +423,7 @@ mod tests {
             "async fn f(x: u8) -> Result<(), E> { Ok(()) }",
         );
         assert!(out.contains(
-            "match my :: lock :: __private :: lock (__distlock_key) . fenced (true) . min_replicas (2usize) . client (\"payments\") . run"
+            "match my :: lock :: __private :: lock_skipping (__distlock_key) . label (\"a<<b:<x>\") . fenced (true) . min_replicas (2usize) . client (\"payments\") . run"
         ), "{out}");
         assert!(out.contains(
             ":: core :: result :: Result :: Err (__distlock_error) if __distlock_error . is_busy () => { :: core :: result :: Result :: Ok (my :: lock :: __private :: skip_default ()) }"
@@ -469,7 +477,7 @@ mod tests {
             "fn f<'a>(id: u64) -> Pin<Box<dyn Future<Output = Result<(), E>> + Send + 'a>> { Box::pin(async move { let id = id; let n = 1; Ok(()) }) }",
         );
         assert!(out.ends_with(
-            "Box :: pin (async move { match :: distlock :: __private :: lock (__distlock_key) . run (async move { # [allow (unused_variables)] let id = id ; let n = 1 ; Ok (()) }) . await { :: core :: result :: Result :: Ok (__distlock_result) => __distlock_result , :: core :: result :: Result :: Err (__distlock_error) => :: core :: result :: Result :: Err (:: distlock :: __private :: lock_error (__distlock_error)) , } }) }"
+            "Box :: pin (async move { match :: distlock :: __private :: lock (__distlock_key) . label (\"<id>\") . run (async move { # [allow (unused_variables)] let id = id ; let n = 1 ; Ok (()) }) . await { :: core :: result :: Result :: Ok (__distlock_result) => __distlock_result , :: core :: result :: Result :: Err (__distlock_error) => :: core :: result :: Result :: Err (:: distlock :: __private :: lock_error (__distlock_error)) , } }) }"
         ), "{out}");
         assert!(out.contains(r#"__private :: key (16usize , "" , & ["#));
     }

@@ -291,6 +291,7 @@ use proc_macro::TokenStream;
 /// async fn settle(id: u64) -> Result<Receipt, AppError> {
 ///     let key = format!("order:{id}"); // values escaped as described above
 ///     match distlock::lock(key)
+///         .label("order:<id>") // the metrics label: the template as written, never the key
 ///         .ttl(Duration::from_secs(10))
 ///         .renew(true)
 ///         .run(async move {
@@ -309,7 +310,9 @@ use proc_macro::TokenStream;
 /// ```
 ///
 /// The generated code differs only in how it is spelled: the key is built by one call to
-/// `distlock::__private::key` (each value through `__private::part`); the body's statements go
+/// `distlock::__private::key` (each value through `__private::part`); with `skip` the builder
+/// starts from `__private::lock_skipping` (a busy lock counts as `skipped` in the metrics,
+/// not `busy`); the body's statements go
 /// into the `async move` block after an unreachable typed `return`, so that `?` and early
 /// `return`s keep the declared return type; and the conversion is a call to
 /// `__private::lock_error` (with `skip`, `__private::skip_default`) placed at the error type

@@ -48,6 +48,8 @@ pub(crate) struct ResultType {
 pub(crate) struct Key {
     /// The span of the `key = "..."` literal; errors about values point here.
     pub(crate) span: Span,
+    /// The template as written (`order:<id>`): the `lock` label of the lock's metrics.
+    pub(crate) template: String,
     pub(crate) parts: Vec<KeyPart>,
     /// The parameters (not `self`) the key reads.
     pub(crate) params: Vec<Ident>,
@@ -294,6 +296,7 @@ fn resolve_key(lit: &LitStr, params: &[Param], sig: &Signature) -> syn::Result<K
         Some(message) => Err(syn::Error::new(span, message)),
         None => Ok(Key {
             span,
+            template: lit.value(),
             parts,
             params: used,
         }),

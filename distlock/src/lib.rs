@@ -120,6 +120,7 @@
 //! # use std::time::Duration;
 //! async fn settle(id: u64) -> Result<u64, AppError> {
 //!     distlock::lock(format!("order:{id}"))
+//!         .label("order:<id>") // the metrics label: the template, never the key
 //!         .ttl(Duration::from_secs(10))
 //!         .renew(true)
 //!         .run(async move {

@@ -1,0 +1,272 @@
+//! Lock metrics (feature `metrics`): every series the runtime emits, through the `metrics`
+//! facade, and nothing else. The rest of the runtime calls these hooks in one line each.
+//!
+//! Without the feature every function here is empty and every type is zero-sized: the hot path
+//! pays no allocation, no clock read and no atomic for metrics. With it, each hook is one
+//! facade call with `&'static str` labels (no `String` is made for a label).
+//!
+//! The `lock` label is the lock's *label* ([`crate::LockBuilder::label`]): the key template
+//! for `#[distributed_lock]` (`order:<id>`), or what the manual API passes, by default
+//! [`UNLABELED`]; never the rendered key, so the number of series stays bounded.
+
+#![cfg_attr(not(feature = "metrics"), allow(unused_variables, dead_code))]
+
+#[cfg(feature = "metrics")]
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::time::Instant;
+
+use crate::error::{Error, LossReason};
+
+/// The `lock` label of a lock built without [`crate::LockBuilder::label`].
+pub(crate) const UNLABELED: &str = "unlabeled";
+
+/// `distlock_acquire_total{lock, outcome}`: acquire calls, by how they ended.
+pub(crate) const ACQUIRE_TOTAL: &str = "distlock_acquire_total";
+/// `distlock_wait_seconds{lock}`: from the call to the acquire, for acquires that waited.
+pub(crate) const WAIT_SECONDS: &str = "distlock_wait_seconds";
+/// `distlock_hold_seconds{lock}`: from the acquire to the release (or drop) of the guard.
+pub(crate) const HOLD_SECONDS: &str = "distlock_hold_seconds";
+/// `distlock_lost_total{lock, reason}`: held locks that were lost.
+pub(crate) const LOST_TOTAL: &str = "distlock_lost_total";
+/// `distlock_renewals_total{outcome}`: lease renewals, by result.
+pub(crate) const RENEWALS_TOTAL: &str = "distlock_renewals_total";
+/// `distlock_renewal_batch_size`: leases per renewal round trip.
+pub(crate) const RENEWAL_BATCH_SIZE: &str = "distlock_renewal_batch_size";
+/// `distlock_held{lock}`: locks held now.
+pub(crate) const HELD: &str = "distlock_held";
+/// `distlock_waiting{lock}`: acquire calls waiting for a busy lock now.
+pub(crate) const WAITING: &str = "distlock_waiting";
+
+/// How an acquire call ended: the `outcome` of `distlock_acquire_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Taken (at once or after waiting).
+    Acquired,
+    /// Re-entered a lock the call chain already held.
+    Reentered,
+    /// Busy, without `wait`.
+    Busy,
+    /// Busy, on a `skip` function: the body did not run.
+    Skipped,
+    /// Busy until `wait` ran out.
+    Timeout,
+    /// Any other error (Redis, response timeout, configuration, a lost outer hold, ...).
+    Error,
+}
+
+impl Outcome {
+    /// The label value.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Acquired => "acquired",
+            Outcome::Reentered => "reentered",
+            Outcome::Busy => "busy",
+            Outcome::Skipped => "skipped",
+            Outcome::Timeout => "timeout",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+/// The `reason` label of `distlock_lost_total`.
+pub(crate) fn reason_label(reason: LossReason) -> &'static str {
+    match reason {
+        LossReason::Expired => "expired",
+        LossReason::Stolen => "stolen",
+        LossReason::Unreachable => "unreachable",
+        LossReason::LeaseElapsed => "lease_elapsed",
+        LossReason::Refused => "refused",
+        LossReason::Unreplicated => "unreplicated",
+    }
+}
+
+/// One acquire call, as `distlock_acquire_total` counts it: made before the call (from the
+/// builder), told the result after it. A call dropped before it ends counts nothing.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Attempt {
+    #[cfg(feature = "metrics")]
+    label: &'static str,
+    #[cfg(feature = "metrics")]
+    skip: bool,
+    #[cfg(feature = "metrics")]
+    waits: bool,
+}
+
+impl Attempt {
+    /// `skip`: a busy lock skips the body (the attribute's `skip`); `waits`: `wait` was set.
+    #[inline]
+    pub(crate) fn new(label: &'static str, skip: bool, waits: bool) -> Self {
+        Attempt {
+            #[cfg(feature = "metrics")]
+            label,
+            #[cfg(feature = "metrics")]
+            skip,
+            #[cfg(feature = "metrics")]
+            waits,
+        }
+    }
+
+    /// The call ended: `Ok(reentry)` with a guard, or the error.
+    #[inline]
+    pub(crate) fn done(self, result: Result<bool, &Error>) {
+        #[cfg(feature = "metrics")]
+        {
+            let outcome = match result {
+                Ok(false) => Outcome::Acquired,
+                Ok(true) => Outcome::Reentered,
+                Err(e) if e.is_busy() && self.skip => Outcome::Skipped,
+                Err(e) if e.is_busy() && self.waits => Outcome::Timeout,
+                Err(e) if e.is_busy() => Outcome::Busy,
+                Err(_) => Outcome::Error,
+            };
+            ::metrics::counter!(ACQUIRE_TOTAL, "lock" => self.label, "outcome" => outcome.as_str())
+                .increment(1);
+        }
+    }
+}
+
+/// One acquire call's wait for a busy lock: `distlock_waiting` while it waits (until it takes
+/// the lock, gives up, fails or is dropped), and `distlock_wait_seconds` when it then takes it.
+#[derive(Debug, Default)]
+pub(crate) struct Waiting {
+    #[cfg(feature = "metrics")]
+    label: Option<&'static str>,
+}
+
+impl Waiting {
+    /// The call starts waiting (once; later calls change nothing).
+    #[inline]
+    pub(crate) fn start(&mut self, label: &'static str) {
+        #[cfg(feature = "metrics")]
+        if self.label.is_none() {
+            ::metrics::gauge!(WAITING, "lock" => label).increment(1.0);
+            self.label = Some(label);
+        }
+    }
+
+    /// The call took the lock; `started`: when it was made. Records the wait if it waited.
+    #[inline]
+    pub(crate) fn acquired(&mut self, started: Instant) {
+        #[cfg(feature = "metrics")]
+        if let Some(label) = self.label.take() {
+            ::metrics::gauge!(WAITING, "lock" => label).decrement(1.0);
+            ::metrics::histogram!(WAIT_SECONDS, "lock" => label)
+                .record(started.elapsed().as_secs_f64());
+        }
+    }
+}
+
+#[cfg(feature = "metrics")]
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if let Some(label) = self.label.take() {
+            ::metrics::gauge!(WAITING, "lock" => label).decrement(1.0);
+        }
+    }
+}
+
+/// The metrics side of one lease: `distlock_held` counts it from the acquire until the guard
+/// goes or the lock is lost (whichever comes first, once), `distlock_lost_total` counts its
+/// loss (once, and only while held), `distlock_hold_seconds` the guard's life. A re-entry's
+/// lease counts nothing (its lock is counted by the outer hold).
+#[derive(Debug)]
+pub(crate) struct Held {
+    /// `None`: a re-entry.
+    #[cfg(feature = "metrics")]
+    label: Option<&'static str>,
+    /// Counted in `distlock_held` now.
+    #[cfg(feature = "metrics")]
+    held: AtomicBool,
+}
+
+impl Held {
+    /// A lease just taken (`outer`), or a re-entry's (`!outer`: counts nothing).
+    #[inline]
+    pub(crate) fn new(label: &'static str, outer: bool) -> Self {
+        #[cfg(feature = "metrics")]
+        if outer {
+            ::metrics::gauge!(HELD, "lock" => label).increment(1.0);
+        }
+        Held {
+            #[cfg(feature = "metrics")]
+            label: outer.then_some(label),
+            #[cfg(feature = "metrics")]
+            held: AtomicBool::new(outer),
+        }
+    }
+
+    /// The lock was lost (the lease's first loss, or a release that found it not ours).
+    #[inline]
+    pub(crate) fn lost(&self, reason: LossReason) {
+        #[cfg(feature = "metrics")]
+        if let Some(label) = self.leave() {
+            ::metrics::counter!(LOST_TOTAL, "lock" => label, "reason" => reason_label(reason))
+                .increment(1);
+        }
+    }
+
+    /// The guard is released or dropped; `acquired_at`: when its acquire was sent.
+    #[inline]
+    pub(crate) fn end(&self, acquired_at: Instant) {
+        #[cfg(feature = "metrics")]
+        if let Some(label) = self.label {
+            ::metrics::histogram!(HOLD_SECONDS, "lock" => label)
+                .record(acquired_at.elapsed().as_secs_f64());
+            self.leave();
+        }
+    }
+
+    /// Out of `distlock_held`, if still in it: the label, the first time only.
+    #[cfg(feature = "metrics")]
+    fn leave(&self) -> Option<&'static str> {
+        let label = self.label?;
+        self.held.swap(false, Ordering::AcqRel).then(|| {
+            ::metrics::gauge!(HELD, "lock" => label).decrement(1.0);
+            label
+        })
+    }
+}
+
+#[cfg(feature = "metrics")]
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
+
+/// What one lease's renewal found: the `outcome` of `distlock_renewals_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RenewalOutcome {
+    /// Extended (and acknowledged by the replicas it asks for).
+    Ok,
+    /// Not extended: no answer in time, an error reply, or too few replicas acknowledged.
+    /// Retried; if that lasts until the lease runs out, the lock is lost.
+    Failed,
+    /// The lock was gone or another owner's.
+    Lost,
+}
+
+/// One lease's renewal attempt.
+#[inline]
+pub(crate) fn renewal(outcome: RenewalOutcome) {
+    #[cfg(feature = "metrics")]
+    {
+        let outcome = match outcome {
+            RenewalOutcome::Ok => "ok",
+            RenewalOutcome::Failed => "failed",
+            RenewalOutcome::Lost => "lost",
+        };
+        ::metrics::counter!(RENEWALS_TOTAL, "outcome" => outcome).increment(1);
+    }
+}
+
+/// One renewal round trip, for `leases` leases.
+#[inline]
+pub(crate) fn renewal_batch(leases: usize) {
+    #[cfg(feature = "metrics")]
+    {
+        #[allow(clippy::cast_precision_loss)] // batch sizes are small
+        ::metrics::histogram!(RENEWAL_BATCH_SIZE).record(leases as f64);
+    }
+}
