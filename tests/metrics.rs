@@ -593,3 +593,39 @@ async fn held_and_waiting_return_to_zero_on_every_exit_path() {
     // acquired: gone:1, gone:2, gone:3 and five more; the cancelled waiter counted nothing.
     assert_eq!(outcomes(GONE), [8, 0, 0, 0, 2, 0]);
 }
+
+/// Every metric the runtime defines (`distlock-core/src/metrics.rs`) is in the "Metrics" table
+/// of the crate docs and of the README, and the tables name no other.
+#[test]
+fn every_metric_is_documented() {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let read = |path: &str| std::fs::read_to_string(root.join(path)).unwrap();
+    let source = read("distlock-core/src/metrics.rs");
+    let defined: Vec<&str> = source
+        .lines()
+        .filter_map(|l| l.strip_prefix("pub(crate) const "))
+        .filter_map(|l| l.split('"').nth(1))
+        .filter(|name| name.starts_with("distlock_"))
+        .collect();
+    assert_eq!(defined.len(), 8, "{defined:?}");
+    for (doc, text) in [
+        ("distlock/src/lib.rs", read("distlock/src/lib.rs")),
+        ("README.md", read("README.md")),
+    ] {
+        // The table rows: "| `distlock_...` |" (in the crate docs, after "//! ").
+        let listed: Vec<&str> = text
+            .lines()
+            .map(|l| l.trim_start_matches("//!").trim_start())
+            .filter_map(|l| l.strip_prefix("| `distlock_"))
+            .filter_map(|l| l.split('`').next())
+            .collect();
+        for name in &defined {
+            let name = name.trim_start_matches("distlock_");
+            assert!(
+                listed.contains(&name),
+                "{doc} does not list distlock_{name}"
+            );
+        }
+        assert_eq!(listed.len(), defined.len(), "{doc} lists {listed:?}");
+    }
+}

@@ -267,6 +267,8 @@ pub use error::{Error, LossReason, Operation, Result};
 pub use guard::LockGuard;
 pub use keys::{hash_slot, MAX_NAME_LEN};
 pub use lease::{LEASE_MARGIN, MAX_TTL, MIN_TTL};
+#[cfg(feature = "metrics")]
+pub use metrics::describe_metrics;
 
 /// The redis-rs crate this runtime is built on, so [`Error::Redis`]'s source can be matched
 /// (and `redis` types named) without a separate, possibly mismatched, `redis` dependency.

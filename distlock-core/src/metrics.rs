@@ -38,6 +38,56 @@ pub(crate) const HELD: &str = "distlock_held";
 /// `distlock_waiting{lock}`: acquire calls waiting for a busy lock now.
 pub(crate) const WAITING: &str = "distlock_waiting";
 
+/// Registers the unit and a description of every distlock metric with the installed recorder
+/// (exporters show them: Prometheus' `# HELP` lines). Optional: the metrics are recorded
+/// without it. Call it after installing the recorder.
+#[cfg(feature = "metrics")]
+pub fn describe_metrics() {
+    use ::metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(
+        ACQUIRE_TOTAL,
+        Unit::Count,
+        "Lock acquire calls by lock label and outcome (acquired, reentered, busy, skipped, timeout, error)."
+    );
+    describe_histogram!(
+        WAIT_SECONDS,
+        Unit::Seconds,
+        "Time from the acquire call to the lock, for acquires that waited for a busy lock."
+    );
+    describe_histogram!(
+        HOLD_SECONDS,
+        Unit::Seconds,
+        "Time from acquiring a lock to releasing (or dropping) its guard."
+    );
+    describe_counter!(
+        LOST_TOTAL,
+        Unit::Count,
+        "Held locks that were lost, by lock label and reason."
+    );
+    describe_counter!(
+        RENEWALS_TOTAL,
+        Unit::Count,
+        "Lease renewals by outcome (ok, failed, lost)."
+    );
+    describe_histogram!(
+        RENEWAL_BATCH_SIZE,
+        Unit::Count,
+        "Leases renewed per renewal round trip."
+    );
+    describe_gauge!(HELD, Unit::Count, "Locks this process holds now.");
+    describe_gauge!(
+        WAITING,
+        Unit::Count,
+        "Acquire calls of this process waiting for a busy lock now."
+    );
+}
+
+/// Without the feature the hooks' state is zero-sized: a lease, a guard and an acquire carry
+/// nothing for metrics.
+#[cfg(not(feature = "metrics"))]
+const _: () =
+    assert!(size_of::<Held>() == 0 && size_of::<Waiting>() == 0 && size_of::<Attempt>() == 0);
+
 /// How an acquire call ended: the `outcome` of `distlock_acquire_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {

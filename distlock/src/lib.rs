@@ -258,6 +258,40 @@
 //! `<id>`?"), and the generated code never warns: an annotated function compiles under
 //! `#![deny(warnings, clippy::all, clippy::pedantic)]`.
 //!
+//! ## Metrics
+//!
+//! With feature `metrics`, the runtime records these through the
+//! [`metrics`](https://docs.rs/metrics) facade. Libraries link only the facade: install any
+//! recorder (such as `metrics-exporter-prometheus`) in the application; without one nothing is
+//! recorded, and without the feature no metric code is compiled in at all.
+//! `distlock::describe_metrics()` (with the feature) registers their units and descriptions.
+//!
+//! | name | kind | labels | what |
+//! | --- | --- | --- | --- |
+//! | `distlock_acquire_total` | counter | `lock`, `outcome` | acquire calls (every annotated call, `run`, `acquire`) by how they ended: `acquired` (at once or after waiting), `reentered` (a lock the call chain held), `busy` (no `wait`), `skipped` (busy on a `skip` function), `timeout` (busy until `wait` ran out), `error` (anything else: Redis, [`Error::Timeout`], configuration, a lost outer hold). A call dropped before it ends counts nothing. |
+//! | `distlock_wait_seconds` | histogram, seconds | `lock` | from the call to the lock, only for acquires that waited for a busy lock |
+//! | `distlock_hold_seconds` | histogram, seconds | `lock` | from acquiring to releasing or dropping the guard (outer holds; re-entries add nothing) |
+//! | `distlock_lost_total` | counter | `lock`, `reason` | held locks lost, once each: `expired`, `stolen`, `unreachable`, `lease_elapsed`, `refused`, `unreplicated` (see [`LossReason`]); also a release that finds the lock gone (`expired`) or another owner's (`stolen`) |
+//! | `distlock_renewals_total` | counter | `outcome` | lease renewals by the watchdog, one per lease per attempt: `ok`, `failed` (no answer in time, an error reply, too few replicas; retried), `lost` (the lock was gone or another owner's) |
+//! | `distlock_renewal_batch_size` | histogram | — | leases per renewal round trip |
+//! | `distlock_held` | gauge | `lock` | locks held now: up at the acquire, down when the guard is released or dropped or the lock is lost, whichever comes first (re-entries are not counted again) |
+//! | `distlock_waiting` | gauge | `lock` | acquire calls waiting for a busy lock now: down when they take it, give up, fail or are dropped |
+//!
+//! **The `lock` label is the lock's template, never its key**, so the number of series stays
+//! bounded however many orders or users there are: `#[distributed_lock(key = "order:<id>")]`
+//! labels with `order:<id>` exactly as written; the manual API labels with
+//! [`LockBuilder::label`] (a `&'static str`), and without it with `"unlabeled"`.
+//!
+//! ```no_run
+//! # async fn demo(id: u64) -> Result<(), distlock::Error> {
+//! // distlock_acquire_total{lock="order:<id>",outcome="acquired"}, not {lock="order:42"}
+//! let guard = distlock::lock(format!("order:{id}")).label("order:<id>").acquire().await?;
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! `examples/metrics.rs` in the repository exports them in Prometheus' text format.
+//!
 //! ## Runtime guarantees
 //!
 //! The runtime is [`distlock_core`]; its crate docs state what a lock guarantees (atomic
@@ -277,6 +311,10 @@ pub use distlock_core::{parse_duration, DurationError};
 
 #[doc(inline)]
 pub use distlock_macros::distributed_lock;
+
+#[cfg(feature = "metrics")]
+#[doc(inline)]
+pub use distlock_core::describe_metrics;
 
 #[doc(inline)]
 pub use distlock_core::assert_locked;
