@@ -10,8 +10,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::{Error, LossReason};
-use crate::sync;
 use crate::metrics::Held;
+use crate::sync;
 
 /// The shortest lease (`ttl`) a lock accepts: 100 ms.
 ///
@@ -143,18 +143,16 @@ impl Lease {
 
     /// Marks the lease lost (the first reason wins). Returns true if this call marked it.
     pub(crate) fn mark_lost(&self, reason: LossReason) -> bool {
-        let marked = self.update(|s| {
+        self.update(|s| {
             if s.lost.is_none() {
                 s.lost = Some(reason);
+                // Counted before the waiters of `lost()` wake.
+                self.held.lost(reason);
                 true
             } else {
                 false
             }
-        });
-        if marked {
-            self.held.lost(reason);
-        }
-        marked
+        })
     }
 
     /// The lease's metrics (feature `metrics`).
