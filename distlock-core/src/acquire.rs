@@ -209,12 +209,23 @@ impl LockBuilder {
     /// never leaves the lock held: a possibly applied acquisition is released in the background.
     pub async fn acquire(self) -> Result<LockGuard, Error> {
         let attempt = Attempt::new(self.label, self.skip, self.wait.is_some());
-        let result = self.take().await;
+        let result = match self.terms() {
+            Ok((client, keys, terms)) => {
+                let span = tracing::debug_span!("distlock.acquire", key = %keys.name(), ttl_ms = millis_ceil(terms.ttl));
+                if span.is_disabled() {
+                    acquire(client, keys, terms).await
+                } else {
+                    acquire(client, keys, terms).instrument(span).await
+                }
+            }
+            Err(error) => Err(error),
+        };
         attempt.done(result.as_ref().map(LockGuard::is_reentry));
         result
     }
 
-    async fn take(self) -> Result<LockGuard, Error> {
+    /// The client, the key layout and the checked terms of this acquisition.
+    fn terms(&self) -> Result<(Client, LockKeys, Terms), Error> {
         let client = self.resolve()?;
         let config = client.config();
         let ttl = self.ttl.unwrap_or(config.default_ttl);
@@ -247,13 +258,7 @@ impl LockBuilder {
             label: self.label,
         };
         let keys = LockKeys::new(&config.key_prefix, &self.name)?;
-        let span =
-            tracing::debug_span!("distlock.acquire", key = %keys.name(), ttl_ms = millis_ceil(ttl));
-        if span.is_disabled() {
-            acquire(client, keys, terms).await
-        } else {
-            acquire(client, keys, terms).instrument(span).await
-        }
+        Ok((client, keys, terms))
     }
 }
 
