@@ -592,6 +592,42 @@ async fn held_and_waiting_return_to_zero_on_every_exit_path() {
     assert_eq!(gauge("distlock_waiting", GONE), 0.0);
     // acquired: gone:1, gone:2, gone:3 and five more; the cancelled waiter counted nothing.
     assert_eq!(outcomes(GONE), [8, 0, 0, 0, 2, 0]);
+
+    // Concurrent tasks on one client (their acquires and releases go out in groups), half of
+    // them on one contended lock with `wait`: every count exact, both gauges back to 0.
+    const MANY: &str = "many:<n>";
+    let tasks: Vec<_> = (0..32)
+        .map(|n| {
+            let a = a.clone();
+            tokio::spawn(async move {
+                let name = if n % 2 == 0 {
+                    "many:hot".to_owned()
+                } else {
+                    format!("many:{n}")
+                };
+                a.lock(name)
+                    .label(MANY)
+                    .wait(Duration::from_secs(10))
+                    .run(tokio::task::yield_now())
+                    .await
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    assert_eq!(outcomes(MANY), [32, 0, 0, 0, 0, 0]);
+    assert_eq!(gauge("distlock_held", MANY), 0.0);
+    assert_eq!(gauge("distlock_waiting", MANY), 0.0);
+    assert_eq!(
+        histogram("distlock_hold_seconds", &[("lock", MANY)]).len(),
+        32
+    );
+    let waits = histogram("distlock_wait_seconds", &[("lock", MANY)]).len();
+    assert!(
+        waits <= 15,
+        "at most the 15 later takers of the hot lock waited: {waits}"
+    );
 }
 
 /// Every metric the runtime defines (`distlock-core/src/metrics.rs`) is in the "Metrics" table
