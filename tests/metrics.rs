@@ -1,7 +1,7 @@
-//! Lock metrics (feature `metrics`) against a real redis-server: the exact counts of scripted
-//! runs, read from `metrics-util`'s debugging recorder installed as the process's global
-//! recorder (the watchdog renews on the client's own runtime thread, which a thread-local
-//! recorder would not see).
+//! Lock metrics (feature `metrics`; `cargo test --test metrics --features metrics`) against a
+//! real redis-server: the exact counts of scripted runs, read from `metrics-util`'s debugging
+//! recorder installed as the process's global recorder (the watchdog renews on the client's own
+//! runtime thread, which a thread-local recorder would not see).
 //!
 //! Each test uses its own `lock` labels, so tests running side by side in this process do not
 //! touch each other's series; only `renewals_lease_loss_and_release_loss` renews leases, so the
