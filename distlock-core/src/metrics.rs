@@ -3,7 +3,9 @@
 //!
 //! Without the feature every function here is empty and every type is zero-sized: the hot path
 //! pays no allocation, no clock read and no atomic for metrics. With it, each hook is one
-//! facade call with `&'static str` labels (no `String` is made for a label).
+//! facade call with `&'static str` labels: no `String` is made for a label, but the facade
+//! builds (and hashes) a key with a small label list per call, whatever the recorder (about 2k
+//! instructions per acquire + release, measured with callgrind on benchmark B1 and no recorder).
 //!
 //! The `lock` label is the lock's *label* ([`crate::LockBuilder::label`]): the key template
 //! for `#[distributed_lock]` (`order:<id>`), or what the manual API passes, by default
