@@ -10,13 +10,17 @@
 //! the head retries when the lock is released, so a release costs one attempt per process
 //! instead of one per waiting task, and a task that releases and immediately asks again queues
 //! behind the tasks already waiting instead of barging in front of them.
+//!
+//! In a cluster, the server ends a sharded subscription itself when the channel's slot moves to
+//! another shard (`SUNSUBSCRIBE` push): a channel that still has waiters is subscribed again,
+//! which redis-rs routes to the slot's new owner (following `MOVED`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::{PushInfo, PushKind, Value};
-use tokio::sync::{watch, OnceCell, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, watch, OnceCell, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::backend::{Backend, Subscriber};
@@ -71,14 +75,20 @@ impl Waiters {
     async fn connection(&self, key: &str) -> Result<Subscriber, Error> {
         let make = async {
             let channels = self.channels.clone();
+            let (dropped, dropped_rx) = mpsc::unbounded_channel();
             let pushes = move |push: PushInfo| {
-                dispatch(&channels, push);
+                dispatch(&channels, push, &dropped);
                 Ok::<(), std::convert::Infallible>(())
             };
-            self.backend
+            let conn = self
+                .backend
                 .subscriber(pushes)
                 .await
-                .map_err(|e| subscribe_error(key, e))
+                .map_err(|e| subscribe_error(key, e))?;
+            // Lives as long as the client's runtime (not a counted cleanup task).
+            let resubscribing = resubscribe(dropped_rx, conn.clone(), self.channels.clone());
+            drop(self.background.handle().spawn(resubscribing));
+            Ok(conn)
         };
         // Made with the client's runtime current: the subscriber connection lives there.
         let init = self.background.enter(self.conn.get_or_try_init(|| make));
@@ -186,8 +196,17 @@ fn subscribe_error(key: &str, source: redis::RedisError) -> Error {
     }
 }
 
-fn dispatch(channels: &Mutex<ChannelMap>, push: PushInfo) {
+fn dispatch(channels: &Mutex<ChannelMap>, push: PushInfo, dropped: &Dropped) {
     let map = sync::lock(channels);
+    if push.kind == PushKind::SUnsubscribe {
+        // The server's own (a moved slot) or the answer to a waiter's departure: `resubscribe`
+        // tells them apart by the channel's state.
+        if let Some(Value::BulkString(name)) = push.data.first() {
+            if map.contains_key(name.as_slice()) {
+                let _ = dropped.send(name.clone());
+            }
+        }
+    }
     match push.kind {
         // A release message; or a (re)subscription confirmed, which after a reconnect means
         // releases published while the connection was down were missed: look again. Sharded
@@ -211,6 +230,35 @@ fn dispatch(channels: &Mutex<ChannelMap>, push: PushInfo) {
             }
         }
         _ => {}
+    }
+}
+
+/// Channels whose sharded subscription ended while they had waiters.
+type Dropped = mpsc::UnboundedSender<Vec<u8>>;
+
+/// Subscribes again to each channel in `dropped` that is still meant to be subscribed (it has
+/// waiters and no departure is unsubscribing it: a departure holds the channel's state while it
+/// unsubscribes, and leaves it unsubscribed). The new subscription's confirmation makes the
+/// waiters look again, so a release published while no shard had the subscription is not
+/// missed.
+async fn resubscribe(
+    mut dropped: mpsc::UnboundedReceiver<Vec<u8>>,
+    conn: Subscriber,
+    channels: Arc<Mutex<ChannelMap>>,
+) {
+    while let Some(name) = dropped.recv().await {
+        let Some(entry) = sync::lock(&channels).get(&name).cloned() else {
+            continue;
+        };
+        let state = entry.state.lock().await;
+        if state.subscribed && state.waiters > 0 && !state.retired {
+            tracing::debug!(
+                "a sharded subscription was dropped by the server (slot moved); subscribing again"
+            );
+            if let Err(error) = conn.clone().subscribe(&name).await {
+                tracing::warn!(%error, "subscribing again after a slot move failed; waiters fall back to the holder's lease");
+            }
+        }
     }
 }
 
