@@ -2,13 +2,14 @@
 //! made by the test support: a lock's slot migrated to another master while the lock is held
 //! and renewed (no second holder, renewals and release follow the slot, waiters are woken on
 //! the new shard), and a master killed with `SIGKILL` and replaced by its replica (a lock taken
-//! with `min_replicas(1)` is still held there).
+//! with `min_replicas(1)` is still held there, and a renewed one is reported lost as
+//! `Unreplicated` because the promoted master has no replica to acknowledge its renewals).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use distlock::{hash_slot, Client, Config};
+use distlock::{hash_slot, Client, Config, LossReason};
 use redis::AsyncCommands;
 use testkit::RedisCluster;
 
@@ -198,6 +199,16 @@ async fn a_lock_acknowledged_by_a_replica_survives_sigkill_of_its_master() {
         .await
         .expect("taken and acknowledged by the replica");
     let deadline = guard.guaranteed_until();
+    // A renewed lock with `min_replicas(1)` on the same master: once that master is gone, its
+    // promoted replica has no replica to acknowledge renewals, so the holder must be told.
+    let renewed = holder
+        .lock(name_in_slot("killed-renewed", slot))
+        .ttl(Duration::from_secs(3))
+        .renew(true)
+        .min_replicas(1)
+        .acquire()
+        .await
+        .expect("taken and acknowledged");
     let contender = Contender::start(client(&cluster).await, name.clone());
 
     cluster.kill_node(master);
@@ -235,5 +246,10 @@ async fn a_lock_acknowledged_by_a_replica_survives_sigkill_of_its_master() {
         .await
         .unwrap();
     assert!(!exists);
+
+    let reason = tokio::time::timeout(Duration::from_secs(10), renewed.lost())
+        .await
+        .expect("the holder of the renewed lock is told it lost it");
+    assert_eq!(reason, LossReason::Unreplicated, "{reason}");
     // The cluster (the killed node stays down) is stopped by PID when dropped.
 }
