@@ -541,6 +541,27 @@ impl RedisCluster {
         )
     }
 
+    /// A cluster of one master that serves every slot (`CLUSTER ADDSLOTSRANGE 0 16383`;
+    /// `redis-cli --cluster create` wants three masters), no replicas.
+    pub fn start_single_master() -> RedisCluster {
+        let node = RedisServer::start_with(ServerOptions {
+            cluster: true,
+            ..Default::default()
+        });
+        let reply = cli_with(
+            None,
+            node.port(),
+            &["CLUSTER", "ADDSLOTSRANGE", "0", "16383"],
+        );
+        assert!(reply.contains("OK"), "CLUSTER ADDSLOTSRANGE: {reply}");
+        let cluster = RedisCluster {
+            nodes: vec![node],
+            tls_ca: None,
+        };
+        cluster.wait_until_healthy(1, 0);
+        cluster
+    }
+
     /// One `redis-cli` command against the node on `port` (over TLS for a TLS cluster).
     pub fn cli(&self, port: u16, args: &[&str]) -> String {
         cli_with(self.tls_ca.as_deref(), port, args)
