@@ -228,7 +228,7 @@ async fn a_lock_acknowledged_by_a_replica_survives_sigkill_of_its_master() {
     assert!(kept, "the promoted replica has the lease");
 
     // Contend until shortly before the lease's guaranteed end.
-    tokio::time::sleep_until((deadline - Duration::from_millis(300)).into()).await;
+    tokio::time::sleep_until(deadline - Duration::from_millis(300)).await;
     let (attempts, stolen) = contender.stop().await;
     assert!(
         attempts > 20,
