@@ -120,14 +120,20 @@ async fn a_renewed_lock_survives_a_migration_of_its_slot_and_waiters_follow_it()
     let contender = Contender::start(client(&cluster).await, name.clone());
 
     let migrating = cluster.clone();
-    tokio::task::spawn_blocking(move || migrating.migrate_slot(slot, to))
-        .await
-        .unwrap();
+    // One key at a time, 400 ms apart: renewals and the contender's attempts meet the slot
+    // half-moved (`ASK` for the keys already on the new owner) for about a second.
+    tokio::task::spawn_blocking(move || {
+        migrating.migrate_slot_paced(slot, to, Duration::from_millis(400))
+    })
+    .await
+    .unwrap();
     assert_eq!(cluster.master_of_slot(slot), to);
     let lease_key = format!("distlock:{{{name}}}");
     let mut target = node_conn(to).await;
     let on_target: bool = target.exists(&lease_key).await.unwrap();
     assert!(on_target, "the lease moved with its slot");
+    let asked = testkit::command_calls(&mut target, "asking").await;
+    assert!(asked > 0, "clients followed ASK while the slot was half-moved");
 
     // Four ttls after the move: every renewal since went to the new owner.
     tokio::time::sleep(Duration::from_millis(2400)).await;

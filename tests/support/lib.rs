@@ -591,6 +591,12 @@ impl RedisCluster {
     /// for keys already moved), then `SETSLOT NODE` on the target, the source and every other
     /// master. Returns once every live node maps the slot to `to`.
     pub fn migrate_slot(&self, slot: u16, to: u16) {
+        self.migrate_slot_paced(slot, to, Duration::ZERO);
+    }
+
+    /// [`RedisCluster::migrate_slot`], one key per `MIGRATE` with `pause` after each: the slot
+    /// stays half-moved (clients get `ASK` for the keys already on `to`) for `pause` × keys.
+    pub fn migrate_slot_paced(&self, slot: u16, to: u16, pause: Duration) {
         let from = self.master_of_slot(slot);
         assert_ne!(from, to, "slot {slot} is already served by {to}");
         let (from_id, to_id) = (self.node_id(from), self.node_id(to));
@@ -608,7 +614,8 @@ impl RedisCluster {
             &["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &to_id],
         );
         loop {
-            let keys = self.cli(from, &["CLUSTER", "GETKEYSINSLOT", &slot_arg, "100"]);
+            let batch = if pause.is_zero() { "100" } else { "1" };
+            let keys = self.cli(from, &["CLUSTER", "GETKEYSINSLOT", &slot_arg, batch]);
             let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
             if keys.is_empty() {
                 break;
@@ -618,6 +625,7 @@ impl RedisCluster {
             args.extend(keys);
             let reply = self.cli(from, &args);
             assert!(reply.contains("OK"), "MIGRATE: {reply}");
+            std::thread::sleep(pause);
         }
         ok(to, &["CLUSTER", "SETSLOT", &slot_arg, "NODE", &to_id]);
         ok(from, &["CLUSTER", "SETSLOT", &slot_arg, "NODE", &to_id]);
