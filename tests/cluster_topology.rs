@@ -133,7 +133,10 @@ async fn a_renewed_lock_survives_a_migration_of_its_slot_and_waiters_follow_it()
     let on_target: bool = target.exists(&lease_key).await.unwrap();
     assert!(on_target, "the lease moved with its slot");
     let asked = testkit::command_calls(&mut target, "asking").await;
-    assert!(asked > 0, "clients followed ASK while the slot was half-moved");
+    assert!(
+        asked > 0,
+        "clients followed ASK while the slot was half-moved"
+    );
 
     // Four ttls after the move: every renewal since went to the new owner.
     tokio::time::sleep(Duration::from_millis(2400)).await;
@@ -258,4 +261,73 @@ async fn a_lock_acknowledged_by_a_replica_survives_sigkill_of_its_master() {
         .expect("the holder of the renewed lock is told it lost it");
     assert_eq!(reason, LossReason::Unreplicated, "{reason}");
     // The cluster (the killed node stays down) is stopped by PID when dropped.
+}
+
+/// A waiter subscribed on a shard whose master fails over (`CLUSTER FAILOVER`: the old master
+/// becomes a replica and drops its sharded subscribers) is subscribed again on the new master
+/// and woken by the release there, long before the holder's 30 s lease. (The old master, now a
+/// replica, would accept the subscription again, but Redis 7.0 does not deliver `SPUBLISH` of
+/// its new master to it: without routing by a fresh slot map the waiter slept until its wait
+/// ran out.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_follows_a_failover_of_its_shard() {
+    let cluster = Arc::new(RedisCluster::start(3, 1));
+    let name = "failover-wait:0".to_owned();
+    let master = cluster.master_of_slot(hash_slot(name.as_bytes()));
+    let replica = cluster.replica_of(master);
+    let holder = client(&cluster).await;
+    let guard = holder
+        .lock(name.as_str())
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = client(&cluster).await;
+    let waiting = {
+        let (waiter, name) = (waiter.clone(), name.clone());
+        tokio::spawn(async move {
+            waiter
+                .lock(name)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        })
+    };
+    testkit::eventually(Duration::from_secs(5), "the waiter subscribed", || async {
+        (waiter.waiting_channels() == 1).then_some(())
+    })
+    .await;
+    let failover = cluster.clone();
+    tokio::task::spawn_blocking(move || failover.failover(replica))
+        .await
+        .unwrap();
+    let channel = format!("distlock:{{{name}}}:released");
+    let new_master = node_conn(replica).await;
+    testkit::eventually(
+        Duration::from_secs(5),
+        "subscribed on the new master",
+        || {
+            let (channel, mut conn) = (channel.clone(), new_master.clone());
+            async move {
+                let counts: Vec<(String, u64)> = redis::cmd("PUBSUB")
+                    .arg("SHARDNUMSUB")
+                    .arg(&channel)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                (counts.first().map(|(_, n)| *n) == Some(1)).then_some(())
+            }
+        },
+    )
+    .await;
+    assert!(!waiting.is_finished(), "the lock is still held");
+    let released_at = Instant::now();
+    guard.release().await.expect("released on the new master");
+    let woken = waiting.await.unwrap().expect("the waiter gets the lock");
+    let waited = released_at.elapsed();
+    assert!(
+        waited < Duration::from_secs(3),
+        "woken by the release on the new master, not the 30 s lease: {waited:?}"
+    );
+    woken.release().await.unwrap();
 }

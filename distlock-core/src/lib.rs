@@ -163,7 +163,8 @@
 //!
 //! - *Coordinated failover* (`CLUSTER FAILOVER`: the replica catches up before it takes over):
 //!   a held, renewed lock keeps its lease, renewals go to the new master, nobody else can
-//!   take it, and its release works there.
+//!   take it, and its release works there. The old master ends its sharded subscriptions as
+//!   it becomes a replica; the client subscribes its waiters again on the new master.
 //! - *Slot migration* (`redis-cli --cluster reshard`, `CLUSTER SETSLOT` + `MIGRATE`): `MIGRATE`
 //!   moves the lock with its remaining ttl in one step (it is on the old owner until it is on
 //!   the new one), requests meanwhile follow `ASK`, and afterwards `MOVED`; the holder's

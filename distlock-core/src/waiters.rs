@@ -12,8 +12,9 @@
 //! behind the tasks already waiting instead of barging in front of them.
 //!
 //! In a cluster, the server ends a sharded subscription itself when the channel's slot moves to
-//! another shard (`SUNSUBSCRIBE` push): a channel that still has waiters is subscribed again,
-//! which redis-rs routes to the slot's new owner (following `MOVED`).
+//! another shard or its master becomes a replica in a failover (`SUNSUBSCRIBE` push): a channel
+//! that still has waiters is subscribed again on the slot's master now (a keyed read first,
+//! whose `MOVED` refreshes the client's slot map).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -255,7 +256,12 @@ async fn resubscribe(
             tracing::debug!(
                 "a sharded subscription was dropped by the server (slot moved); subscribing again"
             );
-            if let Err(error) = conn.clone().subscribe(&name).await {
+            let mut conn = conn.clone();
+            // After a failover the old master (now a replica) would accept the subscription
+            // but never see the releases: route by a fresh slot map first.
+            // (Best effort: if the read is refused, subscribe where the old map says.)
+            let _ = conn.follow_slot(&name).await;
+            if let Err(error) = conn.subscribe(&name).await {
                 tracing::warn!(%error, "subscribing again after a slot move failed; waiters fall back to the holder's lease");
             }
         }
