@@ -2,8 +2,10 @@
 //! made by the test support: a lock's slot migrated to another master while the lock is held
 //! and renewed (no second holder, renewals and release follow the slot, waiters are woken on
 //! the new shard), and a master killed with `SIGKILL` and replaced by its replica (a lock taken
-//! with `min_replicas(1)` is still held there, and a renewed one is reported lost as
-//! `Unreplicated` because the promoted master has no replica to acknowledge its renewals).
+//! with `min_replicas(1)` is still held there, a waiter subscribed on the dead master is woken
+//! by the release on the promoted one, and a renewed lock is reported lost as `Unreplicated`
+//! because the promoted master has no replica to acknowledge its renewals); and a waiter whose
+//! shard fails over (`CLUSTER FAILOVER`) is woken by the release on the new master.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -218,6 +220,32 @@ async fn a_lock_acknowledged_by_a_replica_survives_sigkill_of_its_master() {
         .acquire()
         .await
         .expect("taken and acknowledged");
+    // A lock held long (30 s) in the same slot, and a waiter for it, subscribed on the master
+    // that is about to die: after the takeover only the release message on the promoted
+    // replica can wake it within the test.
+    let long = name_in_slot("killed-long", slot);
+    let long_guard = holder
+        .lock(long.as_str())
+        .ttl(Duration::from_secs(30))
+        .min_replicas(1)
+        .acquire()
+        .await
+        .expect("taken and acknowledged");
+    let waiter = client(&cluster).await;
+    let waiting = {
+        let (waiter, long) = (waiter.clone(), long.clone());
+        tokio::spawn(async move {
+            waiter
+                .lock(long)
+                .wait(Duration::from_secs(25))
+                .acquire()
+                .await
+        })
+    };
+    testkit::eventually(Duration::from_secs(5), "the waiter subscribed", || async {
+        (waiter.waiting_channels() == 1).then_some(())
+    })
+    .await;
     let contender = Contender::start(client(&cluster).await, name.clone());
 
     cluster.kill_node(master);
@@ -255,6 +283,19 @@ async fn a_lock_acknowledged_by_a_replica_survives_sigkill_of_its_master() {
         .await
         .unwrap();
     assert!(!exists);
+
+    let released_at = Instant::now();
+    long_guard
+        .release()
+        .await
+        .expect("released on the promoted replica");
+    let woken = waiting.await.unwrap().expect("the waiter gets the lock");
+    let waited = released_at.elapsed();
+    assert!(
+        waited < Duration::from_secs(3),
+        "woken by the release on the promoted replica, not the 30 s lease: {waited:?}"
+    );
+    woken.release().await.unwrap();
 
     let reason = tokio::time::timeout(Duration::from_secs(10), renewed.lost())
         .await

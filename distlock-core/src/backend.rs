@@ -94,6 +94,11 @@ pub(crate) enum Subscriber {
 }
 
 impl Subscriber {
+    /// True for a cluster's (sharded) subscriber.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Subscriber::Cluster(_))
+    }
+
     pub(crate) async fn subscribe(&mut self, channel: &[u8]) -> RedisResult<()> {
         match self {
             Subscriber::Single(conn) => conn.subscribe(channel).await,

@@ -174,7 +174,9 @@
 //! - *Unplanned failover* (the master dies, a replica is promoted): the lock survives if the
 //!   promoted replica had it. A lock taken with `min_replicas = 1` (every replica of a
 //!   one-replica shard acknowledged it before the call returned) does: nobody else can take
-//!   it within its lease. Without `min_replicas`, a lock taken just before the master died
+//!   it within its lease, and waiters subscribed on the dead master are subscribed again on
+//!   the promoted one (retried until a master serves the slot; meanwhile they fall back to
+//!   the holder's lease). Without `min_replicas`, a lock taken just before the master died
 //!   may be missing on the promoted replica and another caller can take it; fencing tokens
 //!   protect the resource then. With `min_replicas`, renewals need acknowledging replicas too:
 //!   on a promoted master that has none yet, renewals fail and the holder learns it lost the
