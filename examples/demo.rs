@@ -103,7 +103,11 @@ const CLUSTER_NODES_VAR: &str = "DEMO_CLUSTER_NODES";
 async fn worker(id: usize, url: String) -> Result<(), AppError> {
     // The one line that differs between one server and a Redis Cluster.
     match std::env::var(CLUSTER_NODES_VAR) {
-        Ok(nodes) => distlock::Config::cluster(nodes.split(',')).install().await?,
+        Ok(nodes) => {
+            distlock::Config::cluster(nodes.split(','))
+                .install()
+                .await?
+        }
         Err(_) => distlock::init(&url).await?,
     };
     let redis = redis::Client::open(url)?;

@@ -2,7 +2,8 @@
 # Redis-side cost of each lock protocol, side by side: 100k pipelined acquire + release cycles
 # of distlock's plain (d2) and fenced acquire, the peers' `SET NX PX` + Lua compare-and-delete,
 # and a Redisson-style hash lock, each on distinct keys of one private throwaway redis-server.
-# Prints Redis CPU per acquire + release and the `INFO commandstats` calls behind it.
+# Also distlock's group commit (32 acquires per ECHO, 32 releases per RELEASE_MANY call, as many
+# tasks of one client send them). Prints Redis CPU per acquire + release and the `INFO commandstats` calls behind it.
 # Needs redis-server, redis-cli and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +12,7 @@ trap 'rm -rf "$work"' EXIT
 python3 - "$work" <<'PY'
 import re, sys
 src = open('distlock-core/src/scripts.rs').read()
-for name in ['ACQUIRE_FENCED', 'RELEASE']:
+for name in ['ACQUIRE_FENCED', 'RELEASE', 'RELEASE_MANY']:
     body = re.search(r'pub const ' + name + r': &str = r#"(.*?)"#;', src, re.S).group(1)
     open(f'{sys.argv[1]}/{name}.lua', 'w').write(body)
 bench = open('benches/locks/contenders.rs').read()
@@ -28,13 +29,13 @@ redis-server --port "$port" --save "" --appendonly no --daemonize yes --logfile 
 until redis-cli -p "$port" PING >/dev/null 2>&1; do sleep 0.05; done
 cli="redis-cli -p $port"
 declare -A sha
-for s in ACQUIRE_FENCED RELEASE REDISSON_ACQUIRE REDISSON_RELEASE PEER_RELEASE; do
+for s in ACQUIRE_FENCED RELEASE RELEASE_MANY REDISSON_ACQUIRE REDISSON_RELEASE PEER_RELEASE; do
   sha[$s]=$($cli SCRIPT LOAD "$(cat $s.lua)")
 done
 N=100000
-python3 - "${sha[ACQUIRE_FENCED]}" "${sha[RELEASE]}" "${sha[REDISSON_ACQUIRE]}" "${sha[REDISSON_RELEASE]}" "${sha[PEER_RELEASE]}" $N <<'PY'
+python3 - "${sha[ACQUIRE_FENCED]}" "${sha[RELEASE]}" "${sha[REDISSON_ACQUIRE]}" "${sha[REDISSON_RELEASE]}" "${sha[PEER_RELEASE]}" $N "${sha[RELEASE_MANY]}" <<'PY'
 import sys
-fenced, release, racq, rrel, prel, n = sys.argv[1:7]
+fenced, release, racq, rrel, prel, n, many = sys.argv[1:8]
 n = int(n)
 def resp(*args):
     out = '*%d\r\n' % len(args)
@@ -46,6 +47,15 @@ with open('d2.txt', 'w') as f:
         k = 'distlock:{p%d}' % i
         f.write(resp('SET', k, 'd2:owner', 'NX', 'PX', 30000, 'GET') + resp('ECHO', 'r1'))
         f.write(resp('EVALSHA', release, 2, k, k + ':released', 'd2:owner', 'r2', 0))
+# Group commit (many tasks of one client at once): 32 acquires share one ECHO, 32 releases one
+# RELEASE_MANY call.
+G = 32
+with open('d2grouped.txt', 'w') as f:
+    for g in range(n // G):
+        keys = ['distlock:{g%d}' % (g * G + j) for j in range(G)]
+        f.write(''.join(resp('SET', k, 'd2:owner', 'NX', 'PX', 30000, 'GET') for k in keys) + resp('ECHO', 'g1'))
+        args = [x for k in keys for x in (k, k + ':released')] + ['g2', '-'] + [x for k in keys for x in ('d2:owner', 0)]
+        f.write(resp('EVALSHA', many, 2 * G, *args) + resp('ECHO', 'g2'))
 with open('d2fenced.txt', 'w') as f:
     for i in range(n):
         k = 'distlock:{f%d}' % i
@@ -63,13 +73,14 @@ with open('redisson.txt', 'w') as f:
         f.write(resp('EVALSHA', rrel, 2, k, k + ':released', 30000, 'owner'))
 PY
 printf '%-34s %s\n' "protocol" "Redis CPU per acquire + release (whole server, incl. I/O)"
-for pass in d2 d2fenced peers redisson; do
+for pass in d2 d2grouped d2fenced peers redisson; do
   $cli CONFIG RESETSTAT >/dev/null
   before=$($cli INFO cpu | awk -F: '/used_cpu_(user|sys):/{s+=$2} END {printf "%.6f", s}')
   $cli --pipe < $pass.txt >/dev/null
   after=$($cli INFO cpu | awk -F: '/used_cpu_(user|sys):/{s+=$2} END {printf "%.6f", s}')
   case $pass in
     d2) label="distlock d2 (SET NX PX GET + ECHO; RELEASE)";;
+    d2grouped) label="distlock d2, groups of 32 (one ECHO; RELEASE_MANY)";;
     d2fenced) label="distlock d2 fenced (ACQUIRE_FENCED; RELEASE)";;
     peers) label="peers (SET NX PX; Lua GET/DEL)";;
     redisson) label="Redisson-style (hash scripts)";;

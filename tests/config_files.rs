@@ -40,6 +40,73 @@ fn a_toml_file() {
 }
 
 #[test]
+fn a_sentinel_deployment_in_toml() {
+    let app: AppConfig = toml::from_str(
+        r#"
+        [locks]
+        sentinels = ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"]
+        sentinel_service = "locks"
+        sentinel_master_username = "app"
+        sentinel_master_password = "hunter2"
+        min_replicas = 1
+        replica_timeout = "200ms"
+        "#,
+    )
+    .unwrap();
+    let built = Config::sentinel(
+        [
+            "redis://10.0.0.1:26379",
+            "redis://10.0.0.2:26379",
+            "redis://10.0.0.3:26379",
+        ],
+        "locks",
+    )
+    .sentinel_master_auth("app", "hunter2")
+    .min_replicas(1)
+    .replica_timeout(Duration::from_millis(200));
+    let shown = format!("{:?}", app.locks);
+    assert_eq!(shown, format!("{built:?}"));
+    assert!(!shown.contains("hunter2"), "{shown}");
+}
+
+#[test]
+fn a_cluster_in_json() {
+    let config: Config = serde_json::from_str(
+        r#"{"cluster_nodes": ["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"], "min_replicas": 1}"#,
+    )
+    .unwrap();
+    let built = Config::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]).min_replicas(1);
+    assert_eq!(format!("{config:?}"), format!("{built:?}"));
+}
+
+#[test]
+fn one_place_for_redis() {
+    let cases = [
+        (
+            "url = \"redis://h/\"\ncluster_nodes = [\"redis://h:7000\"]",
+            "give only one of the field `url`, the field `cluster_nodes` and the field `sentinels`",
+        ),
+        (
+            "sentinels = [\"redis://h:26379\"]",
+            "the field `sentinel_service` is missing",
+        ),
+        (
+            "url = \"redis://h/\"\nsentinel_service = \"locks\"",
+            "the field `sentinel_service` is set, but the field `sentinels` is not",
+        ),
+        (
+            "sentinels = []\nsentinel_service = \"locks\"",
+            "at least one sentinel",
+        ),
+        ("url = \"redis://h/\"\nreplica_timeout = \"0s\"", "`0s`"),
+    ];
+    for (text, expected) in cases {
+        let err = toml::from_str::<Config>(text).unwrap_err().to_string();
+        assert!(err.contains(expected), "{text}\n=> {err}");
+    }
+}
+
+#[test]
 fn only_the_url_is_required() {
     let config: Config = serde_json::from_str(r#"{"url": "redis://127.0.0.1/"}"#).unwrap();
     assert_eq!(
@@ -49,7 +116,10 @@ fn only_the_url_is_required() {
     let err = serde_json::from_str::<Config>("{}")
         .unwrap_err()
         .to_string();
-    assert!(err.contains("the field `url` is missing"), "{err}");
+    assert!(
+        err.contains("the field `url` is missing: the Redis URL is required (or the field `cluster_nodes`, or the field `sentinels` with the field `sentinel_service`)"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{Client, Config};
-use testkit::{all_keys, command_calls, RedisServer};
+use testkit::{command_calls, lock_keys, RedisServer};
 
 async fn client(server: &RedisServer) -> Client {
     Config::new(server.url())
@@ -197,6 +197,53 @@ async fn members_that_give_up_while_queued_are_left_out_and_leave_nothing_held()
     assert!(lock_keys(&mut conn).await.is_empty());
 }
 
+/// Redis freezes for several response timeouts while acquires and releases are under way: the
+/// cleanups of timed-out acquires queue behind the requests in flight and their callers give
+/// up before they are sent; they must still reach Redis (the reliability suite's row 4 found
+/// such a cleanup dropped from its group, leaving the lock to its ttl).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_whose_callers_stopped_waiting_still_reach_redis() {
+    let server = RedisServer::start();
+    let c = Config::new(server.url())
+        .response_timeout(Duration::from_millis(200))
+        .connect()
+        .await
+        .unwrap();
+    let conn = server.conn().await;
+    for round in 0..6 {
+        let mut guards = Vec::new();
+        for i in 0..4 {
+            guards.push(c.lock(format!("r:{round}:{i}")).acquire().await.unwrap());
+        }
+        server.pause();
+        let mut handles = Vec::new();
+        for guard in guards {
+            handles.push(tokio::spawn(async move { guard.release().await.err() }));
+        }
+        for i in 0..6 {
+            let lock = c
+                .lock(format!("n:{round}:{i}"))
+                .ttl(Duration::from_secs(30));
+            handles.push(tokio::spawn(async move { lock.acquire().await.err() }));
+        }
+        for h in handles {
+            let error = h.await.unwrap();
+            assert!(
+                matches!(error, Some(distlock::Error::Timeout { .. })),
+                "{error:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        server.resume();
+        // Nothing is left to its 30 s ttl.
+        testkit::eventually(Duration::from_secs(5), "releases after the freeze", || {
+            let mut conn = conn.clone();
+            async move { lock_keys(&mut conn).await.is_empty().then_some(()) }
+        })
+        .await;
+    }
+}
+
 #[test]
 fn a_runtime_shutting_down_mid_group_does_not_stall_the_client() {
     let server = RedisServer::start();
@@ -231,7 +278,7 @@ fn a_runtime_shutting_down_mid_group_does_not_stall_the_client() {
         });
     }
     main.block_on(async {
-        let mut conn = server.conn().await;
+        let conn = server.conn().await;
         testkit::eventually(Duration::from_secs(5), "cleanup", || {
             let mut conn = conn.clone();
             let c = c.clone();
@@ -241,13 +288,4 @@ fn a_runtime_shutting_down_mid_group_does_not_stall_the_client() {
         })
         .await;
     });
-}
-
-/// Lock keys (not fence keys) on the server.
-async fn lock_keys(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
-    all_keys(conn)
-        .await
-        .into_iter()
-        .filter(|k| k.ends_with('}'))
-        .collect()
 }

@@ -9,7 +9,7 @@ use distlock::{Config, Error};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
 };
-use testkit::{RedisServer, ServerOptions, TlsFiles};
+use testkit::{LoneSentinel, RedisSentinel, RedisServer, ServerOptions, TlsFiles};
 
 /// A throwaway PKI: a CA, a server certificate for 127.0.0.1 and a client certificate, as PEM
 /// files in a temporary folder (removed on drop).
@@ -56,14 +56,18 @@ impl Pki {
         }
     }
 
+    fn files(&self, auth_clients: bool) -> TlsFiles {
+        TlsFiles {
+            cert: self.dir.join("server.crt"),
+            key: self.dir.join("server.key"),
+            ca: self.dir.join("ca.crt"),
+            auth_clients,
+        }
+    }
+
     fn server(&self, auth_clients: bool) -> RedisServer {
         RedisServer::start_with(ServerOptions {
-            tls: Some(TlsFiles {
-                cert: self.dir.join("server.crt"),
-                key: self.dir.join("server.key"),
-                ca: self.dir.join("ca.crt"),
-                auth_clients,
-            }),
+            tls: Some(self.files(auth_clients)),
             ..Default::default()
         })
     }
@@ -176,4 +180,63 @@ async fn a_server_signed_by_an_untrusted_ca_is_refused_at_connect() {
     // The system's trust store does not know the test CA either.
     let refused = Config::new(server.url()).connect().await.unwrap_err();
     assert!(matches!(refused, Error::Connect { .. }), "{refused}");
+}
+
+#[tokio::test]
+async fn sentinel_over_tls() {
+    // A TLS-only master and a TLS-only sentinel (which reaches the master over TLS too): the
+    // client asks the sentinel over `rediss://` and reaches the master it names over TLS, with
+    // the same trusted CA; locks and their release messages work there.
+    let pki = Pki::new("sentinel");
+    let master = pki.server(false);
+    let sentinel = LoneSentinel::start(&master, Some(&pki.files(false)));
+    assert!(sentinel.url().starts_with("rediss://"));
+    let config = || {
+        Config::sentinel([sentinel.url()], RedisSentinel::SERVICE)
+            .tls_root_certificates(pki.ca_pem.as_bytes())
+            .connect_timeout(Duration::from_secs(2))
+    };
+    let (a, b) = (
+        config().connect().await.expect("TLS through the sentinel"),
+        config().connect().await.expect("TLS through the sentinel"),
+    );
+    let held = a
+        .lock("tls:sentinel")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("acquire on the master over TLS");
+    assert!(b
+        .lock("tls:sentinel")
+        .acquire()
+        .await
+        .unwrap_err()
+        .is_busy());
+    let waiter = tokio::spawn(async move {
+        let started = Instant::now();
+        let guard = b
+            .lock("tls:sentinel")
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .expect("the waiter gets the lock");
+        let waited = started.elapsed();
+        guard.release().await.unwrap();
+        waited
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.release().await.unwrap();
+    let waited = waiter.await.unwrap();
+    assert!(
+        waited < Duration::from_secs(3),
+        "woken by the release over TLS, not the ttl: {waited:?}"
+    );
+
+    // Without the CA the sentinel's certificate is not trusted: a typed connect error.
+    let untrusted = Config::sentinel([sentinel.url()], RedisSentinel::SERVICE)
+        .connect_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(matches!(untrusted, Error::Connect { .. }), "{untrusted}");
 }

@@ -133,6 +133,9 @@ async fn run(plan: Plan) -> BenchResult<()> {
     println!("{text}");
     if !env_flag("BENCH_NO_WRITE") {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/BENCHMARKS.md");
+        // What other tools measured (below the marker) stays as it was.
+        let old = std::fs::read_to_string(path).unwrap_or_default();
+        let text = report::with_kept_sections(&text, &old);
         std::fs::write(path, &text)?;
         eprintln!("wrote {path}");
         for plot in plots::write(&report, std::path::Path::new(env!("CARGO_MANIFEST_DIR")))? {

@@ -8,9 +8,11 @@ const AFTER_HELP: &str = "\
 Lock names are the names passed to `lock(..)`, or rendered from a `#[distributed_lock]` key
 template (`order:42`), not Redis keys. PATTERN is a Redis glob over names: `*`, `?`, `[abc]`.
 
-Environment: DISTLOCK_URL, DISTLOCK_KEY_PREFIX, DISTLOCK_RESPONSE_TIMEOUT and
-DISTLOCK_CONNECT_TIMEOUT stand in for the flags (the variables `distlock::Config::from_env`
-reads). The password in a URL is never printed.
+Environment: DISTLOCK_URL, DISTLOCK_SENTINELS, DISTLOCK_SENTINEL_SERVICE, DISTLOCK_KEY_PREFIX,
+DISTLOCK_RESPONSE_TIMEOUT and DISTLOCK_CONNECT_TIMEOUT stand in for the flags (the variables
+`distlock::Config::from_env` reads); behind Sentinel, DISTLOCK_SENTINEL_MASTER_USERNAME and
+DISTLOCK_SENTINEL_MASTER_PASSWORD are the master's credentials. The password in a URL is never
+printed.
 
 Exit status: 0 done; 1 failed (Redis unreachable or refusing, a key that is not a lock, not
 confirmed); 2 bad arguments or configuration; 3 no such lock.";
@@ -22,6 +24,22 @@ pub(crate) struct Cli {
     /// Redis URL, `redis://[:password@]host[:port][/db]`
     #[arg(long, env = "DISTLOCK_URL", hide_env_values = true, global = true)]
     pub(crate) url: Option<String>,
+
+    /// Sentinel URLs (repeat the flag or separate with commas): the master of
+    /// --sentinel-service, found through Redis Sentinel, instead of --url
+    #[arg(
+        long = "sentinel",
+        env = "DISTLOCK_SENTINELS",
+        value_delimiter = ',',
+        hide_env_values = true,
+        global = true,
+        conflicts_with = "url"
+    )]
+    pub(crate) sentinels: Vec<String>,
+
+    /// The master's name at the sentinels (with --sentinel)
+    #[arg(long, env = "DISTLOCK_SENTINEL_SERVICE", global = true)]
+    pub(crate) sentinel_service: Option<String>,
 
     /// Key prefix of the locks (the clients' `Config::key_prefix`)
     #[arg(

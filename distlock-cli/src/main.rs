@@ -7,13 +7,16 @@
 //! distlock watch [PATTERN]             a live table, until Ctrl-C
 //! ```
 //!
-//! It reads the same settings as a distlock client (`--url`/`DISTLOCK_URL`,
-//! `--prefix`/`DISTLOCK_KEY_PREFIX`, the timeouts), validated the same way, and takes and shows
+//! It reads the same settings as a distlock client (`--url`/`DISTLOCK_URL`, or
+//! `--sentinel`/`DISTLOCK_SENTINELS` with `--sentinel-service`/`DISTLOCK_SENTINEL_SERVICE` for
+//! the master Redis Sentinel names, `--prefix`/`DISTLOCK_KEY_PREFIX`, the timeouts), validated
+//! the same way, and takes and shows
 //! lock *names* (what `lock(..)` was given), not Redis keys. It looks with `SCAN`, never `KEYS`,
 //! and never prints the password of a URL. Every failure is one line on standard error and an
 //! exit status: 1 failed, 2 bad arguments, 3 no such lock.
 //!
-//! Modules: `args` (the command line) → `server` (the connection, and what its errors mean) →
+//! Modules: `args` (the command line) → `server` (the connection, the master found through
+//! Sentinel, and what its errors mean) →
 //! `layout` (the only code that knows a lock's Redis representation) → `render` (tables,
 //! detail, JSON); `watch` (the live table); `failure` (messages and exit statuses).
 #![deny(missing_docs)]
@@ -57,9 +60,40 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
-    let url = cli.url.ok_or_else(|| {
-        Failure::usage("no Redis URL: pass --url redis://host:port/ or set DISTLOCK_URL")
-    })?;
+    let sentinels: Vec<String> = cli
+        .sentinels
+        .iter()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let url = match (cli.url, sentinels.is_empty()) {
+        (Some(url), true) => url,
+        (None, false) => {
+            let service = cli.sentinel_service.ok_or_else(|| {
+                Failure::usage("--sentinel needs --sentinel-service (or DISTLOCK_SENTINEL_SERVICE): the master's name at the sentinels")
+            })?;
+            let master_auth = std::env::var("DISTLOCK_SENTINEL_MASTER_PASSWORD")
+                .ok()
+                .map(|password| {
+                    let username =
+                        std::env::var("DISTLOCK_SENTINEL_MASTER_USERNAME").unwrap_or_default();
+                    (username, password)
+                });
+            let through = server::Sentinels {
+                urls: sentinels,
+                service,
+                master_auth,
+                connect_timeout: cli.connect_timeout,
+                response_timeout: cli.timeout,
+            };
+            through.master_url().await?
+        }
+        _ => {
+            return Err(Failure::usage(
+                "no Redis URL: pass --url redis://host:port/ or set DISTLOCK_URL (or --sentinel with --sentinel-service)",
+            ))
+        }
+    };
     let target = Target {
         url,
         prefix: cli.prefix,

@@ -40,6 +40,94 @@ impl Target {
     }
 }
 
+/// Where the sentinels are, and which master to ask them for.
+#[derive(Debug, Clone)]
+pub(crate) struct Sentinels {
+    pub(crate) urls: Vec<String>,
+    pub(crate) service: String,
+    /// The master's user name (empty: the default user) and password.
+    pub(crate) master_auth: Option<(String, String)>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+}
+
+impl Sentinels {
+    /// The URL of the master the first answering sentinel names
+    /// (`SENTINEL GET-MASTER-ADDR-BY-NAME`), with the master's credentials and the sentinels'
+    /// scheme (`rediss://` sentinels, a TLS master).
+    pub(crate) async fn master_url(&self) -> Result<String, Failure> {
+        let config = Config::sentinel(self.urls.clone(), self.service.clone());
+        config
+            .validate()
+            .map_err(|e| Failure::usage(e.to_string()))?;
+        let settings = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.response_timeout));
+        let within = self.connect_timeout + self.response_timeout;
+        let mut last = String::from("no sentinel answered");
+        for url in &self.urls {
+            let shown = Config::new(url.clone()).redacted_url();
+            let client = redis::Client::open(url.as_str()).map_err(|e| {
+                let detail = e.detail().unwrap_or(e.category()).replace(url, "…");
+                Failure::usage(format!("`{shown}` is not a valid Sentinel URL: {detail}"))
+            })?;
+            let ask = async {
+                let mut conn = client
+                    .get_multiplexed_async_connection_with_config(&settings)
+                    .await?;
+                redis::cmd("SENTINEL")
+                    .arg("GET-MASTER-ADDR-BY-NAME")
+                    .arg(&self.service)
+                    .query_async::<Option<(String, u16)>>(&mut conn)
+                    .await
+            };
+            match tokio::time::timeout(within, ask).await {
+                Ok(Ok(Some((host, port)))) => {
+                    let scheme = if url.to_ascii_lowercase().starts_with("rediss://") {
+                        "rediss"
+                    } else {
+                        "redis"
+                    };
+                    let auth = match &self.master_auth {
+                        Some((user, password)) => {
+                            format!("{}:{}@", encode(user), encode(password))
+                        }
+                        None => String::new(),
+                    };
+                    return Ok(format!("{scheme}://{auth}{host}:{port}/"));
+                }
+                Ok(Ok(None)) => {
+                    last = format!("{shown} does not know the service `{}`", self.service)
+                }
+                Ok(Err(error)) => {
+                    let detail = error.detail().unwrap_or(error.category()).replace(url, "…");
+                    last = format!("{shown}: {detail}");
+                }
+                Err(_) => {
+                    last = format!("{shown}: no answer within {}", seconds(within));
+                }
+            }
+        }
+        Err(Failure::failed(format!(
+            "no sentinel named the master of `{}`: {last}",
+            self.service
+        )))
+    }
+}
+
+/// Percent-encodes every byte but the unreserved ones (a user name or password in a URL).
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
 /// Turns Redis errors into operator messages.
 #[derive(Debug, Clone)]
 pub(crate) struct Explain {
@@ -174,5 +262,24 @@ pub(crate) fn seconds(d: Duration) -> String {
         format!("{s:.0}s")
     } else {
         format!("{s}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::encode;
+
+    #[test]
+    fn credentials_are_percent_encoded() {
+        assert_eq!(encode("app"), "app");
+        assert_eq!(encode("p@ss/w:rd#1"), "p%40ss%2Fw%3Ard%231");
+        let url = format!(
+            "redis://{}:{}@127.0.0.1:6379/",
+            encode("a b"),
+            encode("p@ss")
+        );
+        let info = distlock::redis::IntoConnectionInfo::into_connection_info(url.as_str()).unwrap();
+        assert_eq!(info.redis_settings().username(), Some("a b"));
+        assert_eq!(info.redis_settings().password(), Some("p@ss"));
     }
 }

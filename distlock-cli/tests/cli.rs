@@ -467,3 +467,120 @@ async fn wait_for_subscriber(conn: &mut redis::aio::MultiplexedConnection, chann
     }
     panic!("no subscriber on {channel}");
 }
+
+/// One sentinel (`redis-server <file> --sentinel`) watching the master on `master` as
+/// `service`, its configuration in its own temporary folder; killed by PID when dropped.
+struct Sentinel {
+    child: std::process::Child,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl Sentinel {
+    fn start(master: u16, service: &str) -> Sentinel {
+        let port = unused_port();
+        let dir = std::env::temp_dir().join(format!("distlock-cli-sentinel-{port}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("sentinel.conf");
+        std::fs::write(
+            &file,
+            format!(
+                "port {port}\nbind 127.0.0.1\nprotected-mode no\nlogfile \"\"\ndir {}\n\
+                 sentinel monitor {service} 127.0.0.1 {master} 1\n",
+                dir.display()
+            ),
+        )
+        .unwrap();
+        let redis_server =
+            std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned());
+        let child = std::process::Command::new(redis_server)
+            .arg(&file)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server --sentinel");
+        let sentinel = Sentinel { child, port, dir };
+        let client = redis::Client::open(sentinel.url()).unwrap();
+        for _ in 0..500 {
+            let answered = client
+                .get_connection_with_timeout(Duration::from_millis(100))
+                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+            if answered.is_ok() {
+                return sentinel;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("the sentinel on port {port} did not answer");
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test]
+async fn finds_the_master_through_sentinel() {
+    let redis = TestRedis::start().unwrap();
+    let sentinel = Sentinel::start(redis.port(), "locks");
+    let holder = client(&redis).await;
+    let _held = hold(&holder, "order:7").await;
+    let master = format!("on redis://127.0.0.1:{}/", redis.port());
+
+    let out = run(&[
+        "--sentinel",
+        &sentinel.url(),
+        "--sentinel-service",
+        "locks",
+        "list",
+    ])
+    .await;
+    out.status(0);
+    assert!(
+        out.stdout.contains("order:7") && out.stdout.contains(&master),
+        "{out:#?}"
+    );
+
+    // From the environment, a sentinel that does not answer first.
+    let dead = format!("redis://127.0.0.1:{}", unused_port());
+    let mut cmd = command(&["list"]);
+    cmd.env("DISTLOCK_SENTINELS", format!("{dead},{}", sentinel.url()))
+        .env("DISTLOCK_SENTINEL_SERVICE", "locks");
+    let out = cmd.output().await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{out:#?}");
+    assert!(
+        stdout.contains("order:7") && stdout.contains(&master),
+        "{stdout}"
+    );
+
+    // A service the sentinel does not know: one line that names it, status 1.
+    let out = run(&[
+        "--sentinel",
+        &sentinel.url(),
+        "--sentinel-service",
+        "nope",
+        "list",
+    ])
+    .await;
+    out.status(1);
+    assert!(
+        out.stderr.contains("`nope`") && out.stderr.lines().count() == 1,
+        "{out:#?}"
+    );
+    // --sentinel without the service, or with --url: bad arguments.
+    run(&["--sentinel", &sentinel.url(), "list"])
+        .await
+        .status(2);
+    run(&["--sentinel", &sentinel.url(), "--url", redis.url(), "list"])
+        .await
+        .status(2);
+}

@@ -6,7 +6,12 @@
 //! by the slot of its first key (every key of one lock shares a slot), follows `MOVED` and
 //! `ASK` (inside pipelines too), refreshes its slot map after a failover, and keeps sharded
 //! subscriptions (`SSUBSCRIBE`) on the shard that owns their slot.
+//!
+//! A Sentinel deployment finds its master through the sentinels (see `sentinel`): the command
+//! connection is found again when it fails or lands on a replica, the subscriber follows the
+//! master by itself.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{
@@ -16,8 +21,8 @@ use redis::aio::{
 use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{
-    AsyncConnectionConfig, Cmd, IntoConnectionInfo, Pipeline, ProtocolVersion, RedisFuture,
-    RedisResult, Value,
+    AsyncConnectionConfig, Cmd, IntoConnectionInfo, Pipeline, ProtocolVersion, RedisConnectionInfo,
+    RedisFuture, RedisResult, Value,
 };
 
 use crate::background::Background;
@@ -25,6 +30,7 @@ use crate::background::Background;
 use crate::config::uses_tls;
 use crate::config::{redact_url, Config};
 use crate::error::Error;
+use crate::sentinel::{follows_master_after, MasterLink, MasterSubscriber, Sentinels};
 
 /// Where a client's connections go, and how they are made.
 pub(crate) struct Backend {
@@ -41,6 +47,8 @@ enum Kind {
         commands: Box<ClusterClient>,
         builder: Box<dyn Fn() -> ClusterClientBuilder + Send + Sync>,
     },
+    /// A master found through Redis Sentinel.
+    Sentinel(Arc<Sentinels>),
 }
 
 /// A command connection: to one server (reconnecting by itself) or to a whole cluster.
@@ -52,6 +60,8 @@ pub(crate) enum Link {
     Plain(MultiplexedConnection),
     /// The cluster connection: one multiplexed connection per node, routed by slot.
     Cluster(ClusterConnection),
+    /// The master of a Sentinel deployment, found on first use.
+    Sentinel(MasterLink),
 }
 
 impl ConnectionLike for Link {
@@ -60,6 +70,7 @@ impl ConnectionLike for Link {
             Link::Single(conn) => conn.req_packed_command(cmd),
             Link::Plain(conn) => conn.req_packed_command(cmd),
             Link::Cluster(conn) => conn.req_packed_command(cmd),
+            Link::Sentinel(conn) => conn.req_packed_command(cmd),
         }
     }
 
@@ -73,6 +84,7 @@ impl ConnectionLike for Link {
             Link::Single(conn) => conn.req_packed_commands(cmd, offset, count),
             Link::Plain(conn) => conn.req_packed_commands(cmd, offset, count),
             Link::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
+            Link::Sentinel(conn) => conn.req_packed_commands(cmd, offset, count),
         }
     }
 
@@ -81,16 +93,18 @@ impl ConnectionLike for Link {
             Link::Single(conn) => conn.get_db(),
             Link::Plain(conn) => conn.get_db(),
             Link::Cluster(conn) => conn.get_db(),
+            Link::Sentinel(conn) => conn.get_db(),
         }
     }
 }
 
-/// The subscriber connection: plain pub/sub on one server, sharded pub/sub (`SSUBSCRIBE`, the
-/// channel's own shard) in a cluster.
+/// The subscriber connection: plain pub/sub on one server (or on the Sentinel master, followed
+/// across failovers), sharded pub/sub (`SSUBSCRIBE`, the channel's own shard) in a cluster.
 #[derive(Clone)]
 pub(crate) enum Subscriber {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    Sentinel(MasterSubscriber),
 }
 
 impl Subscriber {
@@ -103,6 +117,7 @@ impl Subscriber {
         match self {
             Subscriber::Single(conn) => conn.subscribe(channel).await,
             Subscriber::Cluster(conn) => conn.ssubscribe(channel).await,
+            Subscriber::Sentinel(conn) => conn.subscribe(channel).await,
         }
     }
 
@@ -125,6 +140,7 @@ impl Subscriber {
         match self {
             Subscriber::Single(conn) => conn.unsubscribe(channel).await,
             Subscriber::Cluster(conn) => conn.sunsubscribe(channel).await,
+            Subscriber::Sentinel(conn) => conn.unsubscribe(channel).await,
         }
     }
 }
@@ -135,7 +151,9 @@ impl Backend {
         let invalid = |url: &str, what: &str, e: &redis::RedisError| Error::InvalidConfig {
             reason: format!("`{}` {what}: {}", redact_url(url), describe(e)),
         };
-        let kind = if config.cluster_nodes.is_empty() {
+        let kind = if !config.sentinels.is_empty() {
+            Kind::Sentinel(Arc::new(open_sentinels(config)?))
+        } else if config.cluster_nodes.is_empty() {
             let info = config
                 .url
                 .as_str()
@@ -191,6 +209,13 @@ impl Backend {
         })
     }
 
+    /// True if a command connection that failed with `error` must be replaced (by
+    /// [`Backend::lazy_command_link`]) to reach the right node again: a Sentinel master that
+    /// dropped the connection or was demoted. Other backends reconnect by themselves.
+    pub(crate) fn replace_link_after(&self, error: &redis::RedisError) -> bool {
+        matches!(self.kind, Kind::Sentinel(_)) && follows_master_after(error)
+    }
+
     /// True for a Redis Cluster.
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.kind, Kind::Cluster { .. })
@@ -228,6 +253,10 @@ impl Backend {
                 let connect = commands.get_async_connection_with_config(self.cluster_config());
                 background.enter(connect).await.map(Link::Cluster)
             }
+            Kind::Sentinel(sentinels) => MasterLink::lazy(sentinels.clone(), background.clone())
+                .connected()
+                .await
+                .map(Link::Sentinel),
         }
     }
 
@@ -244,6 +273,10 @@ impl Backend {
                 let link = commands.get_pending_async_connection_with_config(self.cluster_config());
                 Ok(Link::Cluster(link))
             }
+            Kind::Sentinel(sentinels) => Ok(Link::Sentinel(MasterLink::lazy(
+                sentinels.clone(),
+                background.clone(),
+            ))),
         }
     }
 
@@ -263,6 +296,10 @@ impl Backend {
                 .get_async_connection_with_config(self.cluster_config())
                 .await
                 .map(Link::Cluster),
+            Kind::Sentinel(sentinels) => sentinels
+                .connect_master(ProtocolVersion::RESP2, None)
+                .await
+                .map(Link::Plain),
         }
     }
 
@@ -297,6 +334,9 @@ impl Backend {
                     .await
                     .map(Subscriber::Cluster)
             }
+            Kind::Sentinel(sentinels) => MasterSubscriber::connect(sentinels.clone(), pushes)
+                .await
+                .map(Subscriber::Sentinel),
         }
     }
 }
@@ -313,6 +353,44 @@ fn open_client(config: &Config, info: redis::ConnectionInfo) -> RedisResult<redi
     }
     let _ = config;
     redis::Client::open(info)
+}
+
+/// The sentinels of `config`, each URL checked; the master's credentials from
+/// [`Config::sentinel_master_auth`], its TLS mode from the sentinels' scheme.
+fn open_sentinels(config: &Config) -> Result<Sentinels, Error> {
+    let invalid = |url: &str, e: &redis::RedisError| Error::InvalidConfig {
+        reason: format!(
+            "`{}` is not a valid Sentinel URL: {}",
+            redact_url(url),
+            describe(e)
+        ),
+    };
+    let mut sentinels = Vec::with_capacity(config.sentinels.len());
+    for url in &config.sentinels {
+        sentinels.push(
+            url.as_str()
+                .into_connection_info()
+                .map_err(|e| invalid(url, &e))?,
+        );
+    }
+    let mut master = RedisConnectionInfo::default();
+    if let Some((username, password)) = &config.sentinel_master_auth {
+        master = master.set_password(password);
+        if !username.is_empty() {
+            master = master.set_username(username);
+        }
+    }
+    let config_for_tls = config.clone();
+    let open = move |info: redis::ConnectionInfo| open_client(&config_for_tls, info);
+    let timeouts = (config.connect_timeout, config.response_timeout);
+    Sentinels::new(
+        sentinels,
+        &config.sentinel_service,
+        master,
+        Box::new(open),
+        timeouts,
+    )
+    .map_err(|e| invalid(&config.url, &e))
 }
 
 /// The certificates `config` names, if any.

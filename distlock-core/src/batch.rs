@@ -13,12 +13,14 @@
 //! A group is sent by a task spawned for it (so a caller that is cancelled never strands the
 //! others): on the caller's runtime if there is one, else on the client's own runtime thread.
 //! Requests leave the queue in order, and a new request waits behind queued ones and behind a
-//! group that is being handed to redis-rs: a member that gives up (cancelled or timed out)
-//! before its group is sent is left out of it, and its cleanup (the release of a possibly
-//! taken lock) always reaches Redis after the request it cleans up.
+//! group that is being handed to redis-rs: an acquire whose caller gives up (cancelled or timed
+//! out) before its group is sent is left out of it, and its cleanup (the release of a possibly
+//! taken lock) always reaches Redis after the request it cleans up. A release is sent even if
+//! its caller stopped waiting for it (it may be the cleanup of a lock that is held).
 //! Used for standalone Redis only (a cluster routes each key to its own node).
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
@@ -51,17 +53,18 @@ pub(crate) struct Batcher {
     /// The client's own runtime: groups are sent from there when no runtime is current.
     spare: Handle,
     timeout: Duration,
-    /// Ids of groups (`g<hex n>`), unique within the client.
-    next_group: std::sync::atomic::AtomicU64,
+    /// Ids of groups (`g<hex n>`, unique within the client) and of the tasks sending them.
+    next_id: AtomicU64,
 }
 
 #[derive(Default)]
 struct State {
     /// Requests and groups in flight (at most [`MAX_IN_FLIGHT`]).
     in_flight: usize,
-    /// A group has left the queue but is not yet in redis-rs's send queue: a new request waits
-    /// (a cancelled member's cleanup must reach Redis after the member's own request).
-    building: bool,
+    /// A group has left the queue but is not yet in redis-rs's send queue (the id of the task
+    /// sending it): a new request waits (a cancelled member's cleanup must reach Redis after
+    /// the member's own request).
+    building: Option<u64>,
     queue: Vec<Queued>,
 }
 
@@ -104,7 +107,7 @@ impl Batcher {
             state: Mutex::new(State::default()),
             spare,
             timeout,
-            next_group: std::sync::atomic::AtomicU64::new(0),
+            next_id: AtomicU64::new(0),
         }
     }
 
@@ -114,25 +117,19 @@ impl Batcher {
         call: &AcquireCall<'_>,
     ) -> Result<Acquired, CallError> {
         debug_assert!(call.wait.is_none());
-        let entry = self.enter(|| {
+        let queued = || {
             Op::Acquire(QueuedAcquire {
                 keys: call.keys.clone(),
                 owner: *call.owner,
                 ttl: call.ttl,
                 want_pttl: call.want_pttl,
             })
-        });
-        match entry {
-            Entry::Turn(turn) => {
-                let reply = self.conn.call(call, self.timeout).await;
-                drop(turn);
-                reply.map(|(acquired, _)| acquired)
-            }
-            Entry::Queued(rx) => match self.wait(rx).await? {
-                Outcome::Acquired(acquired) => Ok(acquired),
-                Outcome::Released(_) => Err(CallError::Redis(crossed_reply())),
-            },
-        }
+        };
+        self.submit(call, queued, |outcome| match outcome {
+            Outcome::Acquired(acquired) => Some(acquired),
+            Outcome::Released(_) => None,
+        })
+        .await
     }
 
     /// A release: alone if nothing is in flight, else in the next group.
@@ -140,23 +137,37 @@ impl Batcher {
         self: &Arc<Self>,
         call: &ReleaseCall<'_>,
     ) -> Result<Released, CallError> {
-        let entry = self.enter(|| {
+        let queued = || {
             Op::Release(ReleaseItem {
                 keys: call.keys.clone(),
                 value: *call.owner,
                 keep: call.keep,
             })
-        });
-        match entry {
+        };
+        self.submit(call, queued, |outcome| match outcome {
+            Outcome::Released(released) => Some(released),
+            Outcome::Acquired(_) => None,
+        })
+        .await
+    }
+
+    /// Sends `call` alone (a turn), or queues the request `queued` makes and takes its reply
+    /// from the group's outcome with `mine`.
+    async fn submit<C: Call>(
+        self: &Arc<Self>,
+        call: &C,
+        queued: impl FnOnce() -> Op,
+        mine: fn(Outcome) -> Option<C::Reply>,
+    ) -> Result<C::Reply, CallError> {
+        match self.enter(queued) {
             Entry::Turn(turn) => {
                 let reply = self.conn.call(call, self.timeout).await;
                 drop(turn);
-                reply.map(|(released, _)| released)
+                reply.map(|(reply, _)| reply)
             }
-            Entry::Queued(rx) => match self.wait(rx).await? {
-                Outcome::Released(released) => Ok(released),
-                Outcome::Acquired(_) => Err(CallError::Redis(crossed_reply())),
-            },
+            Entry::Queued(rx) => {
+                mine(self.wait(rx).await?).ok_or_else(|| CallError::Redis(crossed_reply()))
+            }
         }
     }
 
@@ -164,7 +175,7 @@ impl Batcher {
     /// `op` makes (and starts a sender for the queue if there is room in flight).
     fn enter(self: &Arc<Self>, op: impl FnOnce() -> Op) -> Entry {
         let mut state = sync::lock(&self.state);
-        let room = state.in_flight < MAX_IN_FLIGHT && !state.building;
+        let room = state.in_flight < MAX_IN_FLIGHT && state.building.is_none();
         if room && state.queue.is_empty() {
             state.in_flight += 1;
             return Entry::Turn(Turn(self.clone()));
@@ -178,6 +189,14 @@ impl Batcher {
             self.spawn_groups(&self.current_or_spare());
         }
         Entry::Queued(rx)
+    }
+
+    /// The sender `sender` has handed its group to redis-rs (or is gone): new requests may go.
+    fn built(&self, sender: u64) {
+        let mut state = sync::lock(&self.state);
+        if state.building == Some(sender) {
+            state.building = None;
+        }
     }
 
     /// The caller's runtime, else the client's own.
@@ -218,6 +237,7 @@ impl Batcher {
         // shutting down) still hands the sending on.
         let mut sending = Sending {
             batcher: self.clone(),
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
             on_spare: on.id() == self.spare.id(),
             done: false,
         };
@@ -226,29 +246,32 @@ impl Batcher {
             loop {
                 let group = {
                     let mut state = sync::lock(&this.state);
-                    // Members that gave up are left out (their cleanup is queued behind them).
-                    state.queue.retain(|q| !q.reply.is_closed());
-                    if state.queue.is_empty() || state.building {
+                    // Acquires whose callers gave up are left out (their cleanup is queued
+                    // behind them). Releases always go: one whose caller gave up waiting (Redis
+                    // frozen, say) is still the cleanup of a lock that may be held.
+                    state
+                        .queue
+                        .retain(|q| matches!(q.op, Op::Release(_)) || !q.reply.is_closed());
+                    if state.queue.is_empty() || state.building.is_some() {
                         // Nothing to send, or another sender is handing its group over: that
                         // one (or the turn after it) sends what is queued.
                         state.in_flight -= 1;
                         break;
                     }
-                    state.building = true;
+                    state.building = Some(sending.id);
                     let n = state.queue.len().min(MAX_GROUP);
                     state.queue.drain(..n).collect::<Vec<_>>()
                 };
-                this.send_group(group).await;
+                this.send_group(group, sending.id).await;
             }
             sending.disarm();
         }));
     }
 
-    /// Sends one group and hands each member its reply.
-    async fn send_group(&self, group: Vec<Queued>) {
-        let n = self
-            .next_group
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    /// Sends one group (taken from the queue by the sender `sender`) and hands each member its
+    /// reply.
+    async fn send_group(&self, group: Vec<Queued>, sender: u64) {
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
         let id = ShortId::with_counter("", b'g', n);
         let (mut acquires, mut acquire_replies) = (Vec::new(), Vec::new());
         let (mut releases, mut release_replies) = (Vec::new(), Vec::new());
@@ -278,7 +301,7 @@ impl Batcher {
             // The first poll puts the group in redis-rs's send queue; only then may a new
             // request go out alone (see `State::building`).
             let first = std::future::poll_fn(|cx| Poll::Ready(sent.as_mut().poll(cx))).await;
-            sync::lock(&self.state).building = false;
+            self.built(sender);
             match first {
                 Poll::Ready(replies) => replies,
                 Poll::Pending => sent.await,
@@ -336,6 +359,7 @@ impl Drop for Turn {
 /// the sending moves to the client's own runtime.
 struct Sending {
     batcher: Arc<Batcher>,
+    id: u64,
     on_spare: bool,
     done: bool,
 }
@@ -352,13 +376,13 @@ impl Drop for Sending {
         if self.done {
             return;
         }
+        self.batcher.built(self.id);
         if self.on_spare {
             // The client's own runtime is gone too (the client was dropped): nobody is left to
             // send; dropping the queue tells its members.
             let mut state = sync::lock(&self.batcher.state);
             state.queue.clear();
             state.in_flight -= 1;
-            state.building = false;
             return;
         }
         let spare = self.batcher.spare.clone();

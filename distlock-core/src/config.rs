@@ -27,6 +27,12 @@ pub struct Config {
     pub(crate) url: String,
     /// Seed nodes of a Redis Cluster (empty: one server, `url`).
     pub(crate) cluster_nodes: Vec<String>,
+    /// Sentinels of a Sentinel deployment (empty: not one).
+    pub(crate) sentinels: Vec<String>,
+    /// The service (master name) the sentinels watch.
+    pub(crate) sentinel_service: String,
+    /// The master's user name (empty: the default user) and password, behind Sentinel.
+    pub(crate) sentinel_master_auth: Option<(String, String)>,
     pub(crate) key_prefix: String,
     pub(crate) default_ttl: Duration,
     pub(crate) connect_timeout: Duration,
@@ -52,6 +58,9 @@ impl Config {
         Config {
             url: url.into(),
             cluster_nodes: Vec::new(),
+            sentinels: Vec::new(),
+            sentinel_service: String::new(),
+            sentinel_master_auth: None,
             key_prefix: "distlock".to_owned(),
             default_ttl: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
@@ -94,6 +103,59 @@ impl Config {
             cluster_nodes: nodes.clone(),
             ..Config::new(nodes.into_iter().next().unwrap_or_default())
         }
+    }
+
+    /// A configuration for a master watched by Redis Sentinel: the sentinels' URLs
+    /// (`redis://[:password@]host:port`, the password being the sentinels' own if they ask
+    /// for one; `rediss://` with the `tls` feature) and the name they know the master by
+    /// (`sentinel monitor <service_name> ...`), with the same defaults as [`Config::new`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), distlock_core::Error> {
+    /// distlock_core::Config::sentinel(
+    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///     "locks",
+    /// )
+    /// .sentinel_master_auth("", "master-secret")
+    /// .min_replicas(1)
+    /// .install()
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The client asks the sentinels, in order, for the master's address
+    /// (`SENTINEL GET-MASTER-ADDR-BY-NAME`) and uses the first address whose server says it is
+    /// the master (`ROLE`). After a failover it finds the new master by itself: the command
+    /// connection when it is dropped (Sentinel disconnects the clients of the nodes it
+    /// reconfigures) or answered `READONLY` (a demoted master); the release subscriber as soon
+    /// as its connection drops, subscribing again to every channel its waiters listen on. Each
+    /// search is bounded by the connect and response timeouts. The master is reached with the
+    /// sentinels' scheme (`rediss://` sentinels: TLS to the master too, with the same
+    /// certificates) and with [`Config::sentinel_master_auth`]'s credentials, database 0.
+    /// See the crate docs, "Deployments", for what a lock guarantees under failover.
+    pub fn sentinel<I, S>(sentinels: I, service_name: impl Into<String>) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let sentinels: Vec<String> = sentinels.into_iter().map(Into::into).collect();
+        Config {
+            sentinels: sentinels.clone(),
+            sentinel_service: service_name.into(),
+            ..Config::new(sentinels.into_iter().next().unwrap_or_default())
+        }
+    }
+
+    /// The credentials of the master (and its replicas) behind [`Config::sentinel`]: a user
+    /// name (`""` for the default user, `AUTH <password>`) and a password. The sentinels' own
+    /// password, if they ask for one, goes in their URLs. Never logged or shown by `Debug`.
+    pub fn sentinel_master_auth(
+        mut self,
+        username: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Self {
+        self.sentinel_master_auth = Some((username.into(), password.into()));
+        self
     }
 
     /// Prefix of every Redis key and channel this client creates (default `distlock`).
@@ -256,7 +318,13 @@ impl Config {
             return invalid("renew_batch_size must be at least 1");
         }
         if self.url.is_empty() {
-            return invalid("no Redis URL: give the server's URL (or, for `Config::cluster`, at least one seed node)");
+            return invalid("no Redis URL: give the server's URL (or, for `Config::cluster`, at least one seed node; for `Config::sentinel`, at least one sentinel)");
+        }
+        if self.sentinel_master_auth.is_some() && self.sentinels.is_empty() {
+            return invalid("sentinel_master_auth applies to `Config::sentinel` only (a server's or a cluster's password goes in its URL)");
+        }
+        if !self.sentinels.is_empty() && self.sentinel_service.trim().is_empty() {
+            return invalid("no Sentinel service name: give the name the sentinels know the master by (`sentinel monitor <name> ...`)");
         }
         if self.replica_timeout < Duration::from_millis(1) {
             return invalid(
@@ -266,7 +334,10 @@ impl Config {
         if self.min_replicas > MAX_REPLICAS {
             return invalid("min_replicas must be at most 1000");
         }
-        if !cfg!(feature = "tls") && uses_tls(&self.url) {
+        let urls = std::iter::once(&self.url)
+            .chain(&self.cluster_nodes)
+            .chain(&self.sentinels);
+        if !cfg!(feature = "tls") && urls.into_iter().any(|url| uses_tls(url)) {
             return invalid("a `rediss://` URL needs TLS: enable the `tls` feature of distlock");
         }
         Ok(())
@@ -285,6 +356,18 @@ impl fmt::Debug for Config {
         if !self.cluster_nodes.is_empty() {
             let nodes: Vec<String> = self.cluster_nodes.iter().map(|n| redact_url(n)).collect();
             d.field("cluster_nodes", &nodes);
+        }
+        if !self.sentinels.is_empty() {
+            let sentinels: Vec<String> = self.sentinels.iter().map(|n| redact_url(n)).collect();
+            d.field("sentinels", &sentinels)
+                .field("sentinel_service", &self.sentinel_service)
+                .field(
+                    "sentinel_master_auth",
+                    &self
+                        .sentinel_master_auth
+                        .as_ref()
+                        .map(|(user, _)| format!("{user}:***")),
+                );
         }
         d.field("key_prefix", &self.key_prefix)
             .field("default_ttl", &self.default_ttl)
@@ -394,6 +477,26 @@ mod tests {
         );
         // An `@` the parse did not read as user info: only the scheme is shown.
         assert_eq!(redact_url("redis://h/?x=a@b"), "redis://***");
+    }
+
+    #[test]
+    fn debug_never_shows_sentinel_passwords() {
+        let c = Config::sentinel(["redis://:sentinel-pw@10.0.0.1:26379"], "locks")
+            .sentinel_master_auth("app", "master-pw");
+        let shown = format!("{c:?}");
+        assert!(
+            !shown.contains("sentinel-pw") && !shown.contains("master-pw"),
+            "{shown}"
+        );
+        assert!(shown.contains("redis://:***@10.0.0.1:26379"), "{shown}");
+        assert!(shown.contains("sentinel_service: \"locks\""), "{shown}");
+        let misplaced = Config::new("redis://h/")
+            .sentinel_master_auth("", "pw")
+            .validate();
+        assert!(misplaced
+            .unwrap_err()
+            .to_string()
+            .contains("Config::sentinel` only"));
     }
 
     #[test]

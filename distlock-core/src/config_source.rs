@@ -7,7 +7,11 @@
 //!
 //! | setting | variable | value |
 //! | --- | --- | --- |
-//! | `url` (required) | `DISTLOCK_URL` | `redis://[:password@]host[:port][/db]` |
+//! | `url` | `DISTLOCK_URL` | `redis://[:password@]host[:port][/db]`: one server ([`Config::new`]) |
+//! | `cluster_nodes` | `DISTLOCK_CLUSTER_NODES` | seed node URLs of a Redis Cluster ([`Config::cluster`]): a list in a file, comma-separated in the variable |
+//! | `sentinels` | `DISTLOCK_SENTINELS` | sentinel URLs ([`Config::sentinel`]): a list in a file, comma-separated in the variable |
+//! | `sentinel_service` | `DISTLOCK_SENTINEL_SERVICE` | the master's name at the sentinels (required with `sentinels`) |
+//! | `sentinel_master_username`, `sentinel_master_password` | `DISTLOCK_SENTINEL_MASTER_USERNAME`, `DISTLOCK_SENTINEL_MASTER_PASSWORD` | the master's credentials ([`Config::sentinel_master_auth`]; the user name defaults to the default user) |
 //! | `key_prefix` | `DISTLOCK_KEY_PREFIX` | 1–128 bytes without `{` or `}` (default `distlock`) |
 //! | `default_ttl` | `DISTLOCK_DEFAULT_TTL` | a duration (default `30s`) |
 //! | `connect_timeout` | `DISTLOCK_CONNECT_TIMEOUT` | a duration (default `5s`) |
@@ -16,6 +20,12 @@
 //! | `renew_batch_size` | `DISTLOCK_RENEW_BATCH_SIZE` | a positive integer (default `256`) |
 //! | `max_hold` | `DISTLOCK_MAX_HOLD` | a duration (default: no cap) |
 //! | `require_noeviction` | `DISTLOCK_REQUIRE_NOEVICTION` | `true`/`false` (also `1`/`0`, `yes`/`no`, `on`/`off`) |
+//! | `min_replicas` | `DISTLOCK_MIN_REPLICAS` | replicas that must acknowledge each acquire and renewal (default `0`) |
+//! | `replica_timeout` | `DISTLOCK_REPLICA_TIMEOUT` | a duration (default `500ms`) |
+//!
+//! Exactly one of `url`, `cluster_nodes` and `sentinels` says where Redis is. TLS
+//! certificates ([`Config::tls_root_certificates`], [`Config::tls_client_certificate`]) are
+//! set in code.
 //!
 //! Durations are written as people write them (`"500ms"`, `"10s"`, `"1m30s"`) and read by
 //! [`crate::parse_duration`], the grammar of the attribute's literals.
@@ -40,6 +50,11 @@ struct Human(Duration);
 #[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 struct Settings {
     url: Option<String>,
+    cluster_nodes: Option<Vec<String>>,
+    sentinels: Option<Vec<String>>,
+    sentinel_service: Option<String>,
+    sentinel_master_username: Option<String>,
+    sentinel_master_password: Option<String>,
     key_prefix: Option<String>,
     default_ttl: Option<Human>,
     connect_timeout: Option<Human>,
@@ -48,18 +63,78 @@ struct Settings {
     renew_batch_size: Option<usize>,
     max_hold: Option<Human>,
     require_noeviction: Option<bool>,
+    min_replicas: Option<usize>,
+    replica_timeout: Option<Human>,
 }
 
 impl Settings {
     /// The configuration these settings describe, through the builder and its validation.
-    /// `missing_url` says how the source spells the missing URL.
-    fn build(self, missing_url: &str) -> Result<Config, Error> {
-        let Some(url) = self.url else {
-            return Err(invalid(format!(
-                "{missing_url} is missing: the Redis URL is required"
-            )));
+    /// `name` spells a setting as the source does (`DISTLOCK_URL`, "the field `url`").
+    fn build(self, name: fn(&str) -> String) -> Result<Config, Error> {
+        let sentinel = self.sentinels.is_some();
+        let mut config = match (self.url, self.cluster_nodes, self.sentinels) {
+            (Some(url), None, None) => Config::new(url),
+            (None, Some(nodes), None) => Config::cluster(nodes),
+            (None, None, Some(sentinels)) => {
+                let Some(service) = self.sentinel_service.clone() else {
+                    return Err(invalid(format!(
+                        "{} is missing: the sentinels need the name they know the master by",
+                        name("sentinel_service")
+                    )));
+                };
+                Config::sentinel(sentinels, service)
+            }
+            (None, None, None) => {
+                return Err(invalid(format!(
+                    "{} is missing: the Redis URL is required (or {}, or {} with {})",
+                    name("url"),
+                    name("cluster_nodes"),
+                    name("sentinels"),
+                    name("sentinel_service")
+                )))
+            }
+            _ => {
+                return Err(invalid(format!(
+                    "give only one of {}, {} and {}",
+                    name("url"),
+                    name("cluster_nodes"),
+                    name("sentinels")
+                )))
+            }
         };
-        let mut config = Config::new(url);
+        let sentinel_only = [
+            ("sentinel_service", self.sentinel_service.is_some()),
+            (
+                "sentinel_master_username",
+                self.sentinel_master_username.is_some(),
+            ),
+            (
+                "sentinel_master_password",
+                self.sentinel_master_password.is_some(),
+            ),
+        ];
+        for (setting, given) in sentinel_only {
+            if given && !sentinel {
+                return Err(invalid(format!(
+                    "{} is set, but {} is not: it applies to a Sentinel deployment only",
+                    name(setting),
+                    name("sentinels")
+                )));
+            }
+        }
+        match (self.sentinel_master_username, self.sentinel_master_password) {
+            (username, Some(password)) => {
+                config = config.sentinel_master_auth(username.unwrap_or_default(), password);
+            }
+            (Some(_), None) => {
+                return Err(invalid(format!(
+                    "{} is set, but {} is not",
+                    name("sentinel_master_username"),
+                    name("sentinel_master_password")
+                )))
+            }
+            (None, None) => {}
+        }
         if let Some(prefix) = self.key_prefix {
             config = config.key_prefix(prefix);
         }
@@ -84,6 +159,12 @@ impl Settings {
         if let Some(require) = self.require_noeviction {
             config = config.require_noeviction(require);
         }
+        if let Some(replicas) = self.min_replicas {
+            config = config.min_replicas(replicas);
+        }
+        if let Some(Human(timeout)) = self.replica_timeout {
+            config = config.replica_timeout(timeout);
+        }
         config.validate()?;
         Ok(config)
     }
@@ -94,13 +175,16 @@ fn invalid(reason: String) -> Error {
 }
 
 impl Config {
-    /// The configuration in the `DISTLOCK_*` environment variables: `DISTLOCK_URL` (required),
-    /// `DISTLOCK_KEY_PREFIX`, `DISTLOCK_DEFAULT_TTL`, `DISTLOCK_CONNECT_TIMEOUT`,
-    /// `DISTLOCK_RESPONSE_TIMEOUT`, `DISTLOCK_FENCE_RETENTION`, `DISTLOCK_RENEW_BATCH_SIZE`,
-    /// `DISTLOCK_MAX_HOLD` and `DISTLOCK_REQUIRE_NOEVICTION`, each the builder method of the
-    /// same name; durations as `"500ms"`, `"10s"`, `"1m30s"`. Unset variables keep the
-    /// defaults of [`Config::new`]; other `DISTLOCK_*` variables are ignored (a Kubernetes
-    /// service named `distlock` injects some).
+    /// The configuration in the `DISTLOCK_*` environment variables: where Redis is
+    /// (`DISTLOCK_URL`, or `DISTLOCK_CLUSTER_NODES`, or `DISTLOCK_SENTINELS` with
+    /// `DISTLOCK_SENTINEL_SERVICE`; lists comma-separated), `DISTLOCK_KEY_PREFIX`,
+    /// `DISTLOCK_DEFAULT_TTL`, `DISTLOCK_CONNECT_TIMEOUT`, `DISTLOCK_RESPONSE_TIMEOUT`,
+    /// `DISTLOCK_FENCE_RETENTION`, `DISTLOCK_RENEW_BATCH_SIZE`, `DISTLOCK_MAX_HOLD`,
+    /// `DISTLOCK_REQUIRE_NOEVICTION`, `DISTLOCK_MIN_REPLICAS` and `DISTLOCK_REPLICA_TIMEOUT`,
+    /// each the builder method of the same name (the table in this module's docs lists them
+    /// all); durations as `"500ms"`, `"10s"`, `"1m30s"`. Unset variables keep the defaults of
+    /// [`Config::new`]; other `DISTLOCK_*` variables are ignored (a Kubernetes service named
+    /// `distlock` injects some).
     ///
     /// The result is checked like every configuration ([`Config::validate`]), so a bad value
     /// fails here, at start-up, naming its variable.
@@ -114,8 +198,8 @@ impl Config {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] when `DISTLOCK_URL` is unset, a variable does not parse (or is
-    /// not Unicode), or a value is out of its limits.
+    /// [`Error::InvalidConfig`] when no variable (or more than one) says where Redis is, a
+    /// variable does not parse (or is not Unicode), or a value is out of its limits.
     pub fn from_env() -> Result<Config, Error> {
         from_vars(std::env::vars_os())
     }
@@ -141,21 +225,30 @@ fn from_vars(vars: impl IntoIterator<Item = (OsString, OsString)>) -> Result<Con
                 .map(|d| Some(Human(d)))
                 .map_err(|e| invalid(format!("{}=`{text}`: {e}", var())))
         };
+        let list = || Ok::<_, Error>(Some(split_list(&text()?)));
+        let count = |what: &str| {
+            let text = text()?;
+            text.trim()
+                .parse()
+                .map(Some)
+                .map_err(|_| invalid(format!("{}=`{text}`: expected {what}", var())))
+        };
         match setting {
             "URL" => settings.url = Some(text()?),
+            "CLUSTER_NODES" => settings.cluster_nodes = list()?,
+            "SENTINELS" => settings.sentinels = list()?,
+            "SENTINEL_SERVICE" => settings.sentinel_service = Some(text()?),
+            "SENTINEL_MASTER_USERNAME" => settings.sentinel_master_username = Some(text()?),
+            "SENTINEL_MASTER_PASSWORD" => settings.sentinel_master_password = Some(text()?),
+            "MIN_REPLICAS" => settings.min_replicas = count("a number of replicas")?,
+            "REPLICA_TIMEOUT" => settings.replica_timeout = duration()?,
             "KEY_PREFIX" => settings.key_prefix = Some(text()?),
             "DEFAULT_TTL" => settings.default_ttl = duration()?,
             "CONNECT_TIMEOUT" => settings.connect_timeout = duration()?,
             "RESPONSE_TIMEOUT" => settings.response_timeout = duration()?,
             "FENCE_RETENTION" => settings.fence_retention = duration()?,
             "MAX_HOLD" => settings.max_hold = duration()?,
-            "RENEW_BATCH_SIZE" => {
-                let text = text()?;
-                let size = text.trim().parse().map_err(|_| {
-                    invalid(format!("{}=`{text}`: expected a positive integer", var()))
-                })?;
-                settings.renew_batch_size = Some(size);
-            }
+            "RENEW_BATCH_SIZE" => settings.renew_batch_size = count("a positive integer")?,
             "REQUIRE_NOEVICTION" => {
                 let text = text()?;
                 let flag = parse_flag(&text).ok_or_else(|| {
@@ -166,7 +259,16 @@ fn from_vars(vars: impl IntoIterator<Item = (OsString, OsString)>) -> Result<Con
             _ => {}
         }
     }
-    settings.build("DISTLOCK_URL")
+    settings.build(|setting| format!("{ENV_PREFIX}{}", setting.to_ascii_uppercase()))
+}
+
+/// A comma-separated list, each item trimmed, empty items dropped.
+fn split_list(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// `true`/`false`, `1`/`0`, `yes`/`no`, `on`/`off`, in any case.
@@ -192,7 +294,7 @@ fn parse_flag(text: &str) -> Option<bool> {
 impl<'de> serde::Deserialize<'de> for Config {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         Settings::deserialize(deserializer)?
-            .build("the field `url`")
+            .build(|setting| format!("the field `{setting}`"))
             .map_err(serde::de::Error::custom)
     }
 }
@@ -267,6 +369,99 @@ mod tests {
     }
 
     #[test]
+    fn deployments_and_replica_acknowledgement() {
+        let cluster = env(&[
+            (
+                "DISTLOCK_CLUSTER_NODES",
+                "redis://10.0.0.1:7000, redis://10.0.0.2:7000,",
+            ),
+            ("DISTLOCK_MIN_REPLICAS", "1"),
+            ("DISTLOCK_REPLICA_TIMEOUT", "200ms"),
+        ])
+        .unwrap();
+        let built = Config::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
+            .min_replicas(1)
+            .replica_timeout(Duration::from_millis(200));
+        assert_eq!(format!("{cluster:?}"), format!("{built:?}"));
+
+        let sentinel = env(&[
+            (
+                "DISTLOCK_SENTINELS",
+                "redis://10.0.0.1:26379,redis://10.0.0.2:26379",
+            ),
+            ("DISTLOCK_SENTINEL_SERVICE", "locks"),
+            ("DISTLOCK_SENTINEL_MASTER_PASSWORD", "hunter2"),
+        ])
+        .unwrap();
+        assert_eq!(
+            sentinel.sentinels,
+            ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"]
+        );
+        assert_eq!(sentinel.sentinel_service, "locks");
+        assert_eq!(
+            sentinel.sentinel_master_auth,
+            Some((String::new(), "hunter2".to_owned()))
+        );
+        assert!(!format!("{sentinel:?}").contains("hunter2"));
+        let with_user = env(&[
+            ("DISTLOCK_SENTINELS", "redis://10.0.0.1:26379"),
+            ("DISTLOCK_SENTINEL_SERVICE", "locks"),
+            ("DISTLOCK_SENTINEL_MASTER_USERNAME", "app"),
+            ("DISTLOCK_SENTINEL_MASTER_PASSWORD", "pw"),
+        ])
+        .unwrap();
+        assert_eq!(
+            with_user.sentinel_master_auth,
+            Some(("app".to_owned(), "pw".to_owned()))
+        );
+    }
+
+    #[test]
+    fn one_place_for_redis() {
+        let url = ("DISTLOCK_URL", "redis://127.0.0.1/");
+        let nodes = ("DISTLOCK_CLUSTER_NODES", "redis://127.0.0.1:7000");
+        let sentinels = ("DISTLOCK_SENTINELS", "redis://127.0.0.1:26379");
+        let service = ("DISTLOCK_SENTINEL_SERVICE", "locks");
+        let message = reason(env(&[url, nodes]));
+        assert!(message.contains("only one of DISTLOCK_URL"), "{message}");
+        let message = reason(env(&[nodes, sentinels, service]));
+        assert!(message.contains("only one of"), "{message}");
+        let message = reason(env(&[sentinels]));
+        assert!(
+            message.starts_with("DISTLOCK_SENTINEL_SERVICE is missing"),
+            "{message}"
+        );
+        let message = reason(env(&[url, service]));
+        assert!(
+            message.contains("DISTLOCK_SENTINEL_SERVICE is set, but DISTLOCK_SENTINELS is not"),
+            "{message}"
+        );
+        let message = reason(env(&[
+            sentinels,
+            service,
+            ("DISTLOCK_SENTINEL_MASTER_USERNAME", "app"),
+        ]));
+        assert!(message.contains("DISTLOCK_SENTINEL_MASTER_PASSWORD is not"));
+        let message = reason(env(&[("DISTLOCK_SENTINELS", " , "), service]));
+        assert!(message.contains("at least one sentinel"), "{message}");
+        let message = reason(env(&[url, ("DISTLOCK_MIN_REPLICAS", "one")]));
+        assert!(
+            message.contains("expected a number of replicas"),
+            "{message}"
+        );
+        let message = reason(env(&[url, ("DISTLOCK_MIN_REPLICAS", "5000")]));
+        assert!(
+            message.contains("min_replicas must be at most"),
+            "{message}"
+        );
+        let message = reason(env(&[url, ("DISTLOCK_REPLICA_TIMEOUT", "0s")]));
+        assert!(
+            message.starts_with("DISTLOCK_REPLICA_TIMEOUT=`0s`"),
+            "{message}"
+        );
+    }
+
+    #[test]
     fn unset_variables_keep_the_defaults() {
         let config = env(&[("DISTLOCK_URL", "redis://127.0.0.1/")]).unwrap();
         let defaults = Config::new("redis://127.0.0.1/");
@@ -275,7 +470,11 @@ mod tests {
 
     #[test]
     fn bad_values_name_their_variable() {
-        assert!(reason(env(&[])).contains("DISTLOCK_URL is missing"));
+        let message = reason(env(&[]));
+        assert!(
+            message.contains("DISTLOCK_URL is missing: the Redis URL is required (or DISTLOCK_CLUSTER_NODES, or DISTLOCK_SENTINELS with DISTLOCK_SENTINEL_SERVICE)"),
+            "{message}"
+        );
         let url = ("DISTLOCK_URL", "redis://127.0.0.1/");
         let message = reason(env(&[url, ("DISTLOCK_DEFAULT_TTL", "10")]));
         assert!(

@@ -96,7 +96,13 @@ impl Connection {
                 self.retire(generation);
                 Err(CallError::Redis(desync_error()))
             }
-            Ok(Err(source)) => Err(CallError::Redis(source)),
+            Ok(Err(source)) => {
+                // A Sentinel master that dropped us or was demoted: find the master again.
+                if self.backend.replace_link_after(&source) {
+                    self.retire(generation);
+                }
+                Err(CallError::Redis(source))
+            }
             Err(_) => {
                 self.retire_if_redis_answers(generation, timeout);
                 Err(CallError::Timeout)

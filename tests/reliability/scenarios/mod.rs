@@ -10,6 +10,7 @@ mod mutex;
 mod proxy_faults;
 mod redis_faults;
 mod registry_misuse;
+mod sentinel_failover;
 mod stall;
 
 use std::time::Duration;
@@ -39,6 +40,7 @@ pub(crate) fn all(settings: &Settings) -> Vec<Scenario> {
         bad_input::scenario(&s, heavy(40, 60)),
         registry_misuse::scenario(&s, heavy(40, 60)),
         stall::scenario(&s, heavy(60, 240)),
+        sentinel_failover::scenario(&s, heavy(90, 120)),
         cluster_failover::scenario(&s, heavy(40, 120)),
     ]
 }

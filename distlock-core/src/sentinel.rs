@@ -1,0 +1,652 @@
+//! Redis Sentinel: finding the master of a service, and connections that follow it.
+//!
+//! The sentinels are asked in order (`SENTINEL GET-MASTER-ADDR-BY-NAME <service>`); the first
+//! address they give whose server answers `ROLE` as a master is the master. redis-rs's own
+//! `SentinelClient` hands out connections to a fixed address, so after a failover nothing
+//! would move them; here a connection is found afresh whenever it must be:
+//!
+//! * the command connection ([`MasterLink`]) finds the master on first use; `connection`
+//!   replaces it (with a fresh, unconnected one) when it fails, or when the node answers
+//!   `READONLY` (a demoted master), see [`follows_master_after`];
+//! * the subscriber ([`MasterSubscriber`]) reconnects to the master found then, and subscribes
+//!   again to every channel its waiters listen on, as soon as its connection drops (Sentinel
+//!   disconnects the clients of every node it reconfigures).
+//!
+//! Every search is bounded: each sentinel and the master get the connect timeout and the
+//! response timeout, and while a master is being promoted (sentinels name a node that is not a
+//! master yet, or not reachable) the sentinels are asked again for at most one response
+//! timeout. Callers bound it further by their own timeouts.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock, Weak};
+use std::time::Duration;
+
+use redis::aio::{AsyncPushSender, ConnectionLike, MultiplexedConnection};
+use redis::{
+    AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, Pipeline,
+    ProtocolVersion, PushInfo, PushKind, RedisConnectionInfo, RedisError, RedisFuture, RedisResult,
+    Value,
+};
+use tokio::sync::{mpsc, watch, Mutex};
+use tokio::time::Instant;
+
+use crate::background::Background;
+use crate::error::is_connection_failure;
+use crate::sync;
+
+/// Pause between two rounds of questions while a failover is under way.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// The channel on which sentinels announce a new master.
+const SWITCH_CHANNEL: &str = "+switch-master";
+
+/// Pause before asking the sentinels again when none could be listened to.
+const WATCH_RETRY: Duration = Duration::from_millis(500);
+
+/// Makes the redis-rs client for one address (with the configured TLS certificates).
+pub(crate) type OpenClient = dyn Fn(ConnectionInfo) -> RedisResult<redis::Client> + Send + Sync;
+
+/// The sentinels of one service, and how to reach the master they name.
+pub(crate) struct Sentinels {
+    /// Each sentinel's connection info (its address, TLS mode and own credentials) and client.
+    sentinels: Vec<(ConnectionInfo, redis::Client)>,
+    service: String,
+    /// The master's credentials (the sentinels' are in their URLs).
+    master: RedisConnectionInfo,
+    open: Box<OpenClient>,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    /// How many times the sentinels announced a new master for the service
+    /// (`+switch-master`), as seen by the task [`Sentinels::watch`] starts.
+    switches: watch::Sender<u64>,
+    /// The new master's address in the latest announcement: asked first, before the
+    /// sentinels that may not have heard of the switch yet.
+    announced: RwLock<Option<(String, u16)>>,
+    watching: AtomicBool,
+}
+
+impl Sentinels {
+    /// The sentinels at `sentinels` watching `service`; nothing is connected yet.
+    pub(crate) fn new(
+        sentinels: Vec<ConnectionInfo>,
+        service: &str,
+        master: RedisConnectionInfo,
+        open: Box<OpenClient>,
+        timeouts: (Duration, Duration),
+    ) -> RedisResult<Sentinels> {
+        let sentinels = sentinels
+            .into_iter()
+            .map(|info| Ok((info.clone(), open(info)?)))
+            .collect::<RedisResult<_>>()?;
+        Ok(Sentinels {
+            sentinels,
+            service: service.to_owned(),
+            master,
+            open,
+            connect_timeout: timeouts.0,
+            response_timeout: timeouts.1,
+            switches: watch::Sender::new(0),
+            announced: RwLock::new(None),
+            watching: AtomicBool::new(false),
+        })
+    }
+
+    /// Master switches seen so far: a connection made before the latest one is to the old
+    /// master.
+    fn switches(&self) -> u64 {
+        *self.switches.borrow()
+    }
+
+    /// Starts (once, on the current runtime) the task that listens to the sentinels'
+    /// `+switch-master` announcements, so connections leave a demoted master as soon as the
+    /// sentinels switch, not when Sentinel gets round to reconfiguring it (seconds later; it
+    /// accepts writes until then).
+    fn watch(self: &Arc<Self>) {
+        if !self.watching.swap(true, Ordering::AcqRel) {
+            drop(tokio::spawn(watch_switches(Arc::downgrade(self))));
+        }
+    }
+
+    fn connection_config(&self) -> AsyncConnectionConfig {
+        AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+    }
+
+    /// A connection to the service's master (confirmed by `ROLE`), speaking `protocol`, its
+    /// pushes sent to `pushes`.
+    ///
+    /// # Errors
+    ///
+    /// `MasterNameNotFoundBySentinel` when every sentinel that answered does not know the
+    /// service; otherwise an I/O error (a connection failure, so a transient one) naming the
+    /// service and the last thing that went wrong.
+    pub(crate) async fn connect_master(
+        &self,
+        protocol: ProtocolVersion,
+        pushes: Option<Arc<dyn AsyncPushSender>>,
+    ) -> RedisResult<MultiplexedConnection> {
+        let retry_until = Instant::now() + self.response_timeout;
+        loop {
+            let mut last = None;
+            // A sentinel named a master that could not be used: a failover may be under way.
+            let mut promoting = false;
+            let announced = sync::read(&self.announced).clone();
+            if let (Some((host, port)), Some((info, _))) = (announced, self.sentinels.first()) {
+                match self.open_master(info, &host, port, protocol, &pushes).await {
+                    Ok(conn) => return Ok(conn),
+                    Err(error) => last = Some(error),
+                }
+            }
+            for (info, sentinel) in &self.sentinels {
+                let (host, port) = match self.ask(sentinel).await {
+                    Ok(Some(address)) => address,
+                    Ok(None) => {
+                        last = Some(RedisError::from((
+                            ErrorKind::MasterNameNotFoundBySentinel,
+                            "the sentinels do not know this service",
+                            format!("`{}`", self.service),
+                        )));
+                        continue;
+                    }
+                    Err(error) => {
+                        last = Some(error);
+                        continue;
+                    }
+                };
+                match self.open_master(info, &host, port, protocol, &pushes).await {
+                    Ok(conn) => return Ok(conn),
+                    // The master is there and refuses these credentials: no failover mends that.
+                    Err(error) if is_refused_login(&error) => return Err(error),
+                    Err(error) => {
+                        promoting = true;
+                        last = Some(error);
+                    }
+                }
+            }
+            if !promoting || Instant::now() + RETRY_PAUSE >= retry_until {
+                return Err(self.no_master(last));
+            }
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+    }
+
+    /// The master's address according to one sentinel (`None`: it does not know the service).
+    async fn ask(&self, sentinel: &redis::Client) -> RedisResult<Option<(String, u16)>> {
+        let mut conn = sentinel
+            .get_multiplexed_async_connection_with_config(&self.connection_config())
+            .await?;
+        redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(&self.service)
+            .query_async(&mut conn)
+            .await
+    }
+
+    /// A connection to `host:port`, if it is a master (with the TLS mode of the sentinel that
+    /// named it).
+    async fn open_master(
+        &self,
+        sentinel: &ConnectionInfo,
+        host: &str,
+        port: u16,
+        protocol: ProtocolVersion,
+        pushes: &Option<Arc<dyn AsyncPushSender>>,
+    ) -> RedisResult<MultiplexedConnection> {
+        let addr = match sentinel.addr() {
+            ConnectionAddr::TcpTls { insecure, .. } => ConnectionAddr::TcpTls {
+                host: host.to_owned(),
+                port,
+                insecure: *insecure,
+                tls_params: None,
+            },
+            _ => ConnectionAddr::Tcp(host.to_owned(), port),
+        };
+        let info = sentinel
+            .clone()
+            .set_addr(addr)
+            .set_redis_settings(self.master.clone().set_protocol(protocol));
+        let mut config = self.connection_config();
+        match pushes {
+            Some(pushes) => config = config.set_push_sender(pushes.clone()),
+            // The command connection: `connection` bounds every call itself, a `WAIT` included
+            // (whose replica timeout may exceed the response timeout).
+            None => config = config.set_response_timeout(None),
+        }
+        let mut conn = (self.open)(info)?
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        let ask_role = redis::cmd("ROLE");
+        let role = ask_role.query_async::<Value>(&mut conn);
+        let role = tokio::time::timeout(self.response_timeout, role)
+            .await
+            .map_err(|_| {
+                RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("{host}:{port} did not answer ROLE"),
+                ))
+            })??;
+        if is_master(&role) {
+            Ok(conn)
+        } else {
+            Err(RedisError::from((
+                ErrorKind::Io,
+                "the node the sentinels named is not a master (yet)",
+                format!("{host}:{port}"),
+            )))
+        }
+    }
+
+    /// The error when no master was found: the sentinels' own answer for an unknown service,
+    /// otherwise a connection failure (transient: a failover, unreachable sentinels).
+    fn no_master(&self, last: Option<RedisError>) -> RedisError {
+        if let Some(error) = &last {
+            if error.kind() == ErrorKind::MasterNameNotFoundBySentinel {
+                return error.clone();
+            }
+        }
+        let why = match &last {
+            Some(error) => match error.detail() {
+                Some(detail) => format!("{}: {detail}", error.category()),
+                None => error.to_string(),
+            },
+            None => "no sentinel is configured".to_owned(),
+        };
+        RedisError::from((
+            ErrorKind::Io,
+            "no master found through Sentinel",
+            format!("service `{}`: {why}", self.service),
+        ))
+    }
+}
+
+/// True when a server refused the client's credentials (or wanted some).
+fn is_refused_login(error: &RedisError) -> bool {
+    error.kind() == ErrorKind::AuthenticationFailed
+        || matches!(error.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
+}
+
+/// True for a `ROLE` reply of a master (`["master", offset, replicas]`).
+fn is_master(role: &Value) -> bool {
+    let Value::Array(fields) = role else {
+        return false;
+    };
+    match fields.first() {
+        Some(Value::BulkString(role)) => role == b"master",
+        Some(Value::SimpleString(role)) => role == "master",
+        _ => false,
+    }
+}
+
+/// True if a command connection that failed with `error` must be replaced by one to the
+/// master found afresh: it dropped (a failover disconnects every client), or its node is no
+/// longer the master (`READONLY`).
+pub(crate) fn follows_master_after(error: &RedisError) -> bool {
+    is_connection_failure(error) || error.code() == Some("READONLY")
+}
+
+/// The command connection of a Sentinel deployment: the master, found on first use and again
+/// after the sentinels announce a new one; replaced (by `connection`) once it fails or finds
+/// itself on a replica.
+#[derive(Clone)]
+pub(crate) struct MasterLink(Arc<LinkInner>);
+
+struct LinkInner {
+    sentinels: Arc<Sentinels>,
+    /// The master connection and the switch count when it was found.
+    current: RwLock<Option<(u64, MultiplexedConnection)>>,
+    /// One search at a time.
+    finding: Mutex<()>,
+    background: Background,
+}
+
+impl MasterLink {
+    /// A link that finds the master on first use.
+    pub(crate) fn lazy(sentinels: Arc<Sentinels>, background: Background) -> MasterLink {
+        MasterLink(Arc::new(LinkInner {
+            sentinels,
+            current: RwLock::new(None),
+            finding: Mutex::new(()),
+            background,
+        }))
+    }
+
+    /// The link, connected to the master (and the sentinels watched for switches).
+    pub(crate) async fn connected(self) -> RedisResult<MasterLink> {
+        self.conn().await?;
+        let sentinels = self.0.sentinels.clone();
+        self.0
+            .background
+            .enter(async move { sentinels.watch() })
+            .await;
+        Ok(self)
+    }
+
+    /// The master connection: the one found since the last switch, or one found now
+    /// (concurrent callers wait for the same search). It is made on the client's runtime: its
+    /// driver must outlive any caller's runtime.
+    async fn conn(&self) -> RedisResult<MultiplexedConnection> {
+        let inner = &self.0;
+        let fresh = || {
+            let switches = inner.sentinels.switches();
+            match &*sync::read(&inner.current) {
+                Some((seen, conn)) if *seen == switches => Ok(conn.clone()),
+                _ => Err(switches),
+            }
+        };
+        if let Ok(conn) = fresh() {
+            return Ok(conn);
+        }
+        let _finding = inner.finding.lock().await;
+        let switches = match fresh() {
+            Ok(conn) => return Ok(conn),
+            Err(switches) => switches,
+        };
+        let find = inner.sentinels.connect_master(ProtocolVersion::RESP2, None);
+        let conn = inner.background.enter(find).await?;
+        *sync::write(&inner.current) = Some((switches, conn.clone()));
+        Ok(conn)
+    }
+}
+
+impl ConnectionLike for MasterLink {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let mut conn = self.conn().await?;
+            conn.req_packed_command(cmd).await
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let mut conn = self.conn().await?;
+            conn.req_packed_commands(cmd, offset, count).await
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+/// The release subscriber of a Sentinel deployment: one RESP3 connection to the master, which
+/// follows the master. When it drops, a task on the client's runtime finds the master again
+/// (retrying until it does, while anyone listens) and subscribes there to every channel; each
+/// confirmation reaches the waiters like a reconnect's (they look at their lock again).
+#[derive(Clone)]
+pub(crate) struct MasterSubscriber(Arc<SubscriberInner>);
+
+struct SubscriberInner {
+    sentinels: Arc<Sentinels>,
+    pushes: Arc<dyn AsyncPushSender>,
+    state: Mutex<SubscriberState>,
+    /// The id of a connection that dropped, for the task that follows the master.
+    dropped: mpsc::UnboundedSender<u64>,
+    timeout: Duration,
+}
+
+#[derive(Default)]
+struct SubscriberState {
+    /// The current connection, its id and the switch count when it was found.
+    conn: Option<(u64, u64, MultiplexedConnection)>,
+    next_id: u64,
+    /// Every channel subscribed to (what a new connection subscribes to again).
+    channels: HashSet<Vec<u8>>,
+}
+
+impl MasterSubscriber {
+    /// Connects to the master; pushes go to `pushes`. Call with the client's runtime current:
+    /// the connections and the task that follows the master live there.
+    pub(crate) async fn connect(
+        sentinels: Arc<Sentinels>,
+        pushes: impl AsyncPushSender,
+    ) -> RedisResult<MasterSubscriber> {
+        let (dropped, drops) = mpsc::unbounded_channel();
+        let timeout = sentinels
+            .connect_timeout
+            .saturating_add(sentinels.response_timeout.saturating_mul(2));
+        let inner = Arc::new(SubscriberInner {
+            sentinels,
+            pushes: Arc::new(pushes),
+            state: Mutex::new(SubscriberState::default()),
+            dropped,
+            timeout,
+        });
+        inner.current(&mut *inner.state.lock().await).await?;
+        inner.sentinels.watch();
+        let switches = inner.sentinels.switches.subscribe();
+        drop(tokio::spawn(follow_master(
+            Arc::downgrade(&inner),
+            drops,
+            switches,
+        )));
+        Ok(MasterSubscriber(inner))
+    }
+
+    pub(crate) async fn subscribe(&self, channel: &[u8]) -> RedisResult<()> {
+        let mut state = self.0.state.lock().await;
+        state.channels.insert(channel.to_vec());
+        let mut conn = self.0.current(&mut state).await?;
+        let subscribed = conn.subscribe(channel).await;
+        if let Err(error) = &subscribed {
+            if is_connection_failure(error) {
+                state.conn = None;
+            }
+        }
+        subscribed
+    }
+
+    pub(crate) async fn unsubscribe(&self, channel: &[u8]) -> RedisResult<()> {
+        let mut state = self.0.state.lock().await;
+        state.channels.remove(channel);
+        match &state.conn {
+            Some((_, _, conn)) => conn.clone().unsubscribe(channel).await,
+            None => Ok(()),
+        }
+    }
+}
+
+impl SubscriberInner {
+    /// The current connection, or a new one to the master found now, subscribed to every
+    /// channel listened on (so no channel is left behind on a connection that dropped).
+    async fn current(&self, state: &mut SubscriberState) -> RedisResult<MultiplexedConnection> {
+        if let Some((_, _, conn)) = &state.conn {
+            return Ok(conn.clone());
+        }
+        let switches = self.sentinels.switches();
+        let id = state.next_id;
+        state.next_id += 1;
+        let (pushes, dropped) = (self.pushes.clone(), self.dropped.clone());
+        let forward = move |push: PushInfo| {
+            if push.kind == PushKind::Disconnection {
+                let _ = dropped.send(id);
+            }
+            pushes.send(push)
+        };
+        let mut conn = self
+            .sentinels
+            .connect_master(ProtocolVersion::RESP3, Some(Arc::new(forward)))
+            .await?;
+        for channel in &state.channels {
+            conn.subscribe(&channel[..]).await?;
+        }
+        state.conn = Some((id, switches, conn.clone()));
+        Ok(conn)
+    }
+}
+
+/// Runs on the client's runtime: after each drop of the current subscriber connection, and
+/// after each master switch the sentinels announce, moves the subscriptions to the master found
+/// then (retrying until they are moved or nobody listens any more). Ends with the subscriber.
+async fn follow_master(
+    inner: Weak<SubscriberInner>,
+    mut drops: mpsc::UnboundedReceiver<u64>,
+    mut switches: watch::Receiver<u64>,
+) {
+    loop {
+        // The connection that dropped, or none for a switch.
+        let dropped = tokio::select! {
+            id = drops.recv() => match id {
+                Some(id) => Some(id),
+                None => return,
+            },
+            changed = switches.changed() => match changed {
+                Ok(()) => None,
+                Err(_) => return,
+            },
+        };
+        loop {
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            let mut state = inner.state.lock().await;
+            let latest = inner.sentinels.switches();
+            let stale = state
+                .conn
+                .as_ref()
+                .is_some_and(|(id, seen, _)| match dropped {
+                    Some(dropped) => *id == dropped,
+                    None => *seen != latest,
+                });
+            if stale {
+                state.conn = None;
+            }
+            if state.conn.is_some() || state.channels.is_empty() {
+                break;
+            }
+            let moved = tokio::time::timeout(inner.timeout, inner.current(&mut state)).await;
+            match moved {
+                Ok(Ok(_)) => {
+                    tracing::debug!("release subscriber moved to the Sentinel master");
+                    break;
+                }
+                Ok(Err(error)) => {
+                    tracing::debug!(%error, "release subscriber: no master yet; retrying");
+                    state.conn = None;
+                }
+                Err(_) => state.conn = None,
+            }
+            drop(state);
+            drop(inner);
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+    }
+}
+
+/// Listens to the sentinels' `+switch-master` channel (on the first sentinel that answers) and
+/// counts the switches of this service in [`Sentinels::switches`]. A lost sentinel connection
+/// counts as a switch (one may have been missed), and the next sentinel is asked. Ends with
+/// the sentinels.
+async fn watch_switches(sentinels: Weak<Sentinels>) {
+    let mut first = true;
+    loop {
+        let Some(this) = sentinels.upgrade() else {
+            return;
+        };
+        let (pushes, mut messages) = mpsc::unbounded_channel::<PushInfo>();
+        let mut listening = None;
+        for (info, _) in &this.sentinels {
+            let settings = info
+                .redis_settings()
+                .clone()
+                .set_protocol(ProtocolVersion::RESP3);
+            let subscribe = async {
+                let client = (this.open)(info.clone().set_redis_settings(settings))?;
+                let config = this.connection_config().set_push_sender(pushes.clone());
+                let mut conn = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                conn.subscribe(SWITCH_CHANNEL).await?;
+                RedisResult::Ok(conn)
+            };
+            if let Ok(conn) = subscribe.await {
+                listening = Some(conn);
+                break;
+            }
+        }
+        let service = this.service.clone().into_bytes();
+        let weak = Arc::downgrade(&this);
+        drop(this);
+        let Some(_conn) = listening else {
+            tokio::time::sleep(WATCH_RETRY).await;
+            continue;
+        };
+        if !std::mem::take(&mut first) {
+            if let Some(this) = weak.upgrade() {
+                this.switches.send_modify(|n| *n += 1);
+            }
+        }
+        while let Some(push) = messages.recv().await {
+            match push.kind {
+                PushKind::Message => {
+                    // `<service> <old ip> <old port> <new ip> <new port>`
+                    if let Some(Value::BulkString(text)) = push.data.get(1) {
+                        let text = String::from_utf8_lossy(text);
+                        let words: Vec<&str> = text.split(' ').collect();
+                        let Some(this) = weak.upgrade() else {
+                            return;
+                        };
+                        if words.first().map(|w| w.as_bytes()) == Some(&service[..]) {
+                            tracing::info!(announcement = %text, "Sentinel switched the master");
+                            let address = match (words.get(3), words.get(4)) {
+                                (Some(host), Some(port)) => {
+                                    port.parse().ok().map(|port| (host.to_string(), port))
+                                }
+                                _ => None,
+                            };
+                            *sync::write(&this.announced) = address;
+                            this.switches.send_modify(|n| *n += 1);
+                        }
+                    }
+                }
+                PushKind::Disconnection => break,
+                _ => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles() {
+        let master = Value::Array(vec![
+            Value::BulkString(b"master".to_vec()),
+            Value::Int(0),
+            Value::Array(vec![]),
+        ]);
+        assert!(is_master(&master));
+        let replica = Value::Array(vec![
+            Value::BulkString(b"slave".to_vec()),
+            Value::BulkString(b"127.0.0.1".to_vec()),
+        ]);
+        assert!(!is_master(&replica));
+        assert!(!is_master(&Value::Nil));
+    }
+
+    #[test]
+    fn what_moves_a_command_connection() {
+        let dropped = RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "reset",
+        ));
+        assert!(follows_master_after(&dropped));
+        let readonly = redis::make_extension_error(
+            "READONLY".to_owned(),
+            Some("You can't write against a read only replica.".to_owned()),
+        );
+        assert!(follows_master_after(&readonly), "{readonly:?}");
+        let other = redis::make_extension_error("NOSCRIPT".to_owned(), None);
+        assert!(!follows_master_after(&other));
+        let refused = redis::make_extension_error("WRONGPASS".to_owned(), None);
+        assert!(is_refused_login(&refused) && !is_refused_login(&readonly));
+    }
+}
