@@ -128,11 +128,11 @@ impl Subscriber {
     /// `SPUBLISH` on its master reaches, so a resubscription must not go there.
     pub(crate) async fn follow_slot(&mut self, channel: &[u8]) -> RedisResult<()> {
         match self {
-            Subscriber::Single(_) => Ok(()),
             Subscriber::Cluster(conn) => {
                 let _: Value = redis::cmd("EXISTS").arg(channel).query_async(conn).await?;
                 Ok(())
             }
+            Subscriber::Single(_) | Subscriber::Sentinel(_) => Ok(()),
         }
     }
 

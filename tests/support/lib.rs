@@ -721,6 +721,11 @@ fn tls_cli_args(ca: Option<&std::path::Path>) -> Vec<String> {
     }
 }
 
+/// One `redis-cli` command against the server on `port`; its output.
+fn cli(port: u16, args: &[&str]) -> String {
+    cli_with(None, port, args)
+}
+
 /// One `redis-cli` command against the node on `port` (over TLS when `ca` is given); its output.
 fn cli_with(ca: Option<&std::path::Path>, port: u16, args: &[&str]) -> String {
     let output = Command::new(redis_cli())
