@@ -10,7 +10,8 @@
 //!
 //! `cargo run --example demo -- --cluster` (or scripts/demo-cluster.sh) runs the same annotated
 //! code against a 3-master Redis Cluster it starts itself (redis-server processes stopped by
-//! PID at exit): the workers only swap `distlock::init(url)` for `Config::cluster(nodes)`.
+//! PID at exit): the workers only swap `distlock::init(url)` for `Config::from_env()`, which
+//! reads the cluster's nodes from `DISTLOCK_CLUSTER_NODES`.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -96,20 +97,19 @@ async fn nightly_report(who: &str) -> Result<bool, AppError> {
     Ok(true)
 }
 
-/// The seed nodes of the cluster the demo runs against (`--cluster`), for the workers.
-const CLUSTER_NODES_VAR: &str = "DEMO_CLUSTER_NODES";
+/// The seed nodes of the cluster the demo runs against (`--cluster`), for the workers: the
+/// variable `Config::from_env` reads.
+const CLUSTER_NODES_VAR: &str = "DISTLOCK_CLUSTER_NODES";
 
 /// `url`: where the demo's counters live (the server, or the cluster master of their slot).
 async fn worker(id: usize, url: String) -> Result<(), AppError> {
-    // The one line that differs between one server and a Redis Cluster.
-    match std::env::var(CLUSTER_NODES_VAR) {
-        Ok(nodes) => {
-            distlock::Config::cluster(nodes.split(','))
-                .install()
-                .await?
-        }
-        Err(_) => distlock::init(&url).await?,
-    };
+    // The one line that differs between one server and a Redis Cluster: `from_env` reads
+    // `DISTLOCK_CLUSTER_NODES` (or `DISTLOCK_URL`, or `DISTLOCK_SENTINELS`).
+    if std::env::var_os(CLUSTER_NODES_VAR).is_some() {
+        distlock::Config::from_env()?.install().await?;
+    } else {
+        distlock::init(&url).await?;
+    }
     let redis = redis::Client::open(url)?;
     // Phase 1: the same read-modify-write with no lock.
     let mut tasks = Vec::new();
@@ -193,7 +193,11 @@ fn main() {
         .map(|id| {
             let mut worker = Command::new(&exe);
             if let Some(nodes) = &nodes {
-                worker.env(CLUSTER_NODES_VAR, nodes);
+                // Exactly one variable may say where Redis is.
+                worker
+                    .env(CLUSTER_NODES_VAR, nodes)
+                    .env_remove("DISTLOCK_URL")
+                    .env_remove("DISTLOCK_SENTINELS");
             }
             worker
                 .args(["worker", &id.to_string(), &url])
