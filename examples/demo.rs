@@ -7,6 +7,11 @@
 //! the lock, who waited, who skipped the once-only job, and the fencing tokens. With
 //! `DEMO_DISTLOCK_CLI` set to the `distlock` binary (scripts/demo.sh does), it ends with what
 //! `distlock list` shows an operator.
+//!
+//! `cargo run --example demo -- --cluster` (or scripts/demo-cluster.sh) runs the same annotated
+//! code against a 3-master Redis Cluster it starts itself (redis-server processes stopped by
+//! PID at exit): the workers only swap `distlock::init(url)` for `Config::from_env()`, which
+//! reads the cluster's nodes from `DISTLOCK_CLUSTER_NODES`.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -67,7 +72,7 @@ async fn deposit(
 ) -> Result<(), AppError> {
     let waited = called_at.elapsed();
     let token = distlock::fencing_token().expect("inside the lock");
-    let value = add_one(redis, &format!("demo:{account}:locked")).await?;
+    let value = add_one(redis, &format!("demo:{{{account}}}:locked")).await?;
     let verb = if waited > Duration::from_millis(1) {
         "waited"
     } else {
@@ -92,8 +97,19 @@ async fn nightly_report(who: &str) -> Result<bool, AppError> {
     Ok(true)
 }
 
+/// The seed nodes of the cluster the demo runs against (`--cluster`), for the workers: the
+/// variable `Config::from_env` reads.
+const CLUSTER_NODES_VAR: &str = "DISTLOCK_CLUSTER_NODES";
+
+/// `url`: where the demo's counters live (the server, or the cluster master of their slot).
 async fn worker(id: usize, url: String) -> Result<(), AppError> {
-    distlock::init(&url).await?;
+    // The one line that differs between one server and a Redis Cluster: `from_env` reads
+    // `DISTLOCK_CLUSTER_NODES` (or `DISTLOCK_URL`, or `DISTLOCK_SENTINELS`).
+    if std::env::var_os(CLUSTER_NODES_VAR).is_some() {
+        distlock::Config::from_env()?.install().await?;
+    } else {
+        distlock::init(&url).await?;
+    }
     let redis = redis::Client::open(url)?;
     // Phase 1: the same read-modify-write with no lock.
     let mut tasks = Vec::new();
@@ -101,7 +117,7 @@ async fn worker(id: usize, url: String) -> Result<(), AppError> {
         let mut conn = redis.get_multiplexed_async_connection().await?;
         tasks.push(tokio::spawn(async move {
             for _ in 0..ROUNDS {
-                add_one(&mut conn, "demo:shared:unlocked").await?;
+                add_one(&mut conn, "demo:{shared}:unlocked").await?;
             }
             Ok::<_, AppError>(())
         }));
@@ -143,21 +159,47 @@ fn main() {
         return;
     }
 
-    let (_server, url) = match std::env::var("REDIS_URL") {
-        Ok(url) => (None, url),
-        Err(_) => {
+    // `--cluster`: a 3-master cluster of our own; the counters (one hash tag, `{shared}`, so
+    // one slot) are read and written on the master that serves their slot.
+    let cluster = args
+        .iter()
+        .any(|a| a == "--cluster")
+        .then(|| testkit::RedisCluster::start(3, 0));
+    let nodes = cluster.as_ref().map(|c| c.urls().join(","));
+    let (server, url) = match (&cluster, std::env::var("REDIS_URL")) {
+        (Some(cluster), _) => {
+            let master = cluster.master_of_slot(distlock::hash_slot(b"shared"));
+            (None, format!("redis://127.0.0.1:{master}/"))
+        }
+        (None, Ok(url)) => (None, url),
+        (None, Err(_)) => {
             let server = testkit::RedisServer::start();
             let url = server.url();
             (Some(server), url)
         }
     };
-    println!(
-        "distlock demo: {WORKERS} processes x {TASKS} tasks x {ROUNDS} increments against {url}\n"
-    );
+    match &cluster {
+        Some(cluster) => println!(
+            "distlock demo: {WORKERS} processes x {TASKS} tasks x {ROUNDS} increments against a \
+             Redis Cluster of 3 masters ({}); counters on {url}\n",
+            cluster.urls().join(", ")
+        ),
+        None => println!(
+            "distlock demo: {WORKERS} processes x {TASKS} tasks x {ROUNDS} increments against {url}\n"
+        ),
+    }
     let exe = std::env::current_exe().expect("current exe");
     let children: Vec<_> = (0..WORKERS)
         .map(|id| {
-            Command::new(&exe)
+            let mut worker = Command::new(&exe);
+            if let Some(nodes) = &nodes {
+                // Exactly one variable may say where Redis is.
+                worker
+                    .env(CLUSTER_NODES_VAR, nodes)
+                    .env_remove("DISTLOCK_URL")
+                    .env_remove("DISTLOCK_SENTINELS");
+            }
+            worker
                 .args(["worker", &id.to_string(), &url])
                 .stdout(Stdio::piped())
                 .spawn()
@@ -180,7 +222,8 @@ fn main() {
 
     // An operator's view (scripts/demo.sh passes the `distlock` binary): `nightly-report` is
     // still held for its `min_hold`, by a worker that has exited.
-    if let Ok(cli) = std::env::var("DEMO_DISTLOCK_CLI") {
+    // (One server only: `distlock list` reads one node's keys.)
+    if let (Ok(cli), None) = (std::env::var("DEMO_DISTLOCK_CLI"), &cluster) {
         println!("\n$ distlock --url {url} list");
         let listed = Command::new(cli).args(["--url", &url, "list"]).status();
         if !listed.is_ok_and(|status| status.success()) {
@@ -195,10 +238,10 @@ fn main() {
             .get_multiplexed_async_connection()
             .await
             .expect("connect");
-        let u: i64 = conn.get("demo:shared:unlocked").await.unwrap_or(0);
-        let l: i64 = conn.get("demo:shared:locked").await.unwrap_or(0);
+        let u: i64 = conn.get("demo:{shared}:unlocked").await.unwrap_or(0);
+        let l: i64 = conn.get("demo:{shared}:locked").await.unwrap_or(0);
         let _: () = conn
-            .del(&["demo:shared:unlocked", "demo:shared:locked"])
+            .del(&["demo:{shared}:unlocked", "demo:{shared}:locked"])
             .await
             .unwrap();
         (u, l)
@@ -218,6 +261,8 @@ fn main() {
         }
     );
     if !all_ok || locked != expected {
+        // `exit` skips destructors: stop the servers by PID first.
+        drop((server, cluster));
         std::process::exit(1);
     }
 }

@@ -8,3 +8,5 @@ bash scripts/ensure-redis.sh
 cargo build --release --locked -p distlock-cli
 export DEMO_DISTLOCK_CLI="${CARGO_TARGET_DIR:-$PWD/target}/release/distlock"
 cargo run --release --locked --example demo
+echo
+echo "The same code against a 3-master Redis Cluster it starts itself: scripts/demo-cluster.sh"

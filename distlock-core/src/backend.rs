@@ -108,11 +108,31 @@ pub(crate) enum Subscriber {
 }
 
 impl Subscriber {
+    /// True for a cluster's (sharded) subscriber.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Subscriber::Cluster(_))
+    }
+
     pub(crate) async fn subscribe(&mut self, channel: &[u8]) -> RedisResult<()> {
         match self {
             Subscriber::Single(conn) => conn.subscribe(channel).await,
             Subscriber::Cluster(conn) => conn.ssubscribe(channel).await,
             Subscriber::Sentinel(conn) => conn.subscribe(channel).await,
+        }
+    }
+
+    /// Makes sure the next request for `channel`'s slot goes to the slot's master now (a
+    /// cluster): a keyed read of the channel's name (same slot) on the node the client last
+    /// knew answers `MOVED` if that node lost the slot or became a replica, which redirects it
+    /// and refreshes the client's slot map. A replica accepts `SSUBSCRIBE` but is not where
+    /// `SPUBLISH` on its master reaches, so a resubscription must not go there.
+    pub(crate) async fn follow_slot(&mut self, channel: &[u8]) -> RedisResult<()> {
+        match self {
+            Subscriber::Cluster(conn) => {
+                let _: Value = redis::cmd("EXISTS").arg(channel).query_async(conn).await?;
+                Ok(())
+            }
+            Subscriber::Single(_) | Subscriber::Sentinel(_) => Ok(()),
         }
     }
 

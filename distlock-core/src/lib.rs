@@ -154,7 +154,7 @@
 //! | --- | --- | --- |
 //! | one Redis server | `Config::new("redis://host:6379/")` | no failover: a restart without persistence frees every lock |
 //! | a master with replicas, `min_replicas` | `Config::new(url).min_replicas(1)`, per lock [`LockBuilder::min_replicas`] or the attribute's `min_replicas = 1` | a lock acknowledged by `n` replicas (`WAIT`) survives a failover to any of them; a failover to a replica that had not acknowledged can still lose it |
-//! | Redis Cluster | `Config::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])` ([`Config::cluster`]) | each lock lives on the master of its slot; asynchronous replication as above (a failover can lose a lock just taken unless it asked for `min_replicas`); a coordinated `CLUSTER FAILOVER` keeps it |
+//! | Redis Cluster | `Config::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])` ([`Config::cluster`]; `rediss://` seeds with the `tls` feature) | each lock lives on the master of its slot; a coordinated `CLUSTER FAILOVER` and a migration of its slot keep it; an unplanned failover keeps it if it was taken with `min_replicas`, and can lose a lock just taken without |
 //! | Redis Sentinel | `Config::sentinel(["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"], "locks").min_replicas(1)` ([`Config::sentinel`]) | locks live on the master the sentinels name; the client follows a failover by itself; `SENTINEL FAILOVER` keeps a lock that asked for `min_replicas`; asynchronous replication as above otherwise |
 //! | TLS (feature `tls`) | `Config::new("rediss://host:6380/")`, [`Config::tls_root_certificates`] for a private CA, [`Config::tls_client_certificate`] for mutual TLS | as the same deployment without TLS |
 //!
@@ -177,8 +177,32 @@
 //! (`SSUBSCRIBE` on the lock's shard) and the release script notifies with `SPUBLISH`, so a
 //! release message reaches only the shard whose clients wait for it. The cluster connection
 //! lives on the client's runtime thread. What a lock guarantees is what its master
-//! guarantees: a coordinated `CLUSTER FAILOVER` keeps it, an unplanned failover keeps it if
-//! the promoted replica had it (`min_replicas` makes sure it did when the call returned).
+//! guarantees:
+//!
+//! - *Coordinated failover* (`CLUSTER FAILOVER`: the replica catches up before it takes over):
+//!   a held, renewed lock keeps its lease, renewals go to the new master, nobody else can
+//!   take it, and its release works there. The old master ends its sharded subscriptions as
+//!   it becomes a replica; the client subscribes its waiters again on the new master.
+//! - *Slot migration* (`redis-cli --cluster reshard`, `CLUSTER SETSLOT` + `MIGRATE`): `MIGRATE`
+//!   moves the lock with its remaining ttl in one step (it is on the old owner until it is on
+//!   the new one), requests meanwhile follow `ASK`, and afterwards `MOVED`; the holder's
+//!   renewals and release go to the new owner. The server ends sharded subscriptions of a
+//!   moved slot; the client subscribes its waiters again, on the new owner, so they are still
+//!   woken by the release.
+//! - *Unplanned failover* (the master dies, a replica is promoted): the lock survives if the
+//!   promoted replica had it. A lock taken with `min_replicas = 1` (every replica of a
+//!   one-replica shard acknowledged it before the call returned) does: nobody else can take
+//!   it within its lease, and waiters subscribed on the dead master are subscribed again on
+//!   the promoted one (retried until a master serves the slot; meanwhile they fall back to
+//!   the holder's lease). Without `min_replicas`, a lock taken just before the master died
+//!   may be missing on the promoted replica and another caller can take it; fencing tokens
+//!   protect the resource then. With `min_replicas`, renewals need acknowledging replicas too:
+//!   on a promoted master that has none yet, renewals fail and the holder learns it lost the
+//!   lock ([`LossReason::Unreplicated`]) rather than holding it unprotected.
+//!
+//! `tests/cluster.rs`, `tests/cluster_topology.rs` and `tests/cluster_tls.rs` exercise each of
+//! these against real clusters, and the reliability suite's row `c1` fails every master over
+//! in turn under a counter race.
 //!
 //! **Redis Sentinel.** The client asks the sentinels, in order, for the master's address
 //! (`SENTINEL GET-MASTER-ADDR-BY-NAME <service>`) and uses the first address whose server says

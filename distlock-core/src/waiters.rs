@@ -10,13 +10,19 @@
 //! the head retries when the lock is released, so a release costs one attempt per process
 //! instead of one per waiting task, and a task that releases and immediately asks again queues
 //! behind the tasks already waiting instead of barging in front of them.
+//!
+//! In a cluster, the server ends a sharded subscription itself when the channel's slot moves to
+//! another shard or its master becomes a replica in a failover (`SUNSUBSCRIBE` push), and a
+//! killed master takes its subscriptions with it (a disconnection): a channel that still has
+//! waiters is subscribed again on the slot's master now (a keyed read first, whose `MOVED` or
+//! failure refreshes the client's slot map), retried until a master serves the slot.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::{PushInfo, PushKind, Value};
-use tokio::sync::{watch, OnceCell, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, watch, OnceCell, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::backend::{Backend, Subscriber};
@@ -71,14 +77,20 @@ impl Waiters {
     async fn connection(&self, key: &str) -> Result<Subscriber, Error> {
         let make = async {
             let channels = self.channels.clone();
+            let (dropped, dropped_rx) = mpsc::unbounded_channel();
             let pushes = move |push: PushInfo| {
-                dispatch(&channels, push);
+                dispatch(&channels, push, &dropped);
                 Ok::<(), std::convert::Infallible>(())
             };
-            self.backend
+            let conn = self
+                .backend
                 .subscriber(pushes)
                 .await
-                .map_err(|e| subscribe_error(key, e))
+                .map_err(|e| subscribe_error(key, e))?;
+            // Lives as long as the client's runtime (not a counted cleanup task).
+            let resubscribing = resubscribe(dropped_rx, conn.clone(), self.channels.clone());
+            drop(self.background.handle().spawn(resubscribing));
+            Ok(conn)
         };
         // Made with the client's runtime current: the subscriber connection lives there.
         let init = self.background.enter(self.conn.get_or_try_init(|| make));
@@ -186,8 +198,23 @@ fn subscribe_error(key: &str, source: redis::RedisError) -> Error {
     }
 }
 
-fn dispatch(channels: &Mutex<ChannelMap>, push: PushInfo) {
+fn dispatch(channels: &Mutex<ChannelMap>, push: PushInfo, dropped: &DroppedTx) {
     let map = sync::lock(channels);
+    match push.kind {
+        // The server's own (a moved slot, a master turned replica) or the answer to a waiter's
+        // departure: `resubscribe` tells them apart by the channel's state.
+        PushKind::SUnsubscribe => {
+            if let Some(Value::BulkString(name)) = push.data.first() {
+                if map.contains_key(name.as_slice()) {
+                    let _ = dropped.send(Dropped::Channel(name.clone()));
+                }
+            }
+        }
+        PushKind::Disconnection if !map.is_empty() => {
+            let _ = dropped.send(Dropped::All);
+        }
+        _ => {}
+    }
     match push.kind {
         // A release message; or a (re)subscription confirmed, which after a reconnect means
         // releases published while the connection was down were missed: look again. Sharded
@@ -211,6 +238,72 @@ fn dispatch(channels: &Mutex<ChannelMap>, push: PushInfo) {
             }
         }
         _ => {}
+    }
+}
+
+/// Subscriptions that may have ended while their channels had waiters.
+enum Dropped {
+    /// The server ended this channel's sharded subscription.
+    Channel(Vec<u8>),
+    /// A connection of the subscriber dropped (in a cluster: maybe its node died).
+    All,
+}
+
+type DroppedTx = mpsc::UnboundedSender<Dropped>;
+
+/// Subscribes again to the channels in `dropped` (a cluster's sharded subscriptions; one
+/// server's connection manager resubscribes by itself after a reconnect), each in a task of
+/// its own that retries until it succeeds or the channel no longer needs it.
+async fn resubscribe(
+    mut dropped: mpsc::UnboundedReceiver<Dropped>,
+    conn: Subscriber,
+    channels: Arc<Mutex<ChannelMap>>,
+) {
+    while let Some(dropped) = dropped.recv().await {
+        let names: Vec<Vec<u8>> = match dropped {
+            Dropped::Channel(name) => vec![name],
+            Dropped::All if conn.is_cluster() => sync::lock(&channels).keys().cloned().collect(),
+            Dropped::All => continue,
+        };
+        for name in names {
+            tokio::spawn(resubscribe_one(conn.clone(), channels.clone(), name));
+        }
+    }
+}
+
+/// Subscribes to `name` again while it is meant to be subscribed (it has waiters and no
+/// departure is unsubscribing it: a departure holds the channel's state while it unsubscribes,
+/// and leaves it unsubscribed), retrying with a growing pause (a failover may take a while to
+/// promote a replica; meanwhile waiters fall back to the holder's lease). The new
+/// subscription's confirmation makes the waiters look again, so a release published while no
+/// shard had the subscription is not missed.
+async fn resubscribe_one(mut conn: Subscriber, channels: Arc<Mutex<ChannelMap>>, name: Vec<u8>) {
+    let mut pause = Duration::from_millis(50);
+    loop {
+        let Some(entry) = sync::lock(&channels).get(&name).cloned() else {
+            return;
+        };
+        {
+            let state = entry.state.lock().await;
+            if !state.subscribed || state.waiters == 0 || state.retired {
+                return;
+            }
+            tracing::debug!(
+                "sharded subscription lost (slot moved, failover or disconnect); subscribing again"
+            );
+            // After a failover the old master (now a replica) would accept the subscription
+            // but never see the releases: route by a fresh slot map first. (Best effort: if
+            // the read is refused, subscribe where the old map says.)
+            let _ = conn.follow_slot(&name).await;
+            match conn.subscribe(&name).await {
+                Ok(()) => return,
+                Err(error) => {
+                    tracing::debug!(%error, "subscribing again failed; retrying (waiters fall back to the holder's lease meanwhile)")
+                }
+            }
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(1));
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod cancel_storm;
+mod cluster_failover;
 mod connection_faults;
 mod holder_faults;
 mod long_hold;
@@ -40,6 +41,7 @@ pub(crate) fn all(settings: &Settings) -> Vec<Scenario> {
         registry_misuse::scenario(&s, heavy(40, 60)),
         stall::scenario(&s, heavy(60, 240)),
         sentinel_failover::scenario(&s, heavy(90, 120)),
+        cluster_failover::scenario(&s, heavy(40, 120)),
     ]
 }
 
