@@ -597,7 +597,7 @@ pub(crate) const KEPT_MARKER: &str =
 /// `report` followed by the kept part of the `old` file (from [`KEPT_MARKER`] on), if any.
 pub(crate) fn with_kept_sections(report: &str, old: &str) -> String {
     match old.find(KEPT_MARKER) {
-        Some(at) => format!("{}\n{}", report.trim_end(), &old[at..]),
+        Some(at) => format!("{}\n\n{}", report.trim_end(), &old[at..]),
         None => report.to_owned(),
     }
 }
