@@ -8,20 +8,34 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use distlock::testing::TestRedis;
 use distlock::{distributed_lock, Config, Error};
-use testkit::{eventually, RedisServer};
+use testkit::eventually;
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
 
 struct Shared {
-    server: RedisServer,
+    /// A `distlock::testing` server: unlike the testkit's, it stops with the test process even
+    /// though this static is never dropped.
+    server: TestRedis,
     rt: Runtime,
+}
+
+impl Shared {
+    /// A plain connection to the shared server.
+    async fn conn(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.server.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
 }
 
 fn shared() -> &'static Shared {
     static SHARED: OnceLock<Shared> = OnceLock::new();
     SHARED.get_or_init(|| {
-        let server = RedisServer::start();
+        let server = TestRedis::start().expect("redis-server");
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -48,7 +62,7 @@ fn run<F: std::future::Future>(f: F) -> F::Output {
 }
 
 async fn is_held(name: &str) -> bool {
-    let mut conn = shared().server.conn().await;
+    let mut conn = shared().conn().await;
     redis::cmd("EXISTS")
         .arg(format!("distlock:{{{name}}}"))
         .query_async(&mut conn)
@@ -163,7 +177,7 @@ async fn outlives_lease(id: u32, finished: Arc<AtomicUsize>) -> Result<(), AppEr
 
 #[distributed_lock(key = "stolen:<id>", ttl = "900ms", renew)]
 async fn gets_stolen(id: u32, finished: Arc<AtomicUsize>) -> Result<(), AppError> {
-    let mut conn = shared().server.conn().await;
+    let mut conn = shared().conn().await;
     // Someone deletes our lock (an operator, an expiry after a pause...).
     let _: () = redis::cmd("DEL")
         .arg(format!("distlock:{{stolen:{id}}}"))
@@ -320,7 +334,7 @@ struct Req {
 impl Tenant {
     #[distributed_lock(key = "user:<self.name>:<req.user>", ttl = "5s", client = "other")]
     async fn update(&self, req: &Req) -> Result<String, AppError> {
-        let mut conn = shared().server.conn().await;
+        let mut conn = shared().conn().await;
         let held: bool = redis::cmd("EXISTS")
             .arg("other:{user:acme:7}")
             .query_async(&mut conn)
@@ -342,7 +356,7 @@ fn methods_field_paths_and_named_clients() {
 
 #[distributed_lock(key = "esc:<a>:<b>", ttl = "5s")]
 async fn escaped(a: &str, b: &str) -> Result<Vec<String>, AppError> {
-    let mut conn = shared().server.conn().await;
+    let mut conn = shared().conn().await;
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("distlock:{esc:*}")
         .query_async(&mut conn)
@@ -445,7 +459,7 @@ fn skip_with_min_hold_runs_a_fast_job_once() {
 
 /// The lock's remaining lease in Redis, in milliseconds.
 async fn pttl(name: &str) -> i64 {
-    let mut conn = shared().server.conn().await;
+    let mut conn = shared().conn().await;
     redis::cmd("PTTL")
         .arg(format!("distlock:{{{name}}}"))
         .query_async(&mut conn)
