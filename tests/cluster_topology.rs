@@ -25,6 +25,25 @@ async fn client(cluster: &RedisCluster) -> Client {
 }
 
 /// A direct connection to one node (not routed by slot).
+/// A task of a client of its own waiting (up to `wait`) for `name`, returned once it is
+/// subscribed to the lock's release channel.
+async fn subscribed_waiter(
+    cluster: &RedisCluster,
+    name: &str,
+    wait: Duration,
+) -> tokio::task::JoinHandle<Result<distlock::LockGuard, distlock::Error>> {
+    let waiter = client(cluster).await;
+    let waiting = {
+        let (waiter, name) = (waiter.clone(), name.to_owned());
+        tokio::spawn(async move { waiter.lock(name).wait(wait).acquire().await })
+    };
+    testkit::eventually(Duration::from_secs(5), "the waiter subscribed", || async {
+        (waiter.waiting_channels() == 1).then_some(())
+    })
+    .await;
+    waiting
+}
+
 async fn node_conn(port: u16) -> redis::aio::MultiplexedConnection {
     redis::Client::open(format!("redis://127.0.0.1:{port}"))
         .unwrap()
@@ -104,21 +123,7 @@ async fn a_renewed_lock_survives_a_migration_of_its_slot_and_waiters_follow_it()
         .acquire()
         .await
         .unwrap();
-    let waiter = client(&cluster).await;
-    let waiting = {
-        let (waiter, long) = (waiter.clone(), long.clone());
-        tokio::spawn(async move {
-            waiter
-                .lock(long)
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-        })
-    };
-    testkit::eventually(Duration::from_secs(5), "the waiter subscribed", || async {
-        (waiter.waiting_channels() == 1).then_some(())
-    })
-    .await;
+    let waiting = subscribed_waiter(&cluster, &long, Duration::from_secs(20)).await;
     let contender = Contender::start(client(&cluster).await, name.clone());
 
     let migrating = cluster.clone();
@@ -231,21 +236,7 @@ async fn a_lock_acknowledged_by_a_replica_survives_sigkill_of_its_master() {
         .acquire()
         .await
         .expect("taken and acknowledged");
-    let waiter = client(&cluster).await;
-    let waiting = {
-        let (waiter, long) = (waiter.clone(), long.clone());
-        tokio::spawn(async move {
-            waiter
-                .lock(long)
-                .wait(Duration::from_secs(25))
-                .acquire()
-                .await
-        })
-    };
-    testkit::eventually(Duration::from_secs(5), "the waiter subscribed", || async {
-        (waiter.waiting_channels() == 1).then_some(())
-    })
-    .await;
+    let waiting = subscribed_waiter(&cluster, &long, Duration::from_secs(25)).await;
     let contender = Contender::start(client(&cluster).await, name.clone());
 
     cluster.kill_node(master);
@@ -323,21 +314,7 @@ async fn a_waiter_follows_a_failover_of_its_shard() {
         .acquire()
         .await
         .unwrap();
-    let waiter = client(&cluster).await;
-    let waiting = {
-        let (waiter, name) = (waiter.clone(), name.clone());
-        tokio::spawn(async move {
-            waiter
-                .lock(name)
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-        })
-    };
-    testkit::eventually(Duration::from_secs(5), "the waiter subscribed", || async {
-        (waiter.waiting_channels() == 1).then_some(())
-    })
-    .await;
+    let waiting = subscribed_waiter(&cluster, &name, Duration::from_secs(20)).await;
     let failover = cluster.clone();
     tokio::task::spawn_blocking(move || failover.failover(replica))
         .await

@@ -271,6 +271,10 @@ async fn resubscribe(
     }
 }
 
+/// After subscribing again, how long to wait before each confirming subscription (see
+/// `resubscribe_one`).
+const CONFIRM_AFTER: [Duration; 2] = [Duration::from_millis(200), Duration::from_secs(1)];
+
 /// Subscribes to `name` again while it is meant to be subscribed (it has waiters and no
 /// departure is unsubscribing it: a departure holds the channel's state while it unsubscribes,
 /// and leaves it unsubscribed), retrying with a growing pause (a failover may take a while to
@@ -296,7 +300,29 @@ async fn resubscribe_one(mut conn: Subscriber, channels: Arc<Mutex<ChannelMap>>,
             // the read is refused, subscribe where the old map says.)
             let _ = conn.follow_slot(&name).await;
             match conn.subscribe(&name).await {
-                Ok(()) => return,
+                Ok(()) => {
+                    drop(state);
+                    // The redirect above refreshes the client's slot map in the background:
+                    // the subscription may still have gone to the old master. Subscribing
+                    // again once the map is fresh puts it on the slot's master (a second
+                    // subscription on one node changes nothing; one left on the old master
+                    // only delivers a harmless extra wake-up).
+                    for settle in CONFIRM_AFTER {
+                        tokio::time::sleep(settle).await;
+                        let Some(entry) = sync::lock(&channels).get(&name).cloned() else {
+                            return;
+                        };
+                        // Held while subscribing, as above: a departure cannot unsubscribe
+                        // in between and be undone.
+                        let state = entry.state.lock().await;
+                        if !state.subscribed || state.waiters == 0 || state.retired {
+                            return;
+                        }
+                        let _ = conn.follow_slot(&name).await;
+                        let _ = conn.subscribe(&name).await;
+                    }
+                    return;
+                }
                 Err(error) => {
                     tracing::debug!(%error, "subscribing again failed; retrying (waiters fall back to the holder's lease meanwhile)")
                 }

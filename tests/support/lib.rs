@@ -470,13 +470,7 @@ impl RedisCluster {
             .roles()
             .iter()
             .any(|(port, of)| *port == replica && of.is_some())
-            || !self.live_nodes().all(|n| {
-                let nodes = self.cli(n.port(), &["CLUSTER", "NODES"]);
-                nodes.lines().any(|l| {
-                    l.contains(&format!("127.0.0.1:{replica}@"))
-                        && l.split(' ').nth(2).is_some_and(|f| f.contains("master"))
-                })
-            })
+            || !self.all_see_master(replica)
         {
             assert!(
                 std::time::Instant::now() < deadline,
@@ -484,6 +478,17 @@ impl RedisCluster {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// True once every live node's `CLUSTER NODES` shows `port` as a master.
+    fn all_see_master(&self, port: u16) -> bool {
+        self.live_nodes().all(|n| {
+            let nodes = self.cli(n.port(), &["CLUSTER", "NODES"]);
+            nodes.lines().any(|l| {
+                l.contains(&format!("127.0.0.1:{port}@"))
+                    && l.split(' ').nth(2).is_some_and(|f| f.contains("master"))
+            })
+        })
     }
 
     /// Every node's port and, for a replica, its master's port.
@@ -679,13 +684,7 @@ impl RedisCluster {
         let reply = self.cli(replica, &["CLUSTER", "FAILOVER", "TAKEOVER"]);
         assert!(reply.contains("OK"), "CLUSTER FAILOVER TAKEOVER: {reply}");
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while !self.live_nodes().all(|n| {
-            let nodes = self.cli(n.port(), &["CLUSTER", "NODES"]);
-            nodes.lines().any(|l| {
-                l.contains(&format!("127.0.0.1:{replica}@"))
-                    && l.split(' ').nth(2).is_some_and(|f| f.contains("master"))
-            })
-        }) {
+        while !self.all_see_master(replica) {
             assert!(
                 std::time::Instant::now() < deadline,
                 "takeover did not finish"
