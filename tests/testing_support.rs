@@ -16,7 +16,8 @@ impl From<distlock::Error> for AppError {
 
 #[distributed_lock(key = "order:<id>", ttl = "10s", fenced)]
 async fn settle(id: u64) -> Result<u64, AppError> {
-    let token = assert_locked!("settle({id})"); // panics if it ever runs without its lock
+    // Panics if it ever runs without its lock; a `fenced` lock's token comes with it.
+    let token = assert_locked!("settle({id})").expect("a fenced lock has a token");
     Ok(token)
 }
 
@@ -45,8 +46,14 @@ async fn a_busy_order_is_not_settled_twice() {
 // (end of the README example)
 
 /// A helper that forgot its lock.
-async fn settle_unlocked(id: u64) -> Result<u64, AppError> {
+async fn settle_unlocked(id: u64) -> Result<Option<u64>, AppError> {
     Ok(assert_locked!("settle({id})"))
+}
+
+/// An unfenced lock satisfies the assertion too; it has no token.
+#[distributed_lock(key = "audit:<id>", ttl = "5s")]
+async fn audit(id: u64) -> Result<Option<u64>, AppError> {
+    Ok(assert_locked!("audit({id})"))
 }
 
 /// Through the attribute, the lock is held while the body runs.
@@ -76,9 +83,15 @@ async fn a_forgotten_lock_fails_the_assertion() {
         .cloned()
         .unwrap_or_default();
     assert!(
-        message.starts_with("settle(3): not running under a fenced distributed lock"),
+        message.starts_with("settle(3): not running under a distributed lock"),
         "{message}"
     );
+}
+
+#[tokio::test]
+async fn an_unfenced_lock_satisfies_the_assertion_without_a_token() {
+    testing::init().await;
+    assert_eq!(audit(5).await.unwrap(), None);
 }
 
 #[tokio::test]

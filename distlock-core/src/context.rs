@@ -117,3 +117,9 @@ pub(crate) fn reentry(client: usize, name: &str) -> Option<Outer> {
 pub fn fencing_token() -> Option<u64> {
     current().and_then(|frame| frame.0.token)
 }
+
+/// `Some` inside a body run under a lock, holding the innermost lock's fencing token (if it has
+/// one); `None` outside (`assert_locked!`).
+pub(crate) fn held_token() -> Option<Option<u64>> {
+    current().map(|frame| frame.0.token)
+}
