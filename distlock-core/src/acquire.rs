@@ -81,6 +81,10 @@ pub fn lock(name: impl Into<String>) -> LockBuilder {
 /// hand): such a holder never publishes a release and has no ttl to wait out.
 const NO_EXPIRY_RECHECK: Duration = Duration::from_secs(1);
 
+/// How often a waiter looks again at a busy lock over a RedLock quorum (`Config::redlock`),
+/// where waiters are not woken by releases.
+const QUORUM_POLL: Duration = Duration::from_millis(20);
+
 impl Client {
     /// Starts building a lock on `name` through this client.
     pub fn lock(&self, name: impl Into<String>) -> LockBuilder {
@@ -238,6 +242,14 @@ impl LockBuilder {
                 ),
             });
         }
+        if self.fenced && client.is_quorum() {
+            return Err(Error::InvalidConfig {
+                reason: format!(
+                    "lock `{}` asks for a fencing token, which `Config::redlock` does not hand out yet",
+                    self.name
+                ),
+            });
+        }
         let min_replicas = self.min_replicas.unwrap_or(config.min_replicas);
         if min_replicas > MAX_REPLICAS {
             return Err(Error::InvalidConfig {
@@ -300,6 +312,13 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
             let mut pending = ReleaseOnDrop::new(hold.clone());
             let sent_at = Instant::now();
             let (attempt, acked) = try_acquire(&hold, &terms, give_up.is_some()).await?;
+            if client.is_quorum() && !matches!(attempt, Acquired::Taken { .. }) {
+                // A minority of the RedLock masters may have granted it: release it there
+                // before anything else (a later attempt reuses the value).
+                if let Err(error) = hold.release(None).await {
+                    tracing::debug!(%error, "release after a RedLock attempt without a majority failed");
+                }
+            }
             pending.disarm();
             match attempt {
                 Acquired::Taken { .. } if acked.unwrap_or(0) < terms.min_replicas => {
@@ -333,6 +352,11 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
         let Some(give_up) = give_up.filter(|&g| now < g) else {
             return busy();
         };
+        if client.is_quorum() {
+            // RedLock: waiters poll (no subscription spans the masters yet).
+            tokio::time::sleep_until((now + QUORUM_POLL).min(give_up)).await;
+            continue;
+        }
         match subscription.as_mut() {
             // Subscribed and at the head of the queue: try again at once, the lock may have
             // been released meanwhile.

@@ -271,6 +271,8 @@ mod lease;
 pub mod lock_assert;
 mod macro_support;
 mod metrics;
+mod quorum;
+mod redlock;
 mod registry;
 mod run;
 #[doc(hidden)]
