@@ -224,12 +224,40 @@ async fn a_renewed_lock_is_lost_once_a_majority_is_gone() {
 }
 
 #[tokio::test]
-async fn fenced_locks_are_refused_over_a_quorum() {
+async fn tokens_strictly_increase_across_holders() {
     let masters = masters();
+    let (a, b) = (client(&masters).await, client(&masters).await);
+    let mut last = 0;
+    for round in 0..20 {
+        let client = if round % 2 == 0 { &a } else { &b };
+        let guard = client.lock("fenced").fenced(true).acquire().await.unwrap();
+        let token = guard.token().expect("a fenced lock has a token");
+        assert!(token > last, "token {token} after {last}");
+        last = token;
+        guard.release().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_token_exceeds_an_earlier_one_from_a_master_whose_clock_ran_ahead() {
+    let mut masters = masters();
     let client = client(&masters).await;
-    let found = client.lock("fenced").fenced(true).acquire().await;
-    assert!(
-        matches!(found, Err(Error::InvalidConfig { .. })),
-        "{found:?}"
-    );
+    // Master 0's floor is far ahead of the others' clocks (a clock that ran ahead).
+    let ahead: u64 = 4_000_000_000_000_000;
+    let () = masters[0]
+        .conn()
+        .await
+        .set("distlock:{skewed}:fence", ahead)
+        .await
+        .unwrap();
+    let first = client.lock("skewed").fenced(true).acquire().await.unwrap();
+    let t1 = first.token().unwrap();
+    assert!(t1 > ahead);
+    first.release().await.unwrap();
+    // The next majority does not include master 0: its token must still be larger.
+    masters[0].kill();
+    let second = client.lock("skewed").fenced(true).acquire().await.unwrap();
+    let t2 = second.token().unwrap();
+    assert!(t2 > t1, "token {t2} after {t1}");
+    second.release().await.unwrap();
 }

@@ -15,6 +15,7 @@ use crate::guard::{Acquisition, Hold, LockGuard, ReleaseOnDrop};
 use crate::keys::LockKeys;
 use crate::lease::{check_ttl, deadline_after, guaranteed_until, millis_ceil, Lease, MAX_TTL};
 use crate::metrics::{self, Attempt, Held, Waiting};
+use crate::redlock_fence;
 use crate::registry;
 use crate::scripts::{AcquireCall, Acquired, FencedAcquireCall, RenewCall, RenewItem, Renewed};
 use crate::waiters::Subscription;
@@ -242,14 +243,6 @@ impl LockBuilder {
                 ),
             });
         }
-        if self.fenced && client.is_quorum() {
-            return Err(Error::InvalidConfig {
-                reason: format!(
-                    "lock `{}` asks for a fencing token, which `Config::redlock` does not hand out yet",
-                    self.name
-                ),
-            });
-        }
         let min_replicas = self.min_replicas.unwrap_or(config.min_replicas);
         if min_replicas > MAX_REPLICAS {
             return Err(Error::InvalidConfig {
@@ -312,6 +305,15 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
             let mut pending = ReleaseOnDrop::new(hold.clone());
             let sent_at = Instant::now();
             let (attempt, acked) = try_acquire(&hold, &terms, give_up.is_some()).await?;
+            let attempt = match attempt {
+                // RedLock: a token above every earlier holder's (failing, the lock is released).
+                Acquired::Taken { token: Some(taken) } if client.is_quorum() => Acquired::Taken {
+                    token: Some(
+                        redlock_fence::token(&client, keys, taken, terms.ttl, sent_at).await?,
+                    ),
+                },
+                other => other,
+            };
             if client.is_quorum() && !matches!(attempt, Acquired::Taken { .. }) {
                 // A minority of the RedLock masters may have granted it: release it there
                 // before anything else (a later attempt reuses the value).

@@ -169,7 +169,12 @@ impl Client {
 
     /// True for a RedLock quorum ([`Config::redlock`]).
     pub(crate) fn is_quorum(&self) -> bool {
-        self.inner.conn.quorum_size() > 0
+        self.quorum_size() > 0
+    }
+
+    /// The number of masters of a RedLock quorum (0: not one).
+    pub(crate) fn quorum_size(&self) -> usize {
+        self.inner.conn.quorum_size()
     }
 
     /// True if release notifications go through sharded pub/sub (a cluster).

@@ -113,7 +113,8 @@ impl Config {
     /// masters grant it within its validity time (ttl minus the time the acquire took minus
     /// the lease margin), renewed and released by majority, and released again everywhere
     /// when no majority was reached (which fails with [`Error::NoQuorum`] if too few masters
-    /// answered). Fenced locks are not supported over a quorum yet. See the crate docs,
+    /// answered). A fenced lock's token is strictly larger than every earlier quorum holder's
+    /// (two more rounds: see the crate docs). See the crate docs,
     /// "Deployments", for what this guarantees and what it does not.
     pub fn redlock<I, S>(masters: I) -> Self
     where

@@ -246,9 +246,18 @@
 //! not answer could still make a majority the call fails as [`Error::NoQuorum`] (a renewal is
 //! retried until the lease runs out, a release is retried in the background). Waiters poll
 //! (every 20 ms) instead of being woken; the group commit is for a standalone server only;
-//! `min_replicas` does not apply; fenced locks are refused (the largest of a majority's
-//! tokens is not by itself larger than an earlier holder's from another majority). Tested
-//! with five real servers (`tests/redlock.rs`): an exact counter race, two masters killed
+//! `min_replicas` does not apply.
+//!
+//! Fencing over a quorum: each master keeps its own fence floor and the masters' clocks
+//! differ, so the largest token of one majority is not by itself above an earlier holder's
+//! from another majority. A fenced acquire therefore takes two more rounds once a majority
+//! granted it: it reads the fence floors of a majority, picks a token above all of them (and at
+//! least the largest the acquire handed out), raises the floors of a majority to it, and hands
+//! it out only if the lease is still valid then (otherwise it releases and fails with
+//! [`Error::NoQuorum`]). A later holder reads a majority, hence at least one master whose floor
+//! was raised, after its own acquire saw the earlier lock gone, so its token is strictly
+//! larger (as long as the fence floors live: [`Config::fence_retention`]); tested with a
+//! master whose floor is far ahead of the others' clocks and then killed. Tested with five real servers (`tests/redlock.rs`): an exact counter race, two masters killed
 //! (locks still work, a renewed lock stays held), three killed (`NoQuorum`, the live masters'
 //! grants released; a renewed lock is lost within its lease).
 //!
@@ -261,9 +270,10 @@
 //! resource. A pause or a clock jump can let two holders believe they hold the lock; the
 //! guard is told as soon as it can be known (a renewal that finds no majority), not before.
 //! What protects the resource from a holder that lost its lock without knowing is a fencing
-//! token checked by the resource itself, which RedLock over these masters does not hand out
-//! yet: use a single master (or Sentinel / Cluster with `min_replicas`) with fenced locks when
-//! the resource must reject a stale holder.
+//! token checked by the resource itself: take the lock with [`LockBuilder::fenced`] and have
+//! the resource refuse a token lower than the highest it has seen. The tokens' order rests on
+//! a majority keeping its fence floors (a master that restarts without its data forgets its
+//! floor, as it forgets its locks).
 //!
 //! **TLS.** With the `tls` feature, `rediss://` URLs connect through rustls (ring as its
 //! crypto provider unless the application installed another): the server's certificate is
@@ -309,6 +319,7 @@ mod macro_support;
 mod metrics;
 mod quorum;
 mod redlock;
+mod redlock_fence;
 mod registry;
 mod run;
 #[doc(hidden)]

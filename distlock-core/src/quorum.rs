@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use crate::lease::LEASE_MARGIN;
 use crate::scripts::{
-    AcquireCall, Acquired, Call, FencedAcquireCall, ReleaseCall, ReleaseManyCall, Released,
-    RenewCall, Renewed,
+    AcquireCall, Acquired, Call, FenceFloorCall, FencedAcquireCall, ReleaseCall, ReleaseManyCall,
+    Released, RenewCall, Renewed,
 };
 
 /// Masters a majority of `nodes` needs.
@@ -64,6 +64,20 @@ impl Quorate for FencedAcquireCall<'_> {
         elapsed: Duration,
     ) -> Result<Acquired, NoQuorum> {
         acquired(&replies, nodes, self.ttl, elapsed)
+    }
+}
+
+impl Quorate for FenceFloorCall<'_> {
+    /// The largest floor among a majority's (fewer answers: no quorum).
+    fn tally(&self, replies: Vec<u64>, nodes: usize, _elapsed: Duration) -> Result<u64, NoQuorum> {
+        let required = majority(nodes);
+        match replies.iter().max() {
+            Some(&floor) if replies.len() >= required => Ok(floor),
+            _ => Err(NoQuorum {
+                agreed: replies.len(),
+                required,
+            }),
+        }
     }
 }
 
@@ -132,9 +146,8 @@ impl Quorate for RenewCall<'_> {
 /// An acquire: taken by a majority within the validity time, or busy (too many masters hold
 /// it for another owner for a majority to be possible), or no quorum.
 ///
-/// The token of a fenced take would be the largest of the majority's; fenced locks are refused
-/// over a quorum for now (see `acquire`), since that alone is not strictly larger than an
-/// earlier holder's token from another majority.
+/// The token of a fenced take is the largest of the majority's; that alone is not larger than
+/// an earlier holder's token from another majority, `redlock_fence` makes it so.
 fn acquired(
     replies: &[Acquired],
     nodes: usize,
