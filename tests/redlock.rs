@@ -261,3 +261,28 @@ async fn a_token_exceeds_an_earlier_one_from_a_master_whose_clock_ran_ahead() {
     assert!(t2 > t1, "token {t2} after {t1}");
     second.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn the_attribute_reentry_and_fencing_token_work_unchanged_over_a_quorum() {
+    let masters = masters();
+    config(&masters).install_as("redlock-attr").await.unwrap();
+
+    #[distlock::distributed_lock(key = "job:<id>", client = "redlock-attr", fenced)]
+    async fn job(id: u32) -> Result<(u64, bool), Error> {
+        let outer = distlock::fencing_token().expect("a fenced body has a token");
+        // Re-entry: the same lock, same client, inside the body (a check over the quorum).
+        let inner = distlock::lock(format!("job:{id}"))
+            .client("redlock-attr")
+            .acquire()
+            .await?;
+        let reentered = inner.is_reentry() && inner.token() == Some(outer);
+        inner.release().await?;
+        Ok((outer, reentered))
+    }
+
+    let (first, reentered) = job(7).await.unwrap();
+    assert!(reentered, "the inner acquire re-entered the outer hold");
+    let (second, _) = job(7).await.unwrap();
+    assert!(second > first, "token {second} after {first}");
+    assert_eq!(holding(&masters, "job:7").await, 0);
+}
