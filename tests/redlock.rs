@@ -286,3 +286,39 @@ async fn the_attribute_reentry_and_fencing_token_work_unchanged_over_a_quorum() 
     assert!(second > first, "token {second} after {first}");
     assert_eq!(holding(&masters, "job:7").await, 0);
 }
+
+#[tokio::test]
+async fn connect_fails_when_a_majority_wants_a_password_nobody_gave() {
+    use testkit::ServerOptions;
+    let guarded = || {
+        RedisServer::start_with(ServerOptions {
+            password: Some("quorum-secret".into()),
+            ..ServerOptions::default()
+        })
+    };
+    // Three of five want a password the URLs do not carry.
+    let servers: Vec<RedisServer> = (0..MASTERS)
+        .map(|i| {
+            if i < 3 {
+                guarded()
+            } else {
+                RedisServer::start()
+            }
+        })
+        .collect();
+    let urls = servers
+        .iter()
+        .map(|s| format!("redis://127.0.0.1:{}/", s.port()));
+    let err = Config::redlock(urls).connect().await.unwrap_err();
+    assert!(matches!(err, Error::Connect { .. }), "{err}");
+    assert!(err.to_string().contains("NOAUTH"), "{err}");
+    // Two of five (a minority): the client starts, and locks work on the other three.
+    let urls = servers.iter().enumerate().map(|(i, s)| match i {
+        0 => s.url(),
+        _ if i < 3 => format!("redis://127.0.0.1:{}/", s.port()),
+        _ => s.url(),
+    });
+    let client = Config::redlock(urls).connect().await.unwrap();
+    let guard = client.lock("minority-refuses").acquire().await.unwrap();
+    guard.release().await.unwrap();
+}

@@ -15,7 +15,7 @@ use crate::connection::{CallError, Connection};
 use crate::error::{Error, Operation};
 use crate::identity;
 use crate::ids::ShortId;
-use crate::quorum::Quorate;
+use crate::quorum::{self, Quorate};
 use crate::redlock;
 use crate::scripts::{self, AcquireCall, Acquired, ReleaseCall, Released, ReplicaWait};
 use crate::waiters::{Subscription, Waiters};
@@ -73,7 +73,10 @@ impl Client {
             .then(|| redlock::connect(&config, &background))
             .transpose()?;
         let conn = match &quorum {
-            Some(quorum) => quorum.current().1,
+            Some(quorum) => {
+                check_masters(quorum.master_links(), &config).await?;
+                quorum.current().1
+            }
             None => {
                 let conn = tokio::time::timeout(connect_within, backend.command_link(&background))
                     .await
@@ -357,6 +360,24 @@ async fn check_server(conn: Link, config: &Config) -> Result<(), Error> {
         None => tracing::debug!("could not read maxmemory-policy (CONFIG GET not permitted?)"),
     }
     Ok(())
+}
+
+/// [`check_server`] on every master of a RedLock quorum at once: the connect fails (with the
+/// first master's error) only if so many refuse that no majority is left. A master that is
+/// down passes (its checks are best effort), so a client starts while a minority is down.
+async fn check_masters(links: Vec<Link>, config: &Config) -> Result<(), Error> {
+    let masters = links.len();
+    let checks = links.into_iter().map(|link| check_server(link, config));
+    let refused: Vec<Error> = futures_util::future::join_all(checks)
+        .await
+        .into_iter()
+        .filter_map(Result::err)
+        .collect();
+    let left = masters - refused.len();
+    match refused.into_iter().next() {
+        Some(error) if left < quorum::majority(masters) => Err(error),
+        _ => Ok(()),
+    }
 }
 
 /// The server's `maxmemory-policy`, if `CONFIG GET` is permitted (managed services often

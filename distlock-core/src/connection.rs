@@ -65,6 +65,11 @@ impl Connection {
         }
     }
 
+    /// The command connections of a RedLock quorum's masters (none: not one).
+    pub(crate) fn master_links(&self) -> Vec<Link> {
+        self.nodes.iter().map(|node| node.current().1).collect()
+    }
+
     /// The number of masters of a RedLock quorum (0: not one).
     pub(crate) fn quorum_size(&self) -> usize {
         self.nodes.len()
@@ -94,27 +99,44 @@ impl Connection {
     }
 
     /// [`Connection::call`] over a RedLock quorum: sent to every master at once, each bounded
-    /// by `timeout`; the replies that came back count by majority (`Quorate::tally`). No
-    /// replica acknowledgement is asked for.
+    /// by `timeout`; the replies count by majority (`Quorate::tally`). A call that settles
+    /// early (a renewal) returns as soon as its outcome cannot change any more, so a slow or
+    /// dead master does not hold up a decided majority (its request finishes or times out
+    /// unheard); the others wait for every master. No replica acknowledgement is asked for.
     async fn call_quorum<C: Quorate>(
         &self,
         call: &C,
         timeout: Duration,
     ) -> Result<(C::Reply, Option<usize>), CallError> {
+        use futures_util::stream::{FuturesUnordered, StreamExt};
         let sent_at = tokio::time::Instant::now();
-        let calls = self.nodes.iter().map(|node| node.call_one(call, timeout));
-        let replies: Vec<C::Reply> = futures_util::future::join_all(calls)
-            .await
-            .into_iter()
-            .filter_map(|reply| match reply {
-                Ok((reply, _)) => Some(reply),
-                Err(error) => {
-                    tracing::debug!(?error, "a RedLock master did not answer");
-                    None
-                }
-            })
+        let nodes = self.nodes.len();
+        let mut pending: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .map(|node| node.call_one(call, timeout))
             .collect();
-        call.tally(replies, self.nodes.len(), sent_at.elapsed())
+        let mut replies: Vec<C::Reply> = Vec::with_capacity(nodes);
+        let mut decided = None;
+        while let Some(reply) = pending.next().await {
+            match reply {
+                Ok((reply, _)) => replies.push(reply),
+                Err(error) => tracing::debug!(?error, "a RedLock master did not answer"),
+            }
+            if pending.is_empty() || !call.settles_early() {
+                continue;
+            }
+            // Counted with the masters still out as undecided: `Ok` means they cannot change it.
+            if let Ok(reply) = call.tally(&replies, nodes, sent_at.elapsed()) {
+                decided = Some(reply);
+                break;
+            }
+        }
+        let reply = match decided {
+            Some(reply) => Ok(reply),
+            None => call.tally(&replies, nodes, sent_at.elapsed()),
+        };
+        reply
             .map(|reply| (reply, None))
             .map_err(|no| CallError::NoQuorum {
                 agreed: no.agreed,

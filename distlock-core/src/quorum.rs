@@ -39,37 +39,49 @@ pub(crate) trait Quorate: Call {
     /// `elapsed`: since the requests were sent.
     fn tally(
         &self,
-        replies: Vec<Self::Reply>,
+        replies: &[Self::Reply],
         nodes: usize,
         elapsed: Duration,
     ) -> Result<Self::Reply, NoQuorum>;
+
+    /// True if the call may return as soon as its outcome is decided, leaving slow masters
+    /// unheard (renewals, fence floors). Acquires and releases wait for every master (each
+    /// bounded by the response timeout) so that a release reaches all of them and nothing a
+    /// straggler granted is left behind.
+    fn settles_early(&self) -> bool {
+        false
+    }
 }
 
 impl Quorate for AcquireCall<'_> {
     fn tally(
         &self,
-        replies: Vec<Acquired>,
+        replies: &[Acquired],
         nodes: usize,
         elapsed: Duration,
     ) -> Result<Acquired, NoQuorum> {
-        acquired(&replies, nodes, self.ttl, elapsed)
+        acquired(replies, nodes, self.ttl, elapsed)
     }
 }
 
 impl Quorate for FencedAcquireCall<'_> {
     fn tally(
         &self,
-        replies: Vec<Acquired>,
+        replies: &[Acquired],
         nodes: usize,
         elapsed: Duration,
     ) -> Result<Acquired, NoQuorum> {
-        acquired(&replies, nodes, self.ttl, elapsed)
+        acquired(replies, nodes, self.ttl, elapsed)
     }
 }
 
 impl Quorate for FenceFloorCall<'_> {
+    fn settles_early(&self) -> bool {
+        true
+    }
+
     /// The largest floor among a majority's (fewer answers: no quorum).
-    fn tally(&self, replies: Vec<u64>, nodes: usize, _elapsed: Duration) -> Result<u64, NoQuorum> {
+    fn tally(&self, replies: &[u64], nodes: usize, _elapsed: Duration) -> Result<u64, NoQuorum> {
         let required = majority(nodes);
         match replies.iter().max() {
             Some(&floor) if replies.len() >= required => Ok(floor),
@@ -84,18 +96,18 @@ impl Quorate for FenceFloorCall<'_> {
 impl Quorate for ReleaseCall<'_> {
     fn tally(
         &self,
-        replies: Vec<Released>,
+        replies: &[Released],
         nodes: usize,
         _elapsed: Duration,
     ) -> Result<Released, NoQuorum> {
-        released(&replies, nodes)
+        released(replies, nodes)
     }
 }
 
 impl Quorate for ReleaseManyCall<'_> {
     fn tally(
         &self,
-        replies: Vec<Vec<Released>>,
+        replies: &[Vec<Released>],
         nodes: usize,
         _elapsed: Duration,
     ) -> Result<Vec<Released>, NoQuorum> {
@@ -111,9 +123,13 @@ impl Quorate for ReleaseManyCall<'_> {
 }
 
 impl Quorate for RenewCall<'_> {
+    fn settles_early(&self) -> bool {
+        true
+    }
+
     fn tally(
         &self,
-        replies: Vec<Vec<Renewed>>,
+        replies: &[Vec<Renewed>],
         nodes: usize,
         _elapsed: Duration,
     ) -> Result<Vec<Renewed>, NoQuorum> {
@@ -143,8 +159,8 @@ impl Quorate for RenewCall<'_> {
     }
 }
 
-/// An acquire: taken by a majority within the validity time, or busy (too many masters hold
-/// it for another owner for a majority to be possible), or no quorum.
+/// An acquire: taken by a majority within the validity time; undecided (no quorum) while the
+/// masters still out could make a majority; otherwise busy (or incompatible).
 ///
 /// The token of a fenced take is the largest of the majority's; that alone is not larger than
 /// an earlier holder's token from another majority, `redlock_fence` makes it so.
@@ -175,32 +191,33 @@ fn acquired(
             token: tokens.into_iter().flatten().max(),
         });
     }
+    let unanswered = nodes - replies.len().min(nodes);
+    if tokens.len() + unanswered >= required {
+        // The masters still out could make a majority: undecided.
+        return Err(NoQuorum {
+            agreed: tokens.len(),
+            required,
+        });
+    }
     if replies.contains(&Acquired::Incompatible) {
         return Ok(Acquired::Incompatible);
     }
-    let pttls: Vec<Option<i64>> = replies
+    // So many masters hold it for others that a majority is out of reach: busy, and the
+    // waiter looks again when the first of those leases runs out.
+    let known: Vec<i64> = replies
         .iter()
         .filter_map(|r| match r {
-            Acquired::Busy { pttl } => Some(*pttl),
+            Acquired::Busy { pttl } => *pttl,
             _ => None,
         })
         .collect();
-    // So many masters hold it for others that a majority is out of reach: busy, and the
-    // waiter looks again when the first of those leases runs out.
-    if pttls.len() > nodes - required {
-        let known: Vec<i64> = pttls.iter().flatten().copied().collect();
-        let pttl = known
-            .iter()
-            .copied()
-            .filter(|&ms| ms >= 0)
-            .min()
-            .or(known.first().copied());
-        return Ok(Acquired::Busy { pttl });
-    }
-    Err(NoQuorum {
-        agreed: tokens.len(),
-        required,
-    })
+    let pttl = known
+        .iter()
+        .copied()
+        .filter(|&ms| ms >= 0)
+        .min()
+        .or(known.first().copied());
+    Ok(Acquired::Busy { pttl })
 }
 
 /// A release: released by a majority, or (if that is out of reach) what the others found.
