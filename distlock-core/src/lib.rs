@@ -244,7 +244,10 @@
 //! by majority too: a renewal extends the lease only if a majority renewed it, and a lock a
 //! majority no longer has is lost ([`LockGuard::lost`] resolves); while the masters that did
 //! not answer could still make a majority the call fails as [`Error::NoQuorum`] (a renewal is
-//! retried until the lease runs out, a release is retried in the background). Waiters poll
+//! retried until the lease runs out, a release is retried in the background). Renewals
+//! settle as soon as a majority decided; acquires and releases wait for every master (so a
+//! release reaches all of them), each bounded by the response timeout, so while a master is
+//! down they can take up to that long. Waiters poll
 //! (every 20 ms) instead of being woken; the group commit is for a standalone server only;
 //! `min_replicas` does not apply.
 //!
