@@ -322,3 +322,24 @@ async fn connect_fails_when_a_majority_wants_a_password_nobody_gave() {
     let guard = client.lock("minority-refuses").acquire().await.unwrap();
     guard.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn settings_that_do_not_apply_to_a_quorum_are_refused() {
+    let masters = masters();
+    let twice = [masters[0].url(), masters[1].url(), masters[0].url()];
+    let err = Config::redlock(twice).connect().await.unwrap_err();
+    assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
+    let err = config(&masters)
+        .min_replicas(1)
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
+    let client = client(&masters).await;
+    let found = client.lock("replicated").min_replicas(1).acquire().await;
+    assert!(
+        matches!(found, Err(Error::InvalidConfig { .. })),
+        "{found:?}"
+    );
+    assert_eq!(holding(&masters, "replicated").await, 0);
+}

@@ -252,6 +252,14 @@ impl LockBuilder {
                 ),
             });
         }
+        if min_replicas > 0 && client.is_quorum() {
+            return Err(Error::InvalidConfig {
+                reason: format!(
+                    "lock `{}` asks for min_replicas, which does not apply to `Config::redlock` (its masters have no replicas to wait for)",
+                    self.name
+                ),
+            });
+        }
         let terms = Terms {
             ttl,
             renew: self.renew,

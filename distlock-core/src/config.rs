@@ -354,6 +354,11 @@ impl Config {
         {
             return invalid("`Config::redlock` takes independent masters: it cannot be combined with a cluster or Sentinel");
         }
+        let mut masters: Vec<&str> = self.redlock_masters.iter().map(String::as_str).collect();
+        masters.sort_unstable();
+        if masters.windows(2).any(|pair| pair[0] == pair[1]) {
+            return invalid("`Config::redlock` names the same master twice: it would count twice towards the majority");
+        }
         if !self.redlock_masters.is_empty() && self.min_replicas > 0 {
             return invalid("min_replicas does not apply to `Config::redlock` (its masters have no replicas to wait for)");
         }
