@@ -15,6 +15,7 @@ use crate::guard::{Acquisition, Hold, LockGuard, ReleaseOnDrop};
 use crate::keys::LockKeys;
 use crate::lease::{check_ttl, deadline_after, guaranteed_until, millis_ceil, Lease, MAX_TTL};
 use crate::metrics::{self, Attempt, Held, Waiting};
+use crate::redlock_fence;
 use crate::registry;
 use crate::scripts::{AcquireCall, Acquired, FencedAcquireCall, RenewCall, RenewItem, Renewed};
 use crate::waiters::Subscription;
@@ -80,6 +81,10 @@ pub fn lock(name: impl Into<String>) -> LockBuilder {
 /// How often a waiter looks again at a lock whose key has no expiry (someone created it by
 /// hand): such a holder never publishes a release and has no ttl to wait out.
 const NO_EXPIRY_RECHECK: Duration = Duration::from_secs(1);
+
+/// How often a waiter looks again at a busy lock over a RedLock quorum (`Config::redlock`),
+/// where waiters are not woken by releases.
+const QUORUM_POLL: Duration = Duration::from_millis(20);
 
 impl Client {
     /// Starts building a lock on `name` through this client.
@@ -247,6 +252,14 @@ impl LockBuilder {
                 ),
             });
         }
+        if min_replicas > 0 && client.is_quorum() {
+            return Err(Error::InvalidConfig {
+                reason: format!(
+                    "lock `{}` asks for min_replicas, which does not apply to `Config::redlock` (its masters have no replicas to wait for)",
+                    self.name
+                ),
+            });
+        }
         let terms = Terms {
             ttl,
             renew: self.renew,
@@ -300,6 +313,22 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
             let mut pending = ReleaseOnDrop::new(hold.clone());
             let sent_at = Instant::now();
             let (attempt, acked) = try_acquire(&hold, &terms, give_up.is_some()).await?;
+            let attempt = match attempt {
+                // RedLock: a token above every earlier holder's (failing, the lock is released).
+                Acquired::Taken { token: Some(taken) } if client.is_quorum() => Acquired::Taken {
+                    token: Some(
+                        redlock_fence::token(&client, keys, taken, terms.ttl, sent_at).await?,
+                    ),
+                },
+                other => other,
+            };
+            if client.is_quorum() && !matches!(attempt, Acquired::Taken { .. }) {
+                // A minority of the RedLock masters may have granted it: release it there
+                // before anything else (a later attempt reuses the value).
+                if let Err(error) = hold.release(None).await {
+                    tracing::debug!(%error, "release after a RedLock attempt without a majority failed");
+                }
+            }
             pending.disarm();
             match attempt {
                 Acquired::Taken { .. } if acked.unwrap_or(0) < terms.min_replicas => {
@@ -333,6 +362,11 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
         let Some(give_up) = give_up.filter(|&g| now < g) else {
             return busy();
         };
+        if client.is_quorum() {
+            // RedLock: waiters poll (no subscription spans the masters yet).
+            tokio::time::sleep_until((now + QUORUM_POLL).min(give_up)).await;
+            continue;
+        }
         match subscription.as_mut() {
             // Subscribed and at the head of the queue: try again at once, the lock may have
             // been released meanwhile.

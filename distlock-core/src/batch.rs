@@ -161,7 +161,7 @@ impl Batcher {
     ) -> Result<C::Reply, CallError> {
         match self.enter(queued) {
             Entry::Turn(turn) => {
-                let reply = self.conn.call(call, self.timeout).await;
+                let reply = self.conn.call_one(call, self.timeout).await;
                 drop(turn);
                 reply.map(|(reply, _)| reply)
             }
@@ -296,7 +296,7 @@ impl Batcher {
             acquires: &acquires,
         };
         let (acquired, released) = {
-            let sent = self.conn.call(&call, self.timeout);
+            let sent = self.conn.call_one(&call, self.timeout);
             let mut sent = std::pin::pin!(sent);
             // The first poll puts the group in redis-rs's send queue; only then may a new
             // request go out alone (see `State::building`).
@@ -317,7 +317,7 @@ impl Batcher {
             Some(released) => released,
             None => self
                 .conn
-                .call(&call.releases, self.timeout)
+                .call_one(&call.releases, self.timeout)
                 .await
                 .map(|(r, _)| r),
         };

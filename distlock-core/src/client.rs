@@ -15,7 +15,9 @@ use crate::connection::{CallError, Connection};
 use crate::error::{Error, Operation};
 use crate::identity;
 use crate::ids::ShortId;
-use crate::scripts::{self, AcquireCall, Acquired, Call, ReleaseCall, Released, ReplicaWait};
+use crate::quorum::{self, Quorate};
+use crate::redlock;
+use crate::scripts::{self, AcquireCall, Acquired, ReleaseCall, Released, ReplicaWait};
 use crate::waiters::{Subscription, Waiters};
 use crate::watchdog::{Batching, Renewal, Watchdog};
 
@@ -65,13 +67,27 @@ impl Client {
         let connect_within = config
             .connect_timeout
             .saturating_add(config.response_timeout);
-        let conn = tokio::time::timeout(connect_within, backend.command_link(&background))
-            .await
-            .map_err(|_| Error::ConnectTimeout {
-                after: connect_within,
-            })?
-            .map_err(connect_error)?;
-        check_server(conn.clone(), &config).await?;
+        // RedLock: the masters connect lazily (a minority may be down); `backend` and `conn`
+        // are the first master's (identity record, waiters' subscriber).
+        let quorum = (!config.redlock_masters.is_empty())
+            .then(|| redlock::connect(&config, &background))
+            .transpose()?;
+        let conn = match &quorum {
+            Some(quorum) => {
+                check_masters(quorum.master_links(), &config).await?;
+                quorum.current().1
+            }
+            None => {
+                let conn = tokio::time::timeout(connect_within, backend.command_link(&background))
+                    .await
+                    .map_err(|_| Error::ConnectTimeout {
+                        after: connect_within,
+                    })?
+                    .map_err(connect_error)?;
+                check_server(conn.clone(), &config).await?;
+                conn
+            }
+        };
         let id = format!("{}{}", scripts::VERSION_TAG, uuid::Uuid::new_v4().simple());
         let (handle, name_ref) = (background.handle(), name.as_deref());
         identity::announce(
@@ -83,7 +99,10 @@ impl Client {
             name_ref,
         )
         .await;
-        let conn = Arc::new(Connection::new(conn, backend.clone(), background.clone()));
+        let conn = Arc::new(match quorum {
+            Some(quorum) => quorum,
+            None => Connection::new(conn, backend.clone(), background.clone()),
+        });
         let watchdog = Watchdog::start(
             conn.clone(),
             background.handle().clone(),
@@ -101,7 +120,7 @@ impl Client {
             background.clone(),
         );
         let sharded = backend.is_cluster();
-        let batcher = (!sharded).then(|| {
+        let batcher = (!sharded && conn.quorum_size() == 0).then(|| {
             Arc::new(Batcher::new(
                 conn.clone(),
                 background.handle().clone(),
@@ -149,6 +168,16 @@ impl Client {
     /// acquires, and unsubscribes of departed waiters. Zero when the client is at rest.
     pub fn background_tasks(&self) -> usize {
         self.inner.background.count()
+    }
+
+    /// True for a RedLock quorum ([`Config::redlock`]).
+    pub(crate) fn is_quorum(&self) -> bool {
+        self.quorum_size() > 0
+    }
+
+    /// The number of masters of a RedLock quorum (0: not one).
+    pub(crate) fn quorum_size(&self) -> usize {
+        self.inner.conn.quorum_size()
     }
 
     /// True if release notifications go through sharded pub/sub (a cluster).
@@ -210,7 +239,7 @@ impl Client {
     /// A reply for another request, a reply of the wrong shape or a timeout retires the
     /// connection (its reply stream is out of step) and fails as a connection error or
     /// [`Error::Timeout`].
-    pub(crate) async fn call<C: Call>(
+    pub(crate) async fn call<C: Quorate>(
         &self,
         op: Operation,
         name: &str,
@@ -223,7 +252,7 @@ impl Client {
 
     /// [`Client::call`], with the number of replicas that acknowledged the call's write when it
     /// asked for a `WAIT`.
-    pub(crate) async fn call_acked<C: Call>(
+    pub(crate) async fn call_acked<C: Quorate>(
         &self,
         op: Operation,
         name: &str,
@@ -283,6 +312,12 @@ impl Client {
                 key: key.to_owned(),
                 source,
             },
+            CallError::NoQuorum { agreed, required } => Error::NoQuorum {
+                op,
+                key: key.to_owned(),
+                agreed,
+                required,
+            },
         }
     }
 
@@ -325,6 +360,24 @@ async fn check_server(conn: Link, config: &Config) -> Result<(), Error> {
         None => tracing::debug!("could not read maxmemory-policy (CONFIG GET not permitted?)"),
     }
     Ok(())
+}
+
+/// [`check_server`] on every master of a RedLock quorum at once: the connect fails (with the
+/// first master's error) only if so many refuse that no majority is left. A master that is
+/// down passes (its checks are best effort), so a client starts while a minority is down.
+async fn check_masters(links: Vec<Link>, config: &Config) -> Result<(), Error> {
+    let masters = links.len();
+    let checks = links.into_iter().map(|link| check_server(link, config));
+    let refused: Vec<Error> = futures_util::future::join_all(checks)
+        .await
+        .into_iter()
+        .filter_map(Result::err)
+        .collect();
+    let left = masters - refused.len();
+    match refused.into_iter().next() {
+        Some(error) if left < quorum::majority(masters) => Err(error),
+        _ => Ok(()),
+    }
 }
 
 /// The server's `maxmemory-policy`, if `CONFIG GET` is permitted (managed services often

@@ -29,6 +29,8 @@ pub struct Config {
     pub(crate) cluster_nodes: Vec<String>,
     /// Sentinels of a Sentinel deployment (empty: not one).
     pub(crate) sentinels: Vec<String>,
+    /// Independent masters of a RedLock quorum (empty: not one; see `quorum`).
+    pub(crate) redlock_masters: Vec<String>,
     /// The service (master name) the sentinels watch.
     pub(crate) sentinel_service: String,
     /// The master's user name (empty: the default user) and password, behind Sentinel.
@@ -59,6 +61,7 @@ impl Config {
             url: url.into(),
             cluster_nodes: Vec::new(),
             sentinels: Vec::new(),
+            redlock_masters: Vec::new(),
             sentinel_service: String::new(),
             sentinel_master_auth: None,
             key_prefix: "distlock".to_owned(),
@@ -102,6 +105,26 @@ impl Config {
         Config {
             cluster_nodes: nodes.clone(),
             ..Config::new(nodes.into_iter().next().unwrap_or_default())
+        }
+    }
+
+    /// A configuration for the RedLock algorithm over independent Redis masters (URLs, no
+    /// replication between them; 3 or 5 are usual): a lock is taken only if a majority of the
+    /// masters grant it within its validity time (ttl minus the time the acquire took minus
+    /// the lease margin), renewed and released by majority, and released again everywhere
+    /// when no majority was reached (which fails with [`Error::NoQuorum`] if too few masters
+    /// answered). A fenced lock's token is strictly larger than every earlier quorum holder's
+    /// (two more rounds: see the crate docs). See the crate docs,
+    /// "Deployments", for what this guarantees and what it does not.
+    pub fn redlock<I, S>(masters: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let masters: Vec<String> = masters.into_iter().map(Into::into).collect();
+        Config {
+            redlock_masters: masters.clone(),
+            ..Config::new(masters.into_iter().next().unwrap_or_default())
         }
     }
 
@@ -326,6 +349,19 @@ impl Config {
         if !self.sentinels.is_empty() && self.sentinel_service.trim().is_empty() {
             return invalid("no Sentinel service name: give the name the sentinels know the master by (`sentinel monitor <name> ...`)");
         }
+        if !self.redlock_masters.is_empty()
+            && (!self.cluster_nodes.is_empty() || !self.sentinels.is_empty())
+        {
+            return invalid("`Config::redlock` takes independent masters: it cannot be combined with a cluster or Sentinel");
+        }
+        let mut masters: Vec<&str> = self.redlock_masters.iter().map(String::as_str).collect();
+        masters.sort_unstable();
+        if masters.windows(2).any(|pair| pair[0] == pair[1]) {
+            return invalid("`Config::redlock` names the same master twice: it would count twice towards the majority");
+        }
+        if !self.redlock_masters.is_empty() && self.min_replicas > 0 {
+            return invalid("min_replicas does not apply to `Config::redlock` (its masters have no replicas to wait for)");
+        }
         if self.replica_timeout < Duration::from_millis(1) {
             return invalid(
                 "replica_timeout must be at least 1 ms (`WAIT` with 0 would wait forever)",
@@ -336,7 +372,8 @@ impl Config {
         }
         let urls = std::iter::once(&self.url)
             .chain(&self.cluster_nodes)
-            .chain(&self.sentinels);
+            .chain(&self.sentinels)
+            .chain(&self.redlock_masters);
         if !cfg!(feature = "tls") && urls.into_iter().any(|url| uses_tls(url)) {
             return invalid("a `rediss://` URL needs TLS: enable the `tls` feature of distlock");
         }
@@ -356,6 +393,10 @@ impl fmt::Debug for Config {
         if !self.cluster_nodes.is_empty() {
             let nodes: Vec<String> = self.cluster_nodes.iter().map(|n| redact_url(n)).collect();
             d.field("cluster_nodes", &nodes);
+        }
+        if !self.redlock_masters.is_empty() {
+            let masters: Vec<String> = self.redlock_masters.iter().map(|n| redact_url(n)).collect();
+            d.field("redlock_masters", &masters);
         }
         if !self.sentinels.is_empty() {
             let sentinels: Vec<String> = self.sentinels.iter().map(|n| redact_url(n)).collect();

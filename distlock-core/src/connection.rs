@@ -14,6 +14,7 @@ use std::time::Duration;
 use crate::backend::{Backend, Link};
 use crate::background::Background;
 use crate::error::is_error_reply;
+use crate::quorum::Quorate;
 use crate::scripts::{echoes, Call};
 use crate::sync;
 
@@ -24,6 +25,8 @@ pub(crate) enum CallError {
     Timeout,
     /// Redis or the connection failed (a mismatched reply is reported as an I/O error).
     Redis(redis::RedisError),
+    /// A RedLock quorum: too few masters agreed (see `quorum`).
+    NoQuorum { agreed: usize, required: usize },
 }
 
 /// The current command connection and its generation.
@@ -34,6 +37,8 @@ pub(crate) struct Connection {
     probing: AtomicBool,
     /// The client's runtime: connections and reconnects live there.
     background: Background,
+    /// The masters of a RedLock quorum (empty: this connection is the one to use).
+    nodes: Vec<Arc<Connection>>,
 }
 
 impl Connection {
@@ -43,7 +48,31 @@ impl Connection {
             backend,
             probing: AtomicBool::new(false),
             background,
+            nodes: Vec::new(),
         }
+    }
+
+    /// A RedLock quorum over `nodes` (one connection per master, at least one): every call
+    /// goes to all of them and counts by majority (see `quorum`).
+    pub(crate) fn quorum(nodes: Vec<Arc<Connection>>) -> Self {
+        let first = &nodes[0];
+        Connection {
+            slot: RwLock::new(first.current()),
+            backend: first.backend.clone(),
+            probing: AtomicBool::new(false),
+            background: first.background.clone(),
+            nodes,
+        }
+    }
+
+    /// The command connections of a RedLock quorum's masters (none: not one).
+    pub(crate) fn master_links(&self) -> Vec<Link> {
+        self.nodes.iter().map(|node| node.current().1).collect()
+    }
+
+    /// The number of masters of a RedLock quorum (0: not one).
+    pub(crate) fn quorum_size(&self) -> usize {
+        self.nodes.len()
     }
 
     /// The connection to use now, with its generation (to [`Connection::retire`] it).
@@ -57,7 +86,67 @@ impl Connection {
     /// call asked for a `WAIT` (whose timeout is added to `timeout`). A reply for another
     /// request or a reply of the wrong shape retires the connection; a timeout retires it if
     /// Redis answers a fresh connection.
-    pub(crate) async fn call<C: Call>(
+    pub(crate) async fn call<C: Quorate>(
+        self: &Arc<Self>,
+        call: &C,
+        timeout: Duration,
+    ) -> Result<(C::Reply, Option<usize>), CallError> {
+        if self.nodes.is_empty() {
+            self.call_one(call, timeout).await
+        } else {
+            self.call_quorum(call, timeout).await
+        }
+    }
+
+    /// [`Connection::call`] over a RedLock quorum: sent to every master at once, each bounded
+    /// by `timeout`; the replies count by majority (`Quorate::tally`). A call that settles
+    /// early (a renewal) returns as soon as its outcome cannot change any more, so a slow or
+    /// dead master does not hold up a decided majority (its request finishes or times out
+    /// unheard); the others wait for every master. No replica acknowledgement is asked for.
+    async fn call_quorum<C: Quorate>(
+        &self,
+        call: &C,
+        timeout: Duration,
+    ) -> Result<(C::Reply, Option<usize>), CallError> {
+        use futures_util::stream::{FuturesUnordered, StreamExt};
+        let sent_at = tokio::time::Instant::now();
+        let nodes = self.nodes.len();
+        let mut pending: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .map(|node| node.call_one(call, timeout))
+            .collect();
+        let mut replies: Vec<C::Reply> = Vec::with_capacity(nodes);
+        let mut decided = None;
+        while let Some(reply) = pending.next().await {
+            match reply {
+                Ok((reply, _)) => replies.push(reply),
+                Err(error) => tracing::debug!(?error, "a RedLock master did not answer"),
+            }
+            if pending.is_empty() || !call.settles_early() {
+                continue;
+            }
+            // Counted with the masters still out as undecided: `Ok` means they cannot change it.
+            if let Ok(reply) = call.tally(&replies, nodes, sent_at.elapsed()) {
+                decided = Some(reply);
+                break;
+            }
+        }
+        let reply = match decided {
+            Some(reply) => Ok(reply),
+            None => call.tally(&replies, nodes, sent_at.elapsed()),
+        };
+        reply
+            .map(|reply| (reply, None))
+            .map_err(|no| CallError::NoQuorum {
+                agreed: no.agreed,
+                required: no.required,
+            })
+    }
+
+    /// [`Connection::call`] on this connection alone (the group commit of `batch`, which a
+    /// quorum does not use, and each master of a quorum).
+    pub(crate) async fn call_one<C: Call>(
         self: &Arc<Self>,
         call: &C,
         timeout: Duration,

@@ -110,6 +110,21 @@ pub enum Error {
         /// Replicas the lock asked for (`min_replicas`).
         required: usize,
     },
+    /// A RedLock quorum (see [`crate::Config::redlock`]) could not be reached: fewer masters than
+    /// a majority agreed (answered in time and granted, released or renewed the lock). An
+    /// acquire that fails this way has released whatever it took (in the background if a
+    /// master does not answer; it expires at its ttl otherwise).
+    #[error("{op} of lock `{key}` did not reach a quorum: {agreed} of the {required} masters a majority needs agreed in time (check that a majority of the RedLock masters is up and reachable)")]
+    NoQuorum {
+        /// What was attempted.
+        op: Operation,
+        /// The lock's name.
+        key: String,
+        /// Masters that agreed (granted, released or renewed) in time.
+        agreed: usize,
+        /// Masters a majority needs.
+        required: usize,
+    },
     /// No client was installed before the first lock.
     #[error("distlock is not initialized: call `distlock::init(\"redis://...\").await` once at startup, before taking any lock")]
     NotInitialized,
@@ -218,7 +233,7 @@ impl Error {
     /// True for errors that may go away on retry (timeouts, connection failures).
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Timeout { .. } | Error::ConnectTimeout { .. } => true,
+            Error::Timeout { .. } | Error::ConnectTimeout { .. } | Error::NoQuorum { .. } => true,
             Error::Redis { source, .. } | Error::Connect { source } => {
                 is_connection_failure(source) || source.is_timeout()
             }

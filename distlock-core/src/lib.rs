@@ -156,6 +156,7 @@
 //! | a master with replicas, `min_replicas` | `Config::new(url).min_replicas(1)`, per lock [`LockBuilder::min_replicas`] or the attribute's `min_replicas = 1` | a lock acknowledged by `n` replicas (`WAIT`) survives a failover to any of them; a failover to a replica that had not acknowledged can still lose it |
 //! | Redis Cluster | `Config::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])` ([`Config::cluster`]; `rediss://` seeds with the `tls` feature) | each lock lives on the master of its slot; a coordinated `CLUSTER FAILOVER` and a migration of its slot keep it; an unplanned failover keeps it if it was taken with `min_replicas`, and can lose a lock just taken without |
 //! | Redis Sentinel | `Config::sentinel(["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"], "locks").min_replicas(1)` ([`Config::sentinel`]) | locks live on the master the sentinels name; the client follows a failover by itself; `SENTINEL FAILOVER` keeps a lock that asked for `min_replicas`; asynchronous replication as above otherwise |
+//! | RedLock over independent masters | `Config::redlock(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379", "redis://10.0.0.4:6379", "redis://10.0.0.5:6379"])` ([`Config::redlock`]) | held while a majority of the masters keeps it: survives the loss (or restart with persistence) of a minority; timing assumptions and their limits below |
 //! | TLS (feature `tls`) | `Config::new("rediss://host:6380/")`, [`Config::tls_root_certificates`] for a private CA, [`Config::tls_client_certificate`] for mutual TLS | as the same deployment without TLS |
 //!
 //! **Replica acknowledgement.** Redis replicates asynchronously: a lock acknowledged only by
@@ -230,6 +231,53 @@
 //! Sentinel's defaults), and until then every acquire is refused with
 //! [`Error::Unreplicated`] and renewals are not counted.
 //!
+//! **RedLock.** [`Config::redlock`] runs the RedLock algorithm over N independent masters
+//! (no replication between them; 3 or 5). An acquire goes to every master at once, each
+//! bounded by the response timeout, and succeeds only if a majority granted it while enough of
+//! the lease is left: its validity is the ttl minus the time the acquire took minus the lease
+//! margin ([`LEASE_MARGIN`] + 1% of the ttl, for timer rounding and clock-rate drift); the
+//! lease the guard trusts is measured from before the requests were sent, as everywhere. No
+//! majority: whatever a minority granted is released again before anything else (an acquire
+//! that found the lock held elsewhere fails with [`Error::Busy`] or waits; one that could not
+//! hear from enough masters fails with [`Error::NoQuorum`], which names how many agreed and
+//! how many a majority needs, within about one response timeout). Renewal and release count
+//! by majority too: a renewal extends the lease only if a majority renewed it, and a lock a
+//! majority no longer has is lost ([`LockGuard::lost`] resolves); while the masters that did
+//! not answer could still make a majority the call fails as [`Error::NoQuorum`] (a renewal is
+//! retried until the lease runs out, a release is retried in the background). Renewals
+//! settle as soon as a majority decided; acquires and releases wait for every master (so a
+//! release reaches all of them), each bounded by the response timeout, so while a master is
+//! down they can take up to that long. Waiters poll
+//! (every 20 ms) instead of being woken; the group commit is for a standalone server only;
+//! `min_replicas` does not apply.
+//!
+//! Fencing over a quorum: each master keeps its own fence floor and the masters' clocks
+//! differ, so the largest token of one majority is not by itself above an earlier holder's
+//! from another majority. A fenced acquire therefore takes two more rounds once a majority
+//! granted it: it reads the fence floors of a majority, picks a token above all of them (and at
+//! least the largest the acquire handed out), raises the floors of a majority to it, and hands
+//! it out only if the lease is still valid then (otherwise it releases and fails with
+//! [`Error::NoQuorum`]). A later holder reads a majority, hence at least one master whose floor
+//! was raised, after its own acquire saw the earlier lock gone, so its token is strictly
+//! larger (as long as the fence floors live: [`Config::fence_retention`]); tested with a
+//! master whose floor is far ahead of the others' clocks and then killed. Tested with five real servers (`tests/redlock.rs`): an exact counter race, two masters killed
+//! (locks still work, a renewed lock stays held), three killed (`NoQuorum`, the live masters'
+//! grants released; a renewed lock is lost within its lease).
+//!
+//! What RedLock does not buy (Martin Kleppmann's critique, "How to do distributed locking",
+//! 2016, holds here as it does for every lease): safety rests on timing assumptions, that
+//! the masters' clocks and this machine's run at about the same rate (the 1% margin), that a
+//! master that restarts has kept its keys (persistence with `appendfsync always`, or it stays
+//! down for a ttl before rejoining, else a second majority can form), and that the holder is
+//! not paused (GC, swap, a stopped VM) past its lease between checking it and touching the
+//! resource. A pause or a clock jump can let two holders believe they hold the lock; the
+//! guard is told as soon as it can be known (a renewal that finds no majority), not before.
+//! What protects the resource from a holder that lost its lock without knowing is a fencing
+//! token checked by the resource itself: take the lock with [`LockBuilder::fenced`] and have
+//! the resource refuse a token lower than the highest it has seen. The tokens' order rests on
+//! a majority keeping its fence floors (a master that restarts without its data forgets its
+//! floor, as it forgets its locks).
+//!
 //! **TLS.** With the `tls` feature, `rediss://` URLs connect through rustls (ring as its
 //! crypto provider unless the application installed another): the server's certificate is
 //! checked against the system's trust store, or against [`Config::tls_root_certificates`]
@@ -237,8 +285,9 @@
 //! refresh) uses the same settings. Without the feature a `rediss://` URL fails
 //! [`Config::validate`] with a message that names the feature.
 //!
-//! Not implemented here: RedLock over independent masters. Configuration files and
-//! `DISTLOCK_*` variables read every deployment (`DISTLOCK_CLUSTER_NODES`,
+//! Configuration files and
+//! `DISTLOCK_*` variables read every deployment but RedLock (`Config::redlock` is set in code
+//! for now) (`DISTLOCK_CLUSTER_NODES`,
 //! `DISTLOCK_SENTINELS` with `DISTLOCK_SENTINEL_SERVICE`) and `min_replicas`, but not TLS
 //! certificates: set those in code.
 //!
@@ -271,6 +320,9 @@ mod lease;
 pub mod lock_assert;
 mod macro_support;
 mod metrics;
+mod quorum;
+mod redlock;
+mod redlock_fence;
 mod registry;
 mod run;
 #[doc(hidden)]

@@ -86,6 +86,24 @@ end
 return {ARGV[4], {0, redis.call('PTTL', KEYS[1])}}
 "#;
 
+/// Fence floor of a RedLock quorum's fenced acquire (see `redlock_fence`): read it, and raise
+/// it to at least a given token.
+///
+/// KEYS: fence. ARGV: request id, token to raise the floor to (0: read only), retention ms.
+/// Returns `{id, floor}` (the floor after the raise).
+pub const FENCE_FLOOR: &str = r#"
+local f = tonumber(redis.call('GET', KEYS[1]) or '0')
+if f == nil then
+  return redis.error_reply('ERR distlock: the fence key ' .. KEYS[1] .. ' does not hold a number; delete it to use this lock')
+end
+local to = tonumber(ARGV[2])
+if to > f then
+  redis.call('SET', KEYS[1], string.format('%d', to), 'PX', ARGV[3])
+  f = to
+end
+return {ARGV[1], f}
+"#;
+
 /// Release.
 ///
 /// KEYS: lock, release channel. ARGV: value (`d2:<owner>`), request id, keep ms, and `s` for a
@@ -243,13 +261,15 @@ static ACQUIRE_FENCED_SCRIPT: Lua = Lua::new(ACQUIRE_FENCED);
 static RELEASE_SCRIPT: Lua = Lua::new(RELEASE);
 static RELEASE_MANY_SCRIPT: Lua = Lua::new(RELEASE_MANY);
 static RENEW_SCRIPT: Lua = Lua::new(RENEW);
+static FENCE_FLOOR_SCRIPT: Lua = Lua::new(FENCE_FLOOR);
 
 /// Every script, for preloading at connect.
-pub(crate) static ALL: [&Lua; 4] = [
+pub(crate) static ALL: [&Lua; 5] = [
     &ACQUIRE_FENCED_SCRIPT,
     &RELEASE_SCRIPT,
     &RELEASE_MANY_SCRIPT,
     &RENEW_SCRIPT,
+    &FENCE_FLOOR_SCRIPT,
 ];
 
 /// What goes on the wire for one call.
@@ -547,6 +567,40 @@ impl Call for FencedAcquireCall<'_> {
             2 => Acquired::Incompatible,
             _ => return None,
         })
+    }
+}
+
+/// [`FENCE_FLOOR`]: read a lock's fence floor, or raise it to at least `raise_to`.
+pub(crate) struct FenceFloorCall<'a> {
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) id: &'a [u8],
+    /// The token to raise the floor to (0: read only).
+    pub(crate) raise_to: u64,
+    /// How long the fence floor is kept.
+    pub(crate) retention: Duration,
+}
+
+impl Call for FenceFloorCall<'_> {
+    type Raw = i64;
+    /// The floor (after the raise).
+    type Reply = u64;
+
+    fn request(&self) -> Request {
+        let mut cmd = FENCE_FLOOR_SCRIPT.evalsha();
+        cmd.arg(1)
+            .arg(self.keys.fence())
+            .arg(self.id)
+            .arg(self.raise_to)
+            .arg(millis_ceil(self.retention));
+        Request::Script(&FENCE_FLOOR_SCRIPT, cmd)
+    }
+
+    fn request_id(&self) -> &[u8] {
+        self.id
+    }
+
+    fn decode(&self, floor: i64) -> Option<u64> {
+        u64::try_from(floor).ok()
     }
 }
 

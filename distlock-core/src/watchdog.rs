@@ -310,6 +310,9 @@ async fn renew_chunk(
             let why = match failed {
                 CallError::Redis(e) => e.to_string(),
                 CallError::Timeout => format!("no reply within {timeout:?}"),
+                CallError::NoQuorum { agreed, required } => {
+                    format!("only {agreed} of the {required} RedLock masters a majority needs renewed it")
+                }
             };
             let retry = Instant::now() + RETRY_AFTER_ERROR;
             for (id, r) in holders {
