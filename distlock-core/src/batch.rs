@@ -68,15 +68,25 @@ struct State {
     queue: Vec<Queued>,
 }
 
-struct Queued {
-    op: Op,
-    reply: oneshot::Sender<Result<Outcome, CallError>>,
-}
+/// Where a queued request's reply goes: typed, so a member only ever gets its own kind.
+type ReplyTo<T> = oneshot::Sender<Result<T, CallError>>;
 
 /// A queued request, owning what it needs (its caller may be gone by the time it is sent).
-enum Op {
-    Acquire(QueuedAcquire),
-    Release(ReleaseItem),
+enum Queued {
+    Acquire(QueuedAcquire, ReplyTo<Acquired>),
+    Release(ReleaseItem, ReplyTo<Released>),
+}
+
+impl Queued {
+    /// Still to be sent: acquires whose callers gave up are left out (their cleanup is queued
+    /// behind them); releases always go (one whose caller gave up waiting, Redis frozen say,
+    /// is still the cleanup of a lock that may be held).
+    fn wanted(&self) -> bool {
+        match self {
+            Queued::Acquire(_, reply) => !reply.is_closed(),
+            Queued::Release(..) => true,
+        }
+    }
 }
 
 /// A plain acquire in a group.
@@ -87,17 +97,12 @@ struct QueuedAcquire {
     want_pttl: bool,
 }
 
-enum Outcome {
-    Acquired(Acquired),
-    Released(Released),
-}
-
 /// Whether a caller sends its own request now or waits for its group.
-enum Entry {
+enum Entry<T> {
     /// Nothing in flight: send it now; the turn ends when this is dropped.
     Turn(Turn),
     /// Queued: the group's reply comes here.
-    Queued(oneshot::Receiver<Result<Outcome, CallError>>),
+    Queued(oneshot::Receiver<Result<T, CallError>>),
 }
 
 impl Batcher {
@@ -117,19 +122,16 @@ impl Batcher {
         call: &AcquireCall<'_>,
     ) -> Result<Acquired, CallError> {
         debug_assert!(call.wait.is_none());
-        let queued = || {
-            Op::Acquire(QueuedAcquire {
+        let queued = |reply| {
+            let acquire = QueuedAcquire {
                 keys: call.keys.clone(),
                 owner: *call.owner,
                 ttl: call.ttl,
                 want_pttl: call.want_pttl,
-            })
+            };
+            Queued::Acquire(acquire, reply)
         };
-        self.submit(call, queued, |outcome| match outcome {
-            Outcome::Acquired(acquired) => Some(acquired),
-            Outcome::Released(_) => None,
-        })
-        .await
+        self.submit(call, queued).await
     }
 
     /// A release: alone if nothing is in flight, else in the next group.
@@ -137,27 +139,23 @@ impl Batcher {
         self: &Arc<Self>,
         call: &ReleaseCall<'_>,
     ) -> Result<Released, CallError> {
-        let queued = || {
-            Op::Release(ReleaseItem {
+        let queued = |reply| {
+            let item = ReleaseItem {
                 keys: call.keys.clone(),
                 value: *call.owner,
                 keep: call.keep,
-            })
+            };
+            Queued::Release(item, reply)
         };
-        self.submit(call, queued, |outcome| match outcome {
-            Outcome::Released(released) => Some(released),
-            Outcome::Acquired(_) => None,
-        })
-        .await
+        self.submit(call, queued).await
     }
 
-    /// Sends `call` alone (a turn), or queues the request `queued` makes and takes its reply
-    /// from the group's outcome with `mine`.
+    /// Sends `call` alone (a turn), or queues the request `queued` makes (with where its
+    /// reply goes) and waits for its group.
     async fn submit<C: Call>(
         self: &Arc<Self>,
         call: &C,
-        queued: impl FnOnce() -> Op,
-        mine: fn(Outcome) -> Option<C::Reply>,
+        queued: impl FnOnce(ReplyTo<C::Reply>) -> Queued,
     ) -> Result<C::Reply, CallError> {
         match self.enter(queued) {
             Entry::Turn(turn) => {
@@ -165,15 +163,13 @@ impl Batcher {
                 drop(turn);
                 reply.map(|(reply, _)| reply)
             }
-            Entry::Queued(rx) => {
-                mine(self.wait(rx).await?).ok_or_else(|| CallError::Redis(crossed_reply()))
-            }
+            Entry::Queued(rx) => self.wait(rx).await,
         }
     }
 
     /// Takes a turn if there is room in flight and nobody is queued, else queues the request
     /// `op` makes (and starts a sender for the queue if there is room in flight).
-    fn enter(self: &Arc<Self>, op: impl FnOnce() -> Op) -> Entry {
+    fn enter<T>(self: &Arc<Self>, queued: impl FnOnce(ReplyTo<T>) -> Queued) -> Entry<T> {
         let mut state = sync::lock(&self.state);
         let room = state.in_flight < MAX_IN_FLIGHT && state.building.is_none();
         if room && state.queue.is_empty() {
@@ -182,7 +178,7 @@ impl Batcher {
         }
         let (reply, rx) = oneshot::channel();
         // Behind everything queued before it: a cancelled member's cleanup never overtakes it.
-        state.queue.push(Queued { op: op(), reply });
+        state.queue.push(queued(reply));
         if room {
             state.in_flight += 1;
             drop(state);
@@ -206,10 +202,7 @@ impl Batcher {
 
     /// A queued request's reply, within the response timeout (measured from the call, so the
     /// bound is the same as a lone request's).
-    async fn wait(
-        &self,
-        rx: oneshot::Receiver<Result<Outcome, CallError>>,
-    ) -> Result<Outcome, CallError> {
+    async fn wait<T>(&self, rx: oneshot::Receiver<Result<T, CallError>>) -> Result<T, CallError> {
         match tokio::time::timeout(self.timeout, rx).await {
             Ok(Ok(outcome)) => outcome,
             // The group's task was dropped with its runtime: whether the request ran is
@@ -246,12 +239,7 @@ impl Batcher {
             loop {
                 let group = {
                     let mut state = sync::lock(&this.state);
-                    // Acquires whose callers gave up are left out (their cleanup is queued
-                    // behind them). Releases always go: one whose caller gave up waiting (Redis
-                    // frozen, say) is still the cleanup of a lock that may be held.
-                    state
-                        .queue
-                        .retain(|q| matches!(q.op, Op::Release(_)) || !q.reply.is_closed());
+                    state.queue.retain(Queued::wanted);
                     if state.queue.is_empty() || state.building.is_some() {
                         // Nothing to send, or another sender is handing its group over: that
                         // one (or the turn after it) sends what is queued.
@@ -276,14 +264,14 @@ impl Batcher {
         let (mut acquires, mut acquire_replies) = (Vec::new(), Vec::new());
         let (mut releases, mut release_replies) = (Vec::new(), Vec::new());
         for q in group {
-            match q.op {
-                Op::Acquire(acquire) => {
+            match q {
+                Queued::Acquire(acquire, reply) => {
                     acquires.push(acquire);
-                    acquire_replies.push(q.reply);
+                    acquire_replies.push(reply);
                 }
-                Op::Release(item) => {
+                Queued::Release(item, reply) => {
                     releases.push(item);
-                    release_replies.push(q.reply);
+                    release_replies.push(reply);
                 }
             }
         }
@@ -321,21 +309,17 @@ impl Batcher {
                 .await
                 .map(|(r, _)| r),
         };
-        deliver(acquire_replies, acquired, Outcome::Acquired);
-        deliver(release_replies, released, Outcome::Released);
+        deliver(acquire_replies, acquired);
+        deliver(release_replies, released);
     }
 }
 
 /// Hands each member of a group its own result (or the group's error).
-fn deliver<T>(
-    replies: Vec<oneshot::Sender<Result<Outcome, CallError>>>,
-    results: Result<Vec<T>, CallError>,
-    outcome: fn(T) -> Outcome,
-) {
+fn deliver<T>(replies: Vec<ReplyTo<T>>, results: Result<Vec<T>, CallError>) {
     match results {
         Ok(results) => {
             for (reply, result) in replies.into_iter().zip(results) {
-                let _ = reply.send(Ok(outcome(result)));
+                let _ = reply.send(Ok(result));
             }
         }
         Err(error) => {
@@ -444,15 +428,6 @@ impl Call for GroupCall<'_> {
             .is_none()
             .then_some(GroupReply { acquired, released })
     }
-}
-
-/// A member got the reply of another kind of request: the group's replies were out of step.
-fn crossed_reply() -> redis::RedisError {
-    std::io::Error::new(
-        std::io::ErrorKind::ConnectionAborted,
-        "a grouped Redis reply did not match its request",
-    )
-    .into()
 }
 
 /// The group's task is gone before it answered.

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use crate::connection::{CallError, Connection};
 use crate::error::{is_error_reply, LossReason};
+use crate::ids::ShortId;
 use crate::keys::hash_slot;
 use crate::lease::{guaranteed_until, renewal_interval, Lease};
 use crate::metrics::{self, RenewalOutcome};
@@ -246,7 +247,7 @@ async fn run(shared: Arc<Shared>, conn: Arc<Connection>, batching: Batching) {
             let size = batching.size;
             for (items, holders) in group.items.chunks(size).zip(group.holders.chunks(size)) {
                 batches += 1;
-                let id = format!("b{batches}");
+                let id = ShortId::with_counter("", b'b', batches);
                 metrics::renewal_batch(items.len());
                 let call = RenewCall {
                     id: id.as_bytes(),
