@@ -82,10 +82,6 @@ pub fn lock(name: impl Into<String>) -> LockBuilder {
 /// hand): such a holder never publishes a release and has no ttl to wait out.
 const NO_EXPIRY_RECHECK: Duration = Duration::from_secs(1);
 
-/// How often a waiter looks again at a busy lock over a RedLock quorum (`Config::redlock`),
-/// where waiters are not woken by releases.
-const QUORUM_POLL: Duration = Duration::from_millis(20);
-
 impl Client {
     /// Starts building a lock on `name` through this client.
     pub fn lock(&self, name: impl Into<String>) -> LockBuilder {
@@ -362,11 +358,6 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
         let Some(give_up) = give_up.filter(|&g| now < g) else {
             return busy();
         };
-        if client.is_quorum() {
-            // RedLock: waiters poll (no subscription spans the masters yet).
-            tokio::time::sleep_until((now + QUORUM_POLL).min(give_up)).await;
-            continue;
-        }
         match subscription.as_mut() {
             // Subscribed and at the head of the queue: try again at once, the lock may have
             // been released meanwhile.

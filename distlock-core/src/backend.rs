@@ -308,18 +308,7 @@ impl Backend {
     pub(crate) async fn subscriber(&self, pushes: impl AsyncPushSender) -> RedisResult<Subscriber> {
         match &self.kind {
             Kind::Single(client) => {
-                let info = client.get_connection_info().clone();
-                let settings = info
-                    .redis_settings()
-                    .clone()
-                    .set_protocol(ProtocolVersion::RESP3);
-                let client = redis::Client::open(info.set_redis_settings(settings))?;
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(self.connect_timeout))
-                    .set_response_timeout(Some(self.response_timeout))
-                    .set_number_of_retries(2)
-                    .set_automatic_resubscription()
-                    .set_push_sender(pushes);
+                let (client, config) = self.single_subscriber(client, pushes)?;
                 ConnectionManager::new_with_config(client, config)
                     .await
                     .map(Subscriber::Single)
@@ -338,6 +327,47 @@ impl Backend {
                 .await
                 .map(Subscriber::Sentinel),
         }
+    }
+}
+
+impl Backend {
+    /// The subscriber connection to one server (a RedLock master), made with the client's
+    /// runtime current like [`Backend::subscriber`], but connecting on first use: the master
+    /// may be down now and back later (each use tries again).
+    pub(crate) fn lazy_subscriber(&self, pushes: impl AsyncPushSender) -> RedisResult<Subscriber> {
+        match &self.kind {
+            Kind::Single(client) => {
+                let (client, config) = self.single_subscriber(client, pushes)?;
+                ConnectionManager::new_lazy_with_config(client, config).map(Subscriber::Single)
+            }
+            Kind::Cluster { .. } | Kind::Sentinel(_) => Err((
+                redis::ErrorKind::Client,
+                "a lazy subscriber is made to one server only",
+            )
+                .into()),
+        }
+    }
+
+    /// The RESP3 client and connection settings of a subscriber to one server: every push goes
+    /// to `pushes`, channels are subscribed again after a reconnect.
+    fn single_subscriber(
+        &self,
+        client: &redis::Client,
+        pushes: impl AsyncPushSender,
+    ) -> RedisResult<(redis::Client, ConnectionManagerConfig)> {
+        let info = client.get_connection_info().clone();
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        let client = redis::Client::open(info.set_redis_settings(settings))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+            .set_number_of_retries(2)
+            .set_automatic_resubscription()
+            .set_push_sender(pushes);
+        Ok((client, config))
     }
 }
 

@@ -68,7 +68,7 @@ impl Client {
             .connect_timeout
             .saturating_add(config.response_timeout);
         // RedLock: the masters connect lazily (a minority may be down); `backend` and `conn`
-        // are the first master's (identity record, waiters' subscriber).
+        // are the first master's (identity record).
         let quorum = (!config.redlock_masters.is_empty())
             .then(|| redlock::connect(&config, &background))
             .transpose()?;
@@ -113,8 +113,13 @@ impl Client {
                 timeout: config.response_timeout,
             },
         );
+        // RedLock: a subscriber per master (`waiters` counts their messages).
+        let masters = match conn.quorum_size() {
+            0 => vec![backend.clone()],
+            _ => conn.master_backends(),
+        };
         let waiters = Waiters::new(
-            backend.clone(),
+            masters,
             config.connect_timeout,
             config.response_timeout,
             background.clone(),

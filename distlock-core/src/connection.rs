@@ -70,6 +70,11 @@ impl Connection {
         self.nodes.iter().map(|node| node.current().1).collect()
     }
 
+    /// The backends of a RedLock quorum's masters, in order (none: not one).
+    pub(crate) fn master_backends(&self) -> Vec<Arc<Backend>> {
+        self.nodes.iter().map(|node| node.backend.clone()).collect()
+    }
+
     /// The number of masters of a RedLock quorum (0: not one).
     pub(crate) fn quorum_size(&self) -> usize {
         self.nodes.len()

@@ -247,9 +247,16 @@
 //! retried until the lease runs out, a release is retried in the background). Renewals
 //! settle as soon as a majority decided; acquires and releases wait for every master (so a
 //! release reaches all of them), each bounded by the response timeout, so while a master is
-//! down they can take up to that long. Waiters poll
-//! (every 20 ms) instead of being woken; the group commit is for a standalone server only;
-//! `min_replicas` does not apply.
+//! down they can take up to that long. Waiters subscribe to the lock's release channel on
+//! every master and retry once `N − majority + 1` masters published a release since their
+//! attempt: a busy attempt found at least that many holding the lock for others, and each
+//! publishes when its key is released; while a holder keeps its majority only the other
+//! `N − majority` masters can publish at all (releasing busy attempts' minority grants), so
+//! waiters do not wake each other. The holder's remaining ttl stays the fallback (a crashed
+//! holder never publishes). Tested in `tests/redlock_waiting.rs`: woken within milliseconds
+//! of the release, also with two masters killed; no attempts while waiting; no subscription
+//! left on any live master; no wake-up storm around a crashed holder of a bare majority. The
+//! group commit is for a standalone server only; `min_replicas` does not apply.
 //!
 //! Fencing over a quorum: each master keeps its own fence floor and the masters' clocks
 //! differ, so the largest token of one majority is not by itself above an earlier holder's

@@ -1,8 +1,9 @@
-//! Release notifications: one shared RESP3 subscriber connection per client.
+//! Release notifications: one shared RESP3 subscriber connection per client (per master over a
+//! RedLock quorum).
 //!
 //! A waiter subscribes to the lock's release channel before it retries, so a release between
-//! its failed attempt and its wait is never missed: every message bumps a per-channel
-//! generation, and a waiter sleeps only until the generation moves past the one it saw before
+//! its failed attempt and its wait is never missed: every message bumps a per-channel count
+//! (one per master), and a waiter sleeps only until the count moves past the one it saw before
 //! its attempt (or until the holder's remaining ttl, because a crashed holder never publishes).
 //! A channel is unsubscribed when its last waiter leaves, so `PUBSUB CHANNELS` is empty at rest.
 //!
@@ -11,6 +12,19 @@
 //! instead of one per waiting task, and a task that releases and immediately asks again queues
 //! behind the tasks already waiting instead of barging in front of them.
 //!
+//! Over a RedLock quorum (`Config::redlock`) the client keeps one subscriber connection per
+//! master (each connecting on first use, so a master that is down costs its response timeout
+//! and nothing else) and counts each channel's messages per master. A waiter retries once
+//! messages from `N − majority + 1` different masters arrived since its attempt, where `N` is
+//! the number of masters: that many were holding the lock for others when an attempt was
+//! busy, and each publishes when its key is released, so a release wakes the waiter; while a
+//! holder keeps a majority, at most `N − majority` masters can publish at all (the free ones,
+//! whose only publishes are the releases of a busy attempt's minority grants), so those never
+//! wake anyone and waiters do not storm each other. A subscription that reached fewer masters
+//! than that (they are down) looks again every `DEGRADED_POLL`; a master that comes back is
+//! subscribed again by the next waiter that finds too few, and otherwise the holder's pttl
+//! covers it, as it covers a crashed holder.
+//!
 //! In a cluster, the server ends a sharded subscription itself when the channel's slot moves to
 //! another shard or its master becomes a replica in a failover (`SUNSUBSCRIBE` push), and a
 //! killed master takes its subscriptions with it (a disconnection): a channel that still has
@@ -18,6 +32,7 @@
 //! failure refreshes the client's slot map), retried until a master serves the slot.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,12 +43,26 @@ use tokio::time::Instant;
 use crate::backend::{Backend, Subscriber};
 use crate::background::Background;
 use crate::error::{is_connection_failure, Error, Operation};
+use crate::quorum::majority;
 use crate::sync;
 
 type ChannelMap = HashMap<Vec<u8>, Arc<Channel>>;
 
+/// The subscriber connections: one, or one per master of a RedLock quorum (in the masters'
+/// order).
+type Subscribers = Arc<[Subscriber]>;
+
+/// How often a waiter looks again at a busy lock when its channel's subscription reached too
+/// few masters of a RedLock quorum for their messages to wake it (see the module docs), or
+/// (one server) is not known to be confirmed because the waiter making it was cancelled.
+const DEGRADED_POLL: Duration = Duration::from_millis(250);
+
 struct Channel {
-    generation: watch::Sender<u64>,
+    /// Messages (and subscription confirmations, and disconnections) heard, one count per
+    /// master (one in all without a quorum).
+    heard: watch::Sender<Box<[u64]>>,
+    /// Masters that confirmed the subscription (set while the state is held).
+    confirmed: AtomicUsize,
     /// One permit: the waiter holding it is the one that retries.
     turn: Arc<Semaphore>,
     /// Serialises SUBSCRIBE/UNSUBSCRIBE for this channel and counts its waiters.
@@ -47,53 +76,76 @@ struct ChannelState {
     retired: bool,
 }
 
+impl Channel {
+    fn new(masters: usize) -> Self {
+        Channel {
+            heard: watch::Sender::new(vec![0; masters].into_boxed_slice()),
+            confirmed: AtomicUsize::new(0),
+            turn: Arc::new(Semaphore::new(1)),
+            state: tokio::sync::Mutex::new(ChannelState::default()),
+        }
+    }
+}
+
 /// The subscriber side of one client.
 pub(crate) struct Waiters {
-    backend: Arc<Backend>,
+    /// The server (one backend) or the masters of a RedLock quorum.
+    masters: Vec<Arc<Backend>>,
+    /// Masters whose messages wake a waiter: 1, or `N − majority + 1` over a quorum.
+    wake_after: usize,
     connect_timeout: Duration,
     response_timeout: Duration,
-    conn: OnceCell<Subscriber>,
+    conns: OnceCell<Subscribers>,
     channels: Arc<Mutex<ChannelMap>>,
     background: Background,
 }
 
 impl Waiters {
+    /// The waiters of a client of `masters`: one backend, or every master of a RedLock quorum.
     pub(crate) fn new(
-        backend: Arc<Backend>,
+        masters: Vec<Arc<Backend>>,
         connect_timeout: Duration,
         response_timeout: Duration,
         background: Background,
     ) -> Self {
+        let n = masters.len();
         Waiters {
-            backend,
+            masters,
+            wake_after: n - majority(n) + 1,
             connect_timeout,
             response_timeout,
-            conn: OnceCell::new(),
+            conns: OnceCell::new(),
             channels: Arc::default(),
             background,
         }
     }
 
-    async fn connection(&self, key: &str) -> Result<Subscriber, Error> {
+    fn is_quorum(&self) -> bool {
+        self.masters.len() > 1
+    }
+
+    async fn connection(&self, key: &str) -> Result<Subscribers, Error> {
         let make = async {
+            if self.is_quorum() {
+                return self.quorum_connections(key);
+            }
             let channels = self.channels.clone();
             let (dropped, dropped_rx) = mpsc::unbounded_channel();
             let pushes = move |push: PushInfo| {
-                dispatch(&channels, push, &dropped);
+                dispatch(&channels, push, Some(&dropped), 0);
                 Ok::<(), std::convert::Infallible>(())
             };
-            let conn = self
-                .backend
+            let conn = self.masters[0]
                 .subscriber(pushes)
                 .await
                 .map_err(|e| subscribe_error(key, e))?;
             // Lives as long as the client's runtime (not a counted cleanup task).
             let resubscribing = resubscribe(dropped_rx, conn.clone(), self.channels.clone());
             drop(self.background.handle().spawn(resubscribing));
-            Ok(conn)
+            Ok(Subscribers::from([conn]))
         };
         // Made with the client's runtime current: the subscriber connection lives there.
-        let init = self.background.enter(self.conn.get_or_try_init(|| make));
+        let init = self.background.enter(self.conns.get_or_try_init(|| make));
         let conn = tokio::time::timeout(self.connect_timeout, init)
             .await
             .map_err(|_| Error::Timeout {
@@ -104,21 +156,36 @@ impl Waiters {
         Ok(conn.clone())
     }
 
+    /// One lazily connecting subscriber per master of a RedLock quorum (made with the client's
+    /// runtime current), each master's pushes counted as its own.
+    fn quorum_connections(&self, key: &str) -> Result<Subscribers, Error> {
+        let _entered = self.background.handle().enter();
+        let mut conns = Vec::with_capacity(self.masters.len());
+        for (master, backend) in self.masters.iter().enumerate() {
+            let channels = self.channels.clone();
+            let pushes = move |push: PushInfo| {
+                dispatch(&channels, push, None, master);
+                Ok::<(), std::convert::Infallible>(())
+            };
+            let conn = backend
+                .lazy_subscriber(pushes)
+                .map_err(|e| subscribe_error(key, e))?;
+            conns.push(conn);
+        }
+        Ok(conns.into())
+    }
+
     /// Subscribes to `channel` (if no one in this client already is) and returns the waiter's
-    /// handle. The subscription is confirmed by Redis when this returns.
+    /// handle. The subscription is confirmed by Redis when this returns (over a RedLock
+    /// quorum: by every master that answered within the response timeout; none answering is
+    /// no error, the waiter then looks again every `DEGRADED_POLL`).
     pub(crate) async fn subscribe(&self, channel: &str, key: &str) -> Result<Subscription, Error> {
-        let conn = self.connection(key).await?;
+        let conns = self.connection(key).await?;
         loop {
             let entry = {
                 let mut map = sync::lock(&self.channels);
                 map.entry(channel.as_bytes().to_vec())
-                    .or_insert_with(|| {
-                        Arc::new(Channel {
-                            generation: watch::Sender::new(0),
-                            turn: Arc::new(Semaphore::new(1)),
-                            state: tokio::sync::Mutex::new(ChannelState::default()),
-                        })
-                    })
+                    .or_insert_with(|| Arc::new(Channel::new(self.masters.len())))
                     .clone()
             };
             let mut state = entry.state.lock().await;
@@ -127,16 +194,30 @@ impl Waiters {
             }
             state.waiters += 1;
             // From here on, dropping this future (or an error) gives the waiter back.
+            let rx = entry.heard.subscribe();
+            let seen = rx.borrow().clone();
             let sub = Subscription {
-                rx: entry.generation.subscribe(),
+                rx,
+                seen,
+                wake_after: self.wake_after,
                 entry: entry.clone(),
                 channels: self.channels.clone(),
-                conn: conn.clone(),
+                conns: conns.clone(),
                 name: channel.as_bytes().to_vec(),
                 background: self.background.clone(),
+                response_timeout: self.response_timeout,
                 turn: None,
             };
-            if !state.subscribed {
+            // Not subscribed yet, or on too few masters of a quorum (some were down), or the
+            // waiter that subscribed was cancelled before Redis confirmed it: subscribe again.
+            let needed =
+                !state.subscribed || entry.confirmed.load(Ordering::Acquire) < self.wake_after;
+            if needed && self.is_quorum() {
+                // Set first, as below: a departure unsubscribes from every master.
+                state.subscribed = true;
+                let confirmed = self.subscribe_masters(&conns, channel).await;
+                entry.confirmed.store(confirmed, Ordering::Release);
+            } else if needed {
                 // Set before the SUBSCRIBE is sent: if this future is dropped (or fails) once
                 // it may have reached Redis, the waiter's departure still unsubscribes (an
                 // UNSUBSCRIBE of a channel never subscribed is harmless).
@@ -147,7 +228,7 @@ impl Waiters {
                     after: self.response_timeout,
                 };
                 let subscribe = || {
-                    let mut conn = conn.clone();
+                    let mut conn = conns[0].clone();
                     let timeout = self.response_timeout;
                     let background = self.background.clone();
                     async move {
@@ -173,10 +254,39 @@ impl Waiters {
                     state.subscribed = false;
                     return Err(error);
                 }
+                entry.confirmed.store(1, Ordering::Release);
             }
             drop(state);
             return Ok(sub);
         }
+    }
+
+    /// Subscribes to `channel` on every master of a RedLock quorum at once, each bounded by the
+    /// response timeout (a master whose connection dropped since its last use is asked again
+    /// within it); returns how many confirmed it.
+    async fn subscribe_masters(&self, conns: &Subscribers, channel: &str) -> usize {
+        let each = conns.iter().map(|conn| {
+            let subscribe =
+                |mut conn: Subscriber| async move { conn.subscribe(channel.as_bytes()).await };
+            let conn = conn.clone();
+            let subscribed = async move {
+                match subscribe(conn.clone()).await {
+                    Err(e) if is_connection_failure(&e) => subscribe(conn).await,
+                    other => other,
+                }
+            };
+            tokio::time::timeout(self.response_timeout, self.background.enter(subscribed))
+        });
+        let results = futures_util::future::join_all(each).await;
+        let confirmed = results.iter().filter(|r| matches!(r, Ok(Ok(())))).count();
+        if confirmed < conns.len() {
+            tracing::debug!(
+                confirmed,
+                masters = conns.len(),
+                "some RedLock masters did not take the release subscription (down?); waiters count on the others"
+            );
+        }
+        confirmed
     }
 
     /// True if some task of this client is waiting for `channel`'s lock.
@@ -198,19 +308,27 @@ fn subscribe_error(key: &str, source: redis::RedisError) -> Error {
     }
 }
 
-fn dispatch(channels: &Mutex<ChannelMap>, push: PushInfo, dropped: &DroppedTx) {
+/// Counts one push of subscriber `master` (0 without a quorum); `dropped` (a cluster's and
+/// one server's subscriber, not a quorum's) learns of subscriptions that may have ended.
+fn dispatch(
+    channels: &Mutex<ChannelMap>,
+    push: PushInfo,
+    dropped: Option<&DroppedTx>,
+    master: usize,
+) {
     let map = sync::lock(channels);
-    match push.kind {
+    let bump = |entry: &Channel| entry.heard.send_modify(|heard| heard[master] += 1);
+    match (&push.kind, dropped) {
         // The server's own (a moved slot, a master turned replica) or the answer to a waiter's
         // departure: `resubscribe` tells them apart by the channel's state.
-        PushKind::SUnsubscribe => {
+        (PushKind::SUnsubscribe, Some(dropped)) => {
             if let Some(Value::BulkString(name)) = push.data.first() {
                 if map.contains_key(name.as_slice()) {
                     let _ = dropped.send(Dropped::Channel(name.clone()));
                 }
             }
         }
-        PushKind::Disconnection if !map.is_empty() => {
+        (PushKind::Disconnection, Some(dropped)) if !map.is_empty() => {
             let _ = dropped.send(Dropped::All);
         }
         _ => {}
@@ -227,14 +345,14 @@ fn dispatch(channels: &Mutex<ChannelMap>, push: PushInfo, dropped: &DroppedTx) {
         | PushKind::SUnsubscribe => {
             if let Some(Value::BulkString(name)) = push.data.first() {
                 if let Some(entry) = map.get(name.as_slice()) {
-                    entry.generation.send_modify(|g| *g += 1);
+                    bump(entry);
                 }
             }
         }
         // Messages may have been missed while disconnected: make every waiter look again.
         PushKind::Disconnection => {
             for entry in map.values() {
-                entry.generation.send_modify(|g| *g += 1);
+                bump(entry);
             }
         }
         _ => {}
@@ -335,12 +453,17 @@ async fn resubscribe_one(mut conn: Subscriber, channels: Arc<Mutex<ChannelMap>>,
 
 /// One waiter's interest in a release channel; dropping it gives the interest back.
 pub(crate) struct Subscription {
-    rx: watch::Receiver<u64>,
+    rx: watch::Receiver<Box<[u64]>>,
+    /// The counts at the last [`Subscription::mark_seen`].
+    seen: Box<[u64]>,
+    /// Masters that must have been heard from since then to wake this waiter.
+    wake_after: usize,
     entry: Arc<Channel>,
     channels: Arc<Mutex<ChannelMap>>,
-    conn: Subscriber,
+    conns: Subscribers,
     name: Vec<u8>,
     background: Background,
+    response_timeout: Duration,
     /// Held while this waiter is at the head of the queue; dropped with the subscription.
     turn: Option<OwnedSemaphorePermit>,
 }
@@ -361,13 +484,38 @@ impl Subscription {
 
     /// Call before each attempt: later messages wake [`Subscription::wait_until`].
     pub(crate) fn mark_seen(&mut self) {
-        self.rx.borrow_and_update();
+        self.seen.copy_from_slice(&self.rx.borrow_and_update());
     }
 
-    /// Waits for a release message published after the last [`Subscription::mark_seen`],
-    /// or until `deadline`.
+    /// Waits for a release message published after the last [`Subscription::mark_seen`]
+    /// (over a RedLock quorum: from enough masters, see the module docs), or until `deadline`
+    /// (sooner, every `DEGRADED_POLL`, if too few masters took the subscription).
     pub(crate) async fn wait_until(&mut self, deadline: Instant) {
-        let _ = tokio::time::timeout_at(deadline, self.rx.changed()).await;
+        let deadline = if self.entry.confirmed.load(Ordering::Acquire) < self.wake_after {
+            deadline.min(Instant::now() + DEGRADED_POLL)
+        } else {
+            deadline
+        };
+        loop {
+            let heard_from = {
+                let heard = self.rx.borrow_and_update();
+                heard
+                    .iter()
+                    .zip(&*self.seen)
+                    .filter(|(n, seen)| n != seen)
+                    .count()
+            };
+            if heard_from >= self.wake_after {
+                return;
+            }
+            // (The sender lives in `entry`, as long as this receiver: `changed` does not fail.)
+            if !matches!(
+                tokio::time::timeout_at(deadline, self.rx.changed()).await,
+                Ok(Ok(()))
+            ) {
+                return;
+            }
+        }
     }
 }
 
@@ -377,8 +525,9 @@ impl Drop for Subscription {
         self.turn = None;
         let entry = self.entry.clone();
         let channels = self.channels.clone();
-        let mut conn = self.conn.clone();
+        let conns = self.conns.clone();
         let name = std::mem::take(&mut self.name);
+        let timeout = self.response_timeout;
         let leave = async move {
             let mut state = entry.state.lock().await;
             state.waiters -= 1;
@@ -386,10 +535,9 @@ impl Drop for Subscription {
                 return;
             }
             if state.subscribed {
-                if let Err(error) = conn.unsubscribe(&name[..]).await {
-                    tracing::debug!(%error, "unsubscribe failed; the server drops it on reconnect");
-                }
+                unsubscribe(&conns, &name, timeout).await;
                 state.subscribed = false;
+                entry.confirmed.store(0, Ordering::Release);
             }
             state.retired = true;
             let mut map = sync::lock(&channels);
@@ -398,5 +546,30 @@ impl Drop for Subscription {
             }
         };
         self.background.spawn(leave);
+    }
+}
+
+/// Unsubscribes from `name` on the subscriber, or on every master of a RedLock quorum at once,
+/// each bounded by `timeout` (a master that is down lost the subscription with its connection;
+/// should the subscriber reconnect to it later, it subscribes again to what that master last
+/// confirmed, and such a stale channel only delivers harmless extra wake-ups).
+async fn unsubscribe(conns: &Subscribers, name: &[u8], timeout: Duration) {
+    if let [conn] = &conns[..] {
+        if let Err(error) = conn.clone().unsubscribe(name).await {
+            tracing::debug!(%error, "unsubscribe failed; the server drops it on reconnect");
+        }
+        return;
+    }
+    let each = conns.iter().map(|conn| {
+        let mut conn = conn.clone();
+        async move { tokio::time::timeout(timeout, conn.unsubscribe(name)).await }
+    });
+    for result in futures_util::future::join_all(each).await {
+        let error = match result {
+            Ok(Ok(())) => continue,
+            Ok(Err(error)) => error.to_string(),
+            Err(_) => "timed out".to_owned(),
+        };
+        tracing::debug!(%error, "unsubscribe on a RedLock master failed (down?)");
     }
 }
