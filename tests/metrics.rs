@@ -630,6 +630,43 @@ async fn held_and_waiting_return_to_zero_on_every_exit_path() {
     );
 }
 
+/// Over a RedLock quorum a waiter is counted in `distlock_waiting` too, and its wait sampled.
+#[tokio::test]
+async fn waiting_over_a_redlock_quorum_is_counted() {
+    recorded();
+    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let quorum = || async {
+        Config::redlock(masters.iter().map(RedisServer::url))
+            .connect()
+            .await
+            .unwrap()
+    };
+    let (a, b) = (quorum().await, quorum().await);
+    const QUORUM: &str = "quorum:<id>";
+    let first = a.lock("quorum:1").label(QUORUM).acquire().await.unwrap();
+    let waiter = tokio::spawn(async move {
+        b.lock("quorum:1")
+            .label(QUORUM)
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+    });
+    eventually(Duration::from_secs(5), "the waiter waits", || async {
+        (gauge("distlock_waiting", QUORUM) == 1.0).then_some(())
+    })
+    .await;
+    first.release().await.unwrap();
+    let second = waiter.await.unwrap().expect("taken after the release");
+    assert_eq!(gauge("distlock_waiting", QUORUM), 0.0);
+    assert_eq!(outcomes(QUORUM), [2, 0, 0, 0, 0, 0]);
+    assert_eq!(
+        histogram("distlock_wait_seconds", &[("lock", QUORUM)]).len(),
+        1
+    );
+    second.release().await.unwrap();
+    assert_eq!(gauge("distlock_held", QUORUM), 0.0);
+}
+
 /// Every metric the runtime defines (`distlock-core/src/metrics.rs`) is in the "Metrics" table
 /// of the crate docs and of the README, and the tables name no other.
 #[test]

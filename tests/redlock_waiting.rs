@@ -2,7 +2,9 @@
 //! the testkit): a waiter subscribes to the lock's release channel on every master and is woken
 //! by the holder's release (not by polling, not by the holder's ttl), also with two masters
 //! killed; its subscriptions are gone from every live master once the waiters leave; waiting
-//! tasks take turns and stay exclusive.
+//! tasks take turns and stay exclusive; the releases of busy attempts' minority grants wake
+//! nobody (a crashed holder is waited out at its pttl); a subscription that too few masters
+//! took falls back to a look every 250 ms.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -184,13 +186,19 @@ async fn waiters_leave_no_subscription_on_any_live_master() {
             guard.release().await
         })
     };
-    // One waiter gives up (its wait runs out), one is cancelled, two take the lock in turn.
-    let gives_up = wait(&a, Duration::from_millis(800));
+    // On one client, a waiter that is cancelled and, queued behind it, one that gives up (its
+    // wait runs out); on another, two that take the lock in turn. So the only waiter that
+    // retries when the holder releases is the first taker: no attempt is on its way then (with
+    // a master down, an attempt that overtakes the release on some masters, or waiters of two
+    // clients that split the live masters, fail with `NoQuorum` even while waiting: item 8 of
+    // REDLOCK-STATUS.md).
     let cancelled = wait(&b, Duration::from_secs(30));
     let live: Vec<&RedisServer> = masters.iter().collect();
+    until_waiting(&live, name, 1, 0).await;
+    let gives_up = wait(&b, Duration::from_millis(800));
+    let takes_first = wait(&a, Duration::from_secs(30));
     until_waiting(&live, name, 2, 0).await;
-    let takes_a = wait(&a, Duration::from_secs(30));
-    let takes_b = wait(&b, Duration::from_secs(30));
+    let takes_second = wait(&a, Duration::from_secs(30));
     // One master dies while they wait: the others must still end up clean.
     masters[2].kill();
     let live: Vec<&RedisServer> = [0, 1, 3, 4].iter().map(|&i| &masters[i]).collect();
@@ -201,7 +209,7 @@ async fn waiters_leave_no_subscription_on_any_live_master() {
     cancelled.abort();
     assert!(cancelled.await.unwrap_err().is_cancelled());
     guard.release().await.expect("released by a majority");
-    for taken in [takes_a, takes_b] {
+    for taken in [takes_first, takes_second] {
         taken
             .await
             .unwrap()
@@ -360,4 +368,68 @@ async fn a_crashed_holder_of_a_bare_majority_is_waited_out_without_waking_storms
         first.max(second) - started < left + Duration::from_secs(2),
         "the second waiter was not woken by the first's release"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_on_too_few_masters_falls_back_to_coarse_looks() {
+    let masters = masters();
+    // Three masters refuse SUBSCRIBE (an ACL), but serve locks and publish releases: two
+    // subscribed masters are too few to count on (a release needs three to wake a waiter).
+    for master in &masters[..3] {
+        let () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("default")
+            .arg("-subscribe")
+            .query_async(&mut master.conn().await)
+            .await
+            .unwrap();
+    }
+    let (holder, waiter) = (client(&masters).await, client(&masters).await);
+    let name = "few";
+    let guard = holder.lock(name).ttl(HOLD_TTL).acquire().await.unwrap();
+    let before = attempts(&masters[4]).await;
+    let waiting = tokio::spawn(async move {
+        let guard = waiter
+            .lock(name)
+            .ttl(HOLD_TTL)
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await;
+        (guard, Instant::now(), waiter)
+    });
+    let subscribed: Vec<&RedisServer> = masters[3..].iter().collect();
+    until_waiting(&subscribed, name, 1, before + 2).await;
+    for master in &masters[..3] {
+        assert_eq!(subscribers(master, &channel(name)).await, 0);
+    }
+    // It looks again now and then (every 250 ms), neither never nor in a tight loop.
+    let from = attempts(&masters[4]).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let looks = attempts(&masters[4]).await - from;
+    assert!((2..=8).contains(&looks), "{looks} attempts in 1 s");
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    let (taken, taken_at, waiter) = waiting.await.unwrap();
+    taken
+        .expect("taken after the release")
+        .release()
+        .await
+        .unwrap();
+    let latency = taken_at - released_at;
+    assert!(
+        latency < Duration::from_secs(1),
+        "taken {latency:?} after the release"
+    );
+    eventually(Duration::from_secs(5), "no channel left", || {
+        let (subscribed, waiter) = (subscribed.clone(), waiter.clone());
+        async move {
+            for master in subscribed {
+                if !channels(master).await.is_empty() {
+                    return None;
+                }
+            }
+            (waiter.waiting_channels() == 0).then_some(())
+        }
+    })
+    .await;
 }

@@ -254,9 +254,10 @@
 //! `N − majority` masters can publish at all (releasing busy attempts' minority grants), so
 //! waiters do not wake each other. The holder's remaining ttl stays the fallback (a crashed
 //! holder never publishes). Tested in `tests/redlock_waiting.rs`: woken within milliseconds
-//! of the release, also with two masters killed; no attempts while waiting; no subscription
-//! left on any live master; no wake-up storm around a crashed holder of a bare majority. The
-//! group commit is for a standalone server only; `min_replicas` does not apply.
+//! of the release (with two masters killed, within about the response timeout its own
+//! attempt waits for them); no attempts while waiting; no subscription left on any live
+//! master; no wake-up storm around a crashed holder of a bare majority. The group commit is
+//! for a standalone server only; `min_replicas` does not apply.
 //!
 //! Fencing over a quorum: each master keeps its own fence floor and the masters' clocks
 //! differ, so the largest token of one majority is not by itself above an earlier holder's

@@ -14,16 +14,17 @@
 //!
 //! Over a RedLock quorum (`Config::redlock`) the client keeps one subscriber connection per
 //! master (each connecting on first use, so a master that is down costs its response timeout
-//! and nothing else) and counts each channel's messages per master. A waiter retries once
-//! messages from `N − majority + 1` different masters arrived since its attempt, where `N` is
-//! the number of masters: that many were holding the lock for others when an attempt was
-//! busy, and each publishes when its key is released, so a release wakes the waiter; while a
-//! holder keeps a majority, at most `N − majority` masters can publish at all (the free ones,
-//! whose only publishes are the releases of a busy attempt's minority grants), so those never
-//! wake anyone and waiters do not storm each other. A subscription that reached fewer masters
-//! than that (they are down) looks again every `DEGRADED_POLL`; a master that comes back is
-//! subscribed again by the next waiter that finds too few, and otherwise the holder's pttl
-//! covers it, as it covers a crashed holder.
+//! and nothing else) and counts each channel's messages (and subscription confirmations, not
+//! disconnections) per master. A waiter retries once messages from `N − majority + 1`
+//! different masters arrived since its attempt, where `N` is the number of masters: that many
+//! were holding the lock for others when an attempt was busy, and each publishes when its key
+//! is released, so a release wakes the waiter; while a holder keeps a majority, at most
+//! `N − majority` masters can publish at all (the free ones, whose only publishes are the
+//! releases of busy attempts' minority grants), so those never wake anyone and waiters do not
+//! storm each other. A subscription that reached fewer masters than that (they are down, or
+//! refuse it) looks again every `DEGRADED_POLL`, and the next waiter subscribes again; a
+//! master that comes back while enough others have the subscription is not needed (the
+//! holder's pttl covers a missed release, as it covers a crashed holder).
 //!
 //! In a cluster, the server ends a sharded subscription itself when the channel's slot moves to
 //! another shard or its master becomes a replica in a failover (`SUNSUBSCRIBE` push), and a
@@ -58,8 +59,8 @@ type Subscribers = Arc<[Subscriber]>;
 const DEGRADED_POLL: Duration = Duration::from_millis(250);
 
 struct Channel {
-    /// Messages (and subscription confirmations, and disconnections) heard, one count per
-    /// master (one in all without a quorum).
+    /// Messages heard (and subscription confirmations; without a quorum, disconnections too),
+    /// one count per master (one in all without a quorum).
     heard: watch::Sender<Box<[u64]>>,
     /// Masters that confirmed the subscription (set while the state is held).
     confirmed: AtomicUsize,
@@ -350,7 +351,10 @@ fn dispatch(
             }
         }
         // Messages may have been missed while disconnected: make every waiter look again.
-        PushKind::Disconnection => {
+        // (Not over a quorum: one master's disconnection says nothing about the lock, and
+        // counted as a message it could wake a waiter while the release is still on its way
+        // to the others; its resubscription's confirmation counts once it is back.)
+        PushKind::Disconnection if dropped.is_some() => {
             for entry in map.values() {
                 bump(entry);
             }
