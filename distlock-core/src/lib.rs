@@ -294,10 +294,12 @@
 //! ## Limits
 //!
 //! Each lock lives on one Redis node (a server, the master the sentinels name, or the master of
-//! its slot in a cluster). With asynchronous replication, a failover can lose a lock that was
-//! just acquired on the old primary, and two owners may then hold it; `min_replicas` narrows that window and fencing
-//! tokens are what protects the resource. RedLock across independent nodes is not implemented.
-//! Everything one lock touches shares a Redis Cluster hash slot (see [`hash_slot`]).
+//! its slot in a cluster), or on a majority of independent masters ([`Config::redlock`]). With
+//! asynchronous replication, a failover can lose a lock that was just acquired on the old
+//! primary, and two owners may then hold it; `min_replicas` narrows that window and fencing
+//! tokens are what protects the resource. RedLock trades that for timing assumptions (see
+//! "Deployments"). Everything one lock touches shares a Redis Cluster hash slot (see
+//! [`hash_slot`]).
 #![deny(missing_docs)]
 
 mod acquire;
