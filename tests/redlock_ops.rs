@@ -97,13 +97,17 @@ async fn a_master_down_at_connect_gets_the_record_at_the_next_refresh() {
     masters[0].restart();
     let conn = masters[0].conn().await;
     // Refreshed every 20 s on every master; the first refresh after the restart writes it.
-    eventually(Duration::from_secs(25), "the record on the restarted master", || {
-        let (mut conn, key) = (conn.clone(), key.clone());
-        async move {
-            let exists: bool = conn.exists(&key).await.unwrap();
-            exists.then_some(())
-        }
-    })
+    eventually(
+        Duration::from_secs(25),
+        "the record on the restarted master",
+        || {
+            let (mut conn, key) = (conn.clone(), key.clone());
+            async move {
+                let exists: bool = conn.exists(&key).await.unwrap();
+                exists.then_some(())
+            }
+        },
+    )
     .await;
     assert_record(&masters[0], &key, "redlock-ops-late").await;
     guard.release().await.unwrap();
