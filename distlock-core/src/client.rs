@@ -68,7 +68,8 @@ impl Client {
             .connect_timeout
             .saturating_add(config.response_timeout);
         // RedLock: the masters connect lazily (a minority may be down); `backend` and `conn`
-        // are the first master's (identity record, waiters' subscriber).
+        // are the first master's (waiters' subscriber). The identity record goes to every
+        // master.
         let quorum = (!config.redlock_masters.is_empty())
             .then(|| redlock::connect(&config, &background))
             .transpose()?;
@@ -90,15 +91,11 @@ impl Client {
         };
         let id = format!("{}{}", scripts::VERSION_TAG, uuid::Uuid::new_v4().simple());
         let (handle, name_ref) = (background.handle(), name.as_deref());
-        identity::announce(
-            conn.clone(),
-            backend.clone(),
-            handle,
-            &config,
-            &id,
-            name_ref,
-        )
-        .await;
+        let record_on = match &quorum {
+            Some(quorum) => quorum.masters(),
+            None => vec![(conn.clone(), backend.clone())],
+        };
+        identity::announce(record_on, handle, &config, &id, name_ref).await;
         let conn = Arc::new(match quorum {
             Some(quorum) => quorum,
             None => Connection::new(conn, backend.clone(), background.clone()),

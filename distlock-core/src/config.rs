@@ -341,7 +341,7 @@ impl Config {
             return invalid("renew_batch_size must be at least 1");
         }
         if self.url.is_empty() {
-            return invalid("no Redis URL: give the server's URL (or, for `Config::cluster`, at least one seed node; for `Config::sentinel`, at least one sentinel)");
+            return invalid("no Redis URL: give the server's URL (or, for `Config::cluster`, at least one seed node; for `Config::sentinel`, at least one sentinel; for `Config::redlock`, at least one master)");
         }
         if self.sentinel_master_auth.is_some() && self.sentinels.is_empty() {
             return invalid("sentinel_master_auth applies to `Config::sentinel` only (a server's or a cluster's password goes in its URL)");

@@ -72,6 +72,15 @@ impl Connection {
         self.nodes.iter().map(|node| node.current().1).collect()
     }
 
+    /// Each master of a RedLock quorum: its command connection and its backend (none: not
+    /// one).
+    pub(crate) fn masters(&self) -> Vec<(Link, Arc<Backend>)> {
+        self.nodes
+            .iter()
+            .map(|node| (node.current().1, node.backend.clone()))
+            .collect()
+    }
+
     /// The number of masters of a RedLock quorum (0: not one).
     pub(crate) fn quorum_size(&self) -> usize {
         self.nodes.len()
