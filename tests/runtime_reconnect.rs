@@ -4,7 +4,9 @@
 //! redis-rs's connection manager shares one reconnect future among its callers; its backoff
 //! timer belongs to the runtime that first polled it. Once that runtime is gone, polling the
 //! timer panics, and the shared future stays poisoned: without a guard every later call on
-//! that connection would panic in the caller.
+//! that connection would panic in the caller. And a RedLock client connected on a runtime
+//! that ended must work at once from another (its masters' connections live on the client's
+//! own runtime).
 
 use std::time::Duration;
 
@@ -91,5 +93,28 @@ fn a_reconnect_left_by_a_runtime_that_ended_does_not_break_a_quorum() {
     assert!(
         ok.iter().all(|&ok| ok),
         "with 2 of 3 masters up every call must succeed: {ok:?}"
+    );
+}
+
+#[test]
+fn a_quorum_connected_on_a_runtime_that_ended_works_at_once_from_another() {
+    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let connecting = runtime();
+    let client = connecting
+        .block_on(
+            Config::redlock(masters.iter().map(RedisServer::url))
+                .response_timeout(Duration::from_millis(500))
+                .connect(),
+        )
+        .unwrap();
+    drop(connecting);
+    let outer = runtime();
+    let ok = outer.block_on(async {
+        let guard = client.lock("after-connect").acquire().await?;
+        guard.release().await
+    });
+    assert!(
+        ok.is_ok(),
+        "the first call after the connecting runtime ended failed: {ok:?}"
     );
 }

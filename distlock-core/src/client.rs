@@ -75,7 +75,11 @@ impl Client {
             .transpose()?;
         let conn = match &quorum {
             Some(quorum) => {
-                check_masters(quorum.master_links(), &config).await?;
+                // With the client's runtime entered, as every later call to a master
+                // (`Connection::call`): the masters' connections are made there.
+                background
+                    .enter(check_masters(quorum.master_links(), &config))
+                    .await?;
                 quorum.current().1
             }
             None => {
@@ -95,7 +99,12 @@ impl Client {
             Some(quorum) => quorum.masters(),
             None => vec![(conn.clone(), backend.clone())],
         };
-        identity::announce(record_on, handle, &config, &id, name_ref).await;
+        let announce = identity::announce(record_on, handle, &config, &id, name_ref);
+        if quorum.is_some() {
+            background.enter(announce).await;
+        } else {
+            announce.await;
+        }
         let conn = Arc::new(match quorum {
             Some(quorum) => quorum,
             None => Connection::new(conn, backend.clone(), background.clone()),
