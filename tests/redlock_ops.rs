@@ -112,3 +112,23 @@ async fn a_master_down_at_connect_gets_the_record_at_the_next_refresh() {
     assert_record(&masters[0], &key, "redlock-ops-late").await;
     guard.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn connect_fails_when_no_majority_of_masters_is_reachable() {
+    let mut masters = masters();
+    // Two of five down: a majority is left, the client starts.
+    masters[0].kill();
+    masters[1].kill();
+    let client = config(&masters).connect().await;
+    assert!(client.is_ok(), "3 of 5 masters up: {:?}", client.err());
+    // Three of five down: as a connect to one server that is down, it fails, promptly.
+    masters[2].kill();
+    let started = std::time::Instant::now();
+    let refused = config(&masters).connect().await;
+    let took = started.elapsed();
+    match refused {
+        Err(distlock::Error::Connect { .. } | distlock::Error::ConnectTimeout { .. }) => {}
+        other => panic!("expected a connect error with 2 of 5 masters up, got {other:?}"),
+    }
+    assert!(took < Duration::from_secs(3), "the refusal took {took:?}");
+}

@@ -12,7 +12,7 @@ use crate::background::Background;
 use crate::batch::Batcher;
 use crate::config::Config;
 use crate::connection::{CallError, Connection};
-use crate::error::{Error, Operation};
+use crate::error::{is_error_reply, Error, Operation};
 use crate::identity;
 use crate::ids::ShortId;
 use crate::quorum::{self, Quorate};
@@ -368,12 +368,17 @@ async fn check_server(conn: Link, config: &Config) -> Result<(), Error> {
     Ok(())
 }
 
-/// [`check_server`] on every master of a RedLock quorum at once: the connect fails (with the
-/// first master's error) only if so many refuse that no majority is left. A master that is
-/// down passes (its checks are best effort), so a client starts while a minority is down.
+/// [`check_server`] on every master of a RedLock quorum at once, after a `PING` that shows the
+/// master is reachable: the connect fails (with the first failing master's error) only if so
+/// many are down or refuse (a wrong password, a TLS handshake that fails) that no majority is
+/// left, as a connect to one server fails when it is down. A client starts while a minority
+/// is down; those masters connect when they are back.
 async fn check_masters(links: Vec<Link>, config: &Config) -> Result<(), Error> {
     let masters = links.len();
-    let checks = links.into_iter().map(|link| check_server(link, config));
+    let checks = links.into_iter().map(|link| async move {
+        reach(link.clone(), config).await?;
+        check_server(link, config).await
+    });
     let refused: Vec<Error> = futures_util::future::join_all(checks)
         .await
         .into_iter()
@@ -383,6 +388,20 @@ async fn check_masters(links: Vec<Link>, config: &Config) -> Result<(), Error> {
     match refused.into_iter().next() {
         Some(error) if left < quorum::majority(masters) => Err(error),
         _ => Ok(()),
+    }
+}
+
+/// A `PING` answered (any reply, an error reply too: the server is there) within the connect
+/// and response timeouts.
+async fn reach(mut conn: Link, config: &Config) -> Result<(), Error> {
+    let within = config
+        .connect_timeout
+        .saturating_add(config.response_timeout);
+    let ping = redis::cmd("PING");
+    match tokio::time::timeout(within, ping.exec_async(&mut conn)).await {
+        Err(_) => Err(Error::ConnectTimeout { after: within }),
+        Ok(Err(source)) if !is_error_reply(&source) => Err(Error::Connect { source }),
+        Ok(_) => Ok(()),
     }
 }
 
