@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use futures_util::FutureExt;
+
 use crate::backend::{Backend, Link};
 use crate::background::Background;
 use crate::error::is_error_reply;
@@ -70,9 +72,13 @@ impl Connection {
         self.nodes.iter().map(|node| node.current().1).collect()
     }
 
-    /// The backends of a RedLock quorum's masters, in order (none: not one).
-    pub(crate) fn master_backends(&self) -> Vec<Arc<Backend>> {
-        self.nodes.iter().map(|node| node.backend.clone()).collect()
+    /// Each master of a RedLock quorum: its command connection and its backend (none: not
+    /// one).
+    pub(crate) fn masters(&self) -> Vec<(Link, Arc<Backend>)> {
+        self.nodes
+            .iter()
+            .map(|node| (node.current().1, node.backend.clone()))
+            .collect()
     }
 
     /// The number of masters of a RedLock quorum (0: not one).
@@ -119,7 +125,10 @@ impl Connection {
         let mut pending: FuturesUnordered<_> = self
             .nodes
             .iter()
-            .map(|node| node.call_one(call, timeout))
+            // Polled with the client's runtime entered: each master's connection (its driver,
+            // its reconnects and their timers) lives there, not on whichever runtime called
+            // first, so a caller's runtime that shuts down takes none of them along.
+            .map(|node| node.background.enter(node.call_one(call, timeout)))
             .collect();
         let mut replies: Vec<C::Reply> = Vec::with_capacity(nodes);
         let mut decided = None;
@@ -163,8 +172,22 @@ impl Connection {
         // Polled on the caller's runtime: the driver lives wherever the connection was last
         // (re)made. If that runtime is gone, the call fails as a dropped connection and the
         // connection manager reconnects from the runtime that is asking (see `background`).
-        let run = request.send::<C::Raw, _>(&mut conn, wait);
-        let reply = tokio::time::timeout(timeout, run).await;
+        let run = std::panic::AssertUnwindSafe(request.send::<C::Raw, _>(&mut conn, wait));
+        let reply = match tokio::time::timeout(timeout, run.catch_unwind()).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(_panic)) => {
+                // redis-rs's connection manager shares one reconnect future among its callers,
+                // and its backoff timer belongs to the runtime that first polled it: once that
+                // runtime has shut down, polling it panics, and the shared future stays
+                // poisoned. A fresh connection manager is the only way back.
+                tracing::warn!(
+                    "the Redis connection's reconnect was left behind by a runtime that shut down; reconnecting"
+                );
+                self.retire(generation);
+                return Err(CallError::Redis(abandoned_error()));
+            }
+            Err(elapsed) => Err(elapsed),
+        };
         match reply {
             Ok(Ok(sent)) if echoes(&sent.echoed, call.request_id()) => {
                 match call.decode(sent.raw) {
@@ -246,6 +269,15 @@ impl Connection {
             Err(error) => tracing::warn!(%error, "could not replace the Redis connection"),
         }
     }
+}
+
+/// The error for a call whose connection panicked (see [`Connection::call_one`]).
+fn abandoned_error() -> redis::RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::ConnectionAborted,
+        "the Redis connection's reconnect was left behind by a tokio runtime that shut down; the connection was replaced",
+    )
+    .into()
 }
 
 /// The error for a reply that answers another request.
