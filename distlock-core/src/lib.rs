@@ -252,8 +252,9 @@
 //! attempt: a busy attempt found at least that many holding the lock for others, and each
 //! publishes when its key is released; while a holder keeps its majority only the other
 //! `N − majority` masters can publish at all (releasing busy attempts' minority grants), so
-//! waiters do not wake each other. The holder's remaining ttl stays the fallback (a crashed
-//! holder never publishes). Tested in `tests/redlock_waiting.rs`: woken within milliseconds
+//! waiters do not wake each other; waiters of several clients, woken together, that split
+//! the masters so that none has a majority pause a random, growing moment before retrying
+//! again. The holder's remaining ttl stays the fallback (a crashed holder never publishes). Tested in `tests/redlock_waiting.rs`: woken within milliseconds
 //! of the release (with two masters killed, within about the response timeout its own
 //! attempt waits for them); no attempts while waiting; no subscription left on any live
 //! master; no wake-up storm around a crashed holder of a bare majority. The group commit is
