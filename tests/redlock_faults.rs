@@ -292,3 +292,46 @@ async fn fenced_tokens_strictly_increase_with_two_masters_paused() {
     let all: Vec<&RedisServer> = masters.iter().collect();
     no_lock_keys_within(&all, response_timeout * 3, "nothing held once thawed").await;
 }
+
+#[tokio::test]
+async fn a_cancelled_acquire_leaves_nothing_once_the_paused_masters_thaw() {
+    let masters = masters();
+    let response_timeout = Duration::from_millis(500);
+    let client = client(&masters, response_timeout).await;
+    // A majority frozen: the acquire cannot be decided, and is given up (dropped) meanwhile.
+    let paused = [
+        masters[1].paused(),
+        masters[2].paused(),
+        masters[3].paused(),
+    ];
+    let given_up = tokio::time::timeout(
+        Duration::from_millis(50),
+        client
+            .lock("cancelled")
+            .ttl(Duration::from_secs(30))
+            .acquire(),
+    )
+    .await;
+    assert!(given_up.is_err(), "undecided within 50 ms: {given_up:?}");
+    // The cancelled attempt's cleanup releases it on the live masters.
+    let live = [&masters[0], &masters[4]];
+    no_lock_keys_within(
+        &live,
+        Duration::from_secs(2),
+        "released on the live masters",
+    )
+    .await;
+    // Thawed, the frozen masters grant the attempt late, then run the release that was sent
+    // after it: nothing is left (the 30 s ttl is far off).
+    for guard in paused {
+        guard.resume();
+    }
+    let frozen = [&masters[1], &masters[2], &masters[3]];
+    no_lock_keys_within(
+        &frozen,
+        response_timeout * 3,
+        "the thawed masters hold nothing of the cancelled attempt",
+    )
+    .await;
+    at_rest(&[&client], response_timeout * 3).await;
+}
