@@ -16,7 +16,7 @@ use crate::background::Background;
 use crate::error::is_error_reply;
 use crate::quorum::Quorate;
 use crate::scripts::{echoes, Call, ReplicaWait, Request, Sent};
-use crate::stragglers::{Fanout, Stragglers};
+use crate::stragglers::{expiry, Expired, Fanout, Stragglers};
 use crate::sync;
 
 /// Why a script call failed.
@@ -121,15 +121,17 @@ impl Connection {
         let nodes = self.nodes.len();
         let value = call.ordered_by();
         let id: Arc<[u8]> = call.request_id().into();
+        let (expire, expired) = expiry();
         let legs = self.nodes.iter().enumerate().map(|(i, node)| {
             let after = value.and_then(|v| self.stragglers.before(i, v));
-            let leg =
-                node.leg::<C::Raw>(call.request(), id.clone(), wait, after, deadline, timeout);
+            let (request, id, expired) = (call.request(), id.clone(), expired.clone());
+            let leg = node.leg::<C::Raw>(request, id, wait, after, expired, timeout);
             async move { (i, leg.await) }
         });
         let mut pending = Fanout::new(
             legs,
             value,
+            (deadline, expire),
             self.stragglers.clone(),
             self.background.clone(),
         );
@@ -172,21 +174,23 @@ impl Connection {
 
     /// This master's request of a quorum call, owning all it needs so that it can finish in
     /// the background once the call settled: sent when `after` (the requests for the same lock
-    /// value still out on this master) resolved, its reply awaited until `deadline` on a timer
-    /// of the client's runtime (which outlives the caller's). Out of time, the request is still
-    /// kept (in a task of its own) until one more `timeout` has passed, so that redis-rs writes
-    /// it even if the connection was slow to (a request queued behind it is written after it);
-    /// `timeout` also bounds the health check after a timeout. Yields the connection generation
-    /// it was sent on, with the raw reply.
+    /// value still out on this master) resolved, its reply awaited until `expired` (the call's
+    /// deadline, kept by its `Fanout`: no timer here, see `stragglers::expiry`). Out of time,
+    /// the request is still kept (in a task of its own) until one more `timeout` has passed,
+    /// because redis-rs does not write a queued request whose caller is gone: so what was
+    /// queued in its turn reaches the master, before whatever is queued behind it. `timeout`
+    /// also bounds the health check after a timeout. Yields the connection generation it was
+    /// sent on, with the raw reply.
     fn leg<R: redis::FromRedisValue + Send + 'static>(
         self: &Arc<Self>,
         request: Request,
         id: Arc<[u8]>,
         wait: Option<ReplicaWait>,
         after: Option<impl std::future::Future<Output = ()> + Send + 'static>,
-        deadline: tokio::time::Instant,
+        expired: Expired,
         timeout: Duration,
     ) -> impl std::future::Future<Output = Result<(u64, Sent<R>), CallError>> + Send + 'static {
+        use futures_util::future::{select, Either};
         let node = self.clone();
         async move {
             if let Some(after) = after {
@@ -195,18 +199,12 @@ impl Connection {
             }
             let (generation, mut conn) = node.current();
             let mut run = Box::pin(async move { request.send::<R, _>(&mut conn, wait).await });
-            let bounded = {
-                let _entered = node.background.handle().enter();
-                tokio::time::timeout_at(deadline, &mut run)
-            };
-            let reply = match bounded.await {
-                Ok(reply) => Ok(reply),
-                Err(_) => {
-                    // redis-rs drops a queued request whose caller is gone before writing it:
-                    // kept one more timeout, what was queued in its turn reaches the master.
-                    let tail = deadline + timeout;
+            // `run` is polled first: even past the deadline, the request is queued in its turn.
+            let reply = match select(&mut run, expired).await {
+                Either::Left((reply, _)) => Ok(reply),
+                Either::Right(_) => {
                     node.background.spawn(async move {
-                        let _ = tokio::time::timeout_at(tail, run).await;
+                        let _ = tokio::time::timeout(timeout, run).await;
                     });
                     Err(())
                 }

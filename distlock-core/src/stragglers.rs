@@ -45,18 +45,38 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures_util::future::{join_all, FutureExt, Shared};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::oneshot;
+use tokio::time::{Instant, Sleep};
 
 use crate::background::Background;
 use crate::sync;
 
 /// Resolves when a straggling request ended (its sender dropped).
 type Ended = Shared<oneshot::Receiver<()>>;
+
+/// Resolves when a call's requests are out of time (see [`expiry`]).
+pub(crate) type Expired = Shared<oneshot::Receiver<()>>;
+
+/// Says a call's requests are out of time when dropped (see [`expiry`]).
+pub(crate) struct Expire {
+    _expire: oneshot::Sender<()>,
+}
+
+/// The end of a call's time, shared by its requests: they hold no timer of their own (a timer
+/// belongs to the runtime that made it and panics once that runtime is gone, and a straggler
+/// outlives its caller's runtime). [`Fanout`] keeps the timer: on the caller's runtime while
+/// the caller waits, then on the client's (`Background`), and drops the [`Expire`] when the
+/// deadline passes.
+pub(crate) fn expiry() -> (Expire, Expired) {
+    let (expire, expired) = oneshot::channel();
+    (Expire { _expire: expire }, expired.shared())
+}
 
 /// The straggling requests of a quorum, by lock value and master.
 #[derive(Default)]
@@ -134,8 +154,9 @@ impl Drop for Out {
     }
 }
 
-/// One quorum call's requests, one per master, each yielding `(master index, outcome)`.
-/// Dropped with requests still out, those finish in a background task (see the module docs).
+/// One quorum call's requests, one per master, each yielding `(master index, outcome)`, and
+/// the timer that ends their time. Dropped with requests still out, those finish in a
+/// background task (see the module docs).
 pub(crate) struct Fanout<F, T>
 where
     F: Future<Output = (usize, T)> + Send + 'static,
@@ -146,6 +167,11 @@ where
     out: Vec<bool>,
     /// The lock value whose requests must stay in order (`None`: no order needed).
     value: Option<Box<[u8]>>,
+    deadline: Instant,
+    /// Dropped at the deadline (`None` once it passed).
+    expire: Option<Expire>,
+    /// On the caller's runtime: made at the first [`Fanout::next`].
+    timer: Option<Pin<Box<Sleep>>>,
     stragglers: Arc<Stragglers>,
     background: Background,
 }
@@ -155,11 +181,12 @@ where
     F: Future<Output = (usize, T)> + Send + 'static,
     T: Send + 'static,
 {
-    /// The requests `legs` (master `i`'s must yield `i`), already made; `value`: see
-    /// [`Stragglers::before`].
+    /// The requests `legs` (master `i`'s must yield `i`), already made with the [`Expired`]
+    /// of `expire`, out of time at `deadline`; `value`: see [`Stragglers::before`].
     pub(crate) fn new(
         legs: impl IntoIterator<Item = F>,
         value: Option<&[u8]>,
+        (deadline, expire): (Instant, Expire),
         stragglers: Arc<Stragglers>,
         background: Background,
     ) -> Self {
@@ -168,6 +195,9 @@ where
             out: vec![true; pending.len()],
             pending,
             value: value.map(Into::into),
+            deadline,
+            expire: Some(expire),
+            timer: None,
             stragglers,
             background,
         }
@@ -175,7 +205,11 @@ where
 
     /// The next request to end (`None`: all have).
     pub(crate) async fn next(&mut self) -> Option<(usize, T)> {
-        let ended = self.pending.next().await;
+        let deadline = self.deadline;
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        let ended = next_in_time(&mut self.pending, &mut self.expire, timer.as_mut()).await;
         if let Some(out) = ended.as_ref().and_then(|(i, _)| self.out.get_mut(*i)) {
             *out = false;
         }
@@ -186,6 +220,21 @@ where
     pub(crate) fn is_done(&self) -> bool {
         self.pending.is_empty()
     }
+}
+
+/// The next of `pending` to end; drops `expire` once `timer` fired (the requests then end).
+async fn next_in_time<F: Future>(
+    pending: &mut FuturesUnordered<F>,
+    expire: &mut Option<Expire>,
+    mut timer: Pin<&mut Sleep>,
+) -> Option<F::Output> {
+    std::future::poll_fn(|cx| {
+        if expire.is_some() && timer.as_mut().poll(cx).is_ready() {
+            *expire = None;
+        }
+        pending.poll_next_unpin(cx)
+    })
+    .await
 }
 
 impl<F, T> Drop for Fanout<F, T>
@@ -208,8 +257,11 @@ where
                 _ => None,
             })
             .collect();
+        let (deadline, mut expire) = (self.deadline, self.expire.take());
         self.background.spawn(async move {
-            while let Some((i, _)) = pending.next().await {
+            // Made here, on the client's runtime.
+            let mut timer = std::pin::pin!(tokio::time::sleep_until(deadline));
+            while let Some((i, _)) = next_in_time(&mut pending, &mut expire, timer.as_mut()).await {
                 // Ended: the requests queued behind it go.
                 if let Some(out) = outs.get_mut(i) {
                     *out = None;
@@ -257,7 +309,15 @@ mod tests {
                 (i, ())
             }
         });
-        let mut fanout = Fanout::new(legs, Some(b"v"), stragglers.clone(), background.clone());
+        let deadline = Instant::now() + std::time::Duration::from_secs(60);
+        let (expire, _expired) = expiry();
+        let mut fanout = Fanout::new(
+            legs,
+            Some(b"v"),
+            (deadline, expire),
+            stragglers.clone(),
+            background.clone(),
+        );
         assert!(fanout.next().await.is_some());
         assert!(fanout.next().await.is_some());
         drop(fanout);
