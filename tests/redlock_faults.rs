@@ -2,7 +2,8 @@
 //! from the testkit: acquires and releases settle as soon as a majority decided, without
 //! waiting out the response timeout of the masters that do not answer, and what those masters
 //! are sent still reaches them (the straggling requests finish in the background, in order per
-//! lock value), so they end up holding nothing once they answer again.
+//! lock value), so they end up holding nothing once they answer again, even after the runtime
+//! of the caller that sent them is gone.
 //!
 //! Every paused server is thawed by a drop guard (`RedisServer::paused`), so a failing test
 //! leaves no stopped `redis-server` behind.
@@ -334,4 +335,64 @@ async fn a_cancelled_acquire_leaves_nothing_once_the_paused_masters_thaw() {
     )
     .await;
     at_rest(&[&client], response_timeout * 3).await;
+}
+
+/// Panics seen on the clients' runtime threads (`distlock-client`), counted by a panic hook.
+static CLIENT_THREAD_PANICS: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+#[test]
+fn stragglers_outlive_the_runtime_of_their_caller() {
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if std::thread::current().name() == Some("distlock-client") {
+            CLIENT_THREAD_PANICS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        default_hook(info);
+    }));
+    let masters = masters();
+    let response_timeout = Duration::from_millis(300);
+    let paused = [masters[0].paused(), masters[3].paused()];
+    // The caller's runtime takes a lock and lets go of it, then ends while the requests to the
+    // frozen masters are still out.
+    let caller = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = caller.block_on(async {
+        let client = client(&masters, response_timeout).await;
+        let guard = client
+            .lock("outlived")
+            .ttl(Duration::from_secs(30))
+            .acquire()
+            .await
+            .expect("a majority of 3 answers");
+        guard.release().await.expect("released by the majority");
+        client
+    });
+    assert!(client.background_tasks() > 0, "stragglers are out");
+    drop(caller);
+    let checker = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    checker.block_on(async {
+        // Past their deadline (and the one more timeout a timed-out request is kept).
+        at_rest(&[&client], response_timeout * 4).await;
+        for guard in paused {
+            guard.resume();
+        }
+        let live = [&masters[1], &masters[2], &masters[4]];
+        no_lock_keys_within(
+            &live,
+            Duration::from_secs(2),
+            "released on the live masters",
+        )
+        .await;
+    });
+    assert_eq!(
+        CLIENT_THREAD_PANICS.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "a straggler polled a timer of the caller's runtime after it was gone"
+    );
 }

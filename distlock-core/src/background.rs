@@ -12,7 +12,10 @@
 //! floor). It lives on the runtime that made (or last re-made) it; if that runtime shuts down,
 //! the next call fails as a dropped connection before reaching Redis, the connection manager
 //! reconnects from the runtime that is asking (the watchdog's calls from this thread), and the
-//! call is retried once (acquire, release) or after a short delay (renewal).
+//! call is retried once (acquire, release) or after a short delay (renewal). The masters of a
+//! RedLock quorum are the exception: their connections are made and driven here, because a
+//! request still out when its call is decided finishes here, after its caller (see
+//! `stragglers`).
 //!
 //! It also counts the cleanup tasks in flight (releases, unsubscribes), so callers and tests
 //! can tell when a client is at rest.

@@ -74,7 +74,10 @@ impl Client {
             .transpose()?;
         let conn = match &quorum {
             Some(quorum) => {
-                check_masters(quorum.master_links(), &config).await?;
+                // The masters' connections live on the client's runtime (see `stragglers`).
+                background
+                    .enter(check_masters(quorum.master_links(), &config))
+                    .await?;
                 quorum.current().1
             }
             None => {
@@ -90,15 +93,19 @@ impl Client {
         };
         let id = format!("{}{}", scripts::VERSION_TAG, uuid::Uuid::new_v4().simple());
         let (handle, name_ref) = (background.handle(), name.as_deref());
-        identity::announce(
+        let announce = identity::announce(
             conn.clone(),
             backend.clone(),
             handle,
             &config,
             &id,
             name_ref,
-        )
-        .await;
+        );
+        match &quorum {
+            // The first master's connection lives on the client's runtime, like all of them.
+            Some(_) => background.enter(announce).await,
+            None => announce.await,
+        }
         let conn = Arc::new(match quorum {
             Some(quorum) => quorum,
             None => Connection::new(conn, backend.clone(), background.clone()),

@@ -198,7 +198,11 @@ impl Connection {
                 after.await;
             }
             let (generation, mut conn) = node.current();
-            let mut run = Box::pin(async move { request.send::<R, _>(&mut conn, wait).await });
+            // Polled with the client's runtime current, wherever it runs: what redis-rs makes
+            // for this master (connection drivers, the timers of a connect) lives there, not
+            // on a caller's runtime that may be gone when a straggler polls it.
+            let run = async move { request.send::<R, _>(&mut conn, wait).await };
+            let mut run = Box::pin(node.background.enter(run));
             // `run` is polled first: even past the deadline, the request is queued in its turn.
             let reply = match select(&mut run, expired).await {
                 Either::Left((reply, _)) => Ok(reply),
