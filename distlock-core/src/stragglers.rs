@@ -8,12 +8,15 @@
 //! request per master (`Connection::leg`: owned, so it can outlive the caller); dropped with
 //! requests still out (the call settled early, or its caller gave up), it hands them to a task
 //! on the client's runtime (`Background`, counted in `Client::background_tasks`), which runs
-//! each to its end: answered, failed, or out of time. Each is bounded by the response timeout
-//! (and a request out of time is kept one more timeout so that redis-rs still writes it, see
-//! `Connection::leg`), so the task ends within two timeouts and nothing is left registered.
-//! Tasks grow with the call rate times that bound, never without limit. Until one ends, it is
-//! registered in [`Stragglers`] under its master and its lock value, and the next request for
-//! that value to that master waits for it before it is sent.
+//! each to its end: answered, failed, or out of time at the call's deadline (one response
+//! timeout after it was sent; a request out of time is kept one more timeout in a task of its
+//! own so that redis-rs still writes it, see `Connection::leg`). Nothing is left registered
+//! after, and the tasks in flight grow with the call rate times that bound, never without
+//! limit. Until a request ends, it is registered in [`Stragglers`] under its master and its
+//! lock value, and the next request for that value to that master waits for it before it is
+//! sent. The requests hold no timer (see [`expiry`]) and the masters' connections are made and
+//! driven on the client's runtime, so nothing a straggler polls belongs to a caller's runtime
+//! that may be gone.
 //!
 //! Why this is as safe as waiting for every master:
 //!
