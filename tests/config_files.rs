@@ -80,6 +80,71 @@ fn a_cluster_in_json() {
 }
 
 #[test]
+fn a_redlock_quorum_in_toml_and_json() {
+    let masters = [
+        "redis://:hunter2@10.0.0.1:6379/",
+        "redis://:hunter3@10.0.0.2:6379/",
+        "redis://:hunter4@10.0.0.3:6379/",
+    ];
+    let built = Config::redlock(masters).default_ttl(Duration::from_secs(10));
+    let app: AppConfig = toml::from_str(
+        r#"
+        [locks]
+        redlock_masters = [
+            "redis://:hunter2@10.0.0.1:6379/",
+            "redis://:hunter3@10.0.0.2:6379/",
+            "redis://:hunter4@10.0.0.3:6379/",
+        ]
+        default_ttl = "10s"
+        "#,
+    )
+    .unwrap();
+    let shown = format!("{:?}", app.locks);
+    assert_eq!(shown, format!("{built:?}"));
+    assert!(shown.contains("redlock_masters"), "{shown}");
+    assert!(!shown.contains("hunter"), "{shown}");
+    let config: Config = serde_json::from_str(&format!(
+        r#"{{"redlock_masters": {}, "default_ttl": "10s"}}"#,
+        serde_json::to_string(&masters).unwrap()
+    ))
+    .unwrap();
+    assert_eq!(format!("{config:?}"), format!("{built:?}"));
+}
+
+#[test]
+fn a_redlock_quorum_is_refused_next_to_a_cluster_or_sentinel() {
+    let masters = "redlock_masters = [\"redis://:hunter2@a/\", \"redis://:hunter2@b/\"]";
+    let cases = [
+        (
+            format!("{masters}\ncluster_nodes = [\"redis://:hunter2@h:7000\"]"),
+            "the field `redlock_masters` is set together with the field `cluster_nodes`: a RedLock quorum takes independent masters",
+        ),
+        (
+            format!("{masters}\nsentinels = [\"redis://h:26379\"]\nsentinel_service = \"locks\""),
+            "the field `redlock_masters` is set together with the field `sentinels`",
+        ),
+        (
+            format!("{masters}\nurl = \"redis://h/\""),
+            "the field `redlock_masters` is set together with the field `url`",
+        ),
+        (
+            format!("{masters}\nmin_replicas = 1"),
+            "the field `min_replicas` is set, but it does not apply to the field `redlock_masters`",
+        ),
+        ("redlock_masters = []".to_owned(), "at least one master"),
+        (
+            "redlock_masters = [\"redis://a/\", \"redis://a/\"]".to_owned(),
+            "names the same master twice",
+        ),
+    ];
+    for (text, expected) in cases {
+        let err = toml::from_str::<Config>(&text).unwrap_err().to_string();
+        assert!(err.contains(expected), "{text}\n=> {err}");
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+}
+
+#[test]
 fn one_place_for_redis() {
     let cases = [
         (
@@ -117,7 +182,7 @@ fn only_the_url_is_required() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("the field `url` is missing: the Redis URL is required (or the field `cluster_nodes`, or the field `sentinels` with the field `sentinel_service`)"),
+        err.contains("the field `url` is missing: the Redis URL is required (or the field `cluster_nodes`, or the field `sentinels` with the field `sentinel_service`, or the field `redlock_masters`)"),
         "{err}"
     );
 }

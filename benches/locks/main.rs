@@ -9,18 +9,19 @@
 //! * B3 8 and 32 tasks waiting for one key: handoff gap and fairness;
 //! * B4 10,000 held locks renewed by the watchdog: Redis work and the smallest remaining ttl;
 //! * B5 the marketplace of "Redis in Action" ch. 6 (WATCH vs coarse lock vs per-item locks);
-//! * C1/C2 B1/B2's distlock loop on a Redis Cluster (1 and 3 masters) against one server.
+//! * C1/C2 B1/B2's distlock loop on a Redis Cluster (1 and 3 masters) and a RedLock quorum (3 and
+//!   5 masters) against one server.
 //!
 //! Prints the tables, checks the targets (PASS/FAIL) and writes `BENCHMARKS.md` with its
 //! plots (`docs/benchmarks/*.svg`).
 //!
 //! Environment: `BENCH_QUICK=1` for a short run (under a minute); `BENCH_REPS`, `BENCH_SECS`
-//! (measured seconds per run), `BENCH_ONLY=B1,B3` to pick scenarios (`C1`, `C2`: the cluster rows), `BENCH_WORKERS` (tokio
+//! (measured seconds per run), `BENCH_ONLY=B1,B3` to pick scenarios (`C1`, `C2`: the cluster and RedLock rows), `BENCH_WORKERS` (tokio
 //! worker threads, default: the number of CPUs), `BENCH_NO_WRITE=1` to leave BENCHMARKS.md and
 //! the plots alone.
 
-mod cluster;
 mod contenders;
+mod deployments;
 mod market;
 mod plan;
 mod plots;
@@ -126,7 +127,7 @@ async fn run(plan: Plan) -> BenchResult<()> {
         bench.b5(&mut report).await?;
     }
     if plan.runs("C1") || plan.runs("C2") {
-        report.cluster = cluster::run(&plan, &url).await?;
+        report.deployments = deployments::run(&plan, &url).await?;
     }
 
     let text = report.render();

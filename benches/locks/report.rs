@@ -105,8 +105,8 @@ pub(crate) struct Report {
     pub(crate) per_rep: HashMap<String, HashMap<Kind, Vec<f64>>>,
     pub(crate) b4: Vec<(Renewer, RenewRun)>,
     pub(crate) b5: Vec<B5Row>,
-    /// C1/C2: the cluster rows.
-    pub(crate) cluster: Vec<crate::cluster::Row>,
+    /// C1/C2: the cluster and RedLock rows.
+    pub(crate) deployments: Vec<crate::deployments::Row>,
 }
 
 struct Target {
@@ -185,7 +185,7 @@ impl Report {
             per_rep: HashMap::new(),
             b4: Vec::new(),
             b5: Vec::new(),
-            cluster: Vec::new(),
+            deployments: Vec::new(),
         })
     }
 
@@ -229,7 +229,7 @@ impl Report {
         self.render_b3(&mut out, &mut targets);
         self.render_b4(&mut out, &mut targets);
         self.render_b5(&mut out, &mut targets);
-        crate::cluster::render(&self.cluster, &mut out);
+        crate::deployments::render(&self.deployments, &mut out);
         self.render_peer_targets(&mut targets);
 
         let _ = writeln!(out, "## Targets\n");

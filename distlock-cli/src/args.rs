@@ -11,8 +11,10 @@ template (`order:42`), not Redis keys. PATTERN is a Redis glob over names: `*`, 
 Environment: DISTLOCK_URL, DISTLOCK_SENTINELS, DISTLOCK_SENTINEL_SERVICE, DISTLOCK_KEY_PREFIX,
 DISTLOCK_RESPONSE_TIMEOUT and DISTLOCK_CONNECT_TIMEOUT stand in for the flags (the variables
 `distlock::Config::from_env` reads); behind Sentinel, DISTLOCK_SENTINEL_MASTER_USERNAME and
-DISTLOCK_SENTINEL_MASTER_PASSWORD are the master's credentials. The password in a URL is never
-printed.
+DISTLOCK_SENTINEL_MASTER_PASSWORD are the master's credentials. A RedLock quorum
+(DISTLOCK_REDLOCK_MASTERS) is read one master at a time: --url names one of its masters, which
+holds every client's identity record and the locks it granted; a forced release there deletes
+that master's copy only (the lock stays held while a majority has it). The password in a URL is never printed.
 
 Exit status: 0 done; 1 failed (Redis unreachable or refusing, a key that is not a lock, not
 confirmed); 2 bad arguments or configuration; 3 no such lock.";

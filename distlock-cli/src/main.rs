@@ -10,7 +10,9 @@
 //! It reads the same settings as a distlock client (`--url`/`DISTLOCK_URL`, or
 //! `--sentinel`/`DISTLOCK_SENTINELS` with `--sentinel-service`/`DISTLOCK_SENTINEL_SERVICE` for
 //! the master Redis Sentinel names, `--prefix`/`DISTLOCK_KEY_PREFIX`, the timeouts), validated
-//! the same way, and takes and shows
+//! the same way; a RedLock quorum is read one master at a time (`--url` naming one of them:
+//! every master holds every client's identity record, and shows the locks it granted), and
+//! takes and shows
 //! lock *names* (what `lock(..)` was given), not Redis keys. It looks with `SCAN`, never `KEYS`,
 //! and never prints the password of a URL. Every failure is one line on standard error and an
 //! exit status: 1 failed, 2 bad arguments, 3 no such lock.
@@ -87,6 +89,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 response_timeout: cli.timeout,
             };
             through.master_url().await?
+        }
+        (None, true) if std::env::var_os("DISTLOCK_REDLOCK_MASTERS").is_some() => {
+            return Err(Failure::usage(
+                "DISTLOCK_REDLOCK_MASTERS names a RedLock quorum, but distlock reads one server: pass --url with one of its masters (each master holds every client's identity record and the locks it granted)",
+            ))
         }
         _ => {
             return Err(Failure::usage(

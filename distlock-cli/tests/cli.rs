@@ -442,6 +442,43 @@ async fn bad_servers_and_settings_are_one_line_each() {
     );
 }
 
+#[tokio::test]
+async fn a_redlock_quorum_is_read_one_master_at_a_time() {
+    let masters: Vec<TestRedis> = (0..3).map(|_| TestRedis::start().unwrap()).collect();
+    let urls: Vec<String> = masters.iter().map(|m| m.url().to_owned()).collect();
+    let holder = distlock::Config::redlock(urls.clone())
+        .install_as("cli-redlock")
+        .await
+        .unwrap();
+    let guard = hold(&holder, "order:7").await;
+    // Every master granted it and carries the holder's identity record: each names the process.
+    for url in &urls {
+        let out = run(&["--url", url, "show", "order:7"]).await;
+        out.status(0);
+        let pid = format!("pid        {}", std::process::id());
+        assert!(out.stdout.contains(&pid), "{url}: {}", out.stdout);
+        assert!(out.stdout.contains("cli-redlock"), "{url}: {}", out.stdout);
+    }
+    // The quorum's variable alone is not a server to read: a usage error naming --url.
+    let out = command(&["list"])
+        .env(
+            "DISTLOCK_REDLOCK_MASTERS",
+            format!("redis://:s3cret@127.0.0.1:{}/", unused_port()),
+        )
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("error: DISTLOCK_REDLOCK_MASTERS names a RedLock quorum")
+            && stderr.contains("pass --url with one of its masters")
+            && !stderr.contains("s3cret"),
+        "{stderr}"
+    );
+    guard.release().await.unwrap();
+}
+
 /// A loopback port nothing listens on.
 fn unused_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -12,10 +12,14 @@
 //! floor). It lives on the runtime that made (or last re-made) it; if that runtime shuts down,
 //! the next call fails as a dropped connection before reaching Redis, the connection manager
 //! reconnects from the runtime that is asking (the watchdog's calls from this thread), and the
-//! call is retried once (acquire, release) or after a short delay (renewal). The masters of a
-//! RedLock quorum are the exception: their connections are made and driven here, because a
-//! request still out when its call is decided finishes here, after its caller (see
-//! `stragglers`).
+//! call is retried once (acquire, release) or after a short delay (renewal). A reconnect that
+//! a dead runtime left behind (redis-rs shares it among callers, its backoff timer on that
+//! runtime) panics when polled: `connection` catches that and replaces the connection.
+//!
+//! The masters of a RedLock quorum are different: each call fans out to every master, a dead
+//! master is always reconnecting, and a failed master counts against the majority instead of
+//! being retried. Their connections are polled with this runtime entered, so they live here;
+//! so do the requests still out when their call is decided, after their caller (`stragglers`).
 //!
 //! It also counts the cleanup tasks in flight (releases, unsubscribes), so callers and tests
 //! can tell when a client is at rest.

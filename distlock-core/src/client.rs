@@ -12,7 +12,7 @@ use crate::background::Background;
 use crate::batch::Batcher;
 use crate::config::Config;
 use crate::connection::{CallError, Connection};
-use crate::error::{Error, Operation};
+use crate::error::{is_error_reply, Error, Operation};
 use crate::identity;
 use crate::ids::ShortId;
 use crate::quorum::{self, Quorate};
@@ -68,13 +68,15 @@ impl Client {
             .connect_timeout
             .saturating_add(config.response_timeout);
         // RedLock: the masters connect lazily (a minority may be down); `backend` and `conn`
-        // are the first master's (identity record, waiters' subscriber).
+        // are the first master's (waiters' subscriber). The identity record goes to every
+        // master.
         let quorum = (!config.redlock_masters.is_empty())
             .then(|| redlock::connect(&config, &background))
             .transpose()?;
         let conn = match &quorum {
             Some(quorum) => {
-                // The masters' connections live on the client's runtime (see `stragglers`).
+                // With the client's runtime entered, as every later call to a master
+                // (`Connection::call`): the masters' connections are made there.
                 background
                     .enter(check_masters(quorum.master_links(), &config))
                     .await?;
@@ -93,18 +95,15 @@ impl Client {
         };
         let id = format!("{}{}", scripts::VERSION_TAG, uuid::Uuid::new_v4().simple());
         let (handle, name_ref) = (background.handle(), name.as_deref());
-        let announce = identity::announce(
-            conn.clone(),
-            backend.clone(),
-            handle,
-            &config,
-            &id,
-            name_ref,
-        );
-        match &quorum {
-            // The first master's connection lives on the client's runtime, like all of them.
-            Some(_) => background.enter(announce).await,
-            None => announce.await,
+        let record_on = match &quorum {
+            Some(quorum) => quorum.masters(),
+            None => vec![(conn.clone(), backend.clone())],
+        };
+        let announce = identity::announce(record_on, handle, &config, &id, name_ref);
+        if quorum.is_some() {
+            background.enter(announce).await;
+        } else {
+            announce.await;
         }
         let conn = Arc::new(match quorum {
             Some(quorum) => quorum,
@@ -371,12 +370,17 @@ async fn check_server(conn: Link, config: &Config) -> Result<(), Error> {
     Ok(())
 }
 
-/// [`check_server`] on every master of a RedLock quorum at once: the connect fails (with the
-/// first master's error) only if so many refuse that no majority is left. A master that is
-/// down passes (its checks are best effort), so a client starts while a minority is down.
+/// [`check_server`] on every master of a RedLock quorum at once, after a `PING` that shows the
+/// master is reachable: the connect fails (with the first failing master's error) only if so
+/// many are down or refuse (a wrong password, a TLS handshake that fails) that no majority is
+/// left, as a connect to one server fails when it is down. A client starts while a minority
+/// is down; those masters connect when they are back.
 async fn check_masters(links: Vec<Link>, config: &Config) -> Result<(), Error> {
     let masters = links.len();
-    let checks = links.into_iter().map(|link| check_server(link, config));
+    let checks = links.into_iter().map(|link| async move {
+        reach(link.clone(), config).await?;
+        check_server(link, config).await
+    });
     let refused: Vec<Error> = futures_util::future::join_all(checks)
         .await
         .into_iter()
@@ -386,6 +390,20 @@ async fn check_masters(links: Vec<Link>, config: &Config) -> Result<(), Error> {
     match refused.into_iter().next() {
         Some(error) if left < quorum::majority(masters) => Err(error),
         _ => Ok(()),
+    }
+}
+
+/// A `PING` answered (any reply, an error reply too: the server is there) within the connect
+/// and response timeouts.
+async fn reach(mut conn: Link, config: &Config) -> Result<(), Error> {
+    let within = config
+        .connect_timeout
+        .saturating_add(config.response_timeout);
+    let ping = redis::cmd("PING");
+    match tokio::time::timeout(within, ping.exec_async(&mut conn)).await {
+        Err(_) => Err(Error::ConnectTimeout { after: within }),
+        Ok(Err(source)) if !is_error_reply(&source) => Err(Error::Connect { source }),
+        Ok(_) => Ok(()),
     }
 }
 

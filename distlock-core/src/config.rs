@@ -114,8 +114,10 @@ impl Config {
     /// the lease margin), renewed and released by majority, and released again everywhere
     /// when no majority was reached (which fails with [`Error::NoQuorum`] if too few masters
     /// answered). A fenced lock's token is strictly larger than every earlier quorum holder's
-    /// (two more rounds: see the crate docs). See the crate docs,
-    /// "Deployments", for what this guarantees and what it does not.
+    /// (two more rounds: see the crate docs). [`Config::connect`] succeeds while a majority of
+    /// the masters answers (a minority may be down; they are used when they are back) and
+    /// fails with [`Error::Connect`] or [`Error::ConnectTimeout`] otherwise. See the crate
+    /// docs, "Deployments", for what this guarantees and what it does not.
     pub fn redlock<I, S>(masters: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -341,7 +343,7 @@ impl Config {
             return invalid("renew_batch_size must be at least 1");
         }
         if self.url.is_empty() {
-            return invalid("no Redis URL: give the server's URL (or, for `Config::cluster`, at least one seed node; for `Config::sentinel`, at least one sentinel)");
+            return invalid("no Redis URL: give the server's URL (or, for `Config::cluster`, at least one seed node; for `Config::sentinel`, at least one sentinel; for `Config::redlock`, at least one master)");
         }
         if self.sentinel_master_auth.is_some() && self.sentinels.is_empty() {
             return invalid("sentinel_master_auth applies to `Config::sentinel` only (a server's or a cluster's password goes in its URL)");

@@ -12,6 +12,7 @@
 //! | `sentinels` | `DISTLOCK_SENTINELS` | sentinel URLs ([`Config::sentinel`]): a list in a file, comma-separated in the variable |
 //! | `sentinel_service` | `DISTLOCK_SENTINEL_SERVICE` | the master's name at the sentinels (required with `sentinels`) |
 //! | `sentinel_master_username`, `sentinel_master_password` | `DISTLOCK_SENTINEL_MASTER_USERNAME`, `DISTLOCK_SENTINEL_MASTER_PASSWORD` | the master's credentials ([`Config::sentinel_master_auth`]; the user name defaults to the default user) |
+//! | `redlock_masters` | `DISTLOCK_REDLOCK_MASTERS` | the URLs of the independent masters of a RedLock quorum ([`Config::redlock`]; each with its own password, if any): a list in a file, comma-separated in the variable |
 //! | `key_prefix` | `DISTLOCK_KEY_PREFIX` | 1–128 bytes without `{` or `}` (default `distlock`) |
 //! | `default_ttl` | `DISTLOCK_DEFAULT_TTL` | a duration (default `30s`) |
 //! | `connect_timeout` | `DISTLOCK_CONNECT_TIMEOUT` | a duration (default `5s`) |
@@ -23,7 +24,9 @@
 //! | `min_replicas` | `DISTLOCK_MIN_REPLICAS` | replicas that must acknowledge each acquire and renewal (default `0`) |
 //! | `replica_timeout` | `DISTLOCK_REPLICA_TIMEOUT` | a duration (default `500ms`) |
 //!
-//! Exactly one of `url`, `cluster_nodes` and `sentinels` says where Redis is. TLS
+//! Exactly one of `url`, `cluster_nodes`, `sentinels` and `redlock_masters` says where Redis
+//! is; `redlock_masters` is refused next to any of the others (a RedLock quorum is neither a
+//! cluster nor a Sentinel deployment), and so is `min_replicas` above 0 with it. TLS
 //! certificates ([`Config::tls_root_certificates`], [`Config::tls_client_certificate`]) are
 //! set in code.
 //!
@@ -55,6 +58,7 @@ struct Settings {
     sentinel_service: Option<String>,
     sentinel_master_username: Option<String>,
     sentinel_master_password: Option<String>,
+    redlock_masters: Option<Vec<String>>,
     key_prefix: Option<String>,
     default_ttl: Option<Human>,
     connect_timeout: Option<Human>,
@@ -72,10 +76,36 @@ impl Settings {
     /// `name` spells a setting as the source does (`DISTLOCK_URL`, "the field `url`").
     fn build(self, name: fn(&str) -> String) -> Result<Config, Error> {
         let sentinel = self.sentinels.is_some();
-        let mut config = match (self.url, self.cluster_nodes, self.sentinels) {
-            (Some(url), None, None) => Config::new(url),
-            (None, Some(nodes), None) => Config::cluster(nodes),
-            (None, None, Some(sentinels)) => {
+        if self.redlock_masters.is_some() {
+            let others = [
+                ("url", self.url.is_some()),
+                ("cluster_nodes", self.cluster_nodes.is_some()),
+                ("sentinels", sentinel),
+            ];
+            if let Some((other, _)) = others.iter().find(|(_, given)| *given) {
+                return Err(invalid(format!(
+                    "{} is set together with {}: a RedLock quorum takes independent masters, not a cluster, a Sentinel deployment or another server; give only one of them",
+                    name("redlock_masters"),
+                    name(other)
+                )));
+            }
+            if self.min_replicas.is_some_and(|replicas| replicas > 0) {
+                return Err(invalid(format!(
+                    "{} is set, but it does not apply to {} (a RedLock quorum's masters have no replicas to wait for)",
+                    name("min_replicas"),
+                    name("redlock_masters")
+                )));
+            }
+        }
+        let mut config = match (
+            self.url,
+            self.cluster_nodes,
+            self.sentinels,
+            self.redlock_masters,
+        ) {
+            (Some(url), None, None, None) => Config::new(url),
+            (None, Some(nodes), None, None) => Config::cluster(nodes),
+            (None, None, Some(sentinels), None) => {
                 let Some(service) = self.sentinel_service.clone() else {
                     return Err(invalid(format!(
                         "{} is missing: the sentinels need the name they know the master by",
@@ -84,13 +114,15 @@ impl Settings {
                 };
                 Config::sentinel(sentinels, service)
             }
-            (None, None, None) => {
+            (None, None, None, Some(masters)) => Config::redlock(masters),
+            (None, None, None, None) => {
                 return Err(invalid(format!(
-                    "{} is missing: the Redis URL is required (or {}, or {} with {})",
+                    "{} is missing: the Redis URL is required (or {}, or {} with {}, or {})",
                     name("url"),
                     name("cluster_nodes"),
                     name("sentinels"),
-                    name("sentinel_service")
+                    name("sentinel_service"),
+                    name("redlock_masters")
                 )))
             }
             _ => {
@@ -177,7 +209,7 @@ fn invalid(reason: String) -> Error {
 impl Config {
     /// The configuration in the `DISTLOCK_*` environment variables: where Redis is
     /// (`DISTLOCK_URL`, or `DISTLOCK_CLUSTER_NODES`, or `DISTLOCK_SENTINELS` with
-    /// `DISTLOCK_SENTINEL_SERVICE`; lists comma-separated), `DISTLOCK_KEY_PREFIX`,
+    /// `DISTLOCK_SENTINEL_SERVICE`, or `DISTLOCK_REDLOCK_MASTERS`; lists comma-separated), `DISTLOCK_KEY_PREFIX`,
     /// `DISTLOCK_DEFAULT_TTL`, `DISTLOCK_CONNECT_TIMEOUT`, `DISTLOCK_RESPONSE_TIMEOUT`,
     /// `DISTLOCK_FENCE_RETENTION`, `DISTLOCK_RENEW_BATCH_SIZE`, `DISTLOCK_MAX_HOLD`,
     /// `DISTLOCK_REQUIRE_NOEVICTION`, `DISTLOCK_MIN_REPLICAS` and `DISTLOCK_REPLICA_TIMEOUT`,
@@ -240,6 +272,7 @@ fn from_vars(vars: impl IntoIterator<Item = (OsString, OsString)>) -> Result<Con
             "SENTINEL_SERVICE" => settings.sentinel_service = Some(text()?),
             "SENTINEL_MASTER_USERNAME" => settings.sentinel_master_username = Some(text()?),
             "SENTINEL_MASTER_PASSWORD" => settings.sentinel_master_password = Some(text()?),
+            "REDLOCK_MASTERS" => settings.redlock_masters = list()?,
             "MIN_REPLICAS" => settings.min_replicas = count("a number of replicas")?,
             "REPLICA_TIMEOUT" => settings.replica_timeout = duration()?,
             "KEY_PREFIX" => settings.key_prefix = Some(text()?),
@@ -462,6 +495,69 @@ mod tests {
     }
 
     #[test]
+    fn a_redlock_quorum() {
+        let masters = [
+            "redis://:pw-a@10.0.0.1:6379/",
+            "redis://10.0.0.2:6379/",
+            "rediss://:pw-c@10.0.0.3:6380/",
+        ];
+        let config = env(&[
+            (
+                "DISTLOCK_REDLOCK_MASTERS",
+                &format!(" {}, {} ,{},", masters[0], masters[1], masters[2]),
+            ),
+            ("DISTLOCK_RESPONSE_TIMEOUT", "300ms"),
+        ])
+        .unwrap();
+        assert_eq!(config.redlock_masters, masters);
+        let built = Config::redlock(masters).response_timeout(Duration::from_millis(300));
+        let shown = format!("{config:?}");
+        assert_eq!(shown, format!("{built:?}"));
+        assert!(
+            !shown.contains("pw-a") && !shown.contains("pw-c"),
+            "{shown}"
+        );
+        assert!(shown.contains("redis://:***@10.0.0.1:6379/"), "{shown}");
+    }
+
+    #[test]
+    fn a_redlock_quorum_is_refused_next_to_another_deployment() {
+        let masters = (
+            "DISTLOCK_REDLOCK_MASTERS",
+            "redis://:pw-a@10.0.0.1/,redis://:pw-b@10.0.0.2/",
+        );
+        for (other, value) in [
+            ("DISTLOCK_CLUSTER_NODES", "redis://:pw-n@10.0.0.9:7000"),
+            ("DISTLOCK_SENTINELS", "redis://:pw-n@10.0.0.9:26379"),
+            ("DISTLOCK_URL", "redis://:pw-n@10.0.0.9/"),
+        ] {
+            let message = reason(env(&[masters, (other, value)]));
+            assert!(
+                message.starts_with(&format!(
+                    "DISTLOCK_REDLOCK_MASTERS is set together with {other}: a RedLock quorum"
+                )),
+                "{message}"
+            );
+            assert!(!message.contains("pw-"), "{message}");
+        }
+        let message = reason(env(&[masters, ("DISTLOCK_MIN_REPLICAS", "1")]));
+        assert!(
+            message.starts_with(
+                "DISTLOCK_MIN_REPLICAS is set, but it does not apply to DISTLOCK_REDLOCK_MASTERS"
+            ),
+            "{message}"
+        );
+        assert!(env(&[masters, ("DISTLOCK_MIN_REPLICAS", "0")]).is_ok());
+        let message = reason(env(&[("DISTLOCK_REDLOCK_MASTERS", " , ")]));
+        assert!(message.contains("at least one master"), "{message}");
+        let message = reason(env(&[(
+            "DISTLOCK_REDLOCK_MASTERS",
+            "redis://10.0.0.1/,redis://10.0.0.1/",
+        )]));
+        assert!(message.contains("the same master twice"), "{message}");
+    }
+
+    #[test]
     fn unset_variables_keep_the_defaults() {
         let config = env(&[("DISTLOCK_URL", "redis://127.0.0.1/")]).unwrap();
         let defaults = Config::new("redis://127.0.0.1/");
@@ -472,7 +568,7 @@ mod tests {
     fn bad_values_name_their_variable() {
         let message = reason(env(&[]));
         assert!(
-            message.contains("DISTLOCK_URL is missing: the Redis URL is required (or DISTLOCK_CLUSTER_NODES, or DISTLOCK_SENTINELS with DISTLOCK_SENTINEL_SERVICE)"),
+            message.contains("DISTLOCK_URL is missing: the Redis URL is required (or DISTLOCK_CLUSTER_NODES, or DISTLOCK_SENTINELS with DISTLOCK_SENTINEL_SERVICE, or DISTLOCK_REDLOCK_MASTERS)"),
             "{message}"
         );
         let url = ("DISTLOCK_URL", "redis://127.0.0.1/");

@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use futures_util::FutureExt;
+
 use crate::backend::{Backend, Link};
 use crate::background::Background;
 use crate::error::is_error_reply;
@@ -73,6 +75,15 @@ impl Connection {
     /// The command connections of a RedLock quorum's masters (none: not one).
     pub(crate) fn master_links(&self) -> Vec<Link> {
         self.nodes.iter().map(|node| node.current().1).collect()
+    }
+
+    /// Each master of a RedLock quorum: its command connection and its backend (none: not
+    /// one).
+    pub(crate) fn masters(&self) -> Vec<(Link, Arc<Backend>)> {
+        self.nodes
+            .iter()
+            .map(|node| (node.current().1, node.backend.clone()))
+            .collect()
     }
 
     /// The number of masters of a RedLock quorum (0: not one).
@@ -201,11 +212,15 @@ impl Connection {
             // Polled with the client's runtime current, wherever it runs: what redis-rs makes
             // for this master (connection drivers, the timers of a connect) lives there, not
             // on a caller's runtime that may be gone when a straggler polls it.
-            let run = async move { request.send::<R, _>(&mut conn, wait).await };
+            let run = async move {
+                let send = std::panic::AssertUnwindSafe(request.send::<R, _>(&mut conn, wait));
+                send.catch_unwind().await
+            };
             let mut run = Box::pin(node.background.enter(run));
             // `run` is polled first: even past the deadline, the request is queued in its turn.
             let reply = match select(&mut run, expired).await {
-                Either::Left((reply, _)) => Ok(reply),
+                Either::Left((Ok(reply), _)) => Ok(reply),
+                Either::Left((Err(_panic), _)) => return Err(node.abandoned(generation)),
                 Either::Right(_) => {
                     node.background.spawn(async move {
                         let _ = tokio::time::timeout(timeout, run).await;
@@ -232,8 +247,12 @@ impl Connection {
         // Polled on the caller's runtime: the driver lives wherever the connection was last
         // (re)made. If that runtime is gone, the call fails as a dropped connection and the
         // connection manager reconnects from the runtime that is asking (see `background`).
-        let run = request.send::<C::Raw, _>(&mut conn, wait);
-        let reply = tokio::time::timeout(timeout, run).await.map_err(|_| ());
+        let run = std::panic::AssertUnwindSafe(request.send::<C::Raw, _>(&mut conn, wait));
+        let reply = match tokio::time::timeout(timeout, run.catch_unwind()).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(_panic)) => return Err(self.abandoned(generation)),
+            Err(_) => Err(()),
+        };
         let sent = self.checked(generation, reply, call.request_id(), timeout)?;
         match call.decode(sent.raw) {
             Some(reply) => Ok((reply, sent.acked)),
@@ -242,6 +261,18 @@ impl Connection {
                 Err(CallError::Redis(desync_error()))
             }
         }
+    }
+
+    /// A call whose connection panicked: redis-rs's connection manager shares one reconnect
+    /// future among its callers, and its backoff timer belongs to the runtime that first polled
+    /// it: once that runtime has shut down, polling it panics, and the shared future stays
+    /// poisoned. A fresh connection manager is the only way back.
+    fn abandoned(&self, generation: u64) -> CallError {
+        tracing::warn!(
+            "the Redis connection's reconnect was left behind by a runtime that shut down; reconnecting"
+        );
+        self.retire(generation);
+        CallError::Redis(abandoned_error())
     }
 
     /// A reply (`Err(())`: none within the timeout) checked to answer request `id` on
@@ -327,6 +358,15 @@ impl Connection {
             Err(error) => tracing::warn!(%error, "could not replace the Redis connection"),
         }
     }
+}
+
+/// The error for a call whose connection panicked (see [`Connection::call_one`]).
+fn abandoned_error() -> redis::RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::ConnectionAborted,
+        "the Redis connection's reconnect was left behind by a tokio runtime that shut down; the connection was replaced",
+    )
+    .into()
 }
 
 /// The error for a reply that answers another request.

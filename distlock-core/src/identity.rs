@@ -27,6 +27,12 @@
 //! first write is part of connecting (one round trip on the new connection), so a lock taken
 //! right after `init` already names its process; each refresh opens a short-lived connection
 //! from the client's runtime thread rather than keeping one open for three writes a minute.
+//!
+//! A RedLock client (`Config::redlock`) writes the record on every master, at once, and
+//! refreshes it on every master: whichever master an operator reads, the owners of the locks
+//! it holds name their processes. A master that is down at connect (or refuses the write)
+//! does not fail the connect; it gets the record at the first refresh after it is back
+//! (within [`REFRESH_EVERY`]).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -113,23 +119,31 @@ impl Record {
     }
 }
 
-/// Writes the record of the client `client_id` (installed as `name`) on `conn`, then keeps it
-/// fresh from `background` (the client's runtime) until that runtime stops with the client.
-/// Failures are logged at `debug` and never returned.
+/// Writes the record of the client `client_id` (installed as `name`) on every server of
+/// `servers` (one; each master of a RedLock quorum), each on its command connection, all at
+/// once, then keeps it fresh on each of them from `background` (the client's runtime) until
+/// that runtime stops with the client. Failures are logged at `debug` per server and never
+/// returned: a server that is down at connect gets the record at the first refresh after it
+/// is back.
 pub(crate) async fn announce(
-    conn: Link,
-    backend: Arc<Backend>,
+    servers: Vec<(Link, Arc<Backend>)>,
     background: &Handle,
     config: &Config,
     client_id: &str,
     name: Option<&str>,
 ) {
-    let record = Record::of_this_process(&config.key_prefix, client_id, name);
+    let record = Arc::new(Record::of_this_process(&config.key_prefix, client_id, name));
     let timeout = config.response_timeout;
-    let mut conn = conn;
-    if let Err(error) = record.write(&mut conn, timeout).await {
-        tracing::debug!(key = %record.key, %error, "could not write the client's identity record");
-    }
+    let (links, backends): (Vec<Link>, Vec<Arc<Backend>>) = servers.into_iter().unzip();
+    let first = links.into_iter().enumerate().map(|(server, mut conn)| {
+        let record = &record;
+        async move {
+            if let Err(error) = record.write(&mut conn, timeout).await {
+                tracing::debug!(key = %record.key, server, %error, "could not write the client's identity record");
+            }
+        }
+    });
+    futures_util::future::join_all(first).await;
     // The task holds no part of the client, so it never keeps it alive; it ends when the
     // client's runtime stops.
     drop(background.spawn(async move {
@@ -138,13 +152,19 @@ pub(crate) async fn announce(
         refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             refresh.tick().await;
-            let written = match backend.fresh_link().await {
-                Ok(mut conn) => record.write(&mut conn, timeout).await,
-                Err(error) => Err(error.to_string()),
-            };
-            if let Err(error) = written {
-                tracing::debug!(key = %record.key, %error, "could not refresh the client's identity record");
-            }
+            let writes = backends.iter().enumerate().map(|(server, backend)| {
+                let record = &record;
+                async move {
+                    let written = match backend.fresh_link().await {
+                        Ok(mut conn) => record.write(&mut conn, timeout).await,
+                        Err(error) => Err(error.to_string()),
+                    };
+                    if let Err(error) = written {
+                        tracing::debug!(key = %record.key, server, %error, "could not refresh the client's identity record");
+                    }
+                }
+            });
+            futures_util::future::join_all(writes).await;
         }
     }));
 }

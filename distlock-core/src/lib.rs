@@ -156,7 +156,7 @@
 //! | a master with replicas, `min_replicas` | `Config::new(url).min_replicas(1)`, per lock [`LockBuilder::min_replicas`] or the attribute's `min_replicas = 1` | a lock acknowledged by `n` replicas (`WAIT`) survives a failover to any of them; a failover to a replica that had not acknowledged can still lose it |
 //! | Redis Cluster | `Config::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])` ([`Config::cluster`]; `rediss://` seeds with the `tls` feature) | each lock lives on the master of its slot; a coordinated `CLUSTER FAILOVER` and a migration of its slot keep it; an unplanned failover keeps it if it was taken with `min_replicas`, and can lose a lock just taken without |
 //! | Redis Sentinel | `Config::sentinel(["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"], "locks").min_replicas(1)` ([`Config::sentinel`]) | locks live on the master the sentinels name; the client follows a failover by itself; `SENTINEL FAILOVER` keeps a lock that asked for `min_replicas`; asynchronous replication as above otherwise |
-//! | RedLock over independent masters | `Config::redlock(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379", "redis://10.0.0.4:6379", "redis://10.0.0.5:6379"])` ([`Config::redlock`]) | held while a majority of the masters keeps it: survives the loss (or restart with persistence) of a minority; timing assumptions and their limits below |
+//! | RedLock over independent masters | `Config::redlock(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379", "redis://10.0.0.4:6379", "redis://10.0.0.5:6379"])` ([`Config::redlock`]; `rediss://` masters with the `tls` feature) | held while a majority of the masters keeps it: survives the loss (or restart with persistence) of a minority; timing assumptions and their limits below |
 //! | TLS (feature `tls`) | `Config::new("rediss://host:6380/")`, [`Config::tls_root_certificates`] for a private CA, [`Config::tls_client_certificate`] for mutual TLS | as the same deployment without TLS |
 //!
 //! **Replica acknowledgement.** Redis replicates asynchronously: a lock acknowledged only by
@@ -254,7 +254,12 @@
 //! them, so whatever it grants late is released by the release that follows (the holder's, or
 //! the one after a failed attempt). Waiters poll
 //! (every 20 ms) instead of being woken; the group commit is for a standalone server only;
-//! `min_replicas` does not apply.
+//! `min_replicas` does not apply. The client's identity record (which process an owner id
+//! belongs to) is written on every master at connect and refreshed on every master, so the
+//! `distlock` CLI pointed at any one master names the holders of the locks it granted; a master
+//! down at connect gets it at the next refresh, within 20 s (`tests/redlock_ops.rs`). Over TLS,
+//! each master is a `rediss://` URL with the client's certificates (`tests/redlock_tls.rs`:
+//! three mutual-TLS masters, acquire, wait, renewal, release and fencing).
 //!
 //! Fencing over a quorum: each master keeps its own fence floor and the masters' clocks
 //! differ, so the largest token of one majority is not by itself above an earlier holder's
@@ -287,22 +292,23 @@
 //! crypto provider unless the application installed another): the server's certificate is
 //! checked against the system's trust store, or against [`Config::tls_root_certificates`]
 //! only. Every connection of the client (commands, the release subscriber, the identity
-//! refresh) uses the same settings. Without the feature a `rediss://` URL fails
+//! refresh; each master of a RedLock quorum) uses the same settings. Without the feature a `rediss://` URL fails
 //! [`Config::validate`] with a message that names the feature.
 //!
-//! Configuration files and
-//! `DISTLOCK_*` variables read every deployment but RedLock (`Config::redlock` is set in code
-//! for now) (`DISTLOCK_CLUSTER_NODES`,
-//! `DISTLOCK_SENTINELS` with `DISTLOCK_SENTINEL_SERVICE`) and `min_replicas`, but not TLS
-//! certificates: set those in code.
+//! Configuration files and `DISTLOCK_*` variables read every deployment
+//! (`DISTLOCK_CLUSTER_NODES`, `DISTLOCK_SENTINELS` with `DISTLOCK_SENTINEL_SERVICE`,
+//! `DISTLOCK_REDLOCK_MASTERS`; `cluster_nodes`, `sentinels`, `redlock_masters` in a file) and
+//! `min_replicas`, but not TLS certificates: set those in code.
 //!
 //! ## Limits
 //!
 //! Each lock lives on one Redis node (a server, the master the sentinels name, or the master of
-//! its slot in a cluster). With asynchronous replication, a failover can lose a lock that was
-//! just acquired on the old primary, and two owners may then hold it; `min_replicas` narrows that window and fencing
-//! tokens are what protects the resource. RedLock across independent nodes is not implemented.
-//! Everything one lock touches shares a Redis Cluster hash slot (see [`hash_slot`]).
+//! its slot in a cluster), or on a majority of independent masters ([`Config::redlock`]). With
+//! asynchronous replication, a failover can lose a lock that was just acquired on the old
+//! primary, and two owners may then hold it; `min_replicas` narrows that window and fencing
+//! tokens are what protects the resource. RedLock trades that for timing assumptions (see
+//! "Deployments"). Everything one lock touches shares a Redis Cluster hash slot (see
+//! [`hash_slot`]).
 #![deny(missing_docs)]
 
 mod acquire;

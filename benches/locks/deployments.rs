@@ -1,10 +1,13 @@
-//! C1/C2: distlock on a Redis Cluster (`Config::cluster`) against the same calls on one server.
+//! C1/C2: distlock on a Redis Cluster (`Config::cluster`) and on a RedLock quorum
+//! (`Config::redlock`) against the same calls on one server.
 //!
-//! * C1 is B1 (one task, acquire + release in a loop) on one server and on a 3-master cluster;
-//! * C2 is B2 (64 tasks, distinct keys, one client) on one server, on a 1-master cluster (every
-//!   slot on one node: the cluster client's own cost) and on a 3-master cluster.
+//! * C1 is B1 (one task, acquire + release in a loop) on one server, on a 3-master cluster and
+//!   on RedLock quorums of 3 and 5 masters;
+//! * C2 is B2 (64 tasks, distinct keys, one client) on the same, plus a 1-master cluster (every
+//!   slot on one node: the cluster client's own cost).
 //!
-//! The clusters (`testkit::RedisCluster`, no replicas) are started here and stopped by PID.
+//! The clusters (`testkit::RedisCluster`, no replicas) and the RedLock masters (independent
+//! `testkit::RedisServer`s) are started here and stopped by PID.
 //! Backends alternate within each repetition (the first one rotates); the *× one server*
 //! column is the median of per-repetition ratios.
 
@@ -23,6 +26,8 @@ enum Backend {
     Standalone,
     OneMaster,
     ThreeMasters,
+    RedLock3,
+    RedLock5,
 }
 
 impl Backend {
@@ -31,6 +36,8 @@ impl Backend {
             Backend::Standalone => "one server (`Config::new`)",
             Backend::OneMaster => "cluster, 1 master (`Config::cluster`)",
             Backend::ThreeMasters => "cluster, 3 masters (`Config::cluster`)",
+            Backend::RedLock3 => "RedLock, 3 masters (`Config::redlock`)",
+            Backend::RedLock5 => "RedLock, 5 masters (`Config::redlock`)",
         }
     }
 }
@@ -47,12 +54,15 @@ pub(crate) struct Row {
     over_standalone: f64,
 }
 
-/// The clients of every backend (and the clusters they talk to, stopped when dropped).
+/// The clients of every backend (and the servers they talk to, stopped when dropped).
 struct Clients {
     standalone: Client,
     one: Client,
     three: Client,
+    redlock3: Client,
+    redlock5: Client,
     _clusters: [testkit::RedisCluster; 2],
+    _masters: Vec<testkit::RedisServer>,
 }
 
 impl Clients {
@@ -61,28 +71,42 @@ impl Clients {
             Backend::Standalone => &self.standalone,
             Backend::OneMaster => &self.one,
             Backend::ThreeMasters => &self.three,
+            Backend::RedLock3 => &self.redlock3,
+            Backend::RedLock5 => &self.redlock5,
         }
     }
 }
 
 /// Runs C1 and/or C2 (as `plan` selects) and returns their rows.
 pub(crate) async fn run(plan: &Plan, standalone_url: &str) -> BenchResult<Vec<Row>> {
-    let (one, three) = tokio::task::spawn_blocking(|| {
+    let (one, three, masters) = tokio::task::spawn_blocking(|| {
         (
             testkit::RedisCluster::start_single_master(),
             testkit::RedisCluster::start(3, 0),
+            (0..5)
+                .map(|_| testkit::RedisServer::start())
+                .collect::<Vec<_>>(),
         )
     })
     .await?;
+    let quorum = |n: usize| Config::redlock(masters[..n].iter().map(testkit::RedisServer::url));
     let clients = Clients {
         standalone: Config::new(standalone_url).connect().await?,
         one: Config::cluster(one.urls()).connect().await?,
         three: Config::cluster(three.urls()).connect().await?,
+        redlock3: quorum(3).connect().await?,
+        redlock5: quorum(5).connect().await?,
         _clusters: [one, three],
+        _masters: masters,
     };
     let mut rows = Vec::new();
     if plan.runs("C1") {
-        let backends = [Backend::Standalone, Backend::ThreeMasters];
+        let backends = [
+            Backend::Standalone,
+            Backend::ThreeMasters,
+            Backend::RedLock3,
+            Backend::RedLock5,
+        ];
         rows.extend(scenario(plan, &clients, "C1", 1, &backends).await?);
     }
     if plan.runs("C2") {
@@ -90,6 +114,8 @@ pub(crate) async fn run(plan: &Plan, standalone_url: &str) -> BenchResult<Vec<Ro
             Backend::Standalone,
             Backend::OneMaster,
             Backend::ThreeMasters,
+            Backend::RedLock3,
+            Backend::RedLock5,
         ];
         rows.extend(scenario(plan, &clients, "C2", 64, &backends).await?);
     }
@@ -183,11 +209,12 @@ pub(crate) fn render(rows: &[Row], out: &mut String) {
     }
     let _ = writeln!(
         out,
-        "## C1/C2 — Redis Cluster against one server\n\n\
+        "## C1/C2 — Redis Cluster and RedLock against one server\n\n\
          distlock's acquire + release (B1's and B2's loop, `Client::lock(..).acquire()` then \
-         `release()`) on one server, on a 1-master cluster (every slot on one node) and on a \
-         3-master cluster, all on this machine (no replicas). Keys are distinct per task, so \
-         they spread over the slots. *× one server* is the median of per-repetition ratios.\n"
+         `release()`) on one server, on a 1-master cluster (every slot on one node), on a \
+         3-master cluster and on RedLock quorums of 3 and 5 independent masters, all on this \
+         machine (no replicas). Keys are distinct per task, so they spread over the slots. \
+         *× one server* is the median of per-repetition ratios.\n"
     );
     let _ = writeln!(
         out,
@@ -217,6 +244,12 @@ pub(crate) fn render(rows: &[Row], out: &mut String) {
          three processes; on this machine two cores are shared by the benchmark's client and \
          every redis-server, so the CPU limits the figure, not any one master. On separate \
          hosts each master brings its own cores and network (not measured here); the client's \
-         one driver thread stays.\n"
+         one driver thread stays.\n\n\
+         RedLock sends every acquire and every release to every master at once and goes on \
+         when a majority has answered (the rest finish in the background), so on separate \
+         hosts a cycle costs about the round trip of the slowest master of the fastest \
+         majority, twice. Here the masters share the two cores with the client, so each cycle \
+         costs N masters' Redis work and N requests' client work: the figure falls with N. \
+         RedLock connections get no group commit (`batch` is for one server).\n"
     );
 }

@@ -1,0 +1,120 @@
+//! A reconnect that a call started on one tokio runtime, left in progress when that runtime
+//! shut down, must not break the client for callers on other runtimes (nor panic them).
+//!
+//! redis-rs's connection manager shares one reconnect future among its callers; its backoff
+//! timer belongs to the runtime that first polled it. Once that runtime is gone, polling the
+//! timer panics, and the shared future stays poisoned: without a guard every later call on
+//! that connection would panic in the caller. And a RedLock client connected on a runtime
+//! that ended must work at once from another (its masters' connections live on the client's
+//! own runtime).
+
+use std::time::Duration;
+
+use distlock::{Client, Config};
+use testkit::RedisServer;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Calls `client` once on a short-lived runtime (whose reconnect is left in progress), then
+/// at once on `outer`, `rounds` times; every call on `outer` must return (not panic).
+fn calls_across_runtimes(
+    client: &Client,
+    outer: &tokio::runtime::Runtime,
+    rounds: usize,
+) -> Vec<bool> {
+    let mut ok = Vec::new();
+    for round in 0..rounds {
+        let inner = runtime();
+        let name = format!("reconnect:{round}");
+        inner.block_on(async {
+            if let Ok(guard) = client.lock(format!("inner:{round}")).acquire().await {
+                let _ = guard.release().await;
+            }
+        });
+        drop(inner);
+        let client = client.clone();
+        let joined = outer.block_on(outer.spawn(async move {
+            match client.lock(name.as_str()).acquire().await {
+                Ok(guard) => guard.release().await.is_ok(),
+                Err(_) => false,
+            }
+        }));
+        ok.push(joined.expect("a call on another runtime panicked"));
+    }
+    ok
+}
+
+#[test]
+fn a_reconnect_left_by_a_runtime_that_ended_does_not_break_a_standalone_client() {
+    let mut server = RedisServer::start();
+    let outer = runtime();
+    let client = outer
+        .block_on(
+            Config::new(server.url())
+                .response_timeout(Duration::from_millis(150))
+                .connect_timeout(Duration::from_millis(150))
+                .connect(),
+        )
+        .unwrap();
+    server.kill();
+    calls_across_runtimes(&client, &outer, 20);
+    server.restart();
+    let back = outer.block_on(async {
+        for _ in 0..50 {
+            if let Ok(guard) = client.lock("reconnect:back").acquire().await {
+                return guard.release().await.is_ok();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    });
+    assert!(back, "the client did not recover once Redis was back");
+}
+
+#[test]
+fn a_reconnect_left_by_a_runtime_that_ended_does_not_break_a_quorum() {
+    let mut masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let outer = runtime();
+    let client = outer
+        .block_on(
+            Config::redlock(masters.iter().map(RedisServer::url))
+                .response_timeout(Duration::from_millis(150))
+                .connect_timeout(Duration::from_millis(150))
+                .connect(),
+        )
+        .unwrap();
+    masters[0].kill();
+    let ok = calls_across_runtimes(&client, &outer, 20);
+    assert!(
+        ok.iter().all(|&ok| ok),
+        "with 2 of 3 masters up every call must succeed: {ok:?}"
+    );
+}
+
+#[test]
+fn a_quorum_connected_on_a_runtime_that_ended_works_at_once_from_another() {
+    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let connecting = runtime();
+    let client = connecting
+        .block_on(
+            Config::redlock(masters.iter().map(RedisServer::url))
+                .response_timeout(Duration::from_millis(500))
+                .connect(),
+        )
+        .unwrap();
+    drop(connecting);
+    let outer = runtime();
+    let ok = outer.block_on(async {
+        let guard = client.lock("after-connect").acquire().await?;
+        guard.release().await
+    });
+    assert!(
+        ok.is_ok(),
+        "the first call after the connecting runtime ended failed: {ok:?}"
+    );
+}
