@@ -40,6 +40,18 @@ async fn holding(masters: &[RedisServer], name: &str) -> usize {
     n
 }
 
+/// Waits until `clients` have no background task left: a call returns once a majority
+/// decided, and its requests to the other masters finish in the background.
+async fn settled(clients: &[&Client]) {
+    testkit::eventually(Duration::from_secs(2), "the stragglers finish", || async {
+        clients
+            .iter()
+            .all(|c| c.background_tasks() == 0)
+            .then_some(())
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_counter_race_is_exact_over_five_masters() {
     let masters = masters();
@@ -47,8 +59,10 @@ async fn the_counter_race_is_exact_over_five_masters() {
     let store = RedisServer::start();
     let (clients, tasks, rounds) = (3, 4, 8);
     let mut handles = Vec::new();
+    let mut all = Vec::new();
     for _ in 0..clients {
         let client = client(&masters).await;
+        all.push(client.clone());
         for _ in 0..tasks {
             let (client, store) = (client.clone(), store.client());
             handles.push(tokio::spawn(async move {
@@ -78,6 +92,7 @@ async fn the_counter_race_is_exact_over_five_masters() {
         (clients * tasks * rounds) as i64,
         "a lost update: two holders at once"
     );
+    settled(&all.iter().collect::<Vec<_>>()).await;
     assert_eq!(holding(&masters, "counter").await, 0);
 }
 
@@ -156,6 +171,7 @@ async fn a_busy_attempt_leaves_nothing_on_the_minority_that_granted_it() {
     let client = client(&masters).await;
     let found = client.lock("minority").acquire().await;
     assert!(matches!(found, Err(Error::Busy { .. })), "{found:?}");
+    settled(&[&client]).await;
     for master in &masters[3..] {
         let v: Option<String> = master
             .conn()
@@ -250,10 +266,17 @@ async fn a_token_exceeds_an_earlier_one_from_a_master_whose_clock_ran_ahead() {
         .set("distlock:{skewed}:fence", ahead)
         .await
         .unwrap();
+    // The first majority must include master 0 (an acquire settles with the first majority
+    // that answers): masters 3 and 4 are frozen meanwhile.
+    let frozen = [masters[3].paused(), masters[4].paused()];
     let first = client.lock("skewed").fenced(true).acquire().await.unwrap();
     let t1 = first.token().unwrap();
     assert!(t1 > ahead);
     first.release().await.unwrap();
+    drop(frozen);
+    // Thawed, masters 3 and 4 grant the first acquire late, then run the release queued
+    // behind it (sent once the grant's reply is in): wait for those stragglers.
+    settled(&[&client]).await;
     // The next majority does not include master 0: its token must still be larger.
     masters[0].kill();
     let second = client.lock("skewed").fenced(true).acquire().await.unwrap();
@@ -284,7 +307,10 @@ async fn the_attribute_reentry_and_fencing_token_work_unchanged_over_a_quorum() 
     assert!(reentered, "the inner acquire re-entered the outer hold");
     let (second, _) = job(7).await.unwrap();
     assert!(second > first, "token {second} after {first}");
-    assert_eq!(holding(&masters, "job:7").await, 0);
+    testkit::eventually(Duration::from_secs(2), "released everywhere", || async {
+        (holding(&masters, "job:7").await == 0).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]

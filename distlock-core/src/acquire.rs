@@ -298,6 +298,8 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
     let mut waiting = Waiting::default();
     // Tasks of this client already wait for the lock: queue behind them instead of barging.
     let mut queue_first = give_up.is_some() && client.has_waiters(keys.channel());
+    // The last attempt's `NoQuorum`, if it failed so: what the waiter is told when time is up.
+    let mut no_quorum: Option<Error> = None;
     loop {
         let mut pttl = None;
         if !std::mem::take(&mut queue_first) {
@@ -308,7 +310,18 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
             // is released in the background.
             let mut pending = ReleaseOnDrop::new(hold.clone());
             let sent_at = Instant::now();
-            let (attempt, acked) = try_acquire(&hold, &terms, give_up.is_some()).await?;
+            let (attempt, acked) = match try_acquire(&hold, &terms, give_up.is_some()).await {
+                // RedLock: no majority either way (a split vote, masters that did not answer):
+                // a waiter tries again like after a busy attempt, until its wait runs out.
+                Err(error @ Error::NoQuorum { .. }) if give_up.is_some() => {
+                    no_quorum = Some(error);
+                    (Acquired::Busy { pttl: None }, None)
+                }
+                other => {
+                    no_quorum = None;
+                    other?
+                }
+            };
             let attempt = match attempt {
                 // RedLock: a token above every earlier holder's (failing, the lock is released).
                 Acquired::Taken { token: Some(taken) } if client.is_quorum() => Acquired::Taken {
@@ -356,7 +369,10 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
             })
         };
         let Some(give_up) = give_up.filter(|&g| now < g) else {
-            return busy();
+            return match no_quorum {
+                Some(error) => Err(error),
+                None => busy(),
+            };
         };
         match subscription.as_mut() {
             // Subscribed and at the head of the queue: try again at once, the lock may have

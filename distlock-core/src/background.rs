@@ -18,7 +18,8 @@
 //!
 //! The masters of a RedLock quorum are different: each call fans out to every master, a dead
 //! master is always reconnecting, and a failed master counts against the majority instead of
-//! being retried. Their connections are polled with this runtime entered, so they live here.
+//! being retried. Their connections are polled with this runtime entered, so they live here;
+//! so do the requests still out when their call is decided, after their caller (`stragglers`).
 //!
 //! It also counts the cleanup tasks in flight (releases, unsubscribes), so callers and tests
 //! can tell when a client is at rest.

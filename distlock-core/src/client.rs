@@ -180,7 +180,9 @@ impl Client {
     }
 
     /// Number of background tasks in flight: releases of dropped guards and cancelled
-    /// acquires, and unsubscribes of departed waiters. Zero when the client is at rest.
+    /// acquires, unsubscribes of departed waiters, and (over a RedLock quorum) the requests to
+    /// masters that had not answered when their call was decided. Zero when the client is at
+    /// rest.
     pub fn background_tasks(&self) -> usize {
         self.inner.background.count()
     }

@@ -499,7 +499,7 @@ mod tests {
         let masters = [
             "redis://:pw-a@10.0.0.1:6379/",
             "redis://10.0.0.2:6379/",
-            "rediss://:pw-c@10.0.0.3:6380/",
+            "redis://:pw-c@10.0.0.3:6380/",
         ];
         let config = env(&[
             (

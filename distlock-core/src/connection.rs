@@ -17,7 +17,8 @@ use crate::backend::{Backend, Link};
 use crate::background::Background;
 use crate::error::is_error_reply;
 use crate::quorum::Quorate;
-use crate::scripts::{echoes, Call};
+use crate::scripts::{echoes, Call, ReplicaWait, Request, Sent};
+use crate::stragglers::{expiry, Expired, Fanout, Stragglers};
 use crate::sync;
 
 /// Why a script call failed.
@@ -41,6 +42,8 @@ pub(crate) struct Connection {
     background: Background,
     /// The masters of a RedLock quorum (empty: this connection is the one to use).
     nodes: Vec<Arc<Connection>>,
+    /// A quorum's requests still out after their call settled (see `stragglers`).
+    stragglers: Arc<Stragglers>,
 }
 
 impl Connection {
@@ -51,6 +54,7 @@ impl Connection {
             probing: AtomicBool::new(false),
             background,
             nodes: Vec::new(),
+            stragglers: Arc::default(),
         }
     }
 
@@ -64,6 +68,7 @@ impl Connection {
             probing: AtomicBool::new(false),
             background: first.background.clone(),
             nodes,
+            stragglers: Arc::default(),
         }
     }
 
@@ -110,34 +115,52 @@ impl Connection {
     }
 
     /// [`Connection::call`] over a RedLock quorum: sent to every master at once, each bounded
-    /// by `timeout`; the replies count by majority (`Quorate::tally`). A call that settles
-    /// early (a renewal) returns as soon as its outcome cannot change any more, so a slow or
-    /// dead master does not hold up a decided majority (its request finishes or times out
-    /// unheard); the others wait for every master. No replica acknowledgement is asked for.
+    /// by `timeout`; the replies count by majority (`Quorate::tally`). The call returns as soon
+    /// as its outcome cannot change any more (`Quorate::settles_early`), so a slow or dead
+    /// master does not hold up a decided majority: its request finishes in the background, and
+    /// the next request for the same lock value to that master is sent after it (see
+    /// `stragglers` for why that keeps releases and late grants safe). No replica
+    /// acknowledgement is asked for.
     async fn call_quorum<C: Quorate>(
-        &self,
+        self: &Arc<Self>,
         call: &C,
         timeout: Duration,
     ) -> Result<(C::Reply, Option<usize>), CallError> {
-        use futures_util::stream::{FuturesUnordered, StreamExt};
         let sent_at = tokio::time::Instant::now();
+        let wait = call.replica_wait();
+        let deadline = sent_at + timeout.saturating_add(wait.map_or(Duration::ZERO, |w| w.timeout));
         let nodes = self.nodes.len();
-        let mut pending: FuturesUnordered<_> = self
-            .nodes
-            .iter()
-            // Polled with the client's runtime entered: each master's connection (its driver,
-            // its reconnects and their timers) lives there, not on whichever runtime called
-            // first, so a caller's runtime that shuts down takes none of them along.
-            .map(|node| node.background.enter(node.call_one(call, timeout)))
-            .collect();
+        let value = call.ordered_by();
+        let id: Arc<[u8]> = call.request_id().into();
+        let (expire, expired) = expiry();
+        let legs = self.nodes.iter().enumerate().map(|(i, node)| {
+            let after = value.and_then(|v| self.stragglers.before(i, v));
+            let (request, id, expired) = (call.request(), id.clone(), expired.clone());
+            let leg = node.leg::<C::Raw>(request, id, wait, after, expired, timeout);
+            async move { (i, leg.await) }
+        });
+        let mut pending = Fanout::new(
+            legs,
+            value,
+            (deadline, expire),
+            self.stragglers.clone(),
+            self.background.clone(),
+        );
         let mut replies: Vec<C::Reply> = Vec::with_capacity(nodes);
         let mut decided = None;
-        while let Some(reply) = pending.next().await {
+        while let Some((i, reply)) = pending.next().await {
+            // A reply of the wrong shape answers another request: as in `call_one`.
+            let reply = reply.and_then(|(generation, sent)| {
+                call.decode(sent.raw).ok_or_else(|| {
+                    self.nodes[i].retire(generation);
+                    CallError::Redis(desync_error())
+                })
+            });
             match reply {
-                Ok((reply, _)) => replies.push(reply),
+                Ok(reply) => replies.push(reply),
                 Err(error) => tracing::debug!(?error, "a RedLock master did not answer"),
             }
-            if pending.is_empty() || !call.settles_early() {
+            if pending.is_done() || !call.settles_early() {
                 continue;
             }
             // Counted with the masters still out as undecided: `Ok` means they cannot change it.
@@ -146,6 +169,8 @@ impl Connection {
                 break;
             }
         }
+        // The requests still out finish in the background.
+        drop(pending);
         let reply = match decided {
             Some(reply) => Ok(reply),
             None => call.tally(&replies, nodes, sent_at.elapsed()),
@@ -158,8 +183,58 @@ impl Connection {
             })
     }
 
+    /// This master's request of a quorum call, owning all it needs so that it can finish in
+    /// the background once the call settled: sent when `after` (the requests for the same lock
+    /// value still out on this master) resolved, its reply awaited until `expired` (the call's
+    /// deadline, kept by its `Fanout`: no timer here, see `stragglers::expiry`). Out of time,
+    /// the request is still kept (in a task of its own) until one more `timeout` has passed,
+    /// because redis-rs does not write a queued request whose caller is gone: so what was
+    /// queued in its turn reaches the master, before whatever is queued behind it. `timeout`
+    /// also bounds the health check after a timeout. Yields the connection generation it was
+    /// sent on, with the raw reply.
+    fn leg<R: redis::FromRedisValue + Send + 'static>(
+        self: &Arc<Self>,
+        request: Request,
+        id: Arc<[u8]>,
+        wait: Option<ReplicaWait>,
+        after: Option<impl std::future::Future<Output = ()> + Send + 'static>,
+        expired: Expired,
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = Result<(u64, Sent<R>), CallError>> + Send + 'static {
+        use futures_util::future::{select, Either};
+        let node = self.clone();
+        async move {
+            if let Some(after) = after {
+                // Bounded: each request it waits for ends by its own deadline, before this one's.
+                after.await;
+            }
+            let (generation, mut conn) = node.current();
+            // Polled with the client's runtime current, wherever it runs: what redis-rs makes
+            // for this master (connection drivers, the timers of a connect) lives there, not
+            // on a caller's runtime that may be gone when a straggler polls it.
+            let run = async move {
+                let send = std::panic::AssertUnwindSafe(request.send::<R, _>(&mut conn, wait));
+                send.catch_unwind().await
+            };
+            let mut run = Box::pin(node.background.enter(run));
+            // `run` is polled first: even past the deadline, the request is queued in its turn.
+            let reply = match select(&mut run, expired).await {
+                Either::Left((Ok(reply), _)) => Ok(reply),
+                Either::Left((Err(_panic), _)) => return Err(node.abandoned(generation)),
+                Either::Right(_) => {
+                    node.background.spawn(async move {
+                        let _ = tokio::time::timeout(timeout, run).await;
+                    });
+                    Err(())
+                }
+            };
+            node.checked(generation, reply, &id, timeout)
+                .map(|sent| (generation, sent))
+        }
+    }
+
     /// [`Connection::call`] on this connection alone (the group commit of `batch`, which a
-    /// quorum does not use, and each master of a quorum).
+    /// quorum does not use).
     pub(crate) async fn call_one<C: Call>(
         self: &Arc<Self>,
         call: &C,
@@ -175,29 +250,43 @@ impl Connection {
         let run = std::panic::AssertUnwindSafe(request.send::<C::Raw, _>(&mut conn, wait));
         let reply = match tokio::time::timeout(timeout, run.catch_unwind()).await {
             Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(_panic)) => {
-                // redis-rs's connection manager shares one reconnect future among its callers,
-                // and its backoff timer belongs to the runtime that first polled it: once that
-                // runtime has shut down, polling it panics, and the shared future stays
-                // poisoned. A fresh connection manager is the only way back.
-                tracing::warn!(
-                    "the Redis connection's reconnect was left behind by a runtime that shut down; reconnecting"
-                );
-                self.retire(generation);
-                return Err(CallError::Redis(abandoned_error()));
-            }
-            Err(elapsed) => Err(elapsed),
+            Ok(Err(_panic)) => return Err(self.abandoned(generation)),
+            Err(_) => Err(()),
         };
-        match reply {
-            Ok(Ok(sent)) if echoes(&sent.echoed, call.request_id()) => {
-                match call.decode(sent.raw) {
-                    Some(reply) => Ok((reply, sent.acked)),
-                    None => {
-                        self.retire(generation);
-                        Err(CallError::Redis(desync_error()))
-                    }
-                }
+        let sent = self.checked(generation, reply, call.request_id(), timeout)?;
+        match call.decode(sent.raw) {
+            Some(reply) => Ok((reply, sent.acked)),
+            None => {
+                self.retire(generation);
+                Err(CallError::Redis(desync_error()))
             }
+        }
+    }
+
+    /// A call whose connection panicked: redis-rs's connection manager shares one reconnect
+    /// future among its callers, and its backoff timer belongs to the runtime that first polled
+    /// it: once that runtime has shut down, polling it panics, and the shared future stays
+    /// poisoned. A fresh connection manager is the only way back.
+    fn abandoned(&self, generation: u64) -> CallError {
+        tracing::warn!(
+            "the Redis connection's reconnect was left behind by a runtime that shut down; reconnecting"
+        );
+        self.retire(generation);
+        CallError::Redis(abandoned_error())
+    }
+
+    /// A reply (`Err(())`: none within the timeout) checked to answer request `id` on
+    /// connection generation `generation`: a reply for another request or of the wrong shape
+    /// retires the connection; a timeout retires it if Redis answers a fresh connection.
+    fn checked<R>(
+        self: &Arc<Self>,
+        generation: u64,
+        reply: Result<redis::RedisResult<Sent<R>>, ()>,
+        id: &[u8],
+        timeout: Duration,
+    ) -> Result<Sent<R>, CallError> {
+        match reply {
+            Ok(Ok(sent)) if echoes(&sent.echoed, id) => Ok(sent),
             Ok(Ok(_)) => {
                 self.retire(generation);
                 Err(CallError::Redis(desync_error()))
@@ -220,7 +309,7 @@ impl Connection {
                 }
                 Err(CallError::Redis(source))
             }
-            Err(_) => {
+            Err(()) => {
                 self.retire_if_redis_answers(generation, timeout);
                 Err(CallError::Timeout)
             }

@@ -113,7 +113,9 @@ pub enum Error {
     /// A RedLock quorum (see [`crate::Config::redlock`]) could not be reached: fewer masters than
     /// a majority agreed (answered in time and granted, released or renewed the lock). An
     /// acquire that fails this way has released whatever it took (in the background if a
-    /// master does not answer; it expires at its ttl otherwise).
+    /// master does not answer; it expires at its ttl otherwise). An acquire with a `wait` tries
+    /// again meanwhile (two acquires can split the masters between them while some do not
+    /// answer) and fails with this only if the last attempt before its wait ran out did.
     #[error("{op} of lock `{key}` did not reach a quorum: {agreed} of the {required} masters a majority needs agreed in time (check that a majority of the RedLock masters is up and reachable)")]
     NoQuorum {
         /// What was attempted.

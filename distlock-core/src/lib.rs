@@ -244,27 +244,32 @@
 //! by majority too: a renewal extends the lease only if a majority renewed it, and a lock a
 //! majority no longer has is lost ([`LockGuard::lost`] resolves); while the masters that did
 //! not answer could still make a majority the call fails as [`Error::NoQuorum`] (a renewal is
-//! retried until the lease runs out, a release is retried in the background). Renewals
-//! settle as soon as a majority decided; acquires and releases wait for every master (so a
-//! release reaches all of them), each bounded by the response timeout, so while a master is
-//! down they can take up to that long. Waiters subscribe to the lock's release channel on
-//! every master and retry once `N − majority + 1` masters published a release since their
-//! attempt: a busy attempt found at least that many holding the lock for others, and each
-//! publishes when its key is released; while a holder keeps its majority only the other
-//! `N − majority` masters can publish at all (releasing busy attempts' minority grants), so
-//! waiters do not wake each other; waiters of several clients, woken together, that split
-//! the masters so that none has a majority pause a random, growing moment before retrying
-//! again. The holder's remaining ttl stays the fallback (a crashed holder never publishes). Tested in `tests/redlock_waiting.rs`: woken within milliseconds
-//! of the release (with two masters killed, within about the response timeout its own
-//! attempt waits for them); no attempts while waiting; no subscription left on any live
-//! master; no wake-up storm around a crashed holder of a bare majority. The group commit is
-//! for a standalone server only; `min_replicas` does not apply. The client's identity record
-//! (which process an owner id belongs to) is written on every master at connect and refreshed
-//! on every master, so the `distlock` CLI pointed at any one master names the holders of the
-//! locks it granted; a master down at connect gets it at the next refresh, within 20 s
-//! (`tests/redlock_ops.rs`). Over TLS, each master is a `rediss://` URL with the client's
-//! certificates (`tests/redlock_tls.rs`: three mutual-TLS masters, acquire, wait, renewal,
-//! release and fencing).
+//! retried until the lease runs out, a release is retried in the background; an acquire with
+//! a `wait` tries again until its wait runs out). Every call settles as soon as a majority
+//! decided it, so a master that is down or frozen does not slow acquires, releases or
+//! renewals down (tested with two of five masters killed, and frozen with `SIGSTOP`: a cycle
+//! takes milliseconds at a 2 s response timeout). The requests to the masters that have not
+//! answered yet finish in the background, each bounded by the response timeout, so a release
+//! still reaches every master; a request for the same lock is sent to such a master only after
+//! them, so whatever it grants late is released by the release that follows (the holder's, or
+//! the one after a failed attempt). Waiters subscribe to the lock's release channel on every
+//! master and retry once `N − majority + 1` masters published a release since their attempt:
+//! a busy attempt found at least that many holding the lock for others, and each publishes
+//! when its key is released; while a holder keeps its majority only the other `N − majority`
+//! masters can publish at all (releasing busy attempts' minority grants), so waiters do not
+//! wake each other; waiters of several clients, woken together, that split the masters so
+//! that none has a majority pause a random, growing moment before retrying again. The
+//! holder's remaining ttl stays the fallback (a crashed holder never publishes). Tested in
+//! `tests/redlock_waiting.rs`: woken within milliseconds of the release, also with two masters
+//! killed; no attempts while waiting; no subscription left on any live master; no wake-up
+//! storm around a crashed holder of a bare majority. The group commit is for a standalone
+//! server only; `min_replicas` does not apply. The client's identity record (which process an
+//! owner id belongs to) is written on every master at connect and refreshed on every master,
+//! so the `distlock` CLI pointed at any one master names the holders of the locks it granted;
+//! a master down at connect gets it at the next refresh, within 20 s (`tests/redlock_ops.rs`).
+//! Over TLS, each master is a `rediss://` URL with the client's certificates
+//! (`tests/redlock_tls.rs`: three mutual-TLS masters, acquire, wait, renewal, release and
+//! fencing).
 //!
 //! Fencing over a quorum: each master keeps its own fence floor and the masters' clocks
 //! differ, so the largest token of one majority is not by itself above an earlier holder's
@@ -344,6 +349,7 @@ mod run;
 #[doc(hidden)]
 pub mod scripts;
 mod sentinel;
+mod stragglers;
 mod sync;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -6,8 +6,9 @@
 //! within its validity time (ttl − elapsed − the lease margin), a release when a majority
 //! released it, a renewal when a majority renewed it. When the masters that did not answer
 //! could still tip the count either way, the call fails as [`NoQuorum`] (a transient error:
-//! the watchdog retries a renewal, a release is retried in the background). When they could
-//! not, the majority's answer is the reply: busy, gone or taken by another owner.
+//! the watchdog retries a renewal, a release is retried in the background, a waiting acquire
+//! tries again). When they could not, the majority's answer is the reply: busy, gone or taken
+//! by another owner, and the call returns without waiting for the others (`stragglers`).
 
 use std::time::Duration;
 
@@ -44,16 +45,27 @@ pub(crate) trait Quorate: Call {
         elapsed: Duration,
     ) -> Result<Self::Reply, NoQuorum>;
 
-    /// True if the call may return as soon as its outcome is decided, leaving slow masters
-    /// unheard (renewals, fence floors). Acquires and releases wait for every master (each
-    /// bounded by the response timeout) so that a release reaches all of them and nothing a
-    /// straggler granted is left behind.
+    /// True if the call returns as soon as its outcome is decided, its requests to the masters
+    /// that have not answered yet finishing in the background (`stragglers`): every call sent
+    /// to a quorum (acquires, releases, renewals, fence floors).
     fn settles_early(&self) -> bool {
-        false
+        true
+    }
+
+    /// The lock value whose requests to one master must run in the order they were sent:
+    /// an acquire's and a release's (so the release of an attempt, or of a holder, runs after
+    /// any late grant to it; see `stragglers`). `None`: renewals and fence floors, which
+    /// create nothing (a renewal only extends a key that is there, a floor only rises).
+    fn ordered_by(&self) -> Option<&[u8]> {
+        None
     }
 }
 
 impl Quorate for AcquireCall<'_> {
+    fn ordered_by(&self) -> Option<&[u8]> {
+        Some(self.owner.as_bytes())
+    }
+
     fn tally(
         &self,
         replies: &[Acquired],
@@ -65,6 +77,10 @@ impl Quorate for AcquireCall<'_> {
 }
 
 impl Quorate for FencedAcquireCall<'_> {
+    fn ordered_by(&self) -> Option<&[u8]> {
+        Some(self.value)
+    }
+
     fn tally(
         &self,
         replies: &[Acquired],
@@ -76,10 +92,6 @@ impl Quorate for FencedAcquireCall<'_> {
 }
 
 impl Quorate for FenceFloorCall<'_> {
-    fn settles_early(&self) -> bool {
-        true
-    }
-
     /// The largest floor among a majority's (fewer answers: no quorum).
     fn tally(&self, replies: &[u64], nodes: usize, _elapsed: Duration) -> Result<u64, NoQuorum> {
         let required = majority(nodes);
@@ -94,6 +106,10 @@ impl Quorate for FenceFloorCall<'_> {
 }
 
 impl Quorate for ReleaseCall<'_> {
+    fn ordered_by(&self) -> Option<&[u8]> {
+        Some(self.owner.as_bytes())
+    }
+
     fn tally(
         &self,
         replies: &[Released],
@@ -104,7 +120,13 @@ impl Quorate for ReleaseCall<'_> {
     }
 }
 
+/// Never sent to a quorum (a quorum has no group commit), so it neither settles early nor
+/// orders its requests behind stragglers; if it were, it would wait for every master.
 impl Quorate for ReleaseManyCall<'_> {
+    fn settles_early(&self) -> bool {
+        false
+    }
+
     fn tally(
         &self,
         replies: &[Vec<Released>],
@@ -123,10 +145,6 @@ impl Quorate for ReleaseManyCall<'_> {
 }
 
 impl Quorate for RenewCall<'_> {
-    fn settles_early(&self) -> bool {
-        true
-    }
-
     fn tally(
         &self,
         replies: &[Vec<Renewed>],

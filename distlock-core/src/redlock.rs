@@ -12,7 +12,8 @@ use crate::error::Error;
 
 /// The quorum connection over `config`'s masters. Each master's connection is made lazily
 /// (on first use, and again after a master restarts), so a client starts while a minority of
-/// the masters is down; each call bounds each master by the response timeout.
+/// the masters is down; each call bounds each master by the response timeout, and returns as
+/// soon as a majority decided it (the rest finish in the background, see `stragglers`).
 pub(crate) fn connect(config: &Config, background: &Background) -> Result<Connection, Error> {
     let mut nodes = Vec::with_capacity(config.redlock_masters.len());
     for url in &config.redlock_masters {

@@ -397,8 +397,9 @@ fn wrong_shape() -> redis::RedisError {
 /// One typed call: its request, the request id its reply echoes, and the decoding of the rest
 /// of the reply.
 pub(crate) trait Call {
-    /// The reply after the echoed id, as redis-rs reads it.
-    type Raw: FromRedisValue;
+    /// The reply after the echoed id, as redis-rs reads it (owned: a RedLock master's reply
+    /// may arrive in the background, after its call settled).
+    type Raw: FromRedisValue + Send + 'static;
     /// The decoded reply.
     type Reply;
     /// The request to send.

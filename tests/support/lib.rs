@@ -282,6 +282,17 @@ impl RedisServer {
         self.signal("-CONT");
     }
 
+    /// Freezes the server (`SIGSTOP`) until the returned guard is dropped (`SIGCONT`), so a
+    /// failing test never leaves a stopped `redis-server` behind; [`Paused::resume`] thaws it
+    /// earlier.
+    pub fn paused(&self) -> Paused<'_> {
+        self.pause();
+        Paused {
+            server: self,
+            resumed: false,
+        }
+    }
+
     /// Kills the server with `SIGKILL` and reaps it.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -294,6 +305,31 @@ impl RedisServer {
     pub fn restart(&mut self) {
         self.kill();
         self.spawn();
+    }
+}
+
+/// A server frozen by [`RedisServer::paused`]; thawed when dropped.
+pub struct Paused<'a> {
+    server: &'a RedisServer,
+    resumed: bool,
+}
+
+impl Paused<'_> {
+    /// Thaws the server now (`SIGCONT`).
+    pub fn resume(mut self) {
+        self.thaw();
+    }
+
+    fn thaw(&mut self) {
+        if !std::mem::replace(&mut self.resumed, true) && self.server.child.is_some() {
+            self.server.resume();
+        }
+    }
+}
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        self.thaw();
     }
 }
 
