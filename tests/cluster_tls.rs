@@ -1,74 +1,17 @@
 //! A Redis Cluster over TLS only (feature `tls`): three masters serving `--tls-port` with
-//! `--tls-cluster yes` and `--tls-replication yes`, certificates from a CA made here (rcgen);
+//! `--tls-cluster yes` and `--tls-replication yes`, certificates from a CA made here (`testkit::Pki`);
 //! `Config::cluster(["rediss://…"]).tls_root_certificates(ca)`: acquire, wait (woken by sharded
 //! pub/sub over TLS) and renew.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use distlock::{hash_slot, Config};
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
-};
-use testkit::{RedisCluster, TlsFiles};
-
-/// A CA and one certificate for `127.0.0.1` that every node serves (and presents to its
-/// peers), as PEM files in a temporary folder removed on drop.
-struct Pki {
-    dir: PathBuf,
-    ca_pem: String,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let dir = std::env::temp_dir().join(format!("distlock-cluster-tls-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "distlock cluster test CA");
-        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("CA key"))
-            .expect("CA certificate");
-        let key = KeyPair::generate().expect("key");
-        let mut params =
-            CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-                .expect("params");
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "distlock cluster node");
-        let cert = params.signed_by(&key, &ca).expect("signed certificate");
-        let write = |name: &str, text: &str| std::fs::write(dir.join(name), text).expect("write");
-        write("ca.crt", &ca.pem());
-        write("node.crt", &cert.pem());
-        write("node.key", &key.serialize_pem());
-        Pki {
-            ca_pem: ca.pem(),
-            dir,
-        }
-    }
-
-    fn files(&self) -> TlsFiles {
-        TlsFiles {
-            cert: self.dir.join("node.crt"),
-            key: self.dir.join("node.key"),
-            ca: self.dir.join("ca.crt"),
-            auth_clients: false,
-        }
-    }
-}
-
-impl Drop for Pki {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+use testkit::{Pki, RedisCluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_wait_and_renew_on_a_tls_cluster() {
-    let pki = Pki::new();
-    let cluster = RedisCluster::start_tls(3, 0, pki.files());
+    let pki = Pki::new("cluster");
+    let cluster = RedisCluster::start_tls(3, 0, pki.files(false));
     let urls = cluster.urls();
     assert!(urls.iter().all(|u| u.starts_with("rediss://")), "{urls:?}");
     let config = || {

@@ -1,89 +1,17 @@
 //! `rediss://` (feature `tls`) against a real `redis-server --tls-port`, with a CA, a server
-//! certificate and a client certificate made here (rcgen): acquire, wait and renew over TLS,
+//! certificate and a client certificate made here (`testkit::Pki`): acquire, wait and renew over TLS,
 //! mutual TLS, and a server whose CA is not trusted.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use distlock::{Config, Error};
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
-};
-use testkit::{LoneSentinel, RedisSentinel, RedisServer, ServerOptions, TlsFiles};
+use testkit::{LoneSentinel, Pki, RedisSentinel, RedisServer};
 
-/// A throwaway PKI: a CA, a server certificate for 127.0.0.1 and a client certificate, as PEM
-/// files in a temporary folder (removed on drop).
-struct Pki {
-    dir: PathBuf,
-    ca_pem: String,
-    client_cert_pem: String,
-    client_key_pem: String,
-}
-
-impl Pki {
-    fn new(tag: &str) -> Pki {
-        let dir = std::env::temp_dir().join(format!("distlock-tls-{}-{tag}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "distlock test CA");
-        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("CA key"))
-            .expect("CA certificate");
-        let leaf = |names: Vec<String>, cn: &str| {
-            let key = KeyPair::generate().expect("key");
-            let mut params = CertificateParams::new(names).expect("params");
-            params.distinguished_name.push(DnType::CommonName, cn);
-            let cert = params.signed_by(&key, &ca).expect("signed certificate");
-            (cert.pem(), key.serialize_pem())
-        };
-        let (server_cert, server_key) = leaf(
-            vec!["127.0.0.1".to_owned(), "localhost".to_owned()],
-            "distlock test server",
-        );
-        let (client_cert_pem, client_key_pem) = leaf(Vec::new(), "distlock test client");
-        let write = |name: &str, text: &str| std::fs::write(dir.join(name), text).expect("write");
-        write("ca.crt", &ca.pem());
-        write("server.crt", &server_cert);
-        write("server.key", &server_key);
-        Pki {
-            ca_pem: ca.pem(),
-            client_cert_pem,
-            client_key_pem,
-            dir,
-        }
-    }
-
-    fn files(&self, auth_clients: bool) -> TlsFiles {
-        TlsFiles {
-            cert: self.dir.join("server.crt"),
-            key: self.dir.join("server.key"),
-            ca: self.dir.join("ca.crt"),
-            auth_clients,
-        }
-    }
-
-    fn server(&self, auth_clients: bool) -> RedisServer {
-        RedisServer::start_with(ServerOptions {
-            tls: Some(self.files(auth_clients)),
-            ..Default::default()
-        })
-    }
-
-    /// A configuration that trusts this PKI's CA.
-    fn config(&self, server: &RedisServer) -> Config {
-        Config::new(server.url())
-            .tls_root_certificates(self.ca_pem.as_bytes())
-            .connect_timeout(Duration::from_secs(2))
-    }
-}
-
-impl Drop for Pki {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// A configuration that trusts `pki`'s CA.
+fn config(pki: &Pki, server: &RedisServer) -> Config {
+    Config::new(server.url())
+        .tls_root_certificates(pki.ca_pem.as_bytes())
+        .connect_timeout(Duration::from_secs(2))
 }
 
 #[tokio::test]
@@ -91,8 +19,8 @@ async fn acquire_wait_and_renew_over_tls() {
     let pki = Pki::new("basic");
     let server = pki.server(false);
     assert!(server.url().starts_with("rediss://"));
-    let a = pki.config(&server).connect().await.expect("TLS connect");
-    let b = pki.config(&server).connect().await.expect("TLS connect");
+    let a = config(&pki, &server).connect().await.expect("TLS connect");
+    let b = config(&pki, &server).connect().await.expect("TLS connect");
 
     // Renewal over TLS: a 300 ms lease held for 4 ttls.
     let renewed = a
@@ -141,7 +69,7 @@ async fn acquire_wait_and_renew_over_tls() {
 async fn mutual_tls_presents_the_client_certificate() {
     let pki = Pki::new("mtls");
     let server = pki.server(true);
-    let refused = pki.config(&server).connect().await.unwrap_err();
+    let refused = config(&pki, &server).connect().await.unwrap_err();
     assert!(
         matches!(
             refused,
@@ -149,8 +77,7 @@ async fn mutual_tls_presents_the_client_certificate() {
         ),
         "{refused}"
     );
-    let client = pki
-        .config(&server)
+    let client = config(&pki, &server)
         .tls_client_certificate(
             pki.client_cert_pem.as_bytes(),
             pki.client_key_pem.as_bytes(),
@@ -172,7 +99,7 @@ async fn a_server_signed_by_an_untrusted_ca_is_refused_at_connect() {
     let pki = Pki::new("untrusted");
     let other = Pki::new("other");
     let server = pki.server(false);
-    let refused = other.config(&server).connect().await.unwrap_err();
+    let refused = config(&other, &server).connect().await.unwrap_err();
     assert!(
         matches!(refused, Error::Connect { .. }),
         "the certificate check fails the connect: {refused}"

@@ -5,6 +5,10 @@
 //! killed when dropped. `scripts/test.sh` installs `redis-server` when it is missing.
 #![deny(missing_docs)]
 
+mod pki;
+
+pub use pki::Pki;
+
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
