@@ -65,30 +65,17 @@ async fn the_counter_race_is_exact_over_five_masters() {
         all.push(client.clone());
         for _ in 0..tasks {
             let (client, store) = (client.clone(), store.client());
+            let ttl = Duration::from_secs(5);
             handles.push(tokio::spawn(async move {
-                let mut conn = store.get_multiplexed_async_connection().await.unwrap();
-                for _ in 0..rounds {
-                    let guard = client
-                        .lock("counter")
-                        .ttl(Duration::from_secs(5))
-                        .wait(Duration::from_secs(60))
-                        .acquire()
-                        .await
-                        .expect("acquired within the wait");
-                    let n: i64 = conn.get("n").await.unwrap_or(0);
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                    let () = conn.set("n", n + 1).await.unwrap();
-                    guard.release().await.expect("held until released");
-                }
+                testkit::race_counter(client, store, "counter", ttl, rounds, || {}).await
             }));
         }
     }
     for handle in handles {
         handle.await.unwrap();
     }
-    let n: i64 = store.conn().await.get("n").await.unwrap();
     assert_eq!(
-        n,
+        testkit::counter(&store).await,
         (clients * tasks * rounds) as i64,
         "a lost update: two holders at once"
     );

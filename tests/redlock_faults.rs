@@ -11,7 +11,6 @@
 use std::time::{Duration, Instant};
 
 use distlock::{Client, Config, Error};
-use redis::AsyncCommands;
 use testkit::RedisServer;
 
 const MASTERS: usize = 5;
@@ -136,32 +135,19 @@ async fn two_paused_masters_keep_locks_exclusive_and_get_every_release_once_thaw
     for client in &clients {
         for _ in 0..tasks {
             let (client, store) = (client.clone(), store.client());
+            // A long ttl: a key the paused masters still hold once thawed could only go away
+            // by a release, not by expiring during the test.
+            let ttl = Duration::from_secs(30);
             handles.push(tokio::spawn(async move {
-                let mut conn = store.get_multiplexed_async_connection().await.unwrap();
-                for _ in 0..rounds {
-                    // A long ttl: a key the paused masters still hold once thawed could only
-                    // go away by a release, not by expiring during the test.
-                    let guard = client
-                        .lock("paused-counter")
-                        .ttl(Duration::from_secs(30))
-                        .wait(Duration::from_secs(60))
-                        .acquire()
-                        .await
-                        .expect("acquired within the wait");
-                    let n: i64 = conn.get("n").await.unwrap_or(0);
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                    let () = conn.set("n", n + 1).await.unwrap();
-                    guard.release().await.expect("held until released");
-                }
+                testkit::race_counter(client, store, "paused-counter", ttl, rounds, || {}).await
             }));
         }
     }
     for handle in handles {
         handle.await.unwrap();
     }
-    let n: i64 = store.conn().await.get("n").await.unwrap();
     assert_eq!(
-        n,
+        testkit::counter(&store).await,
         (clients.len() * tasks * rounds) as i64,
         "a lost update: two holders at once"
     );

@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use distlock::{Client, Config, Error};
-use redis::AsyncCommands;
 use testkit::{command_calls, eventually, RedisServer};
 
 const MASTERS: usize = 5;
@@ -250,21 +249,8 @@ async fn waiting_tasks_take_turns_and_stay_exclusive_over_five_masters() {
         for task in 0..tasks {
             let (client, store, order) = (client.clone(), store.client(), order.clone());
             handles.push(tokio::spawn(async move {
-                let mut conn = store.get_multiplexed_async_connection().await.unwrap();
-                for _ in 0..rounds {
-                    let guard = client
-                        .lock("turns")
-                        .ttl(HOLD_TTL)
-                        .wait(Duration::from_secs(60))
-                        .acquire()
-                        .await
-                        .expect("acquired within the wait");
-                    let n: i64 = conn.get("n").await.unwrap_or(0);
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                    let () = conn.set("n", n + 1).await.unwrap();
-                    order.lock().unwrap().push((c, task));
-                    guard.release().await.expect("held until released");
-                }
+                let record = || order.lock().unwrap().push((c, task));
+                testkit::race_counter(client, store, "turns", HOLD_TTL, rounds, record).await
             }));
         }
     }
@@ -273,7 +259,7 @@ async fn waiting_tasks_take_turns_and_stay_exclusive_over_five_masters() {
     }
     let took = started.elapsed();
     let total = clients * tasks * rounds;
-    let n: i64 = store.conn().await.get("n").await.unwrap();
+    let n = testkit::counter(&store).await;
     assert_eq!(n, total as i64, "a lost update: two holders at once");
     // Every wake came from a release: one missed would have waited out a holder's ttl.
     assert!(
@@ -443,27 +429,14 @@ async fn waiters_of_four_clients_woken_together_do_not_keep_splitting_the_master
     for _ in 0..clients {
         let (client, store) = (client(&masters).await, store.client());
         handles.push(tokio::spawn(async move {
-            let mut conn = store.get_multiplexed_async_connection().await.unwrap();
-            for _ in 0..rounds {
-                let guard = client
-                    .lock("herd")
-                    .ttl(HOLD_TTL)
-                    .wait(Duration::from_secs(60))
-                    .acquire()
-                    .await
-                    .expect("acquired within the wait");
-                let n: i64 = conn.get("n").await.unwrap_or(0);
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                let () = conn.set("n", n + 1).await.unwrap();
-                guard.release().await.expect("held until released");
-            }
+            testkit::race_counter(client, store, "herd", HOLD_TTL, rounds, || {}).await
         }));
     }
     for handle in handles {
         handle.await.unwrap();
     }
     let total = clients * rounds;
-    let n: i64 = store.conn().await.get("n").await.unwrap();
+    let n = testkit::counter(&store).await;
     assert_eq!(n, total as i64, "a lost update: two holders at once");
     // Each release wakes the other three clients at once; without a random pause after a lost
     // wake they split the masters again and again.

@@ -1106,3 +1106,53 @@ fn start_sentinel_with(master: u16, quorum: usize, tls: Option<&TlsFiles>) -> Se
     }
     sentinel
 }
+
+/// One racer of a counter race, the test of mutual exclusion: `rounds` times it takes lock
+/// `name` through `client` (lease `ttl`, waiting up to a minute), reads the counter `n` from
+/// `store`, yields, writes `n + 1`, runs `inside` (still holding the lock) and releases, which
+/// must succeed. Only exclusion keeps the counter exact: read it with [`counter`].
+pub async fn race_counter(
+    client: distlock::Client,
+    store: redis::Client,
+    name: &str,
+    ttl: Duration,
+    rounds: usize,
+    mut inside: impl FnMut(),
+) {
+    let mut conn = store.get_multiplexed_async_connection().await.unwrap();
+    for _ in 0..rounds {
+        let guard = client
+            .lock(name)
+            .ttl(ttl)
+            .wait(Duration::from_secs(60))
+            .acquire()
+            .await
+            .expect("acquired within the wait");
+        let n: i64 = redis::cmd("GET")
+            .arg("n")
+            .query_async::<Option<i64>>(&mut conn)
+            .await
+            .unwrap()
+            .unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        redis::cmd("SET")
+            .arg("n")
+            .arg(n + 1)
+            .exec_async(&mut conn)
+            .await
+            .unwrap();
+        inside();
+        guard.release().await.expect("held until released");
+    }
+}
+
+/// The counter of [`race_counter`] on `store` (0 if never written).
+pub async fn counter(store: &RedisServer) -> i64 {
+    let mut conn = store.conn().await;
+    redis::cmd("GET")
+        .arg("n")
+        .query_async::<Option<i64>>(&mut conn)
+        .await
+        .expect("GET n")
+        .unwrap_or(0)
+}
