@@ -58,24 +58,13 @@ async fn the_counter_race_is_exact_over_five_masters() {
     // The shared resource: a counter on a server of its own, read and written non-atomically.
     let store = RedisServer::start();
     let (clients, tasks, rounds) = (3, 4, 8);
-    let mut handles = Vec::new();
     let mut all = Vec::new();
     for _ in 0..clients {
-        let client = client(&masters).await;
-        all.push(client.clone());
-        for _ in 0..tasks {
-            let (client, store) = (client.clone(), store.client());
-            let ttl = Duration::from_secs(5);
-            handles.push(tokio::spawn(async move {
-                testkit::race_counter(client, store, "counter", ttl, rounds, || {}).await
-            }));
-        }
+        all.push(client(&masters).await);
     }
-    for handle in handles {
-        handle.await.unwrap();
-    }
+    let lock = ("counter", Duration::from_secs(5));
     assert_eq!(
-        testkit::counter(&store).await,
+        testkit::counter_race(&all, tasks, rounds, lock, &store).await,
         (clients * tasks * rounds) as i64,
         "a lost update: two holders at once"
     );

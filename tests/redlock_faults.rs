@@ -131,23 +131,11 @@ async fn two_paused_masters_keep_locks_exclusive_and_get_every_release_once_thaw
     );
 
     let (tasks, rounds) = (2, 6);
-    let mut handles = Vec::new();
-    for client in &clients {
-        for _ in 0..tasks {
-            let (client, store) = (client.clone(), store.client());
-            // A long ttl: a key the paused masters still hold once thawed could only go away
-            // by a release, not by expiring during the test.
-            let ttl = Duration::from_secs(30);
-            handles.push(tokio::spawn(async move {
-                testkit::race_counter(client, store, "paused-counter", ttl, rounds, || {}).await
-            }));
-        }
-    }
-    for handle in handles {
-        handle.await.unwrap();
-    }
+    // A long ttl: a key the paused masters still hold once thawed could only go away by a
+    // release, not by expiring during the test.
+    let lock = ("paused-counter", Duration::from_secs(30));
     assert_eq!(
-        testkit::counter(&store).await,
+        testkit::counter_race(&clients, tasks, rounds, lock, &store).await,
         (clients.len() * tasks * rounds) as i64,
         "a lost update: two holders at once"
     );

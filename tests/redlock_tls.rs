@@ -4,7 +4,7 @@
 //! `tls_client_certificate`: acquire, wait, renew across several ttls, release and fencing
 //! tokens, each on every master.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use distlock::{Client, Config, Error};
 use redis::AsyncCommands;
@@ -104,27 +104,7 @@ async fn acquire_wait_renew_release_and_fence_over_tls_masters() {
 
     // Waiting over TLS: the waiter gets the lock soon after the release, long before the
     // holder's 30 s lease would have run out.
-    let held = a
-        .lock("tls:wait")
-        .ttl(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
-    let waiter = tokio::spawn(async move {
-        let started = Instant::now();
-        let guard = b
-            .lock("tls:wait")
-            .wait(Duration::from_secs(10))
-            .acquire()
-            .await
-            .expect("the waiter gets the lock");
-        let waited = started.elapsed();
-        guard.release().await.unwrap();
-        waited
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    held.release().await.unwrap();
-    let waited = waiter.await.unwrap();
+    let waited = testkit::wait_for_release(&a, b, "tls:wait").await;
     assert!(
         waited < Duration::from_secs(3),
         "taken after the release, not the ttl: {waited:?}"

@@ -38,27 +38,7 @@ async fn acquire_wait_and_renew_over_tls() {
 
     // Waiting over TLS: the release message (pub/sub on the TLS subscriber connection) wakes
     // the waiter long before the holder's 30 s lease would.
-    let held = a
-        .lock("tls:wait")
-        .ttl(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
-    let waiter = tokio::spawn(async move {
-        let started = Instant::now();
-        let guard = b
-            .lock("tls:wait")
-            .wait(Duration::from_secs(10))
-            .acquire()
-            .await
-            .expect("the waiter gets the lock");
-        let waited = started.elapsed();
-        guard.release().await.unwrap();
-        waited
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    held.release().await.unwrap();
-    let waited = waiter.await.unwrap();
+    let waited = testkit::wait_for_release(&a, b, "tls:wait").await;
     assert!(
         waited < Duration::from_secs(3),
         "woken by the release, not the ttl: {waited:?}"

@@ -1156,3 +1156,60 @@ pub async fn counter(store: &RedisServer) -> i64 {
         .expect("GET n")
         .unwrap_or(0)
 }
+
+/// A counter race over `clients`: `tasks` tasks per client each run [`race_counter`] on lock
+/// `name` for `rounds` rounds; returns the counter once all are done (exact only if no two
+/// holders overlapped: it must equal `clients × tasks × rounds`).
+pub async fn counter_race(
+    clients: &[distlock::Client],
+    tasks: usize,
+    rounds: usize,
+    (name, ttl): (&str, Duration),
+    store: &RedisServer,
+) -> i64 {
+    let mut handles = Vec::new();
+    for client in clients {
+        for _ in 0..tasks {
+            let (client, store, name) = (client.clone(), store.client(), name.to_owned());
+            handles.push(tokio::spawn(async move {
+                race_counter(client, store, &name, ttl, rounds, || {}).await
+            }));
+        }
+    }
+    for handle in handles {
+        handle.await.expect("a racer panicked");
+    }
+    counter(store).await
+}
+
+/// `holder` takes lock `name` with a 30 s lease while `waiter` waits for it (up to 10 s); the
+/// holder releases after 300 ms. Returns how long the waiter waited: about 300 ms if the
+/// release woke it, not the lease.
+pub async fn wait_for_release(
+    holder: &distlock::Client,
+    waiter: distlock::Client,
+    name: &str,
+) -> Duration {
+    let held = holder
+        .lock(name)
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("the holder takes the lock");
+    let name = name.to_owned();
+    let waiting = tokio::spawn(async move {
+        let started = tokio::time::Instant::now();
+        let guard = waiter
+            .lock(name)
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .expect("the waiter gets the lock");
+        let waited = started.elapsed();
+        guard.release().await.expect("the waiter's release");
+        waited
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.release().await.expect("the holder's release");
+    waiting.await.expect("the waiter panicked")
+}
