@@ -370,3 +370,38 @@ fn stragglers_outlive_the_runtime_of_their_caller() {
         "a straggler polled a timer of the caller's runtime after it was gone"
     );
 }
+
+/// The watchdog renews a client's locks in batches. One lock of a batch whose majority cannot
+/// be heard (here: 2 of 5 masters down, and a third lost the key, as after a restart without
+/// persistence) must not keep the others from being renewed: before, the whole batch failed
+/// as `NoQuorum` and every lock in it was reported lost when its lease ran out.
+#[tokio::test]
+async fn one_undecided_lock_does_not_fail_its_renewal_batch() {
+    let mut masters = masters();
+    let client = client(&masters, Duration::from_millis(300)).await;
+    let ttl = Duration::from_millis(600);
+    let renewed = |name: &'static str| client.lock(name).ttl(ttl).renew(true).acquire();
+    let (split, whole) = (
+        renewed("split").await.unwrap(),
+        renewed("whole").await.unwrap(),
+    );
+    masters[3].kill();
+    masters[4].kill();
+    let () = redis::cmd("DEL")
+        .arg("distlock:{split}")
+        .query_async(&mut masters[2].conn().await)
+        .await
+        .unwrap();
+    // `split` is renewed by 2 of the 3 live masters (gone on the third): no majority can be
+    // confirmed, so it is lost within its lease. `whole` is renewed by all 3 and stays held.
+    let reason = tokio::time::timeout(ttl * 3, split.lost())
+        .await
+        .expect("the undecided lock is reported lost within its lease");
+    tokio::time::sleep(ttl * 3).await;
+    assert_eq!(
+        whole.lost_reason(),
+        None,
+        "a lock its majority renewed was lost with its batch (the other lock: {reason})"
+    );
+    whole.release().await.expect("still held");
+}

@@ -55,7 +55,9 @@ async fn holding(pki: &Pki, masters: &[RedisServer], name: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_wait_renew_release_and_fence_over_tls_masters() {
     let pki = Pki::new("redlock");
-    let masters: Vec<RedisServer> = (0..3).map(|_| pki.server(true)).collect();
+    let masters: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_tls(pki.files(true)))
+        .collect();
     assert!(masters.iter().all(|m| m.url().starts_with("rediss://")));
     // Without the client certificate, every master refuses the handshake: no lock.
     let outsider = Config::redlock(masters.iter().map(RedisServer::url))

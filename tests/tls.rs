@@ -17,7 +17,7 @@ fn config(pki: &Pki, server: &RedisServer) -> Config {
 #[tokio::test]
 async fn acquire_wait_and_renew_over_tls() {
     let pki = Pki::new("basic");
-    let server = pki.server(false);
+    let server = RedisServer::start_tls(pki.files(false));
     assert!(server.url().starts_with("rediss://"));
     let a = config(&pki, &server).connect().await.expect("TLS connect");
     let b = config(&pki, &server).connect().await.expect("TLS connect");
@@ -48,7 +48,7 @@ async fn acquire_wait_and_renew_over_tls() {
 #[tokio::test]
 async fn mutual_tls_presents_the_client_certificate() {
     let pki = Pki::new("mtls");
-    let server = pki.server(true);
+    let server = RedisServer::start_tls(pki.files(true));
     let refused = config(&pki, &server).connect().await.unwrap_err();
     assert!(
         matches!(
@@ -78,7 +78,7 @@ async fn mutual_tls_presents_the_client_certificate() {
 async fn a_server_signed_by_an_untrusted_ca_is_refused_at_connect() {
     let pki = Pki::new("untrusted");
     let other = Pki::new("other");
-    let server = pki.server(false);
+    let server = RedisServer::start_tls(pki.files(false));
     let refused = config(&other, &server).connect().await.unwrap_err();
     assert!(
         matches!(refused, Error::Connect { .. }),
@@ -95,7 +95,7 @@ async fn sentinel_over_tls() {
     // client asks the sentinel over `rediss://` and reaches the master it names over TLS, with
     // the same trusted CA; locks and their release messages work there.
     let pki = Pki::new("sentinel");
-    let master = pki.server(false);
+    let master = RedisServer::start_tls(pki.files(false));
     let sentinel = LoneSentinel::start(&master, Some(&pki.files(false)));
     assert!(sentinel.url().starts_with("rediss://"));
     let config = || {

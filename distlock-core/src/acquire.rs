@@ -15,6 +15,7 @@ use crate::guard::{Acquisition, Hold, LockGuard, ReleaseOnDrop};
 use crate::keys::LockKeys;
 use crate::lease::{check_ttl, deadline_after, guaranteed_until, millis_ceil, Lease, MAX_TTL};
 use crate::metrics::{self, Attempt, Held, Waiting};
+use crate::quorum;
 use crate::redlock_fence;
 use crate::registry;
 use crate::scripts::{AcquireCall, Acquired, FencedAcquireCall, RenewCall, RenewItem, Renewed};
@@ -473,6 +474,16 @@ async fn reenter(outer: Outer, terms: &Terms, started: Instant) -> Result<LockGu
         }
         Some(Renewed::Gone) | None => LossReason::Expired,
         Some(Renewed::OtherOwner | Renewed::NotALock) => LossReason::Stolen,
+        // Only a batch of several locks settles with an undecided one (one lock fails the
+        // call as `NoQuorum` instead); the same error here, the outer hold as it was.
+        Some(Renewed::Undecided) => {
+            return Err(Error::NoQuorum {
+                op: Operation::Acquire,
+                key: name.to_owned(),
+                agreed: 0,
+                required: quorum::majority(client.quorum_size()),
+            })
+        }
     };
     if outer.lease.mark_lost(reason) {
         tracing::warn!(key = %name, %reason, "re-entry found the outer hold gone: lock lost");

@@ -173,7 +173,7 @@ impl Connection {
         drop(pending);
         let reply = match decided {
             Some(reply) => Ok(reply),
-            None => call.tally(&replies, nodes, sent_at.elapsed()),
+            None => call.settle(&replies, nodes, sent_at.elapsed()),
         };
         reply
             .map(|reply| (reply, None))

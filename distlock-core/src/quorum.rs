@@ -45,6 +45,18 @@ pub(crate) trait Quorate: Call {
         elapsed: Duration,
     ) -> Result<Self::Reply, NoQuorum>;
 
+    /// The call's reply once every master answered or ran out of time: [`Quorate::tally`],
+    /// except for calls that carry several locks (renewal batches), whose decided items stand
+    /// even if others are still undecided.
+    fn settle(
+        &self,
+        replies: &[Self::Reply],
+        nodes: usize,
+        elapsed: Duration,
+    ) -> Result<Self::Reply, NoQuorum> {
+        self.tally(replies, nodes, elapsed)
+    }
+
     /// True if the call returns as soon as its outcome is decided, its requests to the masters
     /// that have not answered yet finishing in the background (`stragglers`): every call sent
     /// to a quorum (acquires, releases, renewals, fence floors).
@@ -145,36 +157,70 @@ impl Quorate for ReleaseManyCall<'_> {
 }
 
 impl Quorate for RenewCall<'_> {
+    /// Every lock of the batch decided: each renewed by a majority, or out of a majority's
+    /// reach (gone, or held by another owner somewhere); undecided while any lock's outcome
+    /// could still change.
     fn tally(
         &self,
         replies: &[Vec<Renewed>],
         nodes: usize,
         _elapsed: Duration,
     ) -> Result<Vec<Renewed>, NoQuorum> {
-        let required = majority(nodes);
-        let unanswered = nodes - replies.len().min(nodes);
-        (0..self.items.len())
-            .map(|i| {
-                let column = replies.iter().filter_map(|r| r.get(i).copied());
-                let yes = column.clone().filter(|&r| r == Renewed::Yes).count();
-                if yes >= required {
-                    Ok(Renewed::Yes)
-                } else if yes + unanswered >= required {
-                    Err(NoQuorum {
-                        agreed: yes,
-                        required,
-                    })
-                } else if column
-                    .clone()
-                    .any(|r| matches!(r, Renewed::OtherOwner | Renewed::NotALock))
-                {
-                    Ok(Renewed::OtherOwner)
-                } else {
-                    Ok(Renewed::Gone)
-                }
-            })
-            .collect()
+        renewals(self.items.len(), replies, nodes).collect()
     }
+
+    /// The batch's outcome once nothing more will come: the undecided locks are
+    /// [`Renewed::Undecided`] (a failed renewal for them alone: the watchdog retries each
+    /// until its lease runs out), so one lock whose masters disagree (or whose majority cannot
+    /// be heard) does not keep the others of its batch from being renewed. A batch with no
+    /// decided lock fails as a whole, as one lock does.
+    fn settle(
+        &self,
+        replies: &[Vec<Renewed>],
+        nodes: usize,
+        _elapsed: Duration,
+    ) -> Result<Vec<Renewed>, NoQuorum> {
+        let outcomes: Vec<_> = renewals(self.items.len(), replies, nodes).collect();
+        if !outcomes.iter().any(Result::is_ok) {
+            if let Some(Err(no)) = outcomes.first() {
+                return Err(*no);
+            }
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or(Renewed::Undecided))
+            .collect())
+    }
+}
+
+/// Each lock's renewal over `nodes` masters: renewed by a majority; undecided while the
+/// masters that did not answer could still make a majority; otherwise the majority's finding.
+fn renewals(
+    items: usize,
+    replies: &[Vec<Renewed>],
+    nodes: usize,
+) -> impl Iterator<Item = Result<Renewed, NoQuorum>> + '_ {
+    let required = majority(nodes);
+    let unanswered = nodes - replies.len().min(nodes);
+    (0..items).map(move |i| {
+        let column = replies.iter().filter_map(|r| r.get(i).copied());
+        let yes = column.clone().filter(|&r| r == Renewed::Yes).count();
+        if yes >= required {
+            Ok(Renewed::Yes)
+        } else if yes + unanswered >= required {
+            Err(NoQuorum {
+                agreed: yes,
+                required,
+            })
+        } else if column
+            .clone()
+            .any(|r| matches!(r, Renewed::OtherOwner | Renewed::NotALock))
+        {
+            Ok(Renewed::OtherOwner)
+        } else {
+            Ok(Renewed::Gone)
+        }
+    })
 }
 
 /// An acquire: taken by a majority within the validity time; undecided (no quorum) while the
@@ -262,6 +308,7 @@ fn released(replies: &[Released], nodes: usize) -> Result<Released, NoQuorum> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scripts::RenewItem;
 
     const TTL: Duration = Duration::from_secs(10);
     const FAST: Duration = Duration::from_millis(3);
@@ -337,5 +384,43 @@ mod tests {
             Ok(OtherOwner)
         );
         assert_eq!(released(&[Absent, Absent, Absent], 5), Ok(Absent));
+    }
+
+    #[test]
+    fn a_renewal_batch_keeps_its_decided_locks_when_one_is_undecided() {
+        use Renewed::*;
+        let item = |key: &str| RenewItem {
+            key: key.into(),
+            value: "v".into(),
+            ttl: TTL,
+        };
+        let items = [item("a"), item("b")];
+        let call = RenewCall {
+            id: b"r",
+            items: &items,
+            wait: None,
+        };
+        // 5 masters, 2 silent: `a` renewed by 3; `b` by 2 and gone on 1 (the silent two could
+        // still make its majority).
+        let replies = [vec![Yes, Yes], vec![Yes, Yes], vec![Yes, Gone]];
+        let undecided = Err(NoQuorum {
+            agreed: 2,
+            required: 3,
+        });
+        assert_eq!(call.tally(&replies, 5, FAST), undecided);
+        assert_eq!(call.settle(&replies, 5, FAST), Ok(vec![Yes, Undecided]));
+        // Nothing decided: the batch fails as a whole.
+        let replies = [vec![Yes, Yes], vec![Yes, Gone]];
+        assert!(call.settle(&replies, 5, FAST).is_err());
+        // One lock alone never settles as `Undecided`.
+        let one = RenewCall {
+            id: b"r",
+            items: &items[1..],
+            wait: None,
+        };
+        assert_eq!(
+            one.settle(&[vec![Yes], vec![Yes], vec![Gone]], 5, FAST),
+            undecided
+        );
     }
 }

@@ -757,6 +757,10 @@ pub(crate) enum Renewed {
     OtherOwner,
     /// The key is no lock of this protocol any more (overwritten).
     NotALock,
+    /// RedLock, in a renewal batch: the masters that answered neither renewed it by majority
+    /// nor put it out of a majority's reach, and those that did not answer could tip it (see
+    /// `quorum`). A failed renewal of this lock alone; never a reply of one master.
+    Undecided,
 }
 
 impl Call for RenewCall<'_> {

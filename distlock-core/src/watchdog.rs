@@ -294,6 +294,17 @@ async fn renew_chunk(
                         r.lease.extend(guaranteed_until(sent_at, item.ttl));
                         continue;
                     }
+                    // RedLock: this lock's majority could not be heard (the rest of its batch
+                    // was decided): a failed renewal of this lock alone, retried soon; if that
+                    // lasts until its lease runs out, the loss says so.
+                    Renewed::Undecided => {
+                        metrics::renewal(RenewalOutcome::Failed);
+                        tracing::warn!(key = %r.name, "lease renewal undecided: too few RedLock masters answered for this lock; retrying");
+                        if let Some(e) = table.entries.get_mut(id) {
+                            e.due = e.due.min(Instant::now() + RETRY_AFTER_ERROR);
+                        }
+                        continue;
+                    }
                     Renewed::Gone => LossReason::Expired,
                     Renewed::OtherOwner | Renewed::NotALock => LossReason::Stolen,
                 };

@@ -7,7 +7,7 @@
 
 mod pki;
 
-pub use pki::Pki;
+pub use pki::{Pki, TlsFiles};
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -42,19 +42,6 @@ pub struct ServerOptions {
     pub args: Vec<String>,
 }
 
-/// The PEM files of a TLS server (see [`ServerOptions::tls`]).
-#[derive(Clone, Debug)]
-pub struct TlsFiles {
-    /// The server's certificate.
-    pub cert: std::path::PathBuf,
-    /// The server's private key.
-    pub key: std::path::PathBuf,
-    /// The CA that clients' certificates must be signed by.
-    pub ca: std::path::PathBuf,
-    /// `--tls-auth-clients yes`: clients must present a certificate (mutual TLS).
-    pub auth_clients: bool,
-}
-
 /// A free TCP port on the loopback interface.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -71,6 +58,14 @@ impl RedisServer {
     /// Starts a plain server on a free port.
     pub fn start() -> RedisServer {
         Self::start_with(ServerOptions::default())
+    }
+
+    /// Starts a TLS-only server with these files (see [`Pki::files`]).
+    pub fn start_tls(files: TlsFiles) -> RedisServer {
+        Self::start_with(ServerOptions {
+            tls: Some(files),
+            ..Default::default()
+        })
     }
 
     /// Starts a server with options.

@@ -9,7 +9,18 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
 };
 
-use crate::{RedisServer, ServerOptions, TlsFiles};
+/// The PEM files of a TLS server (see `ServerOptions::tls`).
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    /// The server's certificate.
+    pub cert: std::path::PathBuf,
+    /// The server's private key.
+    pub key: std::path::PathBuf,
+    /// The CA that clients' certificates must be signed by.
+    pub ca: std::path::PathBuf,
+    /// `--tls-auth-clients yes`: clients must present a certificate (mutual TLS).
+    pub auth_clients: bool,
+}
 
 /// A CA with one server and one client certificate, as PEM (see the module docs).
 pub struct Pki {
@@ -67,14 +78,6 @@ impl Pki {
             ca: self.dir.join("ca.crt"),
             auth_clients,
         }
-    }
-
-    /// A TLS-only `redis-server` serving this PKI's certificate.
-    pub fn server(&self, auth_clients: bool) -> RedisServer {
-        RedisServer::start_with(ServerOptions {
-            tls: Some(self.files(auth_clients)),
-            ..Default::default()
-        })
     }
 }
 
