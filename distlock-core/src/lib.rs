@@ -245,7 +245,10 @@
 //! majority no longer has is lost ([`LockGuard::lost`] resolves); while the masters that did
 //! not answer could still make a majority the call fails as [`Error::NoQuorum`] (a renewal is
 //! retried until the lease runs out, a release is retried in the background; an acquire with
-//! a `wait` tries again until its wait runs out). Every call settles as soon as a majority
+//! a `wait` tries again until its wait runs out). The watchdog renews a client's locks in
+//! batches; a lock of a batch that stays undecided fails its own renewal only, the others are
+//! renewed. [`Config::connect`] needs a majority of the masters to answer (as a connect to one
+//! server needs it up); a minority may be down and is used once it is back. Every call settles as soon as a majority
 //! decided it, so a master that is down or frozen does not slow acquires, releases or
 //! renewals down (tested with two of five masters killed, and frozen with `SIGSTOP`: a cycle
 //! takes milliseconds at a 2 s response timeout). The requests to the masters that have not
