@@ -245,7 +245,11 @@
 //! majority no longer has is lost ([`LockGuard::lost`] resolves); while the masters that did
 //! not answer could still make a majority the call fails as [`Error::NoQuorum`] (a renewal is
 //! retried until the lease runs out, a release is retried in the background; an acquire with
-//! a `wait` tries again until its wait runs out). The watchdog renews a client's locks in
+//! a `wait` tries again until its wait runs out). Keep the response timeout short over a
+//! quorum (the RedLock description suggests a few to tens of milliseconds per master for a
+//! ttl of seconds, on a LAN): while a master is down, an attempt that the live masters split
+//! between two waiters stays undecided until the dead master's request fails or times out,
+//! so under contention each such attempt can cost up to one response timeout. The watchdog renews a client's locks in
 //! batches; a lock of a batch that stays undecided fails its own renewal only, the others are
 //! renewed. [`Config::connect`] needs a majority of the masters to answer (as a connect to one
 //! server needs it up); a minority may be down and is used once it is back. Every call settles as soon as a majority
