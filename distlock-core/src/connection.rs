@@ -15,7 +15,7 @@ use futures_util::FutureExt;
 
 use crate::backend::{Backend, Link};
 use crate::background::Background;
-use crate::error::is_error_reply;
+use crate::error::{is_connection_failure, is_error_reply};
 use crate::quorum::Quorate;
 use crate::scripts::{echoes, Call, ReplicaWait, Request, Sent};
 use crate::stragglers::{expiry, Expired, Fanout, Stragglers};
@@ -44,6 +44,9 @@ pub(crate) struct Connection {
     nodes: Vec<Arc<Connection>>,
     /// A quorum's requests still out after their call settled (see `stragglers`).
     stragglers: Arc<Stragglers>,
+    /// A quorum's master: its last request failed (connection refused or dropped) or timed
+    /// out; cleared by the next answer. See `Quorate::without_down`.
+    down: AtomicBool,
 }
 
 impl Connection {
@@ -55,6 +58,7 @@ impl Connection {
             background,
             nodes: Vec::new(),
             stragglers: Arc::default(),
+            down: AtomicBool::new(false),
         }
     }
 
@@ -69,6 +73,7 @@ impl Connection {
             background: first.background.clone(),
             nodes,
             stragglers: Arc::default(),
+            down: AtomicBool::new(false),
         }
     }
 
@@ -148,6 +153,13 @@ impl Connection {
         );
         let mut replies: Vec<C::Reply> = Vec::with_capacity(nodes);
         let mut decided = None;
+        let mut decided_early = None;
+        // Masters known to be down when the call was sent, and not answered since.
+        let mut down: Vec<bool> = self
+            .nodes
+            .iter()
+            .map(|n| n.down.load(Ordering::Acquire))
+            .collect();
         while let Some((i, reply)) = pending.next().await {
             // A reply of the wrong shape answers another request: as in `call_one`.
             let reply = reply.and_then(|(generation, sent)| {
@@ -157,23 +169,36 @@ impl Connection {
                 })
             });
             match reply {
-                Ok(reply) => replies.push(reply),
+                Ok(reply) => {
+                    replies.push(reply);
+                    down[i] = false;
+                }
                 Err(error) => tracing::debug!(?error, "a RedLock master did not answer"),
             }
             if pending.is_done() || !call.settles_early() {
                 continue;
             }
             // Counted with the masters still out as undecided: `Ok` means they cannot change it.
-            if let Ok(reply) = call.tally(&replies, nodes, sent_at.elapsed()) {
+            let elapsed = sent_at.elapsed();
+            if let Ok(reply) = call.tally(&replies, nodes, elapsed) {
                 decided = Some(reply);
                 break;
+            }
+            // Or with the masters known to be down counted as refusing (acquires, releases).
+            let known_down = down.iter().filter(|&&d| d).count();
+            if known_down > 0 {
+                if let Some(outcome) = call.without_down(&replies, nodes, known_down, elapsed) {
+                    decided_early = Some(outcome);
+                    break;
+                }
             }
         }
         // The requests still out finish in the background.
         drop(pending);
-        let reply = match decided {
-            Some(reply) => Ok(reply),
-            None => call.settle(&replies, nodes, sent_at.elapsed()),
+        let reply = match (decided, decided_early) {
+            (Some(reply), _) => Ok(reply),
+            (None, Some(outcome)) => outcome,
+            (None, None) => call.settle(&replies, nodes, sent_at.elapsed()),
         };
         reply
             .map(|reply| (reply, None))
@@ -228,8 +253,17 @@ impl Connection {
                     Err(())
                 }
             };
-            node.checked(generation, reply, &id, timeout)
-                .map(|sent| (generation, sent))
+            let checked = node.checked(generation, reply, &id, timeout);
+            // The master's health, for the next calls' `Quorate::without_down`.
+            match &checked {
+                Ok(_) => node.down.store(false, Ordering::Release),
+                Err(CallError::Timeout) => node.down.store(true, Ordering::Release),
+                Err(CallError::Redis(e)) if is_connection_failure(e) => {
+                    node.down.store(true, Ordering::Release)
+                }
+                Err(_) => {}
+            }
+            checked.map(|sent| (generation, sent))
         }
     }
 

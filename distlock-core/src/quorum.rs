@@ -64,6 +64,23 @@ pub(crate) trait Quorate: Call {
         true
     }
 
+    /// Decided early with `down` of the masters that have not answered counted as refusing
+    /// (they are known to be down: their last request failed or timed out; `Connection::call`
+    /// still sends them this one). `None`: still undecided, or a call that waits for them
+    /// (renewals, fence floors). An acquire takes the outcome (busy: a grant it may still get
+    /// from a down master is released in order, see `stragglers`); a release fails as
+    /// `NoQuorum` once a majority of releases is out of reach without them, the error it
+    /// would end with when their requests fail.
+    fn without_down(
+        &self,
+        _replies: &[Self::Reply],
+        _nodes: usize,
+        _down: usize,
+        _elapsed: Duration,
+    ) -> Option<Result<Self::Reply, NoQuorum>> {
+        None
+    }
+
     /// The lock value whose requests to one master must run in the order they were sent:
     /// an acquire's and a release's (so the release of an attempt, or of a holder, runs after
     /// any late grant to it; see `stragglers`). `None`: renewals and fence floors, which
@@ -84,7 +101,20 @@ impl Quorate for AcquireCall<'_> {
         nodes: usize,
         elapsed: Duration,
     ) -> Result<Acquired, NoQuorum> {
-        acquired(replies, nodes, self.ttl, elapsed)
+        acquired(replies, nodes, silent(replies, nodes, 0), self.ttl, elapsed)
+    }
+
+    fn without_down(
+        &self,
+        replies: &[Acquired],
+        nodes: usize,
+        down: usize,
+        elapsed: Duration,
+    ) -> Option<Result<Acquired, NoQuorum>> {
+        let silent = silent(replies, nodes, down);
+        acquired(replies, nodes, silent, self.ttl, elapsed)
+            .ok()
+            .map(Ok)
     }
 }
 
@@ -99,7 +129,20 @@ impl Quorate for FencedAcquireCall<'_> {
         nodes: usize,
         elapsed: Duration,
     ) -> Result<Acquired, NoQuorum> {
-        acquired(replies, nodes, self.ttl, elapsed)
+        acquired(replies, nodes, silent(replies, nodes, 0), self.ttl, elapsed)
+    }
+
+    fn without_down(
+        &self,
+        replies: &[Acquired],
+        nodes: usize,
+        down: usize,
+        elapsed: Duration,
+    ) -> Option<Result<Acquired, NoQuorum>> {
+        let silent = silent(replies, nodes, down);
+        acquired(replies, nodes, silent, self.ttl, elapsed)
+            .ok()
+            .map(Ok)
     }
 }
 
@@ -128,7 +171,19 @@ impl Quorate for ReleaseCall<'_> {
         nodes: usize,
         _elapsed: Duration,
     ) -> Result<Released, NoQuorum> {
-        released(replies, nodes)
+        released(replies, nodes, silent(replies, nodes, 0))
+    }
+
+    fn without_down(
+        &self,
+        replies: &[Released],
+        nodes: usize,
+        down: usize,
+        elapsed: Duration,
+    ) -> Option<Result<Released, NoQuorum>> {
+        let out_of_reach = released(replies, nodes, silent(replies, nodes, down)).is_ok();
+        (out_of_reach && released(replies, nodes, silent(replies, nodes, 0)).is_err())
+            .then(|| self.tally(replies, nodes, elapsed))
     }
 }
 
@@ -150,7 +205,7 @@ impl Quorate for ReleaseManyCall<'_> {
             .map(|i| {
                 let column: Vec<Released> =
                     replies.iter().filter_map(|r| r.get(i).copied()).collect();
-                released(&column, nodes)
+                released(&column, nodes, silent(&column, nodes, 0))
             })
             .collect()
     }
@@ -223,14 +278,21 @@ fn renewals(
     })
 }
 
+/// The masters of `nodes` that have not answered (`replies` are the answers) and may still,
+/// with `down` of them counted as refusing.
+fn silent<R>(replies: &[R], nodes: usize, down: usize) -> usize {
+    nodes.saturating_sub(replies.len()).saturating_sub(down)
+}
+
 /// An acquire: taken by a majority within the validity time; undecided (no quorum) while the
-/// masters still out could make a majority; otherwise busy (or incompatible).
+/// `silent` masters still out could make a majority; otherwise busy (or incompatible).
 ///
 /// The token of a fenced take is the largest of the majority's; that alone is not larger than
 /// an earlier holder's token from another majority, `redlock_fence` makes it so.
 fn acquired(
     replies: &[Acquired],
     nodes: usize,
+    silent: usize,
     ttl: Duration,
     elapsed: Duration,
 ) -> Result<Acquired, NoQuorum> {
@@ -255,8 +317,7 @@ fn acquired(
             token: tokens.into_iter().flatten().max(),
         });
     }
-    let unanswered = nodes - replies.len().min(nodes);
-    if tokens.len() + unanswered >= required {
+    if tokens.len() + silent >= required {
         // The masters still out could make a majority: undecided.
         return Err(NoQuorum {
             agreed: tokens.len(),
@@ -284,14 +345,14 @@ fn acquired(
     Ok(Acquired::Busy { pttl })
 }
 
-/// A release: released by a majority, or (if that is out of reach) what the others found.
-fn released(replies: &[Released], nodes: usize) -> Result<Released, NoQuorum> {
+/// A release: released by a majority, undecided while the `silent` masters still out could
+/// make one, or (if that is out of reach) what the others found.
+fn released(replies: &[Released], nodes: usize, silent: usize) -> Result<Released, NoQuorum> {
     let required = majority(nodes);
-    let unanswered = nodes - replies.len().min(nodes);
     let yes = replies.iter().filter(|&&r| r == Released::Yes).count();
     if yes >= required {
         Ok(Released::Yes)
-    } else if yes + unanswered >= required {
+    } else if yes + silent >= required {
         Err(NoQuorum {
             agreed: yes,
             required,
@@ -313,6 +374,19 @@ mod tests {
     const TTL: Duration = Duration::from_secs(10);
     const FAST: Duration = Duration::from_millis(3);
 
+    fn acq(
+        replies: &[Acquired],
+        nodes: usize,
+        ttl: Duration,
+        at: Duration,
+    ) -> Result<Acquired, NoQuorum> {
+        acquired(replies, nodes, silent(replies, nodes, 0), ttl, at)
+    }
+
+    fn rel(replies: &[Released], nodes: usize) -> Result<Released, NoQuorum> {
+        released(replies, nodes, silent(replies, nodes, 0))
+    }
+
     fn taken() -> Acquired {
         Acquired::Taken { token: None }
     }
@@ -323,8 +397,8 @@ mod tests {
 
     #[test]
     fn an_acquire_needs_a_majority_within_the_validity_time() {
-        assert_eq!(acquired(&[taken(); 3], 5, TTL, FAST), Ok(taken()));
-        let two = acquired(&[taken(), taken()], 5, TTL, FAST);
+        assert_eq!(acq(&[taken(); 3], 5, TTL, FAST), Ok(taken()));
+        let two = acq(&[taken(), taken()], 5, TTL, FAST);
         assert_eq!(
             two,
             Err(NoQuorum {
@@ -332,7 +406,7 @@ mod tests {
                 required: 3
             })
         );
-        let late = acquired(&[taken(); 5], 5, TTL, TTL - Duration::from_millis(50));
+        let late = acq(&[taken(); 5], 5, TTL, TTL - Duration::from_millis(50));
         assert_eq!(
             late,
             Err(NoQuorum {
@@ -344,10 +418,10 @@ mod tests {
 
     #[test]
     fn an_acquire_is_busy_once_a_majority_is_out_of_reach() {
-        let found = acquired(&[taken(), busy(300), busy(200), busy(900)], 5, TTL, FAST);
+        let found = acq(&[taken(), busy(300), busy(200), busy(900)], 5, TTL, FAST);
         assert_eq!(found, Ok(busy(200)));
         // Two busy and two unanswered: the unanswered could still have granted it.
-        let open = acquired(&[taken(), busy(300), busy(200)], 5, TTL, FAST);
+        let open = acq(&[taken(), busy(300), busy(200)], 5, TTL, FAST);
         assert_eq!(
             open,
             Err(NoQuorum {
@@ -364,26 +438,26 @@ mod tests {
             Acquired::Taken { token: Some(9) },
             Acquired::Taken { token: Some(8) },
         ];
-        let found = acquired(&replies, 3, TTL, FAST);
+        let found = acq(&replies, 3, TTL, FAST);
         assert_eq!(found, Ok(Acquired::Taken { token: Some(9) }));
     }
 
     #[test]
     fn a_release_counts_by_majority() {
         use Released::*;
-        assert_eq!(released(&[Yes, Yes, Yes], 5), Ok(Yes));
+        assert_eq!(rel(&[Yes, Yes, Yes], 5), Ok(Yes));
         assert_eq!(
-            released(&[Yes, Yes, Absent], 5),
+            rel(&[Yes, Yes, Absent], 5),
             Err(NoQuorum {
                 agreed: 2,
                 required: 3
             })
         );
         assert_eq!(
-            released(&[Yes, Absent, Absent, OtherOwner, Absent], 5),
+            rel(&[Yes, Absent, Absent, OtherOwner, Absent], 5),
             Ok(OtherOwner)
         );
-        assert_eq!(released(&[Absent, Absent, Absent], 5), Ok(Absent));
+        assert_eq!(rel(&[Absent, Absent, Absent], 5), Ok(Absent));
     }
 
     #[test]
@@ -422,5 +496,57 @@ mod tests {
             one.settle(&[vec![Yes], vec![Yes], vec![Gone]], 5, FAST),
             undecided
         );
+    }
+
+    #[test]
+    fn masters_known_to_be_down_decide_a_split_acquire_and_end_a_hopeless_release() {
+        let keys = crate::keys::LockKeys::new("distlock", "k").unwrap();
+        let call = AcquireCall {
+            keys: &keys,
+            owner: &crate::ids::ShortId::with_counter("d2:", b'o', 1),
+            id: b"a",
+            ttl: TTL,
+            want_pttl: true,
+            wait: None,
+        };
+        // 5 masters, 2 down: the 3 live split (1 granted, 2 busy). Undecided while the down
+        // ones could still grant it; busy with them counted as refusing.
+        let split = [taken(), busy(300), busy(200)];
+        assert!(call.tally(&split, 5, FAST).is_err());
+        assert_eq!(call.without_down(&split, 5, 2, FAST), Some(Ok(busy(200))));
+        // One down only: the other silent master could still make the majority.
+        assert_eq!(call.without_down(&split[..2], 5, 1, FAST), None);
+        // A majority is never made of down masters.
+        let two = [taken(), taken()];
+        assert_eq!(
+            call.without_down(&two, 5, 2, FAST),
+            None,
+            "one silent master left"
+        );
+        assert_eq!(
+            call.without_down(&two, 5, 3, FAST),
+            Some(Ok(Acquired::Busy { pttl: None }))
+        );
+        // A release that can no longer reach a majority without the down masters ends as the
+        // `NoQuorum` it would end with once their requests fail; one they could not tip is
+        // decided by the plain tally already.
+        let release = ReleaseCall {
+            keys: &keys,
+            owner: call.owner,
+            id: b"r",
+            keep: Duration::ZERO,
+            sharded: false,
+        };
+        use Released::*;
+        let hopeless = [Yes, Absent, Absent];
+        let no = Err(NoQuorum {
+            agreed: 1,
+            required: 3,
+        });
+        assert_eq!(release.tally(&hopeless, 5, FAST), no);
+        assert_eq!(release.without_down(&hopeless, 5, 2, FAST), Some(no));
+        // Two granted, one down, one silent: the silent one could still make the majority.
+        assert_eq!(release.without_down(&[Yes, Yes, Absent], 5, 1, FAST), None);
+        assert_eq!(release.without_down(&[Yes, Yes, Yes], 5, 2, FAST), None);
     }
 }

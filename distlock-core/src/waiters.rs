@@ -77,6 +77,17 @@ struct Channel {
     turn: Arc<Semaphore>,
     /// Serialises SUBSCRIBE/UNSUBSCRIBE for this channel and counts its waiters.
     state: tokio::sync::Mutex<ChannelState>,
+    /// RedLock: the masters that confirmed the subscription, so that the last waiter's
+    /// departure unsubscribes there only (not waiting on masters that are down).
+    on: Mutex<On>,
+}
+
+/// See [`Channel::on`].
+#[derive(Default)]
+struct On {
+    masters: Vec<bool>,
+    /// The last waiter left: a subscription confirmed later is undone at once.
+    left: bool,
 }
 
 #[derive(Default)]
@@ -93,6 +104,10 @@ impl Channel {
             confirmed: AtomicUsize::new(0),
             turn: Arc::new(Semaphore::new(1)),
             state: tokio::sync::Mutex::new(ChannelState::default()),
+            on: Mutex::new(On {
+                masters: vec![false; masters],
+                left: false,
+            }),
         }
     }
 }
@@ -227,8 +242,7 @@ impl Waiters {
             if needed && self.is_quorum() {
                 // Set first, as below: a departure unsubscribes from every master.
                 state.subscribed = true;
-                let confirmed = self.subscribe_masters(&conns, channel).await;
-                entry.confirmed.store(confirmed, Ordering::Release);
+                self.subscribe_masters(&conns, channel, &entry).await;
             } else if needed {
                 // Set before the SUBSCRIBE is sent: if this future is dropped (or fails) once
                 // it may have reached Redis, the waiter's departure still unsubscribes (an
@@ -275,30 +289,79 @@ impl Waiters {
 
     /// Subscribes to `channel` on every master of a RedLock quorum at once, each bounded by the
     /// response timeout (a master whose connection dropped since its last use is asked again
-    /// within it); returns how many confirmed it.
-    async fn subscribe_masters(&self, conns: &Subscribers, channel: &str) -> usize {
-        let each = conns.iter().map(|conn| {
-            let subscribe =
-                |mut conn: Subscriber| async move { conn.subscribe(channel.as_bytes()).await };
-            let conn = conn.clone();
-            let subscribed = async move {
-                match subscribe(conn.clone()).await {
-                    Err(e) if is_connection_failure(&e) => subscribe(conn).await,
-                    other => other,
+    /// within it), and counts the confirmations in `entry.confirmed`. Returns as soon as
+    /// enough masters confirmed for their messages to wake a waiter (`wake_after`), or all
+    /// answered: a master that is down does not hold every waiter up for its reconnect
+    /// attempts. The subscriptions still out finish on the client's runtime (a late
+    /// confirmation counts too); the last waiter's departure waits for them before it
+    /// unsubscribes.
+    async fn subscribe_masters(&self, conns: &Subscribers, channel: &str, entry: &Arc<Channel>) {
+        use futures_util::stream::{FuturesUnordered, StreamExt};
+        let timeout = self.response_timeout;
+        let mut each: FuturesUnordered<_> = conns
+            .iter()
+            .enumerate()
+            .map(|(i, conn)| {
+                let (conn, name) = (conn.clone(), channel.as_bytes().to_vec());
+                // The timer is made inside, on the client's runtime, where the rest may finish.
+                self.background.enter(async move {
+                    let subscribe = |mut conn: Subscriber, name: Vec<u8>| async move {
+                        conn.subscribe(&name).await
+                    };
+                    let subscribed = async {
+                        match subscribe(conn.clone(), name.clone()).await {
+                            Err(e) if is_connection_failure(&e) => subscribe(conn, name).await,
+                            other => other,
+                        }
+                    };
+                    let ok = matches!(tokio::time::timeout(timeout, subscribed).await, Ok(Ok(())));
+                    (i, ok)
+                })
+            })
+            .collect();
+        let mut confirmed = 0;
+        while confirmed < self.wake_after {
+            match each.next().await {
+                Some((i, true)) => {
+                    sync::lock(&entry.on).masters[i] = true;
+                    confirmed += 1;
                 }
-            };
-            tokio::time::timeout(self.response_timeout, self.background.enter(subscribed))
-        });
-        let results = futures_util::future::join_all(each).await;
-        let confirmed = results.iter().filter(|r| matches!(r, Ok(Ok(())))).count();
-        if confirmed < conns.len() {
-            tracing::debug!(
-                confirmed,
-                masters = conns.len(),
-                "some RedLock masters did not take the release subscription (down?); waiters count on the others"
-            );
+                Some((_, false)) => {}
+                None => break,
+            }
         }
-        confirmed
+        entry.confirmed.store(confirmed, Ordering::Release);
+        if each.is_empty() {
+            if confirmed < conns.len() {
+                tracing::debug!(
+                    confirmed,
+                    masters = conns.len(),
+                    "some RedLock masters did not take the release subscription (down?); waiters count on the others"
+                );
+            }
+            return;
+        }
+        let (entry, conns, name) = (entry.clone(), conns.clone(), channel.as_bytes().to_vec());
+        drop(self.background.handle().spawn(async move {
+            while let Some((i, ok)) = each.next().await {
+                if !ok {
+                    continue;
+                }
+                let left = {
+                    let mut on = sync::lock(&entry.on);
+                    if !on.left {
+                        on.masters[i] = true;
+                        entry.confirmed.fetch_add(1, Ordering::AcqRel);
+                    }
+                    on.left
+                };
+                if left {
+                    // Confirmed after the last waiter left: undone here.
+                    let mut conn = conns[i].clone();
+                    let _ = tokio::time::timeout(timeout, conn.unsubscribe(&name)).await;
+                }
+            }
+        }));
     }
 
     /// True if some task of this client is waiting for `channel`'s lock.
@@ -576,7 +639,14 @@ impl Drop for Subscription {
                 return;
             }
             if state.subscribed {
-                unsubscribe(&conns, &name, timeout).await;
+                // Over a quorum, where it was confirmed (a master that is down is not waited
+                // for); one confirmed later undoes itself (see `subscribe_masters`).
+                let which = {
+                    let mut on = sync::lock(&entry.on);
+                    on.left = true;
+                    std::mem::take(&mut on.masters)
+                };
+                unsubscribe(&conns, &which, &name, timeout).await;
                 state.subscribed = false;
                 entry.confirmed.store(0, Ordering::Release);
             }
@@ -590,18 +660,19 @@ impl Drop for Subscription {
     }
 }
 
-/// Unsubscribes from `name` on the subscriber, or on every master of a RedLock quorum at once,
-/// each bounded by `timeout` (a master that is down lost the subscription with its connection;
+/// Unsubscribes from `name` on the subscriber, or on the masters of a RedLock quorum that
+/// confirmed it (`which`) at once, each bounded by `timeout` (a master that is down lost the subscription with its connection;
 /// should the subscriber reconnect to it later, it subscribes again to what that master last
 /// confirmed, and such a stale channel only delivers harmless extra wake-ups).
-async fn unsubscribe(conns: &Subscribers, name: &[u8], timeout: Duration) {
+async fn unsubscribe(conns: &Subscribers, which: &[bool], name: &[u8], timeout: Duration) {
     if let [conn] = &conns[..] {
         if let Err(error) = conn.clone().unsubscribe(name).await {
             tracing::debug!(%error, "unsubscribe failed; the server drops it on reconnect");
         }
         return;
     }
-    let each = conns.iter().map(|conn| {
+    let confirmed = conns.iter().zip(which).filter(|(_, &on)| on);
+    let each = confirmed.map(|(conn, _)| {
         let mut conn = conn.clone();
         async move { tokio::time::timeout(timeout, conn.unsubscribe(name)).await }
     });
