@@ -436,3 +436,25 @@ async fn contention_with_two_masters_killed_is_not_held_up_by_them() {
         "40 contended sections with 2 of 5 masters killed took {took:?}"
     );
 }
+
+/// With 3 of 5 masters killed nobody can hold the lock: acquires fail with `NoQuorum` (not
+/// `Busy`), also once the client knows those masters are down and decides without waiting
+/// for them.
+#[tokio::test]
+async fn a_majority_known_to_be_down_fails_acquires_with_no_quorum() {
+    let mut masters = masters();
+    let client = client(&masters, RESPONSE_TIMEOUT).await;
+    for master in &mut masters[..3] {
+        master.kill();
+    }
+    for round in 0..4 {
+        let started = Instant::now();
+        let refused = client.lock("gone").acquire().await.unwrap_err();
+        let took = started.elapsed();
+        assert!(
+            matches!(refused, Error::NoQuorum { required: 3, .. }),
+            "round {round}: {refused}"
+        );
+        assert!(took < RESPONSE_TIMEOUT, "round {round} took {took:?}");
+    }
+}

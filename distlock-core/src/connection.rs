@@ -160,7 +160,10 @@ impl Connection {
             .iter()
             .map(|n| n.down.load(Ordering::Acquire))
             .collect();
+        // Masters whose request has not ended yet.
+        let mut out = vec![true; nodes];
         while let Some((i, reply)) = pending.next().await {
+            out[i] = false;
             // A reply of the wrong shape answers another request: as in `call_one`.
             let reply = reply.and_then(|(generation, sent)| {
                 call.decode(sent.raw).ok_or_else(|| {
@@ -185,8 +188,10 @@ impl Connection {
                 break;
             }
             // Or with the masters known to be down counted as refusing (acquires, releases).
+            // Only once every other master has answered: what they say may still decide it.
             let known_down = down.iter().filter(|&&d| d).count();
-            if known_down > 0 {
+            let others_out = (0..nodes).any(|j| out[j] && !down[j]);
+            if known_down > 0 && !others_out {
                 if let Some(outcome) = call.without_down(&replies, nodes, known_down, elapsed) {
                     decided_early = Some(outcome);
                     break;

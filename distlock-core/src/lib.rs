@@ -246,12 +246,13 @@
 //! not answer could still make a majority the call fails as [`Error::NoQuorum`] (a renewal is
 //! retried until the lease runs out, a release is retried in the background; an acquire with
 //! a `wait` tries again until its wait runs out). A master whose last request failed or
-//! timed out counts as refusing an acquire until it answers again (it is still sent every
-//! request, and whatever it grants late is released in order), so an attempt that the live
-//! masters split between two waiters is decided by them at once instead of waiting for the
-//! dead master's request to fail; a release that cannot reach a majority without such
-//! masters ends as `NoQuorum` at once too (tested: 40 contended sections with 2 of 5 masters
-//! killed take well under a second, as with all up). Keep the response timeout short over a
+//! timed out is known to be down until it answers again (it is still sent every request,
+//! and whatever it grants late is released in order): once every other master has
+//! answered, an acquire or release that cannot reach a majority without the down ones fails
+//! at once with the `NoQuorum` it would end with, instead of waiting for their requests to
+//! fail; so an attempt that the live masters split between two waiters is retried at once
+//! (tested: 40 contended sections with 2 of 5 masters killed take well under a second, as
+//! with all up; with 3 of 5 down acquires fail with `NoQuorum`, never `Busy`). Keep the response timeout short over a
 //! quorum all the same (the RedLock description suggests a few to tens of milliseconds per
 //! master for a ttl of seconds, on a LAN): it bounds what a master that just went down costs
 //! the calls in flight. The watchdog renews a client's locks in

@@ -64,13 +64,14 @@ pub(crate) trait Quorate: Call {
         true
     }
 
-    /// Decided early with `down` of the masters that have not answered counted as refusing
-    /// (they are known to be down: their last request failed or timed out; `Connection::call`
-    /// still sends them this one). `None`: still undecided, or a call that waits for them
-    /// (renewals, fence floors). An acquire takes the outcome (busy: a grant it may still get
-    /// from a down master is released in order, see `stragglers`); a release fails as
-    /// `NoQuorum` once a majority of releases is out of reach without them, the error it
-    /// would end with when their requests fail.
+    /// Ended early when the call is undecided only because of `down` masters that have not
+    /// answered and are known to be down (their last request failed or timed out;
+    /// `Connection::call` still sends them this one): with them counted as refusing, a
+    /// majority for the call is out of reach, so it fails at once with the `NoQuorum` it
+    /// would end with when their requests fail, instead of waiting for that (an acquire with
+    /// a `wait` tries again; what a down master grants late is released in order, see
+    /// `stragglers`). `None`: still undecided, or a call that waits for them (renewals, fence
+    /// floors).
     fn without_down(
         &self,
         _replies: &[Self::Reply],
@@ -112,9 +113,8 @@ impl Quorate for AcquireCall<'_> {
         elapsed: Duration,
     ) -> Option<Result<Acquired, NoQuorum>> {
         let silent = silent(replies, nodes, down);
-        acquired(replies, nodes, silent, self.ttl, elapsed)
-            .ok()
-            .map(Ok)
+        let out_of_reach = acquired(replies, nodes, silent, self.ttl, elapsed).is_ok();
+        out_of_reach.then(|| self.tally(replies, nodes, elapsed))
     }
 }
 
@@ -140,9 +140,8 @@ impl Quorate for FencedAcquireCall<'_> {
         elapsed: Duration,
     ) -> Option<Result<Acquired, NoQuorum>> {
         let silent = silent(replies, nodes, down);
-        acquired(replies, nodes, silent, self.ttl, elapsed)
-            .ok()
-            .map(Ok)
+        let out_of_reach = acquired(replies, nodes, silent, self.ttl, elapsed).is_ok();
+        out_of_reach.then(|| self.tally(replies, nodes, elapsed))
     }
 }
 
@@ -510,10 +509,17 @@ mod tests {
             wait: None,
         };
         // 5 masters, 2 down: the 3 live split (1 granted, 2 busy). Undecided while the down
-        // ones could still grant it; busy with them counted as refusing.
+        // ones could still grant it; with them counted as refusing, no majority: `NoQuorum`
+        // at once (not busy: the lock is not held by a majority of others).
         let split = [taken(), busy(300), busy(200)];
         assert!(call.tally(&split, 5, FAST).is_err());
-        assert_eq!(call.without_down(&split, 5, 2, FAST), Some(Ok(busy(200))));
+        let no = |agreed| {
+            Some(Err(NoQuorum {
+                agreed,
+                required: 3,
+            }))
+        };
+        assert_eq!(call.without_down(&split, 5, 2, FAST), no(1));
         // One down only: the other silent master could still make the majority.
         assert_eq!(call.without_down(&split[..2], 5, 1, FAST), None);
         // A majority is never made of down masters.
@@ -523,10 +529,7 @@ mod tests {
             None,
             "one silent master left"
         );
-        assert_eq!(
-            call.without_down(&two, 5, 3, FAST),
-            Some(Ok(Acquired::Busy { pttl: None }))
-        );
+        assert_eq!(call.without_down(&two, 5, 3, FAST), no(2));
         // A release that can no longer reach a majority without the down masters ends as the
         // `NoQuorum` it would end with once their requests fail; one they could not tip is
         // decided by the plain tally already.
