@@ -27,7 +27,10 @@
 //! as RedLock advises. A subscription that reached fewer masters than that (they are down, or
 //! refuse it) looks again every `DEGRADED_POLL`, and the next waiter subscribes again; a
 //! master that comes back while enough others have the subscription is not needed (the
-//! holder's pttl covers a missed release, as it covers a crashed holder).
+//! holder's pttl covers a missed release, as it covers a crashed holder). Subscribing returns
+//! as soon as enough masters confirmed, and the last waiter's departure unsubscribes only
+//! where the subscription was confirmed, so a master that is down holds no waiter up (a
+//! confirmation that comes after the departure undoes itself).
 //!
 //! In a cluster, the server ends a sharded subscription itself when the channel's slot moves to
 //! another shard or its master becomes a replica in a failover (`SUNSUBSCRIBE` push), and a
