@@ -67,20 +67,20 @@ impl Client {
         let connect_within = config
             .connect_timeout
             .saturating_add(config.response_timeout);
-        // RedLock: the masters connect lazily (a minority may be down); `backend` and `conn`
-        // are the first master's. The identity record goes to every master, and the waiters
-        // subscribe on every master.
+        // RedLock: the masters connect lazily (a minority may be down); `backend` is the first
+        // master's. The identity record goes to every master, and the waiters subscribe on
+        // every master.
         let quorum = (!config.redlock_masters.is_empty())
             .then(|| redlock::connect(&config, &background))
             .transpose()?;
-        let conn = match &quorum {
+        // Every server the client talks to: the quorum's masters, or the one connection.
+        let (conn, masters) = match quorum {
             Some(quorum) => {
+                let masters = quorum.masters();
                 // With the client's runtime entered, as every later call to a master
                 // (`Connection::call`): the masters' connections are made there.
-                background
-                    .enter(check_masters(quorum.master_links(), &config))
-                    .await?;
-                quorum.current().1
+                background.enter(check_masters(&masters, &config)).await?;
+                (quorum, masters)
             }
             None => {
                 let conn = tokio::time::timeout(connect_within, backend.command_link(&background))
@@ -90,25 +90,24 @@ impl Client {
                     })?
                     .map_err(connect_error)?;
                 check_server(conn.clone(), &config).await?;
-                conn
+                let masters = vec![(conn.clone(), backend.clone())];
+                (
+                    Connection::new(conn, backend.clone(), background.clone()),
+                    masters,
+                )
             }
         };
+        let conn = Arc::new(conn);
         let id = format!("{}{}", scripts::VERSION_TAG, uuid::Uuid::new_v4().simple());
         let (handle, name_ref) = (background.handle(), name.as_deref());
-        let record_on = match &quorum {
-            Some(quorum) => quorum.masters(),
-            None => vec![(conn.clone(), backend.clone())],
-        };
-        let announce = identity::announce(record_on, handle, &config, &id, name_ref);
-        if quorum.is_some() {
+        // RedLock: a subscriber per master (`waiters` counts their messages).
+        let backends = masters.iter().map(|(_, backend)| backend.clone()).collect();
+        let announce = identity::announce(masters, handle, &config, &id, name_ref);
+        if conn.quorum_size() > 0 {
             background.enter(announce).await;
         } else {
             announce.await;
         }
-        let conn = Arc::new(match quorum {
-            Some(quorum) => quorum,
-            None => Connection::new(conn, backend.clone(), background.clone()),
-        });
         let watchdog = Watchdog::start(
             conn.clone(),
             background.handle().clone(),
@@ -119,17 +118,8 @@ impl Client {
                 timeout: config.response_timeout,
             },
         );
-        // RedLock: a subscriber per master (`waiters` counts their messages).
-        let masters = match conn.quorum_size() {
-            0 => vec![backend.clone()],
-            _ => conn
-                .masters()
-                .into_iter()
-                .map(|(_, backend)| backend)
-                .collect(),
-        };
         let waiters = Waiters::new(
-            masters,
+            backends,
             config.connect_timeout,
             config.response_timeout,
             background.clone(),
@@ -384,11 +374,11 @@ async fn check_server(conn: Link, config: &Config) -> Result<(), Error> {
 /// many are down or refuse (a wrong password, a TLS handshake that fails) that no majority is
 /// left, as a connect to one server fails when it is down. A client starts while a minority
 /// is down; those masters connect when they are back.
-async fn check_masters(links: Vec<Link>, config: &Config) -> Result<(), Error> {
+async fn check_masters(links: &[(Link, Arc<Backend>)], config: &Config) -> Result<(), Error> {
     let masters = links.len();
-    let checks = links.into_iter().map(|link| async move {
+    let checks = links.iter().map(|(link, _)| async move {
         reach(link.clone(), config).await?;
-        check_server(link, config).await
+        check_server(link.clone(), config).await
     });
     let refused: Vec<Error> = futures_util::future::join_all(checks)
         .await

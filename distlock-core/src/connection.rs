@@ -77,11 +77,6 @@ impl Connection {
         }
     }
 
-    /// The command connections of a RedLock quorum's masters (none: not one).
-    pub(crate) fn master_links(&self) -> Vec<Link> {
-        self.nodes.iter().map(|node| node.current().1).collect()
-    }
-
     /// Each master of a RedLock quorum: its command connection and its backend (none: not
     /// one).
     pub(crate) fn masters(&self) -> Vec<(Link, Arc<Backend>)> {

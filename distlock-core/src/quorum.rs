@@ -36,14 +36,27 @@ pub(crate) struct NoQuorum {
 /// A call that can be sent to every master of a quorum, with the rule that combines their
 /// replies.
 pub(crate) trait Quorate: Call {
-    /// The call's reply over `nodes` masters, from the replies of those that answered in time;
-    /// `elapsed`: since the requests were sent.
+    /// The call's reply over `nodes` masters, from the replies of those that answered, with
+    /// `silent` masters that have not answered and could still (undecided while they could
+    /// tip it); `elapsed`: since the requests were sent.
+    fn count(
+        &self,
+        replies: &[Self::Reply],
+        nodes: usize,
+        silent: usize,
+        elapsed: Duration,
+    ) -> Result<Self::Reply, NoQuorum>;
+
+    /// The call's reply with every master that has not answered (or failed) counted as
+    /// possibly answering yet.
     fn tally(
         &self,
         replies: &[Self::Reply],
         nodes: usize,
         elapsed: Duration,
-    ) -> Result<Self::Reply, NoQuorum>;
+    ) -> Result<Self::Reply, NoQuorum> {
+        self.count(replies, nodes, silent(replies, nodes, 0), elapsed)
+    }
 
     /// The call's reply once every master answered or ran out of time: [`Quorate::tally`],
     /// except for calls that carry several locks (renewal batches), whose decided items stand
@@ -70,16 +83,28 @@ pub(crate) trait Quorate: Call {
     /// majority for the call is out of reach, so it fails at once with the `NoQuorum` it
     /// would end with when their requests fail, instead of waiting for that (an acquire with
     /// a `wait` tries again; what a down master grants late is released in order, see
-    /// `stragglers`). `None`: still undecided, or a call that waits for them (renewals, fence
-    /// floors).
+    /// `stragglers`). `None`: still undecided, or a call that waits for them (see
+    /// [`Quorate::gives_up_on_down`]).
     fn without_down(
         &self,
-        _replies: &[Self::Reply],
-        _nodes: usize,
-        _down: usize,
-        _elapsed: Duration,
+        replies: &[Self::Reply],
+        nodes: usize,
+        down: usize,
+        elapsed: Duration,
     ) -> Option<Result<Self::Reply, NoQuorum>> {
-        None
+        if !self.gives_up_on_down() {
+            return None;
+        }
+        let plain = self.tally(replies, nodes, elapsed);
+        let without = self.count(replies, nodes, silent(replies, nodes, down), elapsed);
+        (plain.is_err() && without.is_ok()).then_some(plain)
+    }
+
+    /// True for calls that end as soon as only masters known to be down could still decide
+    /// them ([`Quorate::without_down`]): acquires and releases. Renewals and fence floors
+    /// wait for them.
+    fn gives_up_on_down(&self) -> bool {
+        false
     }
 
     /// The lock value whose requests to one master must run in the order they were sent:
@@ -91,63 +116,45 @@ pub(crate) trait Quorate: Call {
     }
 }
 
-impl Quorate for AcquireCall<'_> {
-    fn ordered_by(&self) -> Option<&[u8]> {
-        Some(self.owner.as_bytes())
-    }
+/// Acquires, plain or fenced: counted by [`acquired`], ordered by the lock value, ended once
+/// only masters known to be down could still decide them.
+macro_rules! quorate_acquire {
+    ($call:ident, |$c:ident| $value:expr) => {
+        impl Quorate for $call<'_> {
+            fn ordered_by(&self) -> Option<&[u8]> {
+                let $c = self;
+                Some($value)
+            }
 
-    fn tally(
-        &self,
-        replies: &[Acquired],
-        nodes: usize,
-        elapsed: Duration,
-    ) -> Result<Acquired, NoQuorum> {
-        acquired(replies, nodes, silent(replies, nodes, 0), self.ttl, elapsed)
-    }
+            fn count(
+                &self,
+                replies: &[Acquired],
+                nodes: usize,
+                silent: usize,
+                elapsed: Duration,
+            ) -> Result<Acquired, NoQuorum> {
+                acquired(replies, nodes, silent, self.ttl, elapsed)
+            }
 
-    fn without_down(
-        &self,
-        replies: &[Acquired],
-        nodes: usize,
-        down: usize,
-        elapsed: Duration,
-    ) -> Option<Result<Acquired, NoQuorum>> {
-        let silent = silent(replies, nodes, down);
-        let out_of_reach = acquired(replies, nodes, silent, self.ttl, elapsed).is_ok();
-        out_of_reach.then(|| self.tally(replies, nodes, elapsed))
-    }
+            fn gives_up_on_down(&self) -> bool {
+                true
+            }
+        }
+    };
 }
 
-impl Quorate for FencedAcquireCall<'_> {
-    fn ordered_by(&self) -> Option<&[u8]> {
-        Some(self.value)
-    }
-
-    fn tally(
-        &self,
-        replies: &[Acquired],
-        nodes: usize,
-        elapsed: Duration,
-    ) -> Result<Acquired, NoQuorum> {
-        acquired(replies, nodes, silent(replies, nodes, 0), self.ttl, elapsed)
-    }
-
-    fn without_down(
-        &self,
-        replies: &[Acquired],
-        nodes: usize,
-        down: usize,
-        elapsed: Duration,
-    ) -> Option<Result<Acquired, NoQuorum>> {
-        let silent = silent(replies, nodes, down);
-        let out_of_reach = acquired(replies, nodes, silent, self.ttl, elapsed).is_ok();
-        out_of_reach.then(|| self.tally(replies, nodes, elapsed))
-    }
-}
+quorate_acquire!(AcquireCall, |call| call.owner.as_bytes());
+quorate_acquire!(FencedAcquireCall, |call| call.value);
 
 impl Quorate for FenceFloorCall<'_> {
     /// The largest floor among a majority's (fewer answers: no quorum).
-    fn tally(&self, replies: &[u64], nodes: usize, _elapsed: Duration) -> Result<u64, NoQuorum> {
+    fn count(
+        &self,
+        replies: &[u64],
+        nodes: usize,
+        _silent: usize,
+        _elapsed: Duration,
+    ) -> Result<u64, NoQuorum> {
         let required = majority(nodes);
         match replies.iter().max() {
             Some(&floor) if replies.len() >= required => Ok(floor),
@@ -164,25 +171,18 @@ impl Quorate for ReleaseCall<'_> {
         Some(self.owner.as_bytes())
     }
 
-    fn tally(
+    fn count(
         &self,
         replies: &[Released],
         nodes: usize,
+        silent: usize,
         _elapsed: Duration,
     ) -> Result<Released, NoQuorum> {
-        released(replies, nodes, silent(replies, nodes, 0))
+        released(replies, nodes, silent)
     }
 
-    fn without_down(
-        &self,
-        replies: &[Released],
-        nodes: usize,
-        down: usize,
-        elapsed: Duration,
-    ) -> Option<Result<Released, NoQuorum>> {
-        let out_of_reach = released(replies, nodes, silent(replies, nodes, down)).is_ok();
-        (out_of_reach && released(replies, nodes, silent(replies, nodes, 0)).is_err())
-            .then(|| self.tally(replies, nodes, elapsed))
+    fn gives_up_on_down(&self) -> bool {
+        true
     }
 }
 
@@ -193,10 +193,11 @@ impl Quorate for ReleaseManyCall<'_> {
         false
     }
 
-    fn tally(
+    fn count(
         &self,
         replies: &[Vec<Released>],
         nodes: usize,
+        silent: usize,
         _elapsed: Duration,
     ) -> Result<Vec<Released>, NoQuorum> {
         let items = replies.iter().map(Vec::len).max().unwrap_or(0);
@@ -204,7 +205,8 @@ impl Quorate for ReleaseManyCall<'_> {
             .map(|i| {
                 let column: Vec<Released> =
                     replies.iter().filter_map(|r| r.get(i).copied()).collect();
-                released(&column, nodes, silent(&column, nodes, 0))
+                // A reply too short for this item is silent on it.
+                released(&column, nodes, silent + replies.len() - column.len())
             })
             .collect()
     }
@@ -214,13 +216,14 @@ impl Quorate for RenewCall<'_> {
     /// Every lock of the batch decided: each renewed by a majority, or out of a majority's
     /// reach (gone, or held by another owner somewhere); undecided while any lock's outcome
     /// could still change.
-    fn tally(
+    fn count(
         &self,
         replies: &[Vec<Renewed>],
         nodes: usize,
+        silent: usize,
         _elapsed: Duration,
     ) -> Result<Vec<Renewed>, NoQuorum> {
-        renewals(self.items.len(), replies, nodes).collect()
+        renewals(self.items.len(), replies, nodes, silent).collect()
     }
 
     /// The batch's outcome once nothing more will come: the undecided locks are
@@ -234,7 +237,8 @@ impl Quorate for RenewCall<'_> {
         nodes: usize,
         _elapsed: Duration,
     ) -> Result<Vec<Renewed>, NoQuorum> {
-        let outcomes: Vec<_> = renewals(self.items.len(), replies, nodes).collect();
+        let silent = silent(replies, nodes, 0);
+        let outcomes: Vec<_> = renewals(self.items.len(), replies, nodes, silent).collect();
         if !outcomes.iter().any(Result::is_ok) {
             if let Some(Err(no)) = outcomes.first() {
                 return Err(*no);
@@ -253,15 +257,15 @@ fn renewals(
     items: usize,
     replies: &[Vec<Renewed>],
     nodes: usize,
+    silent: usize,
 ) -> impl Iterator<Item = Result<Renewed, NoQuorum>> + '_ {
     let required = majority(nodes);
-    let unanswered = nodes - replies.len().min(nodes);
     (0..items).map(move |i| {
         let column = replies.iter().filter_map(|r| r.get(i).copied());
         let yes = column.clone().filter(|&r| r == Renewed::Yes).count();
         if yes >= required {
             Ok(Renewed::Yes)
-        } else if yes + unanswered >= required {
+        } else if yes + silent >= required {
             Err(NoQuorum {
                 agreed: yes,
                 required,
