@@ -53,23 +53,10 @@ async fn a_lock_owner_leads_to_its_process() {
 #[tokio::test]
 async fn a_server_that_refuses_the_record_still_serves_locks() {
     let server = RedisServer::start();
-    let mut conn = server.conn().await;
     // An ACL user that may touch lock keys (and run scripts) but not client records.
-    redis::cmd("ACL")
-        .arg(&[
-            "SETUSER",
-            "locks",
-            "on",
-            ">pw",
-            "~distlock:{*",
-            "&*",
-            "+@all",
-            "-hset",
-        ])
-        .exec_async(&mut conn)
-        .await
-        .unwrap();
-    let url = format!("redis://locks:pw@127.0.0.1:{}/", server.port());
+    let url = server
+        .acl_user("locks", "pw", &["~distlock:{*", "&*", "+@all", "-hset"])
+        .await;
     let client = Config::new(url)
         .response_timeout(Duration::from_millis(500))
         .connect()
@@ -85,7 +72,7 @@ async fn a_server_that_refuses_the_record_still_serves_locks() {
         .unwrap();
     let records: Vec<String> = redis::cmd("KEYS")
         .arg("distlock:client:*")
-        .query_async(&mut conn)
+        .query_async(&mut server.conn().await)
         .await
         .unwrap();
     assert!(records.is_empty(), "{records:?}");

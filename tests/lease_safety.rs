@@ -593,20 +593,9 @@ async fn a_refused_renewal_is_reported_as_refused_not_unreachable() {
     // Defect 9: Redis answering renewals with an error was reported as `Unreachable`.
     let server = RedisServer::start();
     let mut admin = server.conn().await;
-    let _: () = redis::cmd("ACL")
-        .arg(&[
-            "SETUSER",
-            "locker",
-            "on",
-            ">locker-pass",
-            "~*",
-            "&*",
-            "+@all",
-        ])
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    let url = format!("redis://locker:locker-pass@127.0.0.1:{}/", server.port());
+    let url = server
+        .acl_user("locker", "locker-pass", &["~*", "&*", "+@all"])
+        .await;
     let c = Config::new(url).connect().await.expect("connect as locker");
     let guard = c
         .lock("acl")

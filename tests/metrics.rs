@@ -368,20 +368,9 @@ async fn renewals_lease_loss_and_release_loss() {
     let server = RedisServer::start();
     let mut admin = server.conn().await;
     // A user whose script calls can be refused (ACL), to make renewals fail.
-    let _: () = redis::cmd("ACL")
-        .arg(&[
-            "SETUSER",
-            "locker",
-            "on",
-            ">locker-pass",
-            "~*",
-            "&*",
-            "+@all",
-        ])
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    let url = format!("redis://locker:locker-pass@127.0.0.1:{}/", server.port());
+    let url = server
+        .acl_user("locker", "locker-pass", &["~*", "&*", "+@all"])
+        .await;
     let a = Config::new(url).connect().await.expect("connect as locker");
     let b = client(&server).await;
     const LEASE: &str = "lease:<n>";

@@ -49,17 +49,6 @@ async fn no_lock_keys_within(servers: &[&RedisServer], within: Duration, what: &
     .await;
 }
 
-/// Waits until the clients' background tasks (the stragglers among them) are done.
-async fn at_rest(clients: &[&Client], within: Duration) {
-    testkit::eventually(within, "the clients' background tasks finish", || async {
-        clients
-            .iter()
-            .all(|c| c.background_tasks() == 0)
-            .then_some(())
-    })
-    .await;
-}
-
 #[tokio::test]
 async fn acquire_and_release_settle_early_with_two_masters_killed() {
     let mut masters = masters();
@@ -97,7 +86,7 @@ async fn acquire_and_release_settle_early_with_two_masters_killed() {
         "released on every live master",
     )
     .await;
-    at_rest(&[&a, &b], RESPONSE_TIMEOUT * 2).await;
+    testkit::at_rest(&[&a, &b], RESPONSE_TIMEOUT * 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -162,7 +151,7 @@ async fn two_paused_masters_keep_locks_exclusive_and_get_every_release_once_thaw
     .await;
     println!("thawed masters clean after {:?}", thawed_at.elapsed());
     let refs: Vec<&Client> = clients.iter().collect();
-    at_rest(&refs, response_timeout * 3).await;
+    testkit::at_rest(&refs, response_timeout * 3).await;
     // Nothing was left to expire: the keys went with releases, well within their 30 s ttl, and
     // the lock is free on all five.
     let again = clients[1]
@@ -190,15 +179,7 @@ async fn a_paused_majority_fails_the_acquire_within_about_the_response_timeout()
     let found = client.lock("paused-majority").ttl(ttl).acquire().await;
     let took = started.elapsed();
     println!("acquire with three masters paused failed after {took:?}");
-    match found {
-        Err(Error::NoQuorum {
-            agreed, required, ..
-        }) => {
-            assert_eq!(required, 3);
-            assert!(agreed <= 2, "{agreed}");
-        }
-        other => panic!("expected NoQuorum, got {other:?}"),
-    }
+    testkit::expect_no_quorum(found, 3);
     assert!(
         took < response_timeout + Duration::from_millis(500),
         "took {took:?} at a response timeout of {response_timeout:?}"
@@ -308,7 +289,7 @@ async fn a_cancelled_acquire_leaves_nothing_once_the_paused_masters_thaw() {
         "the thawed masters hold nothing of the cancelled attempt",
     )
     .await;
-    at_rest(&[&client], response_timeout * 3).await;
+    testkit::at_rest(&[&client], response_timeout * 3).await;
 }
 
 /// Panics seen on the clients' runtime threads (`distlock-client`), counted by a panic hook.
@@ -352,7 +333,7 @@ fn stragglers_outlive_the_runtime_of_their_caller() {
         .unwrap();
     checker.block_on(async {
         // Past their deadline (and the one more timeout a timed-out request is kept).
-        at_rest(&[&client], response_timeout * 4).await;
+        testkit::at_rest(&[&client], response_timeout * 4).await;
         for guard in paused {
             guard.resume();
         }

@@ -60,6 +60,21 @@ impl RedisServer {
         Self::start_with(ServerOptions::default())
     }
 
+    /// Adds ACL user `name` with password `password` and `rules` (after `on`, e.g. `~*`,
+    /// `&*`, `+@all`, `-hset`) and returns a URL that logs in as it.
+    pub async fn acl_user(&self, name: &str, password: &str, rules: &[&str]) -> String {
+        redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(name)
+            .arg("on")
+            .arg(format!(">{password}"))
+            .arg(rules)
+            .exec_async(&mut self.conn().await)
+            .await
+            .expect("ACL SETUSER");
+        format!("redis://{name}:{password}@127.0.0.1:{}/", self.port)
+    }
+
     /// Starts a TLS-only server with these files (see [`Pki::files`]).
     pub fn start_tls(files: TlsFiles) -> RedisServer {
         Self::start_with(ServerOptions {
@@ -1207,4 +1222,32 @@ pub async fn wait_for_release(
     tokio::time::sleep(Duration::from_millis(300)).await;
     held.release().await.expect("the holder's release");
     waiting.await.expect("the waiter panicked")
+}
+
+/// Waits until none of `clients` has a background task left (RedLock stragglers, background
+/// releases, unsubscribes), failing after `within`.
+pub async fn at_rest(clients: &[&distlock::Client], within: Duration) {
+    eventually(within, "the clients' background tasks finish", || async {
+        clients
+            .iter()
+            .all(|c| c.background_tasks() == 0)
+            .then_some(())
+    })
+    .await;
+}
+
+/// Asserts that `result` failed with `Error::NoQuorum` for a majority of `required`, with fewer
+/// than that agreeing.
+pub fn expect_no_quorum<T: std::fmt::Debug>(result: Result<T, distlock::Error>, required: usize) {
+    match result {
+        Err(distlock::Error::NoQuorum {
+            agreed,
+            required: needed,
+            ..
+        }) => {
+            assert_eq!(needed, required, "the majority named");
+            assert!(agreed < required, "{agreed} agreed, yet NoQuorum");
+        }
+        other => panic!("expected NoQuorum, got {other:?}"),
+    }
 }
