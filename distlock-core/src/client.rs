@@ -346,13 +346,13 @@ impl fmt::Debug for Client {
     }
 }
 
-/// The checks and set-up of a fresh connection: a missing password fails here (see
-/// [`preload_scripts`]), the scripts are loaded, and the eviction policy is looked at.
+/// The checks and set-up of a fresh connection: the server must answer (see [`reach`]: a
+/// missing password fails here), the scripts are loaded, and the eviction policy is looked
+/// at.
 async fn check_server(conn: Link, config: &Config) -> Result<(), Error> {
     let timeout = config.response_timeout;
-    preload_scripts(conn.clone(), timeout)
-        .await
-        .map_err(|source| Error::Connect { source })?;
+    reach(conn.clone(), config).await?;
+    preload_scripts(conn.clone(), timeout).await;
     match eviction_policy(conn, timeout).await {
         Some(policy) if policy != "noeviction" => {
             if config.require_noeviction {
@@ -369,17 +369,15 @@ async fn check_server(conn: Link, config: &Config) -> Result<(), Error> {
     Ok(())
 }
 
-/// [`check_server`] on every master of a RedLock quorum at once, after a `PING` that shows the
-/// master is reachable: the connect fails (with the first failing master's error) only if so
+/// [`check_server`] on every master of a RedLock quorum at once: the connect fails (with the first failing master's error) only if so
 /// many are down or refuse (a wrong password, a TLS handshake that fails) that no majority is
 /// left, as a connect to one server fails when it is down. A client starts while a minority
 /// is down; those masters connect when they are back.
 async fn check_masters(links: &[(Link, Arc<Backend>)], config: &Config) -> Result<(), Error> {
     let masters = links.len();
-    let checks = links.iter().map(|(link, _)| async move {
-        reach(link.clone(), config).await?;
-        check_server(link.clone(), config).await
-    });
+    let checks = links
+        .iter()
+        .map(|(link, _)| check_server(link.clone(), config));
     let refused: Vec<Error> = futures_util::future::join_all(checks)
         .await
         .into_iter()
@@ -392,8 +390,10 @@ async fn check_masters(links: &[(Link, Arc<Backend>)], config: &Config) -> Resul
     }
 }
 
-/// A `PING` answered (any reply, an error reply too: the server is there) within the connect
-/// and response timeouts.
+/// A `PING` answered within the connect and response timeouts (a lazily connecting link
+/// connects for it). An error reply counts as an answer (the server is there), except NOAUTH:
+/// a server that wants a password nobody gave answers it to anything, and failing here
+/// reports the missing password at `init`, not at the first lock.
 async fn reach(mut conn: Link, config: &Config) -> Result<(), Error> {
     let within = config
         .connect_timeout
@@ -401,7 +401,9 @@ async fn reach(mut conn: Link, config: &Config) -> Result<(), Error> {
     let ping = redis::cmd("PING");
     match tokio::time::timeout(within, ping.exec_async(&mut conn)).await {
         Err(_) => Err(Error::ConnectTimeout { after: within }),
-        Ok(Err(source)) if !is_error_reply(&source) => Err(Error::Connect { source }),
+        Ok(Err(source)) if source.code() == Some("NOAUTH") || !is_error_reply(&source) => {
+            Err(Error::Connect { source })
+        }
         Ok(_) => Ok(()),
     }
 }
@@ -421,18 +423,7 @@ async fn eviction_policy(mut conn: Link, timeout: Duration) -> Option<String> {
 
 /// Loads the scripts at connect so the first locks skip the NOSCRIPT round trip. Best effort:
 /// a server that refuses `SCRIPT LOAD` here still gets them loaded on first use.
-///
-/// A server that wants a password nobody gave answers NOAUTH here: that fails the connect, so a
-/// missing password is reported at `init`, not at the first lock.
-async fn preload_scripts(mut conn: Link, timeout: Duration) -> Result<(), redis::RedisError> {
-    // A server that wants a password answers NOAUTH to anything, PING included.
-    if let Ok(Err(error)) =
-        tokio::time::timeout(timeout, redis::cmd("PING").exec_async(&mut conn)).await
-    {
-        if error.code() == Some("NOAUTH") {
-            return Err(error);
-        }
-    }
+async fn preload_scripts(mut conn: Link, timeout: Duration) {
     let mut pipe = redis::pipe();
     for script in scripts::ALL {
         pipe.add_command(script.load()).ignore();
@@ -444,5 +435,4 @@ async fn preload_scripts(mut conn: Link, timeout: Duration) -> Result<(), redis:
         }
         Err(_) => tracing::debug!("script preload timed out; scripts load on first use"),
     }
-    Ok(())
 }
