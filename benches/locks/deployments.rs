@@ -247,8 +247,8 @@ pub(crate) fn render(rows: &[Row], out: &mut String) {
          one driver thread stays.\n\n\
          RedLock sends every acquire and every release to every master at once and goes on \
          when a majority has answered (the rest finish in the background), so on separate \
-         hosts a cycle costs about the round trip of the slowest master of the fastest \
-         majority, twice. Here the masters share the two cores with the client, so each cycle \
+         hosts we expect a cycle to cost about the round trip of the slowest master of the \
+         fastest majority, twice (not measured here). Here the masters share the two cores with the client, so each cycle \
          costs N masters' Redis work and N requests' client work: the figure falls with N. \
          RedLock connections get no group commit (`batch` is for one server).\n"
     );
