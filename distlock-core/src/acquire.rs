@@ -311,6 +311,7 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
             // is released in the background.
             let mut pending = ReleaseOnDrop::new(hold.clone());
             let sent_at = Instant::now();
+            let switches = client.switches();
             let (attempt, acked) = match try_acquire(&hold, &terms, give_up.is_some()).await {
                 // RedLock: no majority either way (a split vote, masters that did not answer):
                 // a waiter tries again like after a busy attempt, until its wait runs out.
@@ -346,7 +347,14 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
                 }
                 Acquired::Taken { token } => {
                     waiting.acquired(started);
-                    return Ok(into_guard(hold, token, false, &terms, sent_at, started));
+                    return Ok(into_guard(
+                        hold,
+                        token,
+                        false,
+                        &terms,
+                        (sent_at, switches),
+                        started,
+                    ));
                 }
                 Acquired::Busy { pttl: left } => pttl = left,
                 Acquired::Incompatible => {
@@ -450,6 +458,7 @@ async fn reenter(outer: Outer, terms: &Terms, started: Instant) -> Result<LockGu
         wait: client.replica_wait(terms.min_replicas),
     };
     let sent_at = Instant::now();
+    let switches = client.switches();
     // The check changes nothing but the expiry (only ever later), so it is safe to repeat.
     let (found, acked) = match client.call_acked(Operation::Acquire, name, &call).await {
         Err(error) if error.is_connection_failure() => {
@@ -470,7 +479,14 @@ async fn reenter(outer: Outer, terms: &Terms, started: Instant) -> Result<LockGu
         }
         Some(Renewed::Yes) => {
             let hold = outer.hold.enter();
-            return Ok(into_guard(hold, outer.token, true, terms, sent_at, started));
+            return Ok(into_guard(
+                hold,
+                outer.token,
+                true,
+                terms,
+                (sent_at, switches),
+                started,
+            ));
         }
         Some(Renewed::Gone) | None => LossReason::Expired,
         Some(Renewed::OtherOwner | Renewed::NotALock) => LossReason::Stolen,
@@ -499,7 +515,7 @@ fn into_guard(
     token: Option<u64>,
     reentry: bool,
     terms: &Terms,
-    sent_at: Instant,
+    (sent_at, switches): (Instant, u64),
     started: Instant,
 ) -> LockGuard {
     let waited_ms = millis_ceil(started.elapsed());
@@ -512,13 +528,18 @@ fn into_guard(
         terms.renew,
         Held::new(terms.label, !reentry),
     ));
-    let renewal = terms.renew.then(|| {
+    // Where masters switch (Sentinel), every outermost lease is also confirmed on the new
+    // master after a switch (see `watchdog`).
+    let confirm = !reentry && hold.client.follows_switches();
+    let renewal = (terms.renew || confirm).then(|| {
         hold.client.start_renewal(Renewal {
             item: RenewItem {
                 key: hold.keys.lock().into(),
                 value: hold.value.as_str().into(),
                 ttl: terms.ttl,
             },
+            renew: terms.renew,
+            switches,
             name: hold.keys.name().into(),
             replicas: terms.min_replicas,
             hold_until: terms.max_hold.map(|cap| deadline_after(sent_at, cap)),

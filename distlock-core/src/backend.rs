@@ -221,6 +221,24 @@ impl Backend {
         matches!(self.kind, Kind::Cluster { .. })
     }
 
+    /// The master switches seen so far (Sentinel; always 0 otherwise): a lease reply that
+    /// arrives after a switch may come from a superseded master, and a lease confirmed before
+    /// one must be confirmed again on the new master (see `watchdog`).
+    pub(crate) fn switches(&self) -> u64 {
+        match &self.kind {
+            Kind::Sentinel(sentinels) => sentinels.switches(),
+            _ => 0,
+        }
+    }
+
+    /// Woken at every master switch (Sentinel; `None` for a deployment without switches).
+    pub(crate) fn watch_switches(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        match &self.kind {
+            Kind::Sentinel(sentinels) => Some(sentinels.subscribe_switches()),
+            _ => None,
+        }
+    }
+
     fn manager_config(&self) -> ConnectionManagerConfig {
         ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))

@@ -46,6 +46,8 @@ struct Inner {
     next: AtomicU64,
     /// A cluster: release notifications are sharded (`SPUBLISH`).
     sharded: bool,
+    /// Masters switch under this client (Sentinel): see [`Client::follows_switches`].
+    follows_switches: bool,
 }
 
 impl Config {
@@ -125,6 +127,7 @@ impl Client {
             background.clone(),
         );
         let sharded = backend.is_cluster();
+        let follows_switches = conn.watch_switches().is_some();
         let batcher = (!sharded && conn.quorum_size() == 0).then(|| {
             Arc::new(Batcher::new(
                 conn.clone(),
@@ -145,6 +148,7 @@ impl Client {
                 id,
                 next: AtomicU64::new(0),
                 sharded,
+                follows_switches,
             }),
         })
     }
@@ -209,6 +213,17 @@ impl Client {
     pub(crate) fn new_request_id(&self) -> ShortId {
         let n = self.inner.next.fetch_add(1, Ordering::Relaxed);
         ShortId::with_counter("", b'r', n)
+    }
+
+    /// The master switches seen so far (Sentinel; 0 elsewhere): see `watchdog`.
+    pub(crate) fn switches(&self) -> u64 {
+        self.inner.conn.switches()
+    }
+
+    /// True where masters switch under the client (Sentinel): leases are confirmed on the new
+    /// master after each switch (see `watchdog`).
+    pub(crate) fn follows_switches(&self) -> bool {
+        self.inner.follows_switches
     }
 
     /// Starts renewing a lease in the watchdog; returns the id to stop it with.

@@ -86,6 +86,16 @@ impl Connection {
             .collect()
     }
 
+    /// The master switches seen so far (see `Backend::switches`).
+    pub(crate) fn switches(&self) -> u64 {
+        self.backend.switches()
+    }
+
+    /// Woken at every master switch; `None` where there are none (see `Backend::switches`).
+    pub(crate) fn watch_switches(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.backend.watch_switches()
+    }
+
     /// The number of masters of a RedLock quorum (0: not one).
     pub(crate) fn quorum_size(&self) -> usize {
         self.nodes.len()

@@ -47,7 +47,7 @@ pub(crate) fn guaranteed_until(sent_at: Instant, ttl: Duration) -> Instant {
 }
 
 /// About 30 years: what "forever" means for a deadline (as in tokio's own far future).
-const FOREVER: Duration = Duration::from_secs(86_400 * 365 * 30);
+pub(crate) const FOREVER: Duration = Duration::from_secs(86_400 * 365 * 30);
 
 /// `at + d`, saturating at "forever" (30 years from `at`), so `Duration::MAX` means forever
 /// instead of an overflow panic.

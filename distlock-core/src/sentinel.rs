@@ -44,6 +44,11 @@ const SWITCH_CHANNEL: &str = "+switch-master";
 /// Pause before asking the sentinels again when none could be listened to.
 const WATCH_RETRY: Duration = Duration::from_millis(500);
 
+/// How often the sentinel listened to is asked which master it names, besides its
+/// `+switch-master` announcements: a switch whose announcement was missed (it happened while
+/// this client was connecting, or the message was lost) is noticed within this time.
+const CHECK_EVERY: Duration = Duration::from_millis(500);
+
 /// Makes the redis-rs client for one address (with the configured TLS certificates).
 pub(crate) type OpenClient = dyn Fn(ConnectionInfo) -> RedisResult<redis::Client> + Send + Sync;
 
@@ -63,6 +68,9 @@ pub(crate) struct Sentinels {
     /// The new master's address in the latest announcement: asked first, before the
     /// sentinels that may not have heard of the switch yet.
     announced: RwLock<Option<(String, u16)>>,
+    /// The master the latest connection was made to (confirmed by `ROLE` and by the sentinel
+    /// that named it): a sentinel naming another address is a switch.
+    connected: RwLock<Option<(String, u16)>>,
     watching: AtomicBool,
 }
 
@@ -88,14 +96,27 @@ impl Sentinels {
             response_timeout: timeouts.1,
             switches: watch::Sender::new(0),
             announced: RwLock::new(None),
+            connected: RwLock::new(None),
             watching: AtomicBool::new(false),
         })
     }
 
     /// Master switches seen so far: a connection made before the latest one is to the old
-    /// master.
-    fn switches(&self) -> u64 {
+    /// master. Every reply that extends a lease is checked against it (see `watchdog`): a reply
+    /// that arrives after a switch may come from a master already superseded.
+    pub(crate) fn switches(&self) -> u64 {
         *self.switches.borrow()
+    }
+
+    /// Woken at every switch (see [`Sentinels::switches`]).
+    pub(crate) fn subscribe_switches(&self) -> watch::Receiver<u64> {
+        self.switches.subscribe()
+    }
+
+    /// Counts a switch to `address` (announced by the sentinels, or found by asking them).
+    fn switched(&self, address: Option<(String, u16)>) {
+        *sync::write(&self.announced) = address;
+        self.switches.send_modify(|n| *n += 1);
     }
 
     /// Starts (once, on the current runtime) the task that listens to the sentinels'
@@ -133,14 +154,17 @@ impl Sentinels {
             // A sentinel named a master that could not be used: a failover may be under way.
             let mut promoting = false;
             let announced = sync::read(&self.announced).clone();
-            if let (Some((host, port)), Some((info, _))) = (announced, self.sentinels.first()) {
-                match self.open_master(info, &host, port, protocol, &pushes).await {
+            if let (Some((host, port)), Some(first)) = (announced, self.sentinels.first()) {
+                match self
+                    .open_master(first, &host, port, protocol, &pushes)
+                    .await
+                {
                     Ok(conn) => return Ok(conn),
                     Err(error) => last = Some(error),
                 }
             }
-            for (info, sentinel) in &self.sentinels {
-                let (host, port) = match self.ask(sentinel).await {
+            for named_by in &self.sentinels {
+                let (host, port) = match self.ask(&named_by.1).await {
                     Ok(Some(address)) => address,
                     Ok(None) => {
                         last = Some(RedisError::from((
@@ -155,7 +179,10 @@ impl Sentinels {
                         continue;
                     }
                 };
-                match self.open_master(info, &host, port, protocol, &pushes).await {
+                match self
+                    .open_master(named_by, &host, port, protocol, &pushes)
+                    .await
+                {
                     Ok(conn) => return Ok(conn),
                     // The master is there and refuses these credentials: no failover mends that.
                     Err(error) if is_refused_login(&error) => return Err(error),
@@ -185,10 +212,11 @@ impl Sentinels {
     }
 
     /// A connection to `host:port`, if it is a master (with the TLS mode of the sentinel that
-    /// named it).
+    /// named it) and, once it said so, that sentinel still names it: a master frozen through a
+    /// failover resumes believing it is one, and the `ROLE` check may be what waited for it.
     async fn open_master(
         &self,
-        sentinel: &ConnectionInfo,
+        (sentinel, named_by): &(ConnectionInfo, redis::Client),
         host: &str,
         port: u16,
         protocol: ProtocolVersion,
@@ -227,15 +255,23 @@ impl Sentinels {
                     format!("{host}:{port} did not answer ROLE"),
                 ))
             })??;
-        if is_master(&role) {
-            Ok(conn)
-        } else {
-            Err(RedisError::from((
+        if !is_master(&role) {
+            return Err(RedisError::from((
                 ErrorKind::Io,
                 "the node the sentinels named is not a master (yet)",
                 format!("{host}:{port}"),
-            )))
+            )));
         }
+        let still = self.ask(named_by).await?;
+        if still.as_ref().is_some_and(|(h, p)| h == host && *p == port) {
+            *sync::write(&self.connected) = still;
+            return Ok(conn);
+        }
+        Err(RedisError::from((
+            ErrorKind::Io,
+            "the sentinels no longer name this master (it was superseded while it was checked)",
+            format!("{host}:{port}"),
+        )))
     }
 
     /// The error when no master was found: the sentinels' own answer for an unknown service,
@@ -573,7 +609,7 @@ async fn watch_switches(sentinels: Weak<Sentinels>) {
         let service = this.service.clone().into_bytes();
         let weak = Arc::downgrade(&this);
         drop(this);
-        let Some(_conn) = listening else {
+        let Some(mut conn) = listening else {
             tokio::time::sleep(WATCH_RETRY).await;
             continue;
         };
@@ -582,7 +618,24 @@ async fn watch_switches(sentinels: Weak<Sentinels>) {
                 this.switches.send_modify(|n| *n += 1);
             }
         }
-        while let Some(push) = messages.recv().await {
+        let mut check = tokio::time::interval(CHECK_EVERY);
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let push = tokio::select! {
+                push = messages.recv() => match push {
+                    Some(push) => push,
+                    None => break,
+                },
+                _ = check.tick() => {
+                    let Some(this) = weak.upgrade() else {
+                        return;
+                    };
+                    if !this.still_named(&mut conn).await {
+                        break;
+                    }
+                    continue;
+                }
+            };
             match push.kind {
                 PushKind::Message => {
                     // `<service> <old ip> <old port> <new ip> <new port>`
@@ -600,8 +653,7 @@ async fn watch_switches(sentinels: Weak<Sentinels>) {
                                 }
                                 _ => None,
                             };
-                            *sync::write(&this.announced) = address;
-                            this.switches.send_modify(|n| *n += 1);
+                            this.switched(address);
                         }
                     }
                 }
@@ -609,6 +661,34 @@ async fn watch_switches(sentinels: Weak<Sentinels>) {
                 _ => {}
             }
         }
+    }
+}
+
+impl Sentinels {
+    /// Asks the sentinel listened to (on its subscribed connection) which master it names; a
+    /// master other than the one connected to counts as a switch. False if the sentinel did
+    /// not answer (the caller listens to another one).
+    async fn still_named(&self, conn: &mut MultiplexedConnection) -> bool {
+        let mut ask = redis::cmd("SENTINEL");
+        ask.arg("GET-MASTER-ADDR-BY-NAME").arg(&self.service);
+        let ask = ask.query_async::<Option<(String, u16)>>(conn);
+        let named = match tokio::time::timeout(self.response_timeout, ask).await {
+            Ok(Ok(named)) => named,
+            _ => return false,
+        };
+        let connected = sync::read(&self.connected).clone();
+        if let (Some(named), Some(connected)) = (named, connected) {
+            if named != connected {
+                tracing::warn!(
+                    named = %format!("{}:{}", named.0, named.1),
+                    connected = %format!("{}:{}", connected.0, connected.1),
+                    "the sentinels name another master than the one connected to: following it"
+                );
+                *sync::write(&self.connected) = None;
+                self.switched(Some(named));
+            }
+        }
+        true
     }
 }
 

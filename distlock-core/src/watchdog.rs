@@ -1,8 +1,30 @@
-//! The watchdog: one task per client renews every `renew` lease in batched script calls.
+//! The watchdog: one task per client renews every `renew` lease in batched script calls, and
+//! confirms every lease again on the new master after a master switch.
 //!
 //! Each lease is renewed every ttl/3. When the watchdog wakes for the earliest due lease it also
 //! takes every lease that is at least half-way to its next renewal, so leases taken at different
 //! moments fall into the same batches and round trips grow with `held / batch size`.
+//!
+//! ## Master switches (Sentinel)
+//!
+//! A failover promotes a replica while the old master still accepts writes (until Sentinel
+//! reconfigures it, seconds later), and a replica still attached to the old master still
+//! acknowledges them: a renewal sent there after the promotion extends a key the new master
+//! never sees. If it extended the holder's deadline, the holder would believe after the new
+//! master let the key expire and another client took it. So every lease reply is checked
+//! against the switch count ([`Connection::switches`]): a reply that arrives after a switch it
+//! was sent before extends nothing and decides nothing (it is retried on the new master), and
+//! after every switch each lease of the client — renewed or not — is confirmed on the new
+//! master at once, before it is renewed there: a renewed lease by a renewal, which sets the
+//! new master's expiry to at least the holder's deadline; any other lease by an owner check
+//! (a `RENEW` with a 1 ms ttl, which never extends), since its key, if there, carries the
+//! expiry the acquire set. A lease the new master does not hold as ours is lost, and the
+//! holder is told.
+//!
+//! What this relies on, and the crate docs state: the client hears of the switch (the
+//! sentinels' `+switch-master`, or asking them every `CHECK_EVERY`) before the new master's
+//! copy of the key runs out, which is at least 2/3 of the ttl after the promotion for a
+//! renewed lease whose renewals reached the promoted replica.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,7 +39,7 @@ use crate::connection::{CallError, Connection};
 use crate::error::{is_error_reply, LossReason};
 use crate::ids::ShortId;
 use crate::keys::hash_slot;
-use crate::lease::{guaranteed_until, renewal_interval, Lease};
+use crate::lease::{self, guaranteed_until, renewal_interval, Lease};
 use crate::metrics::{self, RenewalOutcome};
 use crate::scripts::{RenewCall, RenewItem, Renewed, ReplicaWait};
 use crate::sync;
@@ -29,6 +51,11 @@ const RETRY_AFTER_ERROR: Duration = Duration::from_millis(100);
 struct Entry {
     renewal: Arc<Renewal>,
     due: Instant,
+    /// The master switch count under which the lease was last confirmed on the master (a
+    /// reply to a request sent under it, and received under it).
+    confirmed: u64,
+    /// When a confirmation after a switch may be sent (again, after a failed one).
+    retry_at: Instant,
 }
 
 #[derive(Default)]
@@ -46,6 +73,10 @@ struct Shared {
 pub(crate) struct Renewal {
     /// The lock key, its owner and the ttl to renew with.
     pub(crate) item: RenewItem,
+    /// Renew the lease (`renew`); false: only confirm it after a master switch.
+    pub(crate) renew: bool,
+    /// The master switch count when the acquire was sent.
+    pub(crate) switches: u64,
     /// The lock's name, for logs.
     pub(crate) name: Arc<str>,
     /// Replicas that must acknowledge each renewal (`min_replicas`; 0: none).
@@ -118,13 +149,21 @@ impl Watchdog {
     /// Starts renewing a lease; returns the id to [`Watchdog::unregister`] it with.
     pub(crate) fn register(&self, renewal: Renewal) -> u64 {
         self.ensure_running();
-        let due = Instant::now() + renewal_interval(renewal.item.ttl);
+        let now = Instant::now();
+        let due = now + renewal_interval(renewal.item.ttl);
         let id = {
             let mut table = self.table();
             table.next_id += 1;
             let id = table.next_id;
+            let confirmed = renewal.switches;
             let renewal = Arc::new(renewal);
-            table.entries.insert(id, Entry { renewal, due });
+            let entry = Entry {
+                renewal,
+                due,
+                confirmed,
+                retry_at: now,
+            };
+            table.entries.insert(id, entry);
             id
         };
         // A stored permit: the task re-plans even if it is between two waits.
@@ -164,20 +203,37 @@ struct Due {
     holders: Vec<(u64, Arc<Renewal>)>,
 }
 
-/// Takes the leases due now (or at least half-way there); returns them and the next wake time.
-fn collect(shared: &Shared, now: Instant) -> (Due, Option<Instant>) {
+/// Takes the leases due now (or at least half-way there), and those to confirm after a master
+/// switch (`switches`: the count now); returns them and the next wake time.
+fn collect(shared: &Shared, now: Instant, switches: u64) -> (Due, Option<Instant>) {
     let mut table = sync::lock(&shared.table);
     let mut due = Due::default();
     let mut next: Option<Instant> = None;
+    let mut wake_at = |at: Instant| next = Some(next.map_or(at, |n: Instant| n.min(at)));
     table.entries.retain(|&id, e| {
         let r = &e.renewal;
         if let Some(reason) = r.lease.lost_reason() {
             tracing::debug!(key = %r.name, %reason, "lease lost; renewal stopped");
             return false;
         }
+        let confirm = e.confirmed != switches;
+        if confirm && e.retry_at > now {
+            wake_at(e.retry_at);
+        }
+        let confirm = confirm && e.retry_at <= now;
+        if !r.renew {
+            if confirm {
+                // An owner check: a `RENEW` this short never extends a lease.
+                let mut item = r.item.clone();
+                item.ttl = Duration::from_millis(1);
+                due.items.push(item);
+                due.holders.push((id, r.clone()));
+            }
+            return true;
+        }
         let interval = renewal_interval(r.item.ttl);
-        if e.due > now + interval / 2 {
-            next = Some(next.map_or(e.due, |n: Instant| n.min(e.due)));
+        if e.due > now + interval / 2 && !confirm {
+            wake_at(e.due);
             return true;
         }
         let mut item = r.item.clone();
@@ -199,7 +255,7 @@ fn collect(shared: &Shared, now: Instant) -> (Due, Option<Instant>) {
             return false;
         }
         e.due = now + interval;
-        next = Some(next.map_or(e.due, |n: Instant| n.min(e.due)));
+        wake_at(e.due);
         true
     });
     (due, next)
@@ -215,31 +271,53 @@ fn groups(due: Due, batching: Batching) -> Vec<Due> {
         } else {
             0
         };
-        let group = groups.entry((slot, holder.1.replicas)).or_default();
+        let group = groups.entry((slot, holder.1.wait_replicas())).or_default();
         group.items.push(item);
         group.holders.push(holder);
     }
     groups.into_values().collect()
 }
 
+impl Renewal {
+    /// Replicas that must acknowledge this lease's requests: an owner check asks for none.
+    fn wait_replicas(&self) -> usize {
+        if self.renew {
+            self.replicas
+        } else {
+            0
+        }
+    }
+}
+
+/// Resolves at the next master switch (never, where there are none).
+async fn next_switch(switches: &mut Option<tokio::sync::watch::Receiver<u64>>) {
+    if let Some(rx) = switches.as_mut() {
+        if rx.changed().await.is_ok() {
+            return;
+        }
+    }
+    // No switches here, or nobody left to announce them.
+    *switches = None;
+    std::future::pending().await
+}
+
 async fn run(shared: Arc<Shared>, conn: Arc<Connection>, batching: Batching) {
     let mut batches = 0u64;
+    let mut switched = conn.watch_switches();
     loop {
-        let (due, next) = collect(&shared, Instant::now());
+        let switches = conn.switches();
+        let (due, next) = collect(&shared, Instant::now(), switches);
         if due.items.is_empty() {
-            match next {
-                Some(at) => {
-                    tokio::select! {
-                        () = tokio::time::sleep_until(at) => {}
-                        () = shared.wake.notified() => {}
-                    }
-                }
-                None => shared.wake.notified().await,
+            let at = next.unwrap_or_else(|| Instant::now() + lease::FOREVER);
+            tokio::select! {
+                () = tokio::time::sleep_until(at) => {}
+                () = shared.wake.notified() => {}
+                () = next_switch(&mut switched) => {}
             }
             continue;
         }
         for group in groups(due, batching) {
-            let replicas = group.holders.first().map_or(0, |(_, r)| r.replicas);
+            let replicas = group.holders.first().map_or(0, |(_, r)| r.wait_replicas());
             let wait = (replicas > 0).then_some(ReplicaWait {
                 replicas,
                 timeout: batching.replica_timeout,
@@ -254,28 +332,46 @@ async fn run(shared: Arc<Shared>, conn: Arc<Connection>, batching: Batching) {
                     items,
                     wait,
                 };
-                renew_chunk(&shared, &conn, &call, holders, batching.timeout).await;
+                renew_chunk(&shared, &conn, &call, holders, batching.timeout, switches).await;
             }
         }
     }
 }
 
+/// Sends one renewal call (`switches`: the master switch count when it was collected) and
+/// applies its reply to each lease.
 async fn renew_chunk(
     shared: &Shared,
     conn: &Arc<Connection>,
     call: &RenewCall<'_>,
     holders: &[(u64, Arc<Renewal>)],
     timeout: Duration,
+    switches: u64,
 ) {
     let sent_at = Instant::now();
     let reply = conn.call(call, timeout).await;
     let mut table = sync::lock(&shared.table);
+    // A reply that crossed a master switch may come from the superseded master: it extends
+    // and decides nothing (see the module docs); the leases are confirmed on the new master.
+    let reply = match reply {
+        Ok(_) if conn.switches() != switches => Err(None),
+        Ok(reply) => Ok(reply),
+        Err(failed) => Err(Some(failed)),
+    };
     match reply {
         Ok((statuses, acked)) => {
             let acked = acked.unwrap_or(0);
             let batch = call.items.iter().zip(holders).zip(statuses);
             for ((item, (id, r)), status) in batch {
                 r.lease.set_refused(false);
+                if matches!(status, Renewed::Yes) {
+                    if let Some(e) = table.entries.get_mut(id) {
+                        e.confirmed = switches;
+                    }
+                    if !r.renew {
+                        continue;
+                    }
+                }
                 let lost = match status {
                     // Extended on the master only: a failed renewal, retried soon; if that
                     // lasts until the lease runs out, the loss says so.
@@ -318,11 +414,12 @@ async fn renew_chunk(
         Err(failed) => {
             // An error reply means Redis is there but will not renew (READONLY, NOPERM, OOM,
             // ...): if that lasts until the lease runs out, the loss says so.
-            let refused = matches!(&failed, CallError::Redis(e) if is_error_reply(e));
+            let refused = matches!(&failed, Some(CallError::Redis(e)) if is_error_reply(e));
             let why = match failed {
-                CallError::Redis(e) => e.to_string(),
-                CallError::Timeout => format!("no reply within {timeout:?}"),
-                CallError::NoQuorum { agreed, required } => {
+                None => "the master switched while the renewal was in flight".to_owned(),
+                Some(CallError::Redis(e)) => e.to_string(),
+                Some(CallError::Timeout) => format!("no reply within {timeout:?}"),
+                Some(CallError::NoQuorum { agreed, required }) => {
                     format!("only {agreed} of the {required} RedLock masters a majority needs renewed it")
                 }
             };
@@ -333,6 +430,7 @@ async fn renew_chunk(
                 tracing::warn!(key = %r.name, error = %why, "lease renewal failed; retrying");
                 if let Some(e) = table.entries.get_mut(id) {
                     e.due = e.due.min(retry);
+                    e.retry_at = retry;
                 }
             }
         }

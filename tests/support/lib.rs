@@ -6,8 +6,10 @@
 #![deny(missing_docs)]
 
 mod pki;
+mod sentinel;
 
 pub use pki::{Pki, TlsFiles};
+pub use sentinel::{LoneSentinel, RedisSentinel, SentinelOptions};
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -16,7 +18,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 /// How long a server may take to say it is ready.
-const READY_WITHIN: Duration = Duration::from_secs(10);
+pub(crate) const READY_WITHIN: Duration = Duration::from_secs(10);
 
 /// A `redis-server` child process on `127.0.0.1:<port>`.
 pub struct RedisServer {
@@ -50,7 +52,7 @@ pub fn free_port() -> u16 {
         .expect("no free loopback port")
 }
 
-fn redis_binary() -> String {
+pub(crate) fn redis_binary() -> String {
     std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
 }
 
@@ -771,7 +773,7 @@ fn tls_cli_args(ca: Option<&std::path::Path>) -> Vec<String> {
 }
 
 /// One `redis-cli` command against the server on `port`; its output.
-fn cli(port: u16, args: &[&str]) -> String {
+pub(crate) fn cli(port: u16, args: &[&str]) -> String {
     cli_with(None, port, args)
 }
 
@@ -838,283 +840,6 @@ pub async fn command_calls(conn: &mut redis::aio::MultiplexedConnection, command
         .and_then(|rest| rest.split(',').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
-}
-
-/// A Redis Sentinel deployment on free loopback ports: one master, one replica and three
-/// sentinels (`redis-server <file> --sentinel`, each with its configuration file in its own
-/// temporary folder, quorum 2), every process stopped by PID when dropped.
-pub struct RedisSentinel {
-    servers: Vec<RedisServer>,
-    sentinels: Vec<SentinelProcess>,
-}
-
-/// One `redis-server --sentinel` process.
-struct SentinelProcess {
-    child: Child,
-    port: u16,
-    dir: std::path::PathBuf,
-    tls: bool,
-}
-
-impl Drop for SentinelProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-impl RedisSentinel {
-    /// The service (master name) the sentinels watch.
-    pub const SERVICE: &'static str = "distlock-test";
-
-    /// Starts the master, its replica (synced) and three sentinels, and waits until every
-    /// sentinel names the master, knows the replica and the other two sentinels.
-    pub fn start() -> RedisSentinel {
-        let master = RedisServer::start();
-        let replica = RedisServer::start_replica_of(&master);
-        let sentinels = (0..3).map(|_| start_sentinel(master.port())).collect();
-        let group = RedisSentinel {
-            servers: vec![master, replica],
-            sentinels,
-        };
-        group.wait_until(group.servers[0].port(), true);
-        group
-    }
-
-    /// `redis://127.0.0.1:<port>` of every sentinel.
-    pub fn sentinel_urls(&self) -> Vec<String> {
-        self.sentinels
-            .iter()
-            .map(|s| format!("redis://127.0.0.1:{}", s.port))
-            .collect()
-    }
-
-    /// The port of the master, as the first sentinel names it.
-    pub fn master_port(&self) -> u16 {
-        let reply = cli(
-            self.sentinels[0].port,
-            &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", Self::SERVICE],
-        );
-        reply
-            .lines()
-            .nth(1)
-            .and_then(|p| p.trim().parse().ok())
-            .expect("the sentinel names a master")
-    }
-
-    /// The data server (master or replica) on `port`.
-    pub fn server(&self, port: u16) -> &RedisServer {
-        self.servers
-            .iter()
-            .find(|s| s.port() == port)
-            .expect("a server of this group")
-    }
-
-    /// The current master.
-    pub fn master(&self) -> &RedisServer {
-        self.server(self.master_port())
-    }
-
-    /// The current replica.
-    pub fn replica(&self) -> &RedisServer {
-        let master = self.master_port();
-        self.servers
-            .iter()
-            .find(|s| s.port() != master)
-            .expect("a replica")
-    }
-
-    /// `SENTINEL FAILOVER` (the replica is promoted, the old master made its replica), without
-    /// waiting; see [`RedisSentinel::wait_until_settled`].
-    pub fn start_failover(&self) {
-        let reply = cli(
-            self.sentinels[0].port,
-            &["SENTINEL", "FAILOVER", Self::SERVICE],
-        );
-        assert!(reply.contains("OK"), "SENTINEL FAILOVER: {reply}");
-    }
-
-    /// Kills the master (`SIGKILL`) and returns, once every sentinel names the promoted
-    /// replica and it says it is a master (an unplanned failover: the sentinels wait for their
-    /// `down-after-milliseconds`, 5 s, then elect a leader), the new master's port.
-    pub fn kill_master(&mut self) -> u16 {
-        let old = self.master_port();
-        let new = self.replica().port();
-        self.servers
-            .iter_mut()
-            .find(|s| s.port() == old)
-            .expect("the master")
-            .kill();
-        let deadline = std::time::Instant::now() + Duration::from_secs(40);
-        loop {
-            let named = self.sentinels.iter().all(|s| {
-                let addr = cli(
-                    s.port,
-                    &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", Self::SERVICE],
-                );
-                addr.lines().nth(1) == Some(&new.to_string())
-            });
-            if named && cli(new, &["ROLE"]).lines().next() == Some("master") {
-                return new;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the sentinels did not promote the replica"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// `SENTINEL FAILOVER`, returned once it is over (see
-    /// [`RedisSentinel::wait_until_settled`]); the new master's port.
-    pub fn failover(&self) -> u16 {
-        let old = self.master_port();
-        let new = self.replica().port();
-        self.start_failover();
-        self.wait_until_settled(new);
-        assert_ne!(old, new);
-        new
-    }
-
-    /// Waits until every sentinel names the master on `master` and sees the other two
-    /// sentinels, the master says so itself (`ROLE`), the other server is its replica (link
-    /// up) and acknowledges its writes (`WAIT`). (The sentinels' own view of the replica lags:
-    /// they ask replicas every 10 s.)
-    pub fn wait_until_settled(&self, master: u16) {
-        self.wait_until(master, false);
-    }
-
-    /// [`RedisSentinel::wait_until_settled`]; with `replica_known`, also until every sentinel
-    /// knows the replica as one (what `SENTINEL FAILOVER` needs).
-    fn wait_until(&self, master: u16, replica_known: bool) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(40);
-        let replica = self
-            .servers
-            .iter()
-            .map(RedisServer::port)
-            .find(|p| *p != master)
-            .expect("a replica");
-        loop {
-            let sentinels_agree = self.sentinels.iter().all(|s| {
-                let addr = cli(
-                    s.port,
-                    &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", Self::SERVICE],
-                );
-                let state = cli(s.port, &["SENTINEL", "MASTER", Self::SERVICE]);
-                let replicas = cli(s.port, &["SENTINEL", "REPLICAS", Self::SERVICE]);
-                addr.lines().nth(1) == Some(&master.to_string())
-                    && field(&state, "flags") == Some("master")
-                    && field(&state, "num-other-sentinels") == Some("2")
-                    && (!replica_known
-                        || field(&state, "num-slaves") == Some("1")
-                            && field(&replicas, "port") == Some(&replica.to_string())
-                            && field(&replicas, "flags") == Some("slave")
-                            && field(&replicas, "role-reported") == Some("slave")
-                            && field(&replicas, "master-link-status") == Some("ok"))
-            });
-            let roles_agree = sentinels_agree
-                && cli(master, &["ROLE"]).lines().next() == Some("master")
-                && cli(replica, &["INFO", "replication"])
-                    .contains(&format!("master_port:{master}"))
-                && cli(replica, &["INFO", "replication"]).contains("master_link_status:up");
-            if roles_agree && cli(master, &["WAIT", "1", "500"]).trim() == "1" {
-                return;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the Sentinel group did not settle on master {master}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-/// The value after the line `name` in `redis-cli` output of a flat field list.
-fn field<'a>(output: &'a str, name: &str) -> Option<&'a str> {
-    let mut lines = output.lines();
-    lines.by_ref().find(|l| *l == name)?;
-    lines.next()
-}
-
-/// One sentinel (`redis-server <file> --sentinel`, quorum 1) watching one server as
-/// [`RedisSentinel::SERVICE`], killed by PID when dropped: enough to find a master, not to fail
-/// it over.
-pub struct LoneSentinel(SentinelProcess);
-
-impl LoneSentinel {
-    /// Starts a sentinel watching `master`; with `tls` it serves TLS only (`rediss://`) and
-    /// reaches the master over TLS (`tls-replication yes`).
-    pub fn start(master: &RedisServer, tls: Option<&TlsFiles>) -> LoneSentinel {
-        LoneSentinel(start_sentinel_with(master.port(), 1, tls))
-    }
-
-    /// `redis://127.0.0.1:<port>` (`rediss://` with TLS).
-    pub fn url(&self) -> String {
-        let scheme = if self.0.tls { "rediss" } else { "redis" };
-        format!("{scheme}://127.0.0.1:{}", self.0.port)
-    }
-}
-
-/// Starts one sentinel of a [`RedisSentinel`] group watching the master on `master`.
-fn start_sentinel(master: u16) -> SentinelProcess {
-    start_sentinel_with(master, 2, None)
-}
-
-/// Starts one sentinel watching the master on `master` with `quorum`, returned once it
-/// listens.
-fn start_sentinel_with(master: u16, quorum: usize, tls: Option<&TlsFiles>) -> SentinelProcess {
-    let port = free_port();
-    let dir = std::env::temp_dir().join(format!("distlock-sentinel-{port}"));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let file = dir.join("sentinel.conf");
-    let service = RedisSentinel::SERVICE;
-    let listen = match tls {
-        None => format!("port {port}\n"),
-        Some(tls) => format!(
-            "port 0\ntls-port {port}\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n\
-             tls-auth-clients no\ntls-replication yes\n",
-            tls.cert.display(),
-            tls.key.display(),
-            tls.ca.display()
-        ),
-    };
-    let config = format!(
-        "{listen}bind 127.0.0.1\nprotected-mode no\ndaemonize no\nlogfile \"\"\n\
-         dir {dir}\n\
-         sentinel monitor {service} 127.0.0.1 {master} {quorum}\n\
-         sentinel down-after-milliseconds {service} 5000\n\
-         sentinel failover-timeout {service} 10000\n\
-         sentinel parallel-syncs {service} 1\n",
-        dir = dir.display()
-    );
-    std::fs::write(&file, config).expect("write sentinel.conf");
-    let child = Command::new(redis_binary())
-        .arg(&file)
-        .arg("--sentinel")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start redis-server --sentinel ({e})"));
-    let sentinel = SentinelProcess {
-        child,
-        port,
-        dir,
-        tls: tls.is_some(),
-    };
-    let deadline = std::time::Instant::now() + READY_WITHIN;
-    let answers = || match tls {
-        None => cli(port, &["PING"]).trim() == "PONG",
-        Some(_) => std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
-    };
-    while !answers() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the sentinel on port {port} did not answer"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    sentinel
 }
 
 /// One racer of a counter race, the test of mutual exclusion: `rounds` times it takes lock
