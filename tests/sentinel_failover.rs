@@ -289,3 +289,46 @@ async fn master_frozen_through_a_failover_never_two_holders() {
     assert_no_second_holder(&timeline);
     drop(guard);
 }
+
+/// `min_replicas(0)`: no acknowledgement asked for. A planned failover promotes the replica
+/// with the most data, which has the lock: kept, and never two holders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planned_failover_without_acknowledgement_keeps_the_lock() {
+    let group = Arc::new(group());
+    let (timeline, guard) = scenario(
+        group.clone(),
+        0,
+        (Duration::from_secs(12), Duration::ZERO),
+        |group| {
+            group.failover();
+        },
+    )
+    .await;
+    report("SENTINEL FAILOVER, min_replicas 0", &timeline);
+    assert_no_second_holder(&timeline);
+    assert!(timeline.lost.is_none(), "kept");
+    drop(guard);
+}
+
+/// `min_replicas(2)` with two replicas (every replica): after the switch the new master has
+/// one replica until Sentinel converts the old master (about 10 s later), so no renewal is
+/// acknowledged by two and the lock is lost at the end of its lease — and the holder is told,
+/// with no second holder before that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planned_failover_requiring_every_replica_loses_the_lock_safely() {
+    let group = Arc::new(group());
+    let (timeline, guard) = scenario(
+        group.clone(),
+        2,
+        (Duration::from_secs(10), Duration::ZERO),
+        |group| {
+            group.failover();
+        },
+    )
+    .await;
+    report("SENTINEL FAILOVER, min_replicas 2", &timeline);
+    assert_no_second_holder(&timeline);
+    let (_, error) = timeline.lost.as_ref().expect("lost within the run");
+    assert!(error.contains("replica"), "told why: {error}");
+    drop(guard);
+}

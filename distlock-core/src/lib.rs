@@ -216,20 +216,57 @@
 //! connection that is dropped or answered `READONLY` finds the master again too. The master's
 //! credentials are [`Config::sentinel_master_auth`]; the sentinels' own go in their URLs.
 //!
-//! What a lock guarantees under a failover: Sentinel promotes the replica first and makes the
-//! old master its replica seconds later; until then the old master still accepts writes from
-//! clients that have not heard of the switch, and a lock written there is lost when it rejoins.
-//! With `min_replicas = n` such a write is not acknowledged (the old master lost its replicas at
-//! the promotion), so the acquire fails with [`Error::Unreplicated`] and a renewal does not
-//! extend the lease. A lock acknowledged before the failover is on the promoted replica: a
-//! renewed holder keeps it across `SENTINEL FAILOVER`, renews it on the new master and releases
-//! it there, and nobody else takes it meanwhile (tested). When the master dies, the client
-//! reaches the replica the sentinels promote by itself, and a lock the replica had
-//! acknowledged is still held there (tested); without `min_replicas`, a lock taken on the
-//! master just before an unplanned failover can be lost, as with any asynchronous replica. Keep the lease long enough to outlast the failover when `min_replicas` is set: with
-//! one replica, the new master has none until the old one rejoins (about ten seconds with
-//! Sentinel's defaults), and until then every acquire is refused with
-//! [`Error::Unreplicated`] and renewals are not counted.
+//! What a lock guarantees under a failover. Sentinel promotes a replica first (`REPLICAOF NO
+//! ONE`), names it a second or so later, and makes the old master a replica seconds after
+//! that; until then the old master still accepts writes from clients that have not heard of
+//! the switch, and **a replica still attached to it still acknowledges them**. With two
+//! replicas that is the trap: a renewal sent to the old master after the other replica was
+//! promoted is acknowledged (`min_replicas = 1`), but never reaches the new master, whose copy
+//! of the key runs out on the old schedule. So the holder's deadline is never extended by a
+//! reply it cannot place:
+//!
+//! 1. *A reply that crossed a switch counts for nothing.* Every lease reply is checked against
+//!    the client's count of master switches; one that arrives after a switch it was sent
+//!    before neither extends the lease nor reports it lost: it is retried on the new master.
+//! 2. *After every switch, every lease is confirmed on the new master at once*, renewed or
+//!    not: a renewed lease by a renewal there (which sets the new master's expiry to at least
+//!    the holder's deadline: the deadline is measured from an earlier send), any other lease by
+//!    an owner check (its key, if it is there, carries the expiry its acquire set). A lease the
+//!    new master does not hold as ours is lost, and the holder is told ([`LossReason::Expired`]
+//!    or [`LossReason::Stolen`]).
+//! 3. *Switches are noticed fast.* Besides the sentinels' `+switch-master` announcements, the
+//!    client asks a sentinel every 500 ms which master it names; another address than the one
+//!    connected to is a switch. And a master is used only if, after it answered `ROLE` as a
+//!    master, the sentinel that named it still names it: a master frozen through a failover
+//!    resumes believing it is one, and the check itself may be what waited for it.
+//!
+//! What this relies on: the client hears of the switch before the new master's copy of the key
+//! runs out. For a renewed lease whose renewals reached the promoted replica that copy lasts at
+//! least 2/3 of the ttl past the promotion (renewals run every ttl/3); the client hears within
+//! about a second of the sentinels naming the new master. Until it hears, the holder's deadline
+//! may be later than the new master's copy (measured: 1.9 s later, for 0.44 s, with ttl 6 s and
+//! `min_replicas = 1`; before rule 1 and 2 this lasted 1.87 s, until the next scheduled
+//! renewal), but nobody can take the lock there while that copy lives. A client cut off from
+//! every sentinel and from the new master, but not from the old master, keeps renewing there
+//! only while the old master's replicas acknowledge (`min_replicas`) — the promoted one never
+//! does — so set `min_replicas` where that partition matters, and pass fencing tokens to the
+//! resource: asynchronous replication can always lose the last write of a master that dies.
+//!
+//! Which failovers a renewed lock (ttl 6 s) survives, with a master and **two** replicas, from
+//! `tests/sentinel_failover.rs` (a contender tries to take the lock every 10 ms throughout; in
+//! every case it never took it while the holder believed it held it):
+//!
+//! | `min_replicas` | `SENTINEL FAILOVER` | master `SIGKILL` | master `SIGSTOP` for 5 s (failover meanwhile) |
+//! | --- | --- | --- | --- |
+//! | 0 | kept | — | — |
+//! | 1 | kept | kept | kept; a client connecting during the freeze finds the new master (before: bound to the resumed old master and took the lock, 7.96 s of overlap) |
+//! | 2 (every replica) | lost at the end of its lease, the holder told ([`LossReason::Unreplicated`]): the new master has one replica until Sentinel converts the old master, about ten seconds later | — | — |
+//!
+//! Keep the lease long enough to outlast the failover when `min_replicas` counts every
+//! replica: until the old master rejoins, every acquire is refused with
+//! [`Error::Unreplicated`] and renewals are not counted. `min_replicas = 1` of two kept the
+//! lock through all three faults above; the cluster, `SIGKILL`/`SIGSTOP` rows for 0 and 2, and
+//! repeated runs of each are not measured yet.
 //!
 //! **RedLock.** [`Config::redlock`] runs the RedLock algorithm over N independent masters
 //! (no replication between them; 3 or 5). An acquire goes to every master at once, each
