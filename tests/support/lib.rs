@@ -5,6 +5,7 @@
 //! killed when dropped. `scripts/test.sh` installs `redis-server` when it is missing.
 #![deny(missing_docs)]
 
+pub mod belief;
 mod pki;
 mod sentinel;
 
@@ -212,7 +213,8 @@ impl RedisServer {
             .expect("connect to test redis")
     }
 
-    fn signal(&self, sig: &str) {
+    /// Sends `sig` (`-STOP`, `-CONT`, `-KILL`, ...) to the server by PID.
+    pub fn signal(&self, sig: &str) {
         let status = Command::new("kill")
             .args([sig, &self.pid().to_string()])
             .status()

@@ -4,6 +4,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::belief::Probe;
 use crate::{cli, free_port, redis_binary, RedisServer, TlsFiles, READY_WITHIN};
 
 /// The shape of a [`RedisSentinel`] group.
@@ -99,6 +100,48 @@ impl RedisSentinel {
             .expect("the sentinel names a master")
     }
 
+    /// A [`Probe`] for [`crate::belief`]: the master the first sentinel names now.
+    pub fn probe(&self) -> Probe {
+        let url = self.sentinel_urls()[0].clone();
+        std::sync::Arc::new(move || {
+            let url = url.clone();
+            Box::pin(async move {
+                let client = redis::Client::open(url).ok()?;
+                let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+                let named: Option<(String, u16)> = redis::cmd("SENTINEL")
+                    .arg("GET-MASTER-ADDR-BY-NAME")
+                    .arg(Self::SERVICE)
+                    .query_async(&mut conn)
+                    .await
+                    .ok()?;
+                named.map(|(_, port)| port)
+            })
+        })
+    }
+
+    /// Sends `signal` (`-KILL`, `-STOP`, `-CONT`) to the current master by PID; its port.
+    pub fn signal_master(&self, signal: &str) -> u16 {
+        let master = self.master();
+        master.signal(signal);
+        master.port()
+    }
+
+    /// Waits (blocking, up to 40 s) until the sentinels promote another master than `old`;
+    /// its port.
+    pub fn wait_for_promotion(&self, old: u16) -> u16 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(40);
+        loop {
+            if let Some(new) = self.promoted(old) {
+                return new;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the sentinels did not promote a replica"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// The data server (master or replica) on `port`.
     pub fn server(&self, port: u16) -> &RedisServer {
         self.servers
@@ -148,17 +191,7 @@ impl RedisSentinel {
             .find(|s| s.port() == old)
             .expect("the master")
             .kill();
-        let deadline = std::time::Instant::now() + Duration::from_secs(40);
-        loop {
-            if let Some(new) = self.promoted(old) {
-                return new;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the sentinels did not promote the replica"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        self.wait_for_promotion(old)
     }
 
     /// The port of the master every sentinel names instead of `old`, once it says it is a
@@ -185,17 +218,7 @@ impl RedisSentinel {
     pub fn failover(&self) -> u16 {
         let old = self.master_port();
         self.start_failover();
-        let deadline = std::time::Instant::now() + Duration::from_secs(40);
-        let new = loop {
-            if let Some(new) = self.promoted(old) {
-                break new;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the sentinels did not switch the master"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let new = self.wait_for_promotion(old);
         self.wait_until_settled(new);
         new
     }
