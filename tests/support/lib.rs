@@ -484,7 +484,15 @@ impl RedisCluster {
 
     /// The port of the master that serves `slot` now.
     pub fn master_of_slot(&self, slot: u16) -> u16 {
-        let nodes = self.cli(self.live_port(), &["CLUSTER", "NODES"]);
+        self.try_master_of_slot(slot)
+            .unwrap_or_else(|| panic!("no master serves slot {slot}"))
+    }
+
+    /// [`RedisCluster::master_of_slot`], or `None` while no master serves it (or no node
+    /// answers).
+    pub fn try_master_of_slot(&self, slot: u16) -> Option<u16> {
+        let port = self.live_nodes().next()?.port();
+        let nodes = self.cli(port, &["CLUSTER", "NODES"]);
         for line in nodes.lines() {
             let fields: Vec<&str> = line.split(' ').collect();
             if !fields.get(2).is_some_and(|f| f.contains("master")) {
@@ -497,12 +505,12 @@ impl RedisCluster {
                 };
                 if let (Ok(lo), Ok(hi)) = (lo, hi) {
                     if (lo..=hi).contains(&slot) {
-                        return port_of(fields[1]);
+                        return Some(port_of(fields[1]));
                     }
                 }
             }
         }
-        panic!("no master serves slot {slot}")
+        None
     }
 
     /// A replica of the master on `master` port.

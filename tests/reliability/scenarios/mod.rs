@@ -4,6 +4,7 @@ mod bad_input;
 mod cancel_storm;
 mod cluster_failover;
 mod connection_faults;
+mod failover_belief;
 mod holder_faults;
 mod long_hold;
 mod mutex;
@@ -44,6 +45,8 @@ pub(crate) fn all(settings: &Settings) -> Vec<Scenario> {
         sentinel_failover::scenario(&s, heavy(90, 120)),
         cluster_failover::scenario(&s, heavy(40, 120)),
         redlock_loss::scenario(&s, heavy(40, 120)),
+        failover_belief::sentinel(&s, heavy(90, 240)),
+        failover_belief::cluster(&s, heavy(90, 200)),
     ]
 }
 
