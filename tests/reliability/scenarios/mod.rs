@@ -8,6 +8,7 @@ mod failover_belief;
 mod holder_faults;
 mod long_hold;
 mod mutex;
+mod partition;
 mod proxy_faults;
 mod redis_faults;
 mod redlock_loss;
@@ -45,6 +46,7 @@ pub(crate) fn all(settings: &Settings) -> Vec<Scenario> {
         sentinel_failover::scenario(&s, heavy(90, 120)),
         cluster_failover::scenario(&s, heavy(40, 120)),
         redlock_loss::scenario(&s, heavy(40, 120)),
+        partition::scenario(&s, heavy(40, 120)),
         failover_belief::sentinel(&s, heavy(90, 240)),
         failover_belief::cluster(&s, heavy(90, 200)),
     ]
