@@ -200,10 +200,17 @@
 //!   protect the resource then. With `min_replicas`, renewals need acknowledging replicas too:
 //!   on a promoted master that has none yet, renewals fail and the holder learns it lost the
 //!   lock ([`LossReason::Unreplicated`]) rather than holding it unprotected.
+//! - *A master frozen past the node timeout* (a stall, `SIGSTOP`: a replica is promoted while
+//!   it is frozen, and it resumes as a replica): its renewed locks are **lost, and the holder
+//!   is told in time** ([`LossReason::Unreachable`]): redis-rs's cluster client keeps sending
+//!   to the frozen node until the calls time out, and a fresh cluster connection may read the
+//!   slot map from it, so no renewal reaches the promoted replica within a 6 s lease. Nobody
+//!   else took such a lock while its holder believed it held it (reliability row `c2`).
 //!
 //! `tests/cluster.rs`, `tests/cluster_topology.rs` and `tests/cluster_tls.rs` exercise each of
-//! these against real clusters, and the reliability suite's row `c1` fails every master over
-//! in turn under a counter race.
+//! these against real clusters; the reliability suite's row `c1` fails every master over
+//! in turn under a counter race, and row `c2` (two replicas per master) runs a holder against
+//! a contender through `CLUSTER FAILOVER` and a frozen master.
 //!
 //! **Redis Sentinel.** The client asks the sentinels, in order, for the master's address
 //! (`SENTINEL GET-MASTER-ADDR-BY-NAME <service>`) and uses the first address whose server says
