@@ -6,6 +6,7 @@
 #![deny(missing_docs)]
 
 mod pki;
+pub mod proxy;
 
 pub use pki::{Pki, TlsFiles};
 
