@@ -66,6 +66,10 @@
 //! * **Waiting without polling.** A waiter subscribes to the lock's release channel (one shared
 //!   RESP3 subscriber connection per client); the release script publishes there. It also looks
 //!   again when the holder's remaining ttl runs out, because a crashed holder never publishes.
+//!   Transient failures (a reset connection, a timeout, `NoQuorum`, `LOADING`, `READONLY`
+//!   during a failover, …; [`Error::is_transient`]) do not end a wait: the waiter tries again
+//!   after a short randomised pause (15 ms doubling to 200 ms) until its wait runs out, then
+//!   returns the last error (or [`Error::Busy`] if the last attempt found the lock held).
 //! * **Cancellation safety.** Dropping an `acquire()` future, a `release()` future or a guard
 //!   never leaves the lock held until its ttl: the release runs in the background on the
 //!   client's own runtime thread.
@@ -250,7 +254,8 @@
 //! and whatever it grants late is released in order): once every other master has
 //! answered, an acquire or release that cannot reach a majority without the down ones fails
 //! at once with the `NoQuorum` it would end with, instead of waiting for their requests to
-//! fail; so an attempt that the live masters split between two waiters is retried at once
+//! fail; so an attempt that the live masters split between two waiters is retried after a
+//! short randomised pause (15 ms at first), not after their timeouts
 //! (tested: 40 contended sections with 2 of 5 masters killed finish within 4 s at a 5 s
 //! response timeout, measured 0.3–0.4 s, as with all up; with 3 of 5 down acquires fail with `NoQuorum`, never `Busy`). Keep the response timeout short over a
 //! quorum all the same (the RedLock description suggests a few to tens of milliseconds per
@@ -338,6 +343,7 @@
 mod acquire;
 mod backend;
 mod background;
+mod backoff;
 mod batch;
 mod client;
 mod config;

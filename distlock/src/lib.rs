@@ -47,7 +47,7 @@
 //! | `key = "order:<id>"` | the lock name template (required) | — |
 //! | `ttl = "10s"` | lease length, 100 ms ([`MIN_TTL`]) to 30 days ([`MAX_TTL`]), checked at compile time | the client's `Config::default_ttl` (30 s) |
 //! | `renew` | watchdog: extend the lease every ttl/3 while the body runs | off |
-//! | `wait = "2s"` | wait this long for a busy lock (woken by the holder's release) | fail at once with [`Error::Busy`] |
+//! | `wait = "2s"` | wait this long for a busy lock (woken by the holder's release); transient failures (a reset connection, a timeout, a failover) are retried within it, and the last one is returned when it runs out | fail at once with [`Error::Busy`] (or the first error) |
 //! | `skip` | busy lock: return `Ok(Default::default())` without running the body | off |
 //! | `min_hold = "1m"` | keep the lock at least this long after acquiring it (ShedLock's `lockAtLeastFor`) | release when the body ends |
 //! | `fenced` | hand out a fencing token with the lock ([`fencing_token()`], [`LockBuilder::fenced`]) | no token |
