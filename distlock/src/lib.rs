@@ -153,8 +153,19 @@
 //!
 //! * **`Ok` means "ran exclusively".** An annotated function (or [`LockBuilder::run`]) returns
 //!   the body's own result only if the body *completed inside its lease* — no loss was reported
-//!   while it ran, the lease had not run out when it completed, and the release found the lock
-//!   still ours. [`LockGuard::release`] returns `Ok(())` on the same terms for a manual hold.
+//!   while it ran, the lease had not run out when it completed — and nothing reported the lock
+//!   lost before the lease's end: a release that answers by then must find the lock still ours.
+//! * **The release's answer is waited for until the lease's end, no longer.** The result is
+//!   decided when the body completes inside its lease; a release whose answer is unknown at the
+//!   lease's end (a partition, a timeout, a dropped connection) does not change it: `Ok` comes
+//!   back by the lease's end at the latest, the release goes on in the background (bounded by
+//!   [`Config::response_timeout`]) and the lock expires at its ttl in any case. An answer that
+//!   would come later is not waited for, so a partition's length never turns `Ok` into `Err`.
+//!   A release that answers *inside* the lease always finds the lock ours while Redis keeps
+//!   its keys until their ttl (see "What Redis must provide"), so one that finds it gone or
+//!   another owner's shows it was taken from under the lease (deleted by hand or `distlock
+//!   release --force`, evicted, lost in a failover): `Err(Lost)`. [`LockGuard::release`] (manual API) waits for the answer
+//!   and returns `Ok(())` only if Redis confirmed the lock was still ours and released it.
 //! * **`Err(Lost)` means "this may not have run exclusively".** The lease ran out or was lost:
 //!   renewal found the lock expired or taken ([`LossReason::Expired`], [`LossReason::Stolen`]),
 //!   Redis stayed unreachable or refused renewal until the lease ran out
