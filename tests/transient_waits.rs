@@ -30,20 +30,6 @@ fn is_acquire(args: &[Vec<u8>]) -> bool {
     args.len() > 3 && args[0].eq_ignore_ascii_case(b"SET") && has(b"NX") && has(b"GET")
 }
 
-/// How many times the server answered `code` (`INFO errorstats`).
-async fn errors_answered(server: &RedisServer, code: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("errorstats")
-        .query_async(&mut server.conn().await)
-        .await
-        .unwrap();
-    let prefix = format!("errorstat_{code}:count=");
-    info.lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .and_then(|n| n.split(',').next()?.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 #[tokio::test]
 async fn a_wait_survives_connection_resets_and_takes_the_lock_when_released() {
     let server = RedisServer::start();
@@ -98,17 +84,9 @@ async fn a_wait_survives_connection_resets_and_takes_the_lock_when_released() {
 async fn a_wait_outlasts_a_failover_answering_readonly() {
     let server = RedisServer::start();
     let c = client(server.url(), Duration::from_millis(500)).await;
-    let mut admin = server.conn().await;
-    // The server is demoted to a replica of a master that does not exist (a failover that has
-    // not settled): every write is answered `READONLY`.
-    let nowhere = testkit::free_port();
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("127.0.0.1")
-        .arg(nowhere)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    let before = errors_answered(&server, "READONLY").await;
+    // A failover that has not settled: every write is answered `READONLY`.
+    server.demote().await;
+    let before = server.error_replies("READONLY").await;
 
     let waiting = tokio::spawn({
         let c = c.clone();
@@ -125,17 +103,12 @@ async fn a_wait_outlasts_a_failover_answering_readonly() {
     eventually(
         Duration::from_secs(3),
         "the acquire was refused twice",
-        || async { (errors_answered(&server, "READONLY").await >= before + 2).then_some(()) },
+        || async { (server.error_replies("READONLY").await >= before + 2).then_some(()) },
     )
     .await;
     assert!(!waiting.is_finished(), "READONLY ended the wait");
     let promoted = Instant::now();
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    server.promote().await;
 
     let (result, waited) = waiting.await.unwrap();
     let guard = result.expect("the wait outlasted the failover");

@@ -398,7 +398,7 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
             };
         };
         if let Some(error) = &failed {
-            pause(&mut backoff, error, now, give_up).await;
+            pause(&mut backoff, error, terms.label, now, give_up).await;
             continue;
         }
         backoff.reset();
@@ -409,7 +409,7 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
                 let sub = match client.subscribe(keys.channel(), keys.name()).await {
                     Ok(sub) => subscription.insert(sub),
                     Err(error) if error.is_transient() => {
-                        pause(&mut backoff, &error, now, give_up).await;
+                        pause(&mut backoff, &error, terms.label, now, give_up).await;
                         failed = Some(error);
                         continue;
                     }
@@ -435,7 +435,14 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
 
 /// A waiter's pause after an attempt (or a subscription) that failed with a transient error:
 /// the next attempt is made when it ends, if the wait has not run out by then.
-async fn pause(backoff: &mut Backoff, error: &Error, now: Instant, give_up: Instant) {
+async fn pause(
+    backoff: &mut Backoff,
+    error: &Error,
+    label: &'static str,
+    now: Instant,
+    give_up: Instant,
+) {
+    metrics::acquire_retry(label);
     let retry_at = backoff.next(now, give_up);
     tracing::debug!(%error, retry_in_ms = millis_ceil(retry_at - now), "acquire failed transiently; retrying within the wait");
     tokio::time::sleep_until(retry_at).await;

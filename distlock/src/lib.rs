@@ -280,6 +280,7 @@
 //! | name | kind | labels | what |
 //! | --- | --- | --- | --- |
 //! | `distlock_acquire_total` | counter | `lock`, `outcome` | acquire calls (every annotated call, `run`, `acquire`) by how they ended: `acquired` (at once or after waiting), `reentered` (a lock the call chain held), `busy` (no `wait`), `skipped` (busy on a `skip` function), `timeout` (busy until `wait` ran out), `error` (anything else: Redis, [`Error::Timeout`], configuration, a lost outer hold). A call dropped before it ends counts nothing. |
+//! | `distlock_acquire_retries_total` | counter | `lock` | transient failures (a reset connection, a timeout, `NoQuorum`, `LOADING`, `READONLY` in a failover, …) that acquires with a `wait` retried after a pause, within their wait; a failure that ends the wait is counted in `distlock_acquire_total` (`error`) instead |
 //! | `distlock_wait_seconds` | histogram, seconds | `lock` | from the call to the lock, only for acquires that waited for a busy lock |
 //! | `distlock_hold_seconds` | histogram, seconds | `lock` | from acquiring to releasing or dropping the guard (outer holds; re-entries add nothing) |
 //! | `distlock_lost_total` | counter | `lock`, `reason` | held locks lost, once each: `expired`, `stolen`, `unreachable`, `lease_elapsed`, `refused`, `unreplicated` (see [`LossReason`]); also a release that finds the lock gone (`expired`) or another owner's (`stolen`) |
