@@ -171,3 +171,36 @@ async fn a_wait_with_redis_gone_ends_with_the_last_error_when_it_runs_out() {
     assert!(error.is_transient(), "{error:?}");
     assert!(started.elapsed() < Duration::from_secs(1));
 }
+
+#[tokio::test]
+async fn a_take_whose_reply_was_lost_is_found_by_the_next_attempt() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(upstream(&server)).await;
+    let c = client(proxy.url(), Duration::from_millis(300)).await;
+    let other = client(server.url(), Duration::from_millis(500)).await;
+
+    // The acquire is applied but its reply never comes (the connection stays open): the attempt
+    // times out, and the next one, with the same value, finds the lock its own.
+    proxy.fault_next_replies(1, ReplyFault::Drop, is_acquire);
+    let started = Instant::now();
+    let guard = c
+        .lock("dropped")
+        .ttl(Duration::from_secs(30))
+        .wait(Duration::from_secs(3))
+        .acquire()
+        .await
+        .expect("the next attempt found its own take");
+    assert_eq!(proxy.replies_faulted(), 1);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let busy = other.lock("dropped").acquire().await.map(drop);
+    assert!(matches!(busy, Err(Error::Busy { .. })), "{busy:?}");
+    guard.release().await.expect("released: one hold, ours");
+    other
+        .lock("dropped")
+        .acquire()
+        .await
+        .expect("free after the release")
+        .release()
+        .await
+        .unwrap();
+}

@@ -313,9 +313,10 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
     // runs out, and the reason to pause (`backoff`) instead of waiting for a release.
     let mut failed: Option<Error> = None;
     let mut backoff = Backoff::default();
-    // Armed after an attempt that failed transiently on one server: its request may have taken
-    // the lock with the reply lost. The next attempt (same value) reads such a take as its own;
-    // giving up, or being dropped meanwhile, releases it in the background.
+    // Armed from the first attempt that failed transiently on one server until the lock is
+    // taken: that request may still take the lock (its reply lost, or it arrives late). A later
+    // attempt (same value) reads such a take as its own; giving up, or being dropped, releases
+    // it in the background (owner-checked: another owner's lock is left alone).
     let mut unanswered: Option<ReleaseOnDrop> = None;
     loop {
         let mut pttl = None;
@@ -325,6 +326,7 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
             }
             // Armed while the request may have been applied: cancelled or failed here, the lock
             // is released in the background.
+            let unanswered_before = unanswered.is_some();
             let mut pending = unanswered
                 .take()
                 .unwrap_or_else(|| ReleaseOnDrop::new(hold.clone()));
@@ -357,7 +359,8 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
                     tracing::debug!(%error, "release after a RedLock attempt without a majority failed");
                 }
             }
-            if failed.is_some() && !client.is_quorum() {
+            let stale = failed.is_some() || unanswered_before;
+            if stale && !client.is_quorum() && !matches!(attempt, Acquired::Taken { .. }) {
                 unanswered = Some(pending);
             } else {
                 pending.disarm();
@@ -409,7 +412,7 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
                 let sub = match client.subscribe(keys.channel(), keys.name()).await {
                     Ok(sub) => subscription.insert(sub),
                     Err(error) if error.is_transient() => {
-                        pause(&mut backoff, &error, terms.label, now, give_up).await;
+                        pause(&mut backoff, &error, terms.label, Instant::now(), give_up).await;
                         failed = Some(error);
                         continue;
                     }
