@@ -234,9 +234,10 @@ impl Error {
 
     /// True for errors that may go away on retry: timeouts ([`Error::Timeout`],
     /// [`Error::ConnectTimeout`]), connection failures (dropped, refused, reset),
-    /// [`Error::NoQuorum`], and the answers Redis gives while it cannot serve a write for a
-    /// while (see [`TRANSIENT_CODES`]: loading its dataset, a failover in progress). A `wait`ing
-    /// acquire retries these within its wait.
+    /// [`Error::NoQuorum`], and the error replies Redis gives while it cannot serve a write for
+    /// a while: `LOADING` (loading its dataset after a restart), `TRYAGAIN`, `MASTERDOWN`,
+    /// `CLUSTERDOWN`, `READONLY` (a failover in progress) and `NOREPLICAS`. An acquire with a
+    /// `wait` retries these within its wait.
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Timeout { .. } | Error::ConnectTimeout { .. } | Error::NoQuorum { .. } => true,
