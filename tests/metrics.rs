@@ -656,6 +656,60 @@ async fn waiting_over_a_redlock_quorum_is_counted() {
     assert_eq!(gauge("distlock_held", QUORUM), 0.0);
 }
 
+/// A waiting acquire counts each transient failure it retries in
+/// `distlock_acquire_retries_total`: exactly one per `READONLY` answer while the server is a
+/// replica (a failover), none for the attempt that takes the lock or for a busy lock.
+#[tokio::test]
+async fn retried_transient_failures_are_counted() {
+    recorded();
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    const RETRY: &str = "retry:<id>";
+    let retries = || counter("distlock_acquire_retries_total", &[("lock", RETRY)]);
+
+    server.demote().await;
+    let before = server.error_replies("READONLY").await;
+    let waiting = tokio::spawn({
+        let c = c.clone();
+        async move {
+            c.lock("retry:1")
+                .label(RETRY)
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+        }
+    });
+    eventually(Duration::from_secs(5), "two attempts refused", || async {
+        (retries() >= 2).then_some(())
+    })
+    .await;
+    server.promote().await;
+    let guard = waiting.await.unwrap().expect("taken after the promotion");
+    let refused = server.error_replies("READONLY").await - before;
+    assert!(refused >= 2);
+    assert_eq!(retries(), refused, "one retry per refused attempt");
+    assert_eq!(outcomes(RETRY), [1, 0, 0, 0, 0, 0]);
+
+    // A busy lock is waited for, not retried.
+    let waiter = tokio::spawn({
+        let c = c.clone();
+        async move {
+            c.lock("retry:1")
+                .label(RETRY)
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+        }
+    });
+    eventually(Duration::from_secs(5), "the waiter waits", || async {
+        (gauge("distlock_waiting", RETRY) == 1.0).then_some(())
+    })
+    .await;
+    guard.release().await.unwrap();
+    waiter.await.unwrap().unwrap().release().await.unwrap();
+    assert_eq!(retries(), refused, "no retry for a busy lock");
+}
+
 /// Every metric the runtime defines (`distlock-core/src/metrics.rs`) is in the "Metrics" table
 /// of the crate docs and of the README, and the tables name no other.
 #[test]
@@ -669,7 +723,7 @@ fn every_metric_is_documented() {
         .filter_map(|l| l.split('"').nth(1))
         .filter(|name| name.starts_with("distlock_"))
         .collect();
-    assert_eq!(defined.len(), 8, "{defined:?}");
+    assert_eq!(defined.len(), 9, "{defined:?}");
     for (doc, text) in [
         ("distlock/src/lib.rs", read("distlock/src/lib.rs")),
         ("README.md", read("README.md")),

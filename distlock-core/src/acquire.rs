@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::backoff::Backoff;
 use crate::client::Client;
 use crate::config::MAX_REPLICAS;
 use crate::context::{self, Outer};
@@ -111,6 +112,14 @@ impl LockBuilder {
 
     /// Wait up to `wait` for a busy lock (woken by the holder's release). Default: fail at once
     /// with [`Error::Busy`]. `Duration::MAX` waits forever.
+    ///
+    /// Transient failures do not end the wait ([`Error::is_transient`]: a connection reset or
+    /// refused, a response timeout, [`Error::NoQuorum`], a server loading its data or failing
+    /// over): the acquire tries again after a pause (15 ms at first, doubling to 200 ms,
+    /// randomised), never past the wait. When the wait runs out it returns the last attempt's
+    /// answer: [`Error::Busy`] if that found the lock held, otherwise that attempt's error. An
+    /// attempt started before the wait runs out is answered first (bounded by the response
+    /// timeout). Without `wait` the first failure is returned.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
         self
@@ -299,8 +308,16 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
     let mut waiting = Waiting::default();
     // Tasks of this client already wait for the lock: queue behind them instead of barging.
     let mut queue_first = give_up.is_some() && client.has_waiters(keys.channel());
-    // The last attempt's `NoQuorum`, if it failed so: what the waiter is told when time is up.
-    let mut no_quorum: Option<Error> = None;
+    // The last attempt's transient failure (a reset or timed-out connection, `NoQuorum`, a
+    // server loading or failing over), if it failed so: what the waiter is told when its wait
+    // runs out, and the reason to pause (`backoff`) instead of waiting for a release.
+    let mut failed: Option<Error> = None;
+    let mut backoff = Backoff::default();
+    // Armed from the first attempt that failed transiently on one server until the lock is
+    // taken: that request may still take the lock (its reply lost, or it arrives late). A later
+    // attempt (same value) reads such a take as its own; giving up, or being dropped, releases
+    // it in the background (owner-checked: another owner's lock is left alone).
+    let mut unanswered: Option<ReleaseOnDrop> = None;
     loop {
         let mut pttl = None;
         if !std::mem::take(&mut queue_first) {
@@ -309,18 +326,21 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
             }
             // Armed while the request may have been applied: cancelled or failed here, the lock
             // is released in the background.
-            let mut pending = ReleaseOnDrop::new(hold.clone());
+            let unanswered_before = unanswered.is_some();
+            let mut pending = unanswered
+                .take()
+                .unwrap_or_else(|| ReleaseOnDrop::new(hold.clone()));
             let sent_at = Instant::now();
             let switches = client.switches();
             let (attempt, acked) = match try_acquire(&hold, &terms, give_up.is_some()).await {
-                // RedLock: no majority either way (a split vote, masters that did not answer):
-                // a waiter tries again like after a busy attempt, until its wait runs out.
-                Err(error @ Error::NoQuorum { .. }) if give_up.is_some() => {
-                    no_quorum = Some(error);
+                // A waiter tries again, after a pause, until its wait runs out. (RedLock's
+                // `NoQuorum` included: a split vote, masters that did not answer.)
+                Err(error) if give_up.is_some() && error.is_transient() => {
+                    failed = Some(error);
                     (Acquired::Busy { pttl: None }, None)
                 }
                 other => {
-                    no_quorum = None;
+                    failed = None;
                     other?
                 }
             };
@@ -340,7 +360,12 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
                     tracing::debug!(%error, "release after a RedLock attempt without a majority failed");
                 }
             }
-            pending.disarm();
+            let stale = failed.is_some() || unanswered_before;
+            if stale && !client.is_quorum() && !matches!(attempt, Acquired::Taken { .. }) {
+                unanswered = Some(pending);
+            } else {
+                pending.disarm();
+            }
             match attempt {
                 Acquired::Taken { .. } if acked.unwrap_or(0) < terms.min_replicas => {
                     return Err(unreplicated(hold, acked.unwrap_or(0), terms.min_replicas).await);
@@ -378,16 +403,29 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
             })
         };
         let Some(give_up) = give_up.filter(|&g| now < g) else {
-            return match no_quorum {
+            return match failed {
                 Some(error) => Err(error),
                 None => busy(),
             };
         };
+        if let Some(error) = &failed {
+            pause(&mut backoff, error, terms.label, now, give_up).await;
+            continue;
+        }
+        backoff.reset();
         match subscription.as_mut() {
             // Subscribed and at the head of the queue: try again at once, the lock may have
             // been released meanwhile.
             None => {
-                let sub = subscription.insert(client.subscribe(keys.channel(), keys.name()).await?);
+                let sub = match client.subscribe(keys.channel(), keys.name()).await {
+                    Ok(sub) => subscription.insert(sub),
+                    Err(error) if error.is_transient() => {
+                        pause(&mut backoff, &error, terms.label, Instant::now(), give_up).await;
+                        failed = Some(error);
+                        continue;
+                    }
+                    Err(error) => return Err(error),
+                };
                 waiting.start(terms.label);
                 if !sub.take_turn(give_up).await {
                     return busy();
@@ -404,6 +442,21 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
             }
         }
     }
+}
+
+/// A waiter's pause after an attempt (or a subscription) that failed with a transient error:
+/// the next attempt is made when it ends, if the wait has not run out by then.
+async fn pause(
+    backoff: &mut Backoff,
+    error: &Error,
+    label: &'static str,
+    now: Instant,
+    give_up: Instant,
+) {
+    metrics::acquire_retry(label);
+    let retry_at = backoff.next(now, give_up);
+    tracing::debug!(%error, retry_in_ms = millis_ceil(retry_at - now), "acquire failed transiently; retrying within the wait");
+    tokio::time::sleep_until(retry_at).await;
 }
 
 /// A take that too few replicas acknowledged: released again (in the background if the

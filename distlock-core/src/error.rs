@@ -232,16 +232,46 @@ impl Error {
         matches!(self, Error::Redis { source, .. } if is_connection_failure(source))
     }
 
-    /// True for errors that may go away on retry (timeouts, connection failures).
+    /// True for errors that may go away on retry: timeouts ([`Error::Timeout`],
+    /// [`Error::ConnectTimeout`]), connection failures (dropped, refused, reset),
+    /// [`Error::NoQuorum`], and the error replies Redis gives while it cannot serve a write for
+    /// a while: `LOADING` (loading its dataset after a restart), `TRYAGAIN`, `MASTERDOWN`,
+    /// `CLUSTERDOWN`, `READONLY` (a failover in progress) and `NOREPLICAS`. An acquire with a
+    /// `wait` retries these within its wait.
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Timeout { .. } | Error::ConnectTimeout { .. } | Error::NoQuorum { .. } => true,
-            Error::Redis { source, .. } | Error::Connect { source } => {
-                is_connection_failure(source) || source.is_timeout()
-            }
+            Error::Redis { source, .. } | Error::Connect { source } => is_transient(source),
             _ => false,
         }
     }
+}
+
+/// The error replies Redis gives while it cannot serve a write for a while, each expected to
+/// clear without anyone changing the configuration:
+/// * `LOADING`: the server is loading its dataset (after a restart);
+/// * `TRYAGAIN`: a cluster slot is being migrated, try the multi-key request again;
+/// * `MASTERDOWN`: a replica lost its master (`replica-serve-stale-data no`);
+/// * `CLUSTERDOWN`: the cluster lost a slot's master and has not failed over yet;
+/// * `READONLY`: the node was demoted to a replica (a failover in progress; the Sentinel
+///   backend also finds the new master when it sees this);
+/// * `NOREPLICAS`: too few replicas are linked for `min-replicas-to-write` (they link again
+///   after a failover or a network split).
+pub(crate) const TRANSIENT_CODES: &[&str] = &[
+    "LOADING",
+    "TRYAGAIN",
+    "MASTERDOWN",
+    "CLUSTERDOWN",
+    "READONLY",
+    "NOREPLICAS",
+];
+
+/// The one classification of Redis errors that may go away on retry: a connection failure, a
+/// timeout, or one of [`TRANSIENT_CODES`].
+pub(crate) fn is_transient(e: &redis::RedisError) -> bool {
+    is_connection_failure(e)
+        || e.is_timeout()
+        || e.code().is_some_and(|code| TRANSIENT_CODES.contains(&code))
 }
 
 /// The one place Redis errors are classified: the connection failed (dropped, refused, reset)
@@ -261,3 +291,26 @@ pub(crate) fn is_error_reply(e: &redis::RedisError) -> bool {
 
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(code: &str) -> Error {
+        Error::Redis {
+            op: Operation::Acquire,
+            key: "k".to_owned(),
+            source: redis::make_extension_error(code.to_owned(), Some("detail".to_owned())),
+        }
+    }
+
+    #[test]
+    fn failover_and_loading_replies_are_transient() {
+        for code in TRANSIENT_CODES {
+            assert!(reply(code).is_transient(), "{code}");
+        }
+        for code in ["NOPERM", "OOM", "ERR", "WRONGTYPE", "NOSCRIPT"] {
+            assert!(!reply(code).is_transient(), "{code}");
+        }
+    }
+}

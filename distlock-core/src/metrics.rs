@@ -25,6 +25,8 @@ pub(crate) const UNLABELED: &str = "unlabeled";
 
 /// `distlock_acquire_total{lock, outcome}`: acquire calls, by how they ended.
 pub(crate) const ACQUIRE_TOTAL: &str = "distlock_acquire_total";
+/// `distlock_acquire_retries_total{lock}`: transient failures that a waiting acquire retried.
+pub(crate) const ACQUIRE_RETRIES_TOTAL: &str = "distlock_acquire_retries_total";
 /// `distlock_wait_seconds{lock}`: from the call to the acquire, for acquires that waited.
 pub(crate) const WAIT_SECONDS: &str = "distlock_wait_seconds";
 /// `distlock_hold_seconds{lock}`: from the acquire to the release (or drop) of the guard.
@@ -50,6 +52,11 @@ pub fn describe_metrics() {
         ACQUIRE_TOTAL,
         Unit::Count,
         "Lock acquire calls by lock label and outcome (acquired, reentered, busy, skipped, timeout, error)."
+    );
+    describe_counter!(
+        ACQUIRE_RETRIES_TOTAL,
+        Unit::Count,
+        "Transient failures (a reset connection, a timeout, NoQuorum, a failover) that waiting acquires retried, by lock label."
     );
     describe_histogram!(
         WAIT_SECONDS,
@@ -285,6 +292,13 @@ impl Drop for Held {
     fn drop(&mut self) {
         self.leave();
     }
+}
+
+/// A waiting acquire of lock `label` failed transiently and tries again after a pause.
+#[inline]
+pub(crate) fn acquire_retry(label: &'static str) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(ACQUIRE_RETRIES_TOTAL, "lock" => label).increment(1);
 }
 
 /// What one lease's renewal found: the `outcome` of `distlock_renewals_total`.

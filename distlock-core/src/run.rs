@@ -32,19 +32,24 @@ impl LockBuilder {
     /// The body sees [`crate::fencing_token`] and re-enters this lock instead of deadlocking.
     ///
     /// Returns `Ok` only if the body ran entirely inside the lease: it completed before the
-    /// lease could have run out, no loss was reported while it ran, and the release found the
-    /// lock still ours. Otherwise [`Error::Lost`]:
+    /// lease could have run out, and nothing reported the lock lost before the lease's end (no
+    /// loss while it ran; the release, if it answered by then, found the lock still ours).
+    /// Otherwise [`Error::Lost`]:
     /// * the lease can no longer be guaranteed while the body runs (renewal found the lock lost,
     ///   Redis stayed unreachable or refused renewal, or without renewal the ttl elapsed): the
     ///   body future is dropped at its next await point;
     /// * the process stalled (a pause, a blocked executor thread) past the lease and the body
     ///   completed afterwards: its output is dropped;
     /// * the lease ran out before the body was first polled: the body never starts;
-    /// * the release found the lock expired or held by another owner.
+    /// * the release answered, before the lease's end, that the lock was gone or another
+    ///   owner's: it was taken from under the lease (deleted, evicted, lost in a failover).
     ///
-    /// A release that fails on the network after a body that finished inside its lease still
-    /// returns `Ok` (the body did run exclusively); the lock is released in the background or
-    /// expires at its ttl.
+    /// `run` waits for the release's answer until the lease's end at most. A release not
+    /// answered by then (a partition, a slow server) or failed on the network does not change
+    /// the result, decided when the body completed inside its lease: `Ok`, returned by the
+    /// lease's end at the latest, while the release goes on in the background (bounded by the
+    /// response timeout; the lock expires at its ttl otherwise). An answer that comes later is
+    /// not waited for, so the result does not depend on how long a partition lasts.
     ///
     /// The returned future is `Send` when `body` and its output are. Dropping it at any point
     /// never leaves the lock held: the lock is released in the background.
@@ -221,7 +226,8 @@ fn drive(
 }
 
 /// Everything `run` does besides the body: `Ok` only if the body completed entirely inside the
-/// lease and the release found the lock still ours.
+/// lease and nothing reported the lock lost before the lease's end (the release is waited for
+/// until then at most).
 async fn session(builder: LockBuilder, link: &Link) -> Result<(), Error> {
     let guard = builder.acquire().await?;
     let hold = guard.hold();
@@ -259,7 +265,20 @@ async fn session(builder: LockBuilder, link: &Link) -> Result<(), Error> {
         return Err(abandon(guard, reason));
     }
     let hold = guard.hold().clone();
-    let reason = match guard.finish().await {
+    // The release is waited for until the lease's end at most: an answer still out then is
+    // unknown, and unknown means `Ok` (the body completed inside its lease); dropped here, the
+    // release goes on in the background, bounded by the response timeout.
+    let lease_end = guard.lease().deadline();
+    let released = match tokio::time::timeout_at(lease_end, guard.finish()).await {
+        Ok(released) => released,
+        Err(_) => {
+            tracing::warn!(key = %hold.keys.name(), "body finished inside its lease but the release was not answered by the lease's end; it goes on in the background (the lock expires at its ttl otherwise)");
+            return Ok(());
+        }
+    };
+    // Answered inside the lease that the lock is not ours: it was taken from under the lease
+    // (deleted, evicted, lost in a failover), so the body may not have run exclusively.
+    let reason = match released {
         Ok(Released::Yes) => return Ok(()),
         Ok(Released::OtherOwner | Released::Incompatible) => LossReason::Stolen,
         Ok(Released::Absent) => LossReason::Expired,

@@ -47,7 +47,7 @@
 //! | `key = "order:<id>"` | the lock name template (required) | — |
 //! | `ttl = "10s"` | lease length, 100 ms ([`MIN_TTL`]) to 30 days ([`MAX_TTL`]), checked at compile time | the client's `Config::default_ttl` (30 s) |
 //! | `renew` | watchdog: extend the lease every ttl/3 while the body runs | off |
-//! | `wait = "2s"` | wait this long for a busy lock (woken by the holder's release) | fail at once with [`Error::Busy`] |
+//! | `wait = "2s"` | wait this long for a busy lock (woken by the holder's release); transient failures (a reset connection, a timeout, a failover) are retried within it, and the last one is returned when it runs out | fail at once with [`Error::Busy`] (or the first error) |
 //! | `skip` | busy lock: return `Ok(Default::default())` without running the body | off |
 //! | `min_hold = "1m"` | keep the lock at least this long after acquiring it (ShedLock's `lockAtLeastFor`) | release when the body ends |
 //! | `fenced` | hand out a fencing token with the lock ([`fencing_token()`], [`LockBuilder::fenced`]) | no token |
@@ -153,8 +153,19 @@
 //!
 //! * **`Ok` means "ran exclusively".** An annotated function (or [`LockBuilder::run`]) returns
 //!   the body's own result only if the body *completed inside its lease* — no loss was reported
-//!   while it ran, the lease had not run out when it completed, and the release found the lock
-//!   still ours. [`LockGuard::release`] returns `Ok(())` on the same terms for a manual hold.
+//!   while it ran, the lease had not run out when it completed — and nothing reported the lock
+//!   lost before the lease's end: a release that answers by then must find the lock still ours.
+//! * **The release's answer is waited for until the lease's end, no longer.** The result is
+//!   decided when the body completes inside its lease; a release whose answer is unknown at the
+//!   lease's end (a partition, a timeout, a dropped connection) does not change it: `Ok` comes
+//!   back by the lease's end at the latest, the release goes on in the background (bounded by
+//!   [`Config::response_timeout`]) and the lock expires at its ttl in any case. An answer that
+//!   would come later is not waited for, so a partition's length never turns `Ok` into `Err`.
+//!   A release that answers *inside* the lease always finds the lock ours while Redis keeps
+//!   its keys until their ttl (see "What Redis must provide"), so one that finds it gone or
+//!   another owner's shows it was taken from under the lease (deleted by hand or `distlock
+//!   release --force`, evicted, lost in a failover): `Err(Lost)`. [`LockGuard::release`] (manual API) waits for the answer
+//!   and returns `Ok(())` only if Redis confirmed the lock was still ours and released it.
 //! * **`Err(Lost)` means "this may not have run exclusively".** The lease ran out or was lost:
 //!   renewal found the lock expired or taken ([`LossReason::Expired`], [`LossReason::Stolen`]),
 //!   Redis stayed unreachable or refused renewal until the lease ran out
@@ -269,6 +280,7 @@
 //! | name | kind | labels | what |
 //! | --- | --- | --- | --- |
 //! | `distlock_acquire_total` | counter | `lock`, `outcome` | acquire calls (every annotated call, `run`, `acquire`) by how they ended: `acquired` (at once or after waiting), `reentered` (a lock the call chain held), `busy` (no `wait`), `skipped` (busy on a `skip` function), `timeout` (busy until `wait` ran out), `error` (anything else: Redis, [`Error::Timeout`], configuration, a lost outer hold). A call dropped before it ends counts nothing. |
+//! | `distlock_acquire_retries_total` | counter | `lock` | transient failures (a reset connection, a timeout, `NoQuorum`, `LOADING`, `READONLY` in a failover, …) that acquires with a `wait` retried after a pause, within their wait; a failure that ends the wait is counted in `distlock_acquire_total` (`error`) instead |
 //! | `distlock_wait_seconds` | histogram, seconds | `lock` | from the call to the lock, only for acquires that waited for a busy lock |
 //! | `distlock_hold_seconds` | histogram, seconds | `lock` | from acquiring to releasing or dropping the guard (outer holds; re-entries add nothing) |
 //! | `distlock_lost_total` | counter | `lock`, `reason` | held locks lost, once each: `expired`, `stolen`, `unreachable`, `lease_elapsed`, `refused`, `unreplicated` (see [`LossReason`]); also a release that finds the lock gone (`expired`) or another owner's (`stolen`) |

@@ -16,7 +16,6 @@
 
 mod bugs;
 mod common;
-mod proxy;
 mod report;
 mod scenarios;
 mod worker;

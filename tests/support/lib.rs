@@ -7,6 +7,7 @@
 
 pub mod belief;
 mod pki;
+pub mod proxy;
 mod sentinel;
 
 pub use pki::{Pki, TlsFiles};
@@ -288,6 +289,42 @@ impl RedisServer {
         info.lines()
             .filter(|l| l.starts_with("slave") && l.contains("state=online"))
             .count()
+    }
+
+    /// Demotes the server to a replica of a master that does not exist (a failover that has not
+    /// settled): it answers reads, and every write with `READONLY`, until [`Self::promote`].
+    pub async fn demote(&self) {
+        redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(free_port())
+            .exec_async(&mut self.conn().await)
+            .await
+            .expect("REPLICAOF");
+    }
+
+    /// Makes a demoted server a master again (`REPLICAOF NO ONE`), its data kept.
+    pub async fn promote(&self) {
+        redis::cmd("REPLICAOF")
+            .arg("NO")
+            .arg("ONE")
+            .exec_async(&mut self.conn().await)
+            .await
+            .expect("REPLICAOF NO ONE");
+    }
+
+    /// How many times the server answered with error `code` (`READONLY`, `LOADING`, …) since
+    /// it started (`INFO errorstats`).
+    pub async fn error_replies(&self, code: &str) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("errorstats")
+            .query_async(&mut self.conn().await)
+            .await
+            .expect("INFO errorstats");
+        let prefix = format!("errorstat_{code}:count=");
+        info.lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .and_then(|n| n.split(',').next()?.trim().parse().ok())
+            .unwrap_or(0)
     }
 
     /// Freezes the server (`SIGSTOP`): connections stay open, nothing answers.

@@ -19,8 +19,8 @@ use testkit::RedisServer;
 use tokio::time::Instant;
 
 use crate::common::{fast_config, Rng, Settings};
-use crate::proxy::Proxy;
 use crate::report::{Scenario, Tally};
+use testkit::proxy::Proxy;
 
 const TTL: Duration = Duration::from_secs(1);
 /// Marks "nobody inside" in [`Shared::inside`].

@@ -29,6 +29,7 @@ use std::time::Duration;
 use distlock::{Client, Error, LockGuard, LossReason};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
+use testkit::proxy::{Proxy, ReplyFault};
 use testkit::RedisServer;
 use tokio::time::Instant;
 
@@ -36,7 +37,6 @@ use crate::common::{
     acquire_for, acquire_renewed, agrees_with_redis, fast_client, lock_keys, lock_value, ms,
     no_lock_left, owner_tag, Kind, Settings,
 };
-use crate::proxy::{Proxy, ReplyFault};
 use crate::report::{Scenario, Tally};
 
 /// Bound on a failing call: the operation timeout (400 ms + 10% + 10 ms) plus slack.

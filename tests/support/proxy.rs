@@ -23,13 +23,16 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
-use crate::common::lock_unpoisoned;
+/// The mutex's data even if a panicking thread poisoned it (a failed test's proxy task).
+fn lock_unpoisoned<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 type Matcher = Box<dyn Fn(&[Vec<u8>]) -> bool + Send>;
 
 /// What to do with the reply to a matched command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ReplyFault {
+pub enum ReplyFault {
     /// Swallow the reply; the connection stays open.
     Drop,
     /// Hold the reply (and, TCP being ordered, everything behind it) this long.
@@ -73,7 +76,7 @@ impl Shared {
 }
 
 /// A running proxy; stops (and resets its connections) when dropped.
-pub(crate) struct Proxy {
+pub struct Proxy {
     addr: SocketAddr,
     shared: Arc<Shared>,
     accept: JoinHandle<()>,
@@ -88,7 +91,7 @@ impl Drop for Proxy {
 
 impl Proxy {
     /// Starts a proxy to `upstream` on a free loopback port.
-    pub(crate) async fn start(upstream: SocketAddr) -> Proxy {
+    pub async fn start(upstream: SocketAddr) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy addr");
         let shared = Arc::new(Shared::default());
@@ -101,24 +104,24 @@ impl Proxy {
     }
 
     /// `redis://127.0.0.1:<proxy port>/`.
-    pub(crate) fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("redis://{}/", self.addr)
     }
 
     /// Adds `latency` before every request is forwarded (zero: none).
-    pub(crate) fn set_latency(&self, latency: Duration) {
+    pub fn set_latency(&self, latency: Duration) {
         self.shared.faults().latency = latency;
     }
 
     /// While on, no byte passes in either direction and connections stay open; the stalled
     /// bytes flow again when it is turned off.
-    pub(crate) fn set_blackhole(&self, on: bool) {
+    pub fn set_blackhole(&self, on: bool) {
         self.shared.blackhole.send_replace(on);
     }
 
     /// Applies `fault` to the replies of the next `count` commands that `matcher` accepts
     /// (it sees the command's arguments, name first).
-    pub(crate) fn fault_next_replies(
+    pub fn fault_next_replies(
         &self,
         count: u32,
         fault: ReplyFault,
@@ -132,12 +135,12 @@ impl Proxy {
     }
 
     /// Replies dropped or delayed so far.
-    pub(crate) fn replies_faulted(&self) -> u64 {
+    pub fn replies_faulted(&self) -> u64 {
         self.shared.replies_faulted.load(Ordering::SeqCst)
     }
 
     /// Waits until at least `n` replies were dropped or delayed (or `within` passes).
-    pub(crate) async fn wait_faulted(&self, n: u64, within: Duration) -> bool {
+    pub async fn wait_faulted(&self, n: u64, within: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             let notified = self.shared.faulted.notified();
@@ -151,12 +154,12 @@ impl Proxy {
     }
 
     /// Connections accepted so far.
-    pub(crate) fn accepted(&self) -> u64 {
+    pub fn accepted(&self) -> u64 {
         self.shared.accepted.load(Ordering::SeqCst)
     }
 
     /// Resets (RST) every open connection; returns how many there were.
-    pub(crate) fn reset_all(&self) -> usize {
+    pub fn reset_all(&self) -> usize {
         let conns = std::mem::take(&mut *lock_unpoisoned(&self.shared.connections));
         for kill in &conns {
             kill.notify_one();
@@ -331,7 +334,7 @@ async fn pump_replies(mut pipe: Pipe, shared: Arc<Shared>, pending: Pending) {
 }
 
 /// Length of the complete RESP2/RESP3 frame at the start of `buf`, or `None` if incomplete.
-pub(crate) fn frame_len(buf: &[u8]) -> Option<usize> {
+pub fn frame_len(buf: &[u8]) -> Option<usize> {
     frame_end(buf, 0)
 }
 
@@ -377,7 +380,7 @@ fn frame_end(buf: &[u8], pos: usize) -> Option<usize> {
 }
 
 /// The arguments of a command frame (an array of bulk strings); empty for anything else.
-pub(crate) fn command_args(frame: &[u8]) -> Vec<Vec<u8>> {
+pub fn command_args(frame: &[u8]) -> Vec<Vec<u8>> {
     let mut args = Vec::new();
     let Some((n, mut pos)) = (frame.first() == Some(&b'*'))
         .then(|| header_number(frame, 0))
