@@ -11,6 +11,9 @@ cargo clippy --workspace --all-targets --features distlock-suite/metrics --locke
 # must compile to nothing, warning-free.
 cargo clippy -p distlock-core -p distlock --locked -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
+# The published crates build from their packages exactly as users get them: a file left out of
+# a package (a module, a license text, the README a crate names) fails here.
+cargo package --locked --allow-dirty --quiet -p distlock-core -p distlock-macros -p distlock -p distlock-cli
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --lib --bins --tests --examples --features distlock-suite/metrics --locked 2>&1 | tee "$log"

@@ -40,7 +40,12 @@ pub(crate) struct Cli {
     pub(crate) sentinels: Vec<String>,
 
     /// The master's name at the sentinels (with --sentinel)
-    #[arg(long, env = "DISTLOCK_SENTINEL_SERVICE", global = true)]
+    #[arg(
+        long,
+        env = "DISTLOCK_SENTINEL_SERVICE",
+        hide_env_values = true,
+        global = true
+    )]
     pub(crate) sentinel_service: Option<String>,
 
     /// Key prefix of the locks (the clients' `Config::key_prefix`)

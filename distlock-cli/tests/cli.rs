@@ -440,6 +440,8 @@ async fn bad_servers_and_settings_are_one_line_each() {
         help.contains("DISTLOCK_URL") && !help.contains("s3cret"),
         "{help}"
     );
+    // Every variable is shown as `[env: NAME]`, never `[env: NAME=]` (an empty value).
+    assert!(!help.contains("=]"), "{help}");
 }
 
 #[tokio::test]

@@ -324,6 +324,7 @@ fn parse_flag(text: &str) -> Option<bool> {
 /// # }
 /// ```
 #[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 impl<'de> serde::Deserialize<'de> for Config {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         Settings::deserialize(deserializer)?

@@ -387,6 +387,7 @@
 //! "Deployments"). Everything one lock touches shares a Redis Cluster hash slot (see
 //! [`hash_slot`]).
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acquire;
 mod backend;
@@ -420,6 +421,7 @@ mod sentinel;
 mod stragglers;
 mod sync;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 mod waiters;
 mod watchdog;
@@ -434,6 +436,7 @@ pub use guard::LockGuard;
 pub use keys::{hash_slot, MAX_NAME_LEN};
 pub use lease::{LEASE_MARGIN, MAX_TTL, MIN_TTL};
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use metrics::describe_metrics;
 
 /// The redis-rs crate this runtime is built on, so [`Error::Redis`]'s source can be matched

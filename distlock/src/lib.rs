@@ -311,6 +311,7 @@
 //! by pub/sub, cancellation safety, bounded waits on Redis), how fencing tokens are made and why
 //! their memory is bounded, and the limits of a single Redis node.
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[doc(inline)]
 pub use distlock_core::{
@@ -325,6 +326,7 @@ pub use distlock_core::{parse_duration, DurationError};
 pub use distlock_macros::distributed_lock;
 
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 #[doc(inline)]
 pub use distlock_core::describe_metrics;
 
@@ -334,6 +336,7 @@ pub use distlock_core::assert_locked;
 /// Testing code that takes distributed locks (feature `testing`): a throwaway `redis-server`
 /// per test process with the default client installed on it ([`testing::init`]).
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub use distlock_core::testing;
 
 /// The runtime crate, for its documentation of guarantees and limits.
