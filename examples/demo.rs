@@ -1,6 +1,6 @@
 //! The README demo: several OS processes share one lock through `#[distributed_lock]`.
 //!
-//! `cargo run --example demo` starts a throwaway `redis-server` (or uses `REDIS_URL`), then
+//! `cargo run -p distlock-examples --example demo` starts a throwaway `redis-server` (or uses `REDIS_URL`), then
 //! re-runs itself as worker processes. Each worker runs tasks that add to a shared Redis
 //! counter with a deliberately racy read-modify-write. First without the lock (updates get
 //! lost), then with `#[distributed_lock]` (the counter ends exactly right). It prints who held
@@ -8,7 +8,7 @@
 //! `DEMO_DISTLOCK_CLI` set to the `distlock` binary (scripts/demo.sh does), it ends with what
 //! `distlock list` shows an operator.
 //!
-//! `cargo run --example demo -- --cluster` (or scripts/demo-cluster.sh) runs the same annotated
+//! `cargo run -p distlock-examples --example demo -- --cluster` (or scripts/demo-cluster.sh) runs the same annotated
 //! code against a 3-master Redis Cluster it starts itself (redis-server processes stopped by
 //! PID at exit): the workers only swap `distlock::init(url)` for `Config::from_env()`, which
 //! reads the cluster's nodes from `DISTLOCK_CLUSTER_NODES`.

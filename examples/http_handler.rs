@@ -2,7 +2,7 @@
 //! (`wait`), requests for different orders run in parallel, and a request that cannot get the
 //! lock in time is answered "409 busy" instead of hanging.
 //!
-//! Run with `cargo run --example http_handler` (starts its own Redis, or set `REDIS_URL`).
+//! Run with `cargo run -p distlock-examples --example http_handler` (starts its own Redis, or set `REDIS_URL`).
 
 use std::time::{Duration, Instant};
 

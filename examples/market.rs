@@ -2,8 +2,8 @@
 //! `market` lock, and a lock per item with `#[distributed_lock(key = "market:<item>")]`.
 //!
 //! ```text
-//! cargo run --release --example market            # 5 s per run
-//! MARKET_SECS=20 cargo run --release --example market
+//! cargo run --release -p distlock-examples --example market            # 5 s per run
+//! MARKET_SECS=20 cargo run --release -p distlock-examples --example market
 //! ```
 //!
 //! Starts a throwaway `redis-server` on a free loopback port, runs each load shape of the book

@@ -2,7 +2,7 @@
 //!
 //! `skip` turns "lock is busy" into `Ok(Default::default())`, so the replicas that lose the
 //! race simply return; `min_hold` keeps the lock for 10 s even though the job is done sooner,
-//! so a replica whose scheduler fires a little late skips too. Run with `cargo run --example scheduled_job` (starts its own Redis, or
+//! so a replica whose scheduler fires a little late skips too. Run with `cargo run -p distlock-examples --example scheduled_job` (starts its own Redis, or
 //! set `REDIS_URL`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};

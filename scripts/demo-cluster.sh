@@ -8,4 +8,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
-cargo run --release --locked --example demo -- --cluster
+cargo run --locked -p distlock-examples --example demo -- --cluster

@@ -5,8 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
 cargo fmt --all -- --check
-# `distlock-suite/metrics`: the metrics test and example need it (benchmarks are built without it).
-cargo clippy --workspace --all-targets --features distlock-suite/metrics --locked -- -D warnings
+# `metrics`: the metrics test (distlock-suite) and example (distlock-examples) need it
+# (benchmarks are built without it).
+features="distlock-suite/metrics,distlock-examples/metrics"
+cargo clippy --workspace --all-targets --features "$features" --locked -- -D warnings
 # The runtime without its optional features (the suite turns `metrics` on): the metric hooks
 # must compile to nothing, warning-free.
 cargo clippy -p distlock-core -p distlock --locked -- -D warnings
@@ -16,7 +18,7 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 cargo package --locked --allow-dirty --quiet -p distlock-core -p distlock-macros -p distlock -p distlock-cli
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-cargo test --workspace --lib --bins --tests --examples --features distlock-suite/metrics --locked 2>&1 | tee "$log"
+cargo test --workspace --lib --bins --tests --examples --features "$features" --locked 2>&1 | tee "$log"
 cargo test --workspace --doc --locked 2>&1 | tee -a "$log"
 passed=$(grep -Eo '(ok|FAILED)\. [0-9]+ passed|^[0-9]+ passed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')

@@ -54,6 +54,9 @@ async fn registry_lifecycle_and_setup_errors() {
     let err = distlock::init(wrong).await.unwrap_err();
     assert!(matches!(err, Error::Connect { .. }), "{err}");
     assert!(!err.to_string().contains("wrong-pass"), "{err}");
+    // It names the server it tried, password masked.
+    let tried = format!("redis://:***@127.0.0.1:{}/", secured.port());
+    assert!(err.to_string().contains(&tried), "{err}");
 
     // No password for a server that wants one: reported at init, not at the first lock.
     let err = distlock::init(format!("redis://127.0.0.1:{}/", secured.port()))
@@ -64,13 +67,26 @@ async fn registry_lifecycle_and_setup_errors() {
     // Connect errors name no lock (there is none yet).
     assert!(!err.to_string().contains("lock `"), "{err}");
 
-    // Nothing listening: a connect error, bounded by the connect timeout.
-    let err = Config::new(format!("redis://127.0.0.1:{}/", testkit::free_port()))
+    // Nothing listening: a connect error, bounded by the connect timeout, naming the address.
+    let nowhere = format!("redis://127.0.0.1:{}/", testkit::free_port());
+    let err = Config::new(&nowhere)
         .connect_timeout(Duration::from_millis(300))
         .install()
         .await
         .unwrap_err();
     assert!(err.is_transient(), "{err}");
+    assert!(err.to_string().contains(&nowhere), "{err}");
+
+    // A bare `host:port`: shown as written (nothing in it is secret), with the fix.
+    let err = Config::new("127.0.0.1:6390").connect().await.unwrap_err();
+    assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("`127.0.0.1:6390` is not a valid Redis URL"),
+        "{err}"
+    );
+    assert!(text.contains("add `redis://`"), "{err}");
+    assert!(text.contains("`redis://127.0.0.1:6390/`"), "{err}");
 
     // The default client, then a named one (with a password), in the same registry.
     let server = RedisServer::start();

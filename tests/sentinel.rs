@@ -85,7 +85,7 @@ async fn acquire_release_and_busy_through_the_master_the_sentinels_name() {
         "answered at once"
     );
     match &error {
-        Error::Connect { source } => {
+        Error::Connect { source, .. } => {
             assert_eq!(
                 source.kind(),
                 redis::ErrorKind::MasterNameNotFoundBySentinel,
@@ -116,7 +116,7 @@ async fn unreachable_sentinels_fail_the_connect_within_the_connect_timeout() {
         started.elapsed()
     );
     match &error {
-        Error::Connect { source } => {
+        Error::Connect { source, .. } => {
             assert!(source.is_io_error(), "{error}");
             assert!(error.is_transient(), "{error}");
             assert!(error.to_string().contains("service `locks`"), "{error}");
@@ -295,7 +295,7 @@ async fn the_master_password_is_the_masters_not_the_sentinels() {
     let started = Instant::now();
     let error = config().connect().await.unwrap_err();
     assert!(
-        matches!(&error, Error::Connect { source } if source.code() == Some("NOAUTH")),
+        matches!(&error, Error::Connect { source, .. } if source.code() == Some("NOAUTH")),
         "{error:?}"
     );
     let wrong = config()
@@ -304,7 +304,7 @@ async fn the_master_password_is_the_masters_not_the_sentinels() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&wrong, Error::Connect { source } if !source.is_io_error()),
+        matches!(&wrong, Error::Connect { source, .. } if !source.is_io_error()),
         "{wrong:?}"
     );
     assert!(!wrong.to_string().contains("not-it"), "{wrong}");

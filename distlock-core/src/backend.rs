@@ -148,8 +148,17 @@ impl Subscriber {
 impl Backend {
     /// The backend `config` describes (no connection is made yet).
     pub(crate) fn open(config: &Config) -> Result<Backend, Error> {
-        let invalid = |url: &str, what: &str, e: &redis::RedisError| Error::InvalidConfig {
-            reason: format!("`{}` {what}: {}", redact_url(url), describe(e)),
+        let invalid = |url: &str, what: &str, e: &redis::RedisError| {
+            let shown = redact_url(url);
+            // The most common slip: a bare `host:port`.
+            let hint = if url.contains("://") {
+                String::new()
+            } else {
+                format!("; add `redis://` (or `rediss://` for TLS): `redis://{shown}/`")
+            };
+            Error::InvalidConfig {
+                reason: format!("`{shown}` {what}: {}{hint}", describe(e)),
+            }
         };
         let kind = if !config.sentinels.is_empty() {
             Kind::Sentinel(Arc::new(open_sentinels(config)?))

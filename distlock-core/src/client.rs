@@ -62,7 +62,10 @@ impl Client {
     pub(crate) async fn connect(config: Config, name: Option<String>) -> Result<Client, Error> {
         config.validate()?;
         let backend = Arc::new(Backend::open(&config)?);
-        let connect_error = |source| Error::Connect { source };
+        let connect_error = |source| Error::Connect {
+            to: config.target(),
+            source,
+        };
         // The client's own runtime thread: its connections and tasks must not depend on the
         // runtime that happens to call `connect` (it may be a test's, gone a moment later).
         let background = Background::start().map_err(|e| connect_error(e.into()))?;
@@ -88,6 +91,7 @@ impl Client {
                 let conn = tokio::time::timeout(connect_within, backend.command_link(&background))
                     .await
                     .map_err(|_| Error::ConnectTimeout {
+                        to: config.target(),
                         after: connect_within,
                     })?
                     .map_err(connect_error)?;
@@ -415,9 +419,15 @@ async fn reach(mut conn: Link, config: &Config) -> Result<(), Error> {
         .saturating_add(config.response_timeout);
     let ping = redis::cmd("PING");
     match tokio::time::timeout(within, ping.exec_async(&mut conn)).await {
-        Err(_) => Err(Error::ConnectTimeout { after: within }),
+        Err(_) => Err(Error::ConnectTimeout {
+            to: config.target(),
+            after: within,
+        }),
         Ok(Err(source)) if source.code() == Some("NOAUTH") || !is_error_reply(&source) => {
-            Err(Error::Connect { source })
+            Err(Error::Connect {
+                to: config.target(),
+                source,
+            })
         }
         Ok(_) => Ok(()),
     }

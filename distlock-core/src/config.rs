@@ -386,6 +386,32 @@ impl Config {
     pub fn redacted_url(&self) -> String {
         redact_url(&self.url)
     }
+
+    /// What a client of this configuration connects to, for errors (passwords replaced by
+    /// `***`): the URL, the cluster's seed nodes, the Sentinel service and its sentinels, or
+    /// the RedLock masters.
+    pub(crate) fn target(&self) -> String {
+        let list = |urls: &[String]| {
+            let shown: Vec<String> = urls.iter().map(|u| redact_url(u)).collect();
+            shown.join(", ")
+        };
+        if !self.sentinels.is_empty() {
+            format!(
+                "the master of `{}` through the sentinels {}",
+                self.sentinel_service,
+                list(&self.sentinels)
+            )
+        } else if !self.cluster_nodes.is_empty() {
+            format!("the Redis Cluster of {}", list(&self.cluster_nodes))
+        } else if !self.redlock_masters.is_empty() {
+            format!(
+                "a majority of the RedLock masters {}",
+                list(&self.redlock_masters)
+            )
+        } else {
+            self.redacted_url()
+        }
+    }
 }
 
 impl fmt::Debug for Config {
@@ -447,26 +473,46 @@ pub(crate) fn uses_tls(url: &str) -> bool {
 /// with): the password becomes `***` (a user name alone too, as some services put a token
 /// there), `pass`/`password`/`user`/`username` query values (the `redis+unix://` form) become
 /// `***`, and the fragment is dropped. A URL that does not parse, or whose `@` the parse did
-/// not read as user info (a password with an unencoded `/`, `?` or `#`), shows only its scheme.
+/// not read as user info (a password with an unencoded `/`, `?` or `#`), shows its scheme and
+/// what follows its last `@` (the host and port), with everything before that `@` and any query
+/// replaced by `***`: `127.0.0.1:6390` stays `127.0.0.1:6390`.
 pub(crate) fn redact_url(raw: &str) -> String {
     const HIDDEN: &str = "***";
-    let scheme_only = || match raw.split_once("://") {
-        Some((scheme, _))
-            if !scheme.is_empty()
-                && scheme
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) =>
-        {
-            format!("{scheme}://{HIDDEN}")
+    // What cannot be read as a URL (or whose `@` the parse did not read as user info): every
+    // byte up to the last `@` may be a secret, and so may a query; the rest is a host and port.
+    let unparsed = || {
+        let (scheme, rest) = match raw.split_once("://") {
+            Some((scheme, rest))
+                if !scheme.is_empty()
+                    && scheme
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) =>
+            {
+                (format!("{scheme}://"), rest)
+            }
+            Some(_) => return HIDDEN.to_owned(),
+            None => (String::new(), raw),
+        };
+        let (secret, host) = match rest.rsplit_once('@') {
+            Some((_, host)) => (true, host),
+            None => (false, rest),
+        };
+        let host = match host.split_once(['?', '#']) {
+            Some((host, _)) => format!("{host}?{HIDDEN}"),
+            None => host.to_owned(),
+        };
+        if secret {
+            format!("{scheme}{HIDDEN}@{host}")
+        } else {
+            format!("{scheme}{host}")
         }
-        _ => HIDDEN.to_owned(),
     };
     let Ok(mut url) = url::Url::parse(raw) else {
-        return scheme_only();
+        return unparsed();
     };
     let has_userinfo = !url.username().is_empty() || url.password().is_some();
     if raw.contains('@') && !has_userinfo {
-        return scheme_only();
+        return unparsed();
     }
     let redacted = if url.password().is_some() {
         url.set_password(Some(HIDDEN))
@@ -476,7 +522,7 @@ pub(crate) fn redact_url(raw: &str) -> String {
         Ok(())
     };
     if redacted.is_err() {
-        return scheme_only();
+        return unparsed();
     }
     if url.query().is_some() {
         let pairs: Vec<(String, String)> = url
@@ -519,7 +565,7 @@ mod tests {
             "redis://127.0.0.1:6379/"
         );
         // An `@` the parse did not read as user info: only the scheme is shown.
-        assert_eq!(redact_url("redis://h/?x=a@b"), "redis://***");
+        assert_eq!(redact_url("redis://h/?x=a@b"), "redis://***@b");
     }
 
     #[test]
@@ -565,7 +611,14 @@ mod tests {
             redact_url("redis+unix:///tmp/r.sock?db=1&pass=s3cret"),
             "redis+unix:///tmp/r.sock?db=1&pass=***"
         );
-        assert_eq!(redact_url("redis://:pa/ss@host:6379/"), "redis://***");
-        assert_eq!(redact_url("not a url :hunter2@"), "***");
+        assert_eq!(
+            redact_url("redis://:pa/ss@host:6379/"),
+            "redis://***@host:6379/"
+        );
+        assert_eq!(redact_url("not a url :hunter2@"), "***@");
+        // Not a URL at all (no scheme): nothing secret to hide but a query.
+        assert_eq!(redact_url("127.0.0.1:6390"), "127.0.0.1:6390");
+        assert_eq!(redact_url("h:1?password=s3cret"), "h:1?password=***");
+        assert_eq!(redact_url("pw@h:1"), "***@h:1");
     }
 }

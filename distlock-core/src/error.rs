@@ -165,16 +165,21 @@ pub enum Error {
     },
     /// The client could not connect to Redis, or the connection's set-up failed (a missing or
     /// wrong password is reported here, at start-up).
-    #[error("could not connect to Redis: {source}; check the URL, that the server is up and reachable, and the credentials")]
+    #[error("could not connect to Redis at {to}: {source}; check the URL, that the server is up and reachable, and the credentials")]
     Connect {
+        /// What the client tried to reach: the URL, the cluster's seed nodes, the Sentinel
+        /// service and its sentinels, or the RedLock masters (passwords replaced by `***`).
+        to: String,
         /// The underlying error from redis-rs (it never contains the URL).
         #[source]
         source: redis::RedisError,
     },
     /// Redis did not accept a connection (and answer its set-up) within the connect timeout
     /// plus the response timeout.
-    #[error("could not connect to Redis within {after:?}: check that the server is up and reachable, or raise `Config::connect_timeout`")]
+    #[error("could not connect to Redis at {to} within {after:?}: check that the server is up and reachable, or raise `Config::connect_timeout`")]
     ConnectTimeout {
+        /// What the client tried to reach (as in [`Error::Connect`]).
+        to: String,
         /// The time that elapsed.
         after: Duration,
     },
@@ -241,7 +246,7 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Timeout { .. } | Error::ConnectTimeout { .. } | Error::NoQuorum { .. } => true,
-            Error::Redis { source, .. } | Error::Connect { source } => is_transient(source),
+            Error::Redis { source, .. } | Error::Connect { source, .. } => is_transient(source),
             _ => false,
         }
     }

@@ -25,7 +25,10 @@ pub(crate) fn connect(config: &Config, background: &Background) -> Result<Connec
         let backend = Arc::new(Backend::open(&master)?);
         let link = backend
             .lazy_command_link(background)
-            .map_err(|source| Error::Connect { source })?;
+            .map_err(|source| Error::Connect {
+                to: master.target(),
+                source,
+            })?;
         nodes.push(Arc::new(Connection::new(link, backend, background.clone())));
     }
     Ok(Connection::quorum(nodes))

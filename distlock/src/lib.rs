@@ -40,6 +40,29 @@
 //! # fn main() {}
 //! ```
 //!
+//! ## Add it to your project
+//!
+//! ```toml
+//! [dependencies]
+//! distlock = "0.1"
+//! # The attribute's functions are `async`: any tokio runtime runs them (the lock's own renewal
+//! # and release tasks run on a thread of the client's, whatever your runtime is).
+//! tokio = { version = "1", features = ["rt-multi-thread", "macros"] }
+//!
+//! [dev-dependencies]
+//! # Tests of code that takes locks, against a throwaway redis-server (see `distlock::testing`).
+//! distlock = { version = "0.1", features = ["testing"] }
+//! ```
+//!
+//! Every feature is off by default:
+//!
+//! | feature | what it adds |
+//! | --- | --- |
+//! | `serde` | `Config: Deserialize`: the lock settings from a configuration file (TOML, JSON, YAML), durations as text (`"10s"`) |
+//! | `testing` | `distlock::testing`: a throwaway `redis-server` per test process, with the default client installed on it, for the tests of code that takes locks |
+//! | `tls` | `rediss://` URLs (one server, Cluster, Sentinel, RedLock masters) through rustls, with your roots or the system's, and client certificates for mutual TLS |
+//! | `metrics` | counters, histograms and gauges through the `metrics` facade (`distlock_acquire_total`, `distlock_hold_seconds`, ...); install any recorder to collect them |
+//!
 //! ## Options
 //!
 //! | option | meaning | default |

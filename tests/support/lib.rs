@@ -6,11 +6,13 @@
 #![deny(missing_docs)]
 
 pub mod belief;
+#[cfg(feature = "tls")]
 mod pki;
 pub mod proxy;
 mod sentinel;
 
-pub use pki::{Pki, TlsFiles};
+#[cfg(feature = "tls")]
+pub use pki::Pki;
 pub use sentinel::{LoneSentinel, RedisSentinel, SentinelOptions};
 
 use std::io::{BufRead, BufReader};
@@ -29,6 +31,19 @@ pub struct RedisServer {
     extra: Vec<String>,
     password: Option<String>,
     tls: bool,
+}
+
+/// The PEM files of a TLS server (see `ServerOptions::tls`).
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    /// The server's certificate.
+    pub cert: std::path::PathBuf,
+    /// The server's private key.
+    pub key: std::path::PathBuf,
+    /// The CA that clients' certificates must be signed by.
+    pub ca: std::path::PathBuf,
+    /// `--tls-auth-clients yes`: clients must present a certificate (mutual TLS).
+    pub auth_clients: bool,
 }
 
 /// Options for [`RedisServer::start_with`].

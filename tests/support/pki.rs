@@ -5,22 +5,10 @@
 
 use std::path::PathBuf;
 
+use crate::TlsFiles;
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
 };
-
-/// The PEM files of a TLS server (see `ServerOptions::tls`).
-#[derive(Clone, Debug)]
-pub struct TlsFiles {
-    /// The server's certificate.
-    pub cert: std::path::PathBuf,
-    /// The server's private key.
-    pub key: std::path::PathBuf,
-    /// The CA that clients' certificates must be signed by.
-    pub ca: std::path::PathBuf,
-    /// `--tls-auth-clients yes`: clients must present a certificate (mutual TLS).
-    pub auth_clients: bool,
-}
 
 /// A CA with one server and one client certificate, as PEM (see the module docs).
 pub struct Pki {
