@@ -9,6 +9,8 @@ use syn::parse::{Parse, ParseStream};
 use syn::spanned::Spanned;
 use syn::{ExprPath, Ident, Lit, LitFloat, LitInt, LitStr, Path, Token};
 
+use crate::similar;
+
 mod kw {
     syn::custom_keyword!(key);
     syn::custom_keyword!(ttl);
@@ -20,6 +22,20 @@ mod kw {
     syn::custom_keyword!(client);
     syn::custom_keyword!(min_replicas);
 }
+
+/// Every option's name.
+const OPTIONS: [&str; 10] = [
+    "key",
+    "ttl",
+    "renew",
+    "wait",
+    "skip",
+    "min_hold",
+    "fenced",
+    "min_replicas",
+    "client",
+    "crate",
+];
 
 const VALID_OPTIONS: &str =
     "`key`, `ttl`, `renew`, `wait`, `skip`, `min_hold`, `fenced`, `min_replicas`, `client` and `crate`";
@@ -180,6 +196,17 @@ fn unknown_option_message(name: &Ident) -> String {
         }
         _ => "",
     };
+    // A typo of a real option: the closest one, as rustc would suggest it.
+    let typo = (hint.is_empty())
+        .then(|| {
+            similar::closest(
+                &name,
+                OPTIONS.iter().map(|o| (o.to_string(), o.to_string())),
+            )
+        })
+        .flatten()
+        .map(|option| format!(" (did you mean `{option}`?)"));
+    let hint = typo.as_deref().unwrap_or(hint);
     format!("unknown option `{name}`{hint}; valid options are {VALID_OPTIONS}")
 }
 

@@ -12,6 +12,7 @@ mod attr;
 mod expand;
 mod item;
 mod model;
+mod similar;
 mod template;
 
 use proc_macro::TokenStream;

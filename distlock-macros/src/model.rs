@@ -11,6 +11,7 @@ use syn::{
 
 use crate::attr::{DurationArg, Errors, LockArgs};
 use crate::item::{async_trait_body, future_output, LockFn};
+use crate::similar;
 use crate::template::{Field, KeyTemplate, Placeholder, Segment, TemplateError};
 
 /// Everything `expand.rs` needs, all checked.
@@ -435,19 +436,21 @@ fn resolve_placeholder(
             }
         }
     };
-    // At the key literal itself (not merely located there): rustc's error for a misspelt field
-    // then names the field that exists ("a field with a similar name exists: `id`"); in the
-    // macro's context it would drop that help.
+    // Only *located* at the key literal, in the macro's context: rustc reports a misspelt field
+    // there ("no field `idx` on type `Order`"), but offers no fix-it. At the literal itself it
+    // would suggest replacing the whole key string with the field's name (`key = id`), which
+    // breaks the code if applied.
+    let at = Span::mixed_site().located_at(span);
     for field in &placeholder.fields {
-        let dot = Token![.](span);
+        let dot = Token![.](at);
         let member = match field {
             Field::Named(name) => match name.strip_prefix("r#") {
-                Some(raw) => Ident::new_raw(raw, span).into_token_stream(),
-                None => Ident::new(name, span).into_token_stream(),
+                Some(raw) => Ident::new_raw(raw, at).into_token_stream(),
+                None => Ident::new(name, at).into_token_stream(),
             },
             Field::Index(index) => syn::Index {
                 index: *index,
-                span,
+                span: at,
             }
             .into_token_stream(),
         };
@@ -457,49 +460,16 @@ fn resolve_placeholder(
 }
 
 /// The parameter (or `self`) whose name is closest to `root`, if it is close enough to be what
-/// was meant: an edit distance of at most a third of the name's length (at least one), as
-/// rustc's own suggestions.
+/// was meant (see `similar::closest`).
 fn closest(root: &str, params: &[Param]) -> Option<String> {
     let root = root.trim_start_matches("r#");
-    let limit = (root.chars().count() / 3).max(1);
-    params
-        .iter()
-        .filter_map(|param| match param {
-            Param::Receiver(_) => Some(("self".to_owned(), "self".to_owned())),
-            // Compared without `r#`, suggested as the template must spell it.
-            Param::Named(ident) => Some((ident.unraw().to_string(), ident.to_string())),
-            Param::Destructured(_) | Param::Positional => None,
-        })
-        .map(|(bare, name)| (edit_distance(root, &bare), name))
-        .filter(|(distance, _)| *distance <= limit)
-        .min_by_key(|(distance, _)| *distance)
-        .map(|(_, name)| name)
-}
-
-/// Edit distance between `a` and `b` in characters: insertions, deletions, substitutions and
-/// swaps of two neighbours (`slef` is one edit from `self`) count one each.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    // rows[i][j]: distance between the first i characters of `a` and the first j of `b`.
-    let mut rows = vec![vec![0; b.len() + 1]; a.len() + 1];
-    for (i, row) in rows.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in rows[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let substitution = rows[i - 1][j - 1] + usize::from(a[i - 1] != b[j - 1]);
-            let mut best = substitution.min(rows[i - 1][j] + 1).min(rows[i][j - 1] + 1);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                best = best.min(rows[i - 2][j - 2] + 1);
-            }
-            rows[i][j] = best;
-        }
-    }
-    rows[a.len()][b.len()]
+    let candidates = params.iter().filter_map(|param| match param {
+        Param::Receiver(_) => Some(("self".to_owned(), "self".to_owned())),
+        // Compared without `r#`, suggested as the template must spell it.
+        Param::Named(ident) => Some((ident.unraw().to_string(), ident.to_string())),
+        Param::Destructured(_) | Param::Positional => None,
+    });
+    similar::closest(root, candidates)
 }
 
 /// The placeholders the function's parameters allow, for error messages.

@@ -124,16 +124,6 @@ fn braces_in_the_key_are_refused() {
 }
 
 #[test]
-fn edit_distances() {
-    assert_eq!(edit_distance("idd", "id"), 1);
-    assert_eq!(edit_distance("", "abc"), 3);
-    assert_eq!(edit_distance("kitten", "sitting"), 3);
-    assert_eq!(edit_distance("über", "uber"), 1);
-    assert_eq!(edit_distance("slef", "self"), 1);
-    assert_eq!(edit_distance("ab", "ba"), 1);
-}
-
-#[test]
 fn placeholder_mistakes_are_all_reported_in_one_error() {
     let message = one_error(r#"key = "<x>:<y>:<a>:<b.0>:<self.id>""#, METHOD);
     assert_eq!(
