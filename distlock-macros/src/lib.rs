@@ -19,7 +19,10 @@ use proc_macro::TokenStream;
 
 /// Runs an `async fn` while holding a Redis-backed distributed lock.
 ///
-/// ```ignore
+/// ```no_run
+/// # #[derive(Debug)] pub struct AppError;
+/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
+/// # pub struct Receipt;
 /// use distlock::distributed_lock;
 ///
 /// #[distributed_lock(key = "order:<id>", ttl = "10s", renew)]
@@ -27,6 +30,7 @@ use proc_macro::TokenStream;
 ///     // Runs on at most one replica at a time for a given `id`.
 ///     # todo!()
 /// }
+/// # fn main() {}
 /// ```
 ///
 /// Each call takes the lock named by `key` (its placeholders filled in from the arguments),
@@ -43,9 +47,8 @@ use proc_macro::TokenStream;
 /// comments, `self` receivers, `impl Trait` arguments, and the `async fn` signature that
 /// rustdoc shows.
 ///
-/// The examples here are marked `ignore` because this crate cannot depend on `distlock`; the
-/// test suite compiles each of these shapes (`tests/ui/pass`) and pins the error of each
-/// misuse (`tests/ui/fail`).
+/// Every example here is compiled (its set-up hidden); the test suite also compiles each of
+/// these shapes (`tests/ui/pass`) and pins the error of each misuse (`tests/ui/fail`).
 ///
 /// # Options
 ///
@@ -78,7 +81,12 @@ use proc_macro::TokenStream;
 /// of a service's settings; the compiler checks its type, and its value against the same limits
 /// where the constant is evaluated (when the crate is built):
 ///
-/// ```ignore
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # use std::time::Duration;
+/// # #[derive(Debug)] pub struct AppError;
+/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
+/// # pub struct Orders { region: String }
 /// const ORDER_TTL: Duration = Duration::from_secs(10);
 ///
 /// #[distributed_lock(key = "order:<id>", ttl = ORDER_TTL)]
@@ -90,6 +98,7 @@ use proc_macro::TokenStream;
 ///     #[distributed_lock(key = "order:<self.region>:<id>", ttl = Self::TTL)]
 ///     async fn refund(&self, id: u64) -> Result<(), AppError> { Ok(()) }
 /// }
+/// # fn main() {}
 /// ```
 ///
 /// A path must name a constant (or an immutable `static`), not a parameter or a call: define a
@@ -99,9 +108,14 @@ use proc_macro::TokenStream;
 ///
 /// The name of the lock: literal text with placeholders (see [Key templates](#key-templates)).
 ///
-/// ```ignore
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # use std::time::Duration;
+/// # #[derive(Debug)] pub struct AppError;
+/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
 /// #[distributed_lock(key = "order:<id>")]
 /// async fn settle(id: u64) -> Result<(), AppError> { Ok(()) }
+/// # fn main() {}
 /// ```
 ///
 /// ## `ttl = "..."` or `ttl = CONSTANT`
@@ -110,9 +124,14 @@ use proc_macro::TokenStream;
 /// once it runs out another caller may take the lock, so the body is cancelled (see
 /// [Losing the lock](#losing-the-lock)).
 ///
-/// ```ignore
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # use std::time::Duration;
+/// # #[derive(Debug)] pub struct AppError;
+/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
 /// #[distributed_lock(key = "invoice:<id>", ttl = "500ms")]
 /// async fn number_invoice(id: u64) -> Result<u64, AppError> { Ok(id) }
+/// # fn main() {}
 /// ```
 ///
 /// ## `renew`
@@ -120,9 +139,14 @@ use proc_macro::TokenStream;
 /// A watchdog renews the lease every `ttl / 3` while the body runs, so a body may run longer
 /// than `ttl`; the lock still expires within `ttl` after a crashed process stops renewing it.
 ///
-/// ```ignore
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # use std::time::Duration;
+/// # #[derive(Debug)] pub struct AppError;
+/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
 /// #[distributed_lock(key = "import:<batch>", ttl = "10s", renew)]
 /// async fn import(batch: String) -> Result<(), AppError> { Ok(()) }
+/// # fn main() {}
 /// ```
 ///
 /// ## `wait = "..."` or `wait = CONSTANT`
@@ -130,9 +154,14 @@ use proc_macro::TokenStream;
 /// When the lock is busy, wait up to this long for it to be released (the waiter is woken when
 /// it is) before failing with `distlock::Error::Busy`. Without `wait`, a busy lock fails at once.
 ///
-/// ```ignore
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # use std::time::Duration;
+/// # #[derive(Debug)] pub struct AppError;
+/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
 /// #[distributed_lock(key = "account:<account_id>", wait = "2s")]
 /// async fn debit(account_id: u64, cents: u64) -> Result<(), AppError> { Ok(()) }
+/// # fn main() {}
 /// ```
 ///
 /// ## `skip`
@@ -141,9 +170,14 @@ use proc_macro::TokenStream;
 /// several replicas schedule and one of them should run. The success type must implement
 /// `Default` (`()`, `Option<T>`, `Vec<T>`, ...). `skip` cannot be combined with `wait`.
 ///
-/// ```ignore
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # use std::time::Duration;
+/// # #[derive(Debug)] pub struct AppError;
+/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
 /// #[distributed_lock(key = "nightly-report", ttl = "5m", skip)]
 /// async fn nightly() -> Result<(), AppError> { Ok(()) }
+/// # fn main() {}
 /// ```
 ///
 /// ## `min_hold = "..."` or `min_hold = CONSTANT`
@@ -153,9 +187,14 @@ use proc_macro::TokenStream;
 /// being deleted. With `skip`, this is what stops a fast scheduled job from running twice when
 /// the replicas' schedulers fire a little apart.
 ///
-/// ```ignore
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # use std::time::Duration;
+/// # #[derive(Debug)] pub struct AppError;
+/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
 /// #[distributed_lock(key = "nightly-report", ttl = "5m", skip, min_hold = "1m")]
 /// async fn nightly() -> Result<(), AppError> { Ok(()) }
+/// # fn main() {}
 /// ```
 ///
 /// ## `fenced`
@@ -166,12 +205,19 @@ use proc_macro::TokenStream;
 /// acquire runs a script where a plain one is a single `SET NX PX GET`). A nested call that
 /// re-enters the lock shares its token.
 ///
-/// ```ignore
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # use std::time::Duration;
+/// # #[derive(Debug)] pub struct AppError;
+/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
+/// # pub struct Db;
+/// # impl Db { async fn write_if_newer(&self, _: u64, _: u64) -> Result<(), AppError> { Ok(()) } }
 /// #[distributed_lock(key = "ledger:<account>", ttl = "10s", fenced)]
 /// async fn post(account: u64, db: &Db) -> Result<(), AppError> {
 ///     let token = distlock::fencing_token().expect("fenced lock");
 ///     db.write_if_newer(account, token).await
 /// }
+/// # fn main() {}
 /// ```
 ///
 /// ## `min_replicas = N`
@@ -182,9 +228,14 @@ use proc_macro::TokenStream;
 /// acknowledged); an unacknowledged renewal counts as a failed renewal. Per lock, so only the
 /// locks that must survive a failover pay the replication round trip.
 ///
-/// ```ignore
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # use std::time::Duration;
+/// # #[derive(Debug)] pub struct AppError;
+/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
 /// #[distributed_lock(key = "ledger:<account>", ttl = "10s", renew, min_replicas = 1)]
 /// async fn settle(account: u64) -> Result<(), AppError> { Ok(()) }
+/// # fn main() {}
 /// ```
 ///
 /// ## `client = "..."`
@@ -192,9 +243,14 @@ use proc_macro::TokenStream;
 /// Use a named client, installed at startup with
 /// `distlock::Config::new(url).install_as("payments").await`, instead of the default one.
 ///
-/// ```ignore
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # use std::time::Duration;
+/// # #[derive(Debug)] pub struct AppError;
+/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
 /// #[distributed_lock(key = "payout:<id>", client = "payments")]
 /// async fn payout(id: u64) -> Result<(), AppError> { Ok(()) }
+/// # fn main() {}
 /// ```
 ///
 /// ## `crate = "..."`
@@ -202,10 +258,16 @@ use proc_macro::TokenStream;
 /// The generated code refers to `::distlock`. A crate that re-exports distlock under another
 /// path, for users who don't depend on `distlock` directly, names that path:
 ///
-/// ```ignore
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # use std::time::Duration;
+/// # #[derive(Debug)] pub struct AppError;
+/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
+/// # mod my_framework { pub use distlock; }
 /// // In `my_framework`: `pub use distlock;`
 /// #[my_framework::distlock::distributed_lock(key = "job:<id>", crate = "my_framework::distlock")]
 /// async fn job(id: u64) -> Result<(), AppError> { Ok(()) }
+/// # fn main() {}
 /// ```
 ///
 /// # Key templates
@@ -217,9 +279,18 @@ use proc_macro::TokenStream;
 ///   literal as it is (`"a>b"` is the key `a>b`). `{` and `}` cannot appear in literal text
 ///   (see below).
 ///
-/// ```ignore
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # use std::time::Duration;
+/// # #[derive(Debug)] pub struct AppError;
+/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
+/// # pub struct Request { user_id: u64 }
+/// # pub struct Service { tenant: String }
+/// # impl Service {
 /// #[distributed_lock(key = "user:<self.tenant>:<req.user_id>", ttl = "500ms")]
 /// async fn update(&self, req: &Request) -> Result<(), AppError> { Ok(()) }
+/// # }
+/// # fn main() {}
 /// ```
 ///
 /// Values are rendered with `Display` (a value without it is a compile error at the key) and
@@ -238,7 +309,7 @@ use proc_macro::TokenStream;
 ///
 /// * a placeholder naming no parameter (the message lists the ones there are, and suggests the
 ///   closest: `<idd>` gets "did you mean `<id>`?"); a misspelt field (`<order.idx>`) is
-///   rustc's error at the key, which names the field that exists;
+///   rustc's error at the key ("no field `idx` on type `Order`");
 /// * `{` or `}` in the literal text;
 /// * a placeholder naming a variable bound by a destructuring pattern (`(a, b): (u32, u32)`):
 ///   bind the parameter to a name and use `<pair.0>`;
@@ -256,12 +327,20 @@ use proc_macro::TokenStream;
 /// into a `fn` returning `Pin<Box<dyn Future>>`; `#[distributed_lock]` recognizes that shape
 /// and locks the boxed future, building the key when the method is called.
 ///
-/// ```ignore
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # use std::time::Duration;
+/// # #[derive(Debug)] pub struct AppError;
+/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
+/// # #[async_trait::async_trait]
+/// # trait Settle { async fn settle(&self, id: u64) -> Result<(), AppError>; }
+/// # pub struct Orders { region: String }
 /// #[async_trait::async_trait]
 /// impl Settle for Orders {
 ///     #[distributed_lock(key = "order:<self.region>:<id>", ttl = "10s")]
 ///     async fn settle(&self, id: u64) -> Result<(), AppError> { Ok(()) }
 /// }
+/// # fn main() {}
 /// ```
 ///
 /// The attribute cannot go on a trait's method *declaration* (it has no body); put it on
@@ -278,17 +357,32 @@ use proc_macro::TokenStream;
 ///
 /// # What this expands to, written by hand
 ///
-/// ```ignore
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # use std::time::Duration;
+/// # #[derive(Debug)] pub struct AppError;
+/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
+/// # pub struct Receipt;
+/// # impl Receipt { fn new(_: u64) -> Self { Receipt } }
+/// # async fn charge(_: u64) -> Result<(), AppError> { Ok(()) }
 /// #[distributed_lock(key = "order:<id>", ttl = "10s", renew)]
 /// async fn settle(id: u64) -> Result<Receipt, AppError> {
 ///     charge(id).await?;
 ///     Ok(Receipt::new(id))
 /// }
+/// # fn main() {}
 /// ```
 ///
 /// is this use of the manual API:
 ///
-/// ```ignore
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # use std::time::Duration;
+/// # #[derive(Debug)] pub struct AppError;
+/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
+/// # pub struct Receipt;
+/// # impl Receipt { fn new(_: u64) -> Self { Receipt } }
+/// # async fn charge(_: u64) -> Result<(), AppError> { Ok(()) }
 /// async fn settle(id: u64) -> Result<Receipt, AppError> {
 ///     let key = format!("order:{id}"); // values escaped as described above
 ///     match distlock::lock(key)
@@ -308,6 +402,7 @@ use proc_macro::TokenStream;
 ///         Err(error) => Err(AppError::from(error)),
 ///     }
 /// }
+/// # fn main() {}
 /// ```
 ///
 /// The generated code differs only in how it is spelled: the key is built by one call to
