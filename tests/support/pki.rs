@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use crate::TlsFiles;
+use crate::server::TlsFiles;
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
 };

@@ -5,7 +5,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::belief::Probe;
-use crate::{cli, free_port, redis_binary, RedisServer, TlsFiles, READY_WITHIN};
+use crate::cli::cli;
+use crate::server::{free_port, redis_binary, RedisServer, TlsFiles, READY_WITHIN};
 
 /// The shape of a [`RedisSentinel`] group.
 #[derive(Debug, Clone, Copy)]
