@@ -80,7 +80,7 @@ impl RedisServer {
         format!("redis://{name}:{password}@127.0.0.1:{}/", self.port)
     }
 
-    /// Starts a TLS-only server with these files (see [`Pki::files`]).
+    /// Starts a TLS-only server with these files (see `Pki::files`, feature `tls`).
     pub fn start_tls(files: TlsFiles) -> RedisServer {
         Self::start_with(ServerOptions {
             tls: Some(files),
