@@ -54,3 +54,12 @@ pub async fn command_calls(conn: &mut redis::aio::MultiplexedConnection, command
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
 }
+
+/// Channels subscribed on the server (`PUBSUB CHANNELS`).
+pub async fn pubsub_channels(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
+    redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .query_async(conn)
+        .await
+        .unwrap()
+}

@@ -9,6 +9,7 @@ pub mod belief;
 mod cli;
 mod cluster;
 mod inspect;
+mod locks;
 #[cfg(feature = "tls")]
 mod pki;
 pub mod proxy;
@@ -19,7 +20,8 @@ mod sentinel;
 mod server;
 
 pub use cluster::RedisCluster;
-pub use inspect::{all_keys, command_calls, eventually, lock_keys};
+pub use inspect::{all_keys, command_calls, eventually, lock_keys, pubsub_channels};
+pub use locks::{acquire_soon, quick_client, take_and_release};
 #[cfg(feature = "tls")]
 pub use pki::Pki;
 pub use quorum::{at_rest, expect_no_quorum};
