@@ -35,7 +35,7 @@
 //! ```compile_fail
 //! # use distlock::distributed_lock;
 //! # struct E; impl From<distlock::Error> for E { fn from(_: distlock::Error) -> Self { E } }
-//! #[distributed_lock(key = "order:<order_id>")] // error: no parameter `order_id`; available: `id`
+//! #[distributed_lock(key = "order:<order_id>")] // error: unknown parameter `order_id`; the parameters allow `<id>`
 //! async fn settle(id: u64) -> Result<(), E> { Ok(()) }
 //! # fn main() {}
 //! ```

@@ -1,0 +1,7 @@
+// A `compile_fail` example of the distlock crate docs (distlock/src/lib.rs), kept equal to
+// it by tests/doc_examples.rs; its error is pinned by the .stderr next to it.
+use distlock::distributed_lock;
+struct E; impl From<distlock::Error> for E { fn from(_: distlock::Error) -> Self { E } }
+#[distributed_lock(key = "job", ttl = "0s")] // error: zero duration
+async fn job() -> Result<(), E> { Ok(()) }
+fn main() {}
