@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use distlock::{Client, Config, Error, LossReason};
 use redis::AsyncCommands;
-use testkit::{command_calls, RedisServer};
+use testkit::{command_calls, take_and_release, RedisServer};
 use tokio::time::Instant;
 
 /// A separate client: every client is a different owner.
@@ -31,17 +31,6 @@ fn lock_key(name: &str) -> String {
 
 async fn exists(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> bool {
     conn.exists(key).await.unwrap()
-}
-
-/// Takes `name` at once and releases it (the lock must be free).
-async fn take_and_release(c: &Client, name: &str) {
-    c.lock(name)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
 }
 
 #[tokio::test]

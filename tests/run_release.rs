@@ -3,11 +3,10 @@
 //! partition that cuts it off neither holds `run` up past the lease nor changes its result, and
 //! a release that answers inside the lease that the lock is another owner's reports the loss.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{Client, Config, Error, LossReason};
+use distlock::{Client, Error, LossReason};
 use redis::AsyncCommands;
 use testkit::proxy::Proxy;
 use testkit::{at_rest, RedisServer};
@@ -17,16 +16,7 @@ use tokio::time::Instant;
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
 async fn client(url: String) -> Client {
-    Config::new(url)
-        .response_timeout(RESPONSE_TIMEOUT)
-        .connect_timeout(Duration::from_millis(500))
-        .connect()
-        .await
-        .expect("connect")
-}
-
-fn upstream(server: &RedisServer) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], server.port()))
+    testkit::client_with(url, RESPONSE_TIMEOUT).await
 }
 
 fn lock_key(name: &str) -> String {
@@ -36,7 +26,7 @@ fn lock_key(name: &str) -> String {
 #[tokio::test]
 async fn a_release_cut_off_by_a_partition_returns_ok_by_the_end_of_the_lease() {
     let server = RedisServer::start();
-    let proxy = Proxy::start(upstream(&server)).await;
+    let proxy = Proxy::to(&server).await;
     let cut = client(proxy.url()).await;
     let other = client(server.url()).await;
     let ttl = Duration::from_millis(600);
@@ -90,7 +80,7 @@ async fn a_release_cut_off_by_a_partition_returns_ok_by_the_end_of_the_lease() {
 #[tokio::test]
 async fn the_result_does_not_depend_on_how_long_the_partition_lasts() {
     let server = RedisServer::start();
-    let proxy = Arc::new(Proxy::start(upstream(&server)).await);
+    let proxy = Arc::new(Proxy::to(&server).await);
     let cut = client(proxy.url()).await;
     let other = client(server.url()).await;
     let mut conn = server.conn().await;

@@ -13,7 +13,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::Config;
 use testkit::belief::{self, Round, Timeline};
 use testkit::{RedisSentinel, SentinelOptions};
 
@@ -28,23 +27,7 @@ fn group() -> Arc<RedisSentinel> {
 
 /// A round against `group`: the holder asks for `replicas` acknowledgements.
 fn round(group: &RedisSentinel, replicas: usize, run: Duration, contender_from: Duration) -> Round {
-    let urls = group.sentinel_urls();
-    Round {
-        connect: Arc::new(move || {
-            let urls = urls.clone();
-            Box::pin(async move {
-                Config::sentinel(urls, RedisSentinel::SERVICE)
-                    .connect()
-                    .await
-                    .expect("connect through the sentinels")
-            })
-        }),
-        ttl: TTL,
-        replicas,
-        run,
-        contender_from,
-        probe: Some(group.probe()),
-    }
+    group.belief_round((TTL, replicas), run, contender_from)
 }
 
 /// The invariant: the contender never took the lock while the holder still believed, and the

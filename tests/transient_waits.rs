@@ -3,26 +3,12 @@
 //! transient error, typed, once its wait runs out with Redis unreachable. Faults come from
 //! `testkit::proxy` in front of a real server, or from the server itself.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use distlock::{Client, Config, Error};
+use distlock::Error;
 use testkit::proxy::{Proxy, ReplyFault};
-use testkit::{eventually, RedisServer};
+use testkit::{client_with as client, eventually, RedisServer};
 use tokio::time::Instant;
-
-async fn client(url: String, response_timeout: Duration) -> Client {
-    Config::new(url)
-        .response_timeout(response_timeout)
-        .connect_timeout(Duration::from_millis(500))
-        .connect()
-        .await
-        .expect("connect")
-}
-
-fn upstream(server: &RedisServer) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], server.port()))
-}
 
 /// The plain acquire's `SET <lock> <value> NX PX <ms> GET` (the first command of its pipeline).
 fn is_acquire(args: &[Vec<u8>]) -> bool {
@@ -33,7 +19,7 @@ fn is_acquire(args: &[Vec<u8>]) -> bool {
 #[tokio::test]
 async fn a_wait_survives_connection_resets_and_takes_the_lock_when_released() {
     let server = RedisServer::start();
-    let proxy = Proxy::start(upstream(&server)).await;
+    let proxy = Proxy::to(&server).await;
     let holder = client(server.url(), Duration::from_millis(500)).await;
     let waiter = client(proxy.url(), Duration::from_millis(500)).await;
     let held = holder
@@ -123,7 +109,7 @@ async fn a_wait_outlasts_a_failover_answering_readonly() {
 #[tokio::test]
 async fn a_wait_with_redis_gone_ends_with_the_last_error_when_it_runs_out() {
     let server = RedisServer::start();
-    let proxy = Proxy::start(upstream(&server)).await;
+    let proxy = Proxy::to(&server).await;
     let c = client(proxy.url(), Duration::from_millis(300)).await;
     // Nothing passes (a partition): each attempt times out; the wait goes on until it runs out.
     proxy.set_blackhole(true);
@@ -175,7 +161,7 @@ async fn a_wait_with_redis_gone_ends_with_the_last_error_when_it_runs_out() {
 #[tokio::test]
 async fn a_take_whose_reply_was_lost_is_found_by_the_next_attempt() {
     let server = RedisServer::start();
-    let proxy = Proxy::start(upstream(&server)).await;
+    let proxy = Proxy::to(&server).await;
     let c = client(proxy.url(), Duration::from_millis(300)).await;
     let other = client(server.url(), Duration::from_millis(500)).await;
 

@@ -21,7 +21,7 @@ mod server;
 
 pub use cluster::RedisCluster;
 pub use inspect::{all_keys, command_calls, eventually, lock_keys, pubsub_channels};
-pub use locks::{acquire_soon, quick_client, take_and_release};
+pub use locks::{acquire_soon, client_with, quick_client, take_and_release};
 #[cfg(feature = "tls")]
 pub use pki::Pki;
 pub use quorum::{at_rest, expect_no_quorum};

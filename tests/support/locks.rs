@@ -10,8 +10,13 @@ use crate::server::RedisServer;
 
 /// A client of `server` with 500 ms connect and response timeouts, so faults show quickly.
 pub async fn quick_client(server: &RedisServer) -> Client {
-    Config::new(server.url())
-        .response_timeout(Duration::from_millis(500))
+    client_with(server.url(), Duration::from_millis(500)).await
+}
+
+/// A client of `url` with `response_timeout` and a 500 ms connect timeout.
+pub async fn client_with(url: impl Into<String>, response_timeout: Duration) -> Client {
+    Config::new(url)
+        .response_timeout(response_timeout)
         .connect_timeout(Duration::from_millis(500))
         .connect()
         .await

@@ -103,6 +103,11 @@ impl Proxy {
         }
     }
 
+    /// Starts a proxy to `server`.
+    pub async fn to(server: &crate::server::RedisServer) -> Proxy {
+        Proxy::start(SocketAddr::from(([127, 0, 0, 1], server.port()))).await
+    }
+
     /// `redis://127.0.0.1:<proxy port>/`.
     pub fn url(&self) -> String {
         format!("redis://{}/", self.addr)

@@ -4,7 +4,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::belief::Probe;
+use crate::belief::{Probe, Round};
 use crate::cli::cli;
 use crate::server::{free_port, redis_binary, RedisServer, TlsFiles, READY_WITHIN};
 
@@ -118,6 +118,33 @@ impl RedisSentinel {
                 named.map(|(_, port)| port)
             })
         })
+    }
+
+    /// A [`crate::belief`] round against this group: clients through the sentinels, the
+    /// holder's lock with `ttl` and `replicas` acknowledgements, the named master probed.
+    pub fn belief_round(
+        &self,
+        (ttl, replicas): (Duration, usize),
+        run: Duration,
+        contender_from: Duration,
+    ) -> Round {
+        let urls = self.sentinel_urls();
+        Round {
+            connect: std::sync::Arc::new(move || {
+                let urls = urls.clone();
+                Box::pin(async move {
+                    distlock::Config::sentinel(urls, Self::SERVICE)
+                        .connect()
+                        .await
+                        .expect("connect through the sentinels")
+                })
+            }),
+            ttl,
+            replicas,
+            run,
+            contender_from,
+            probe: Some(self.probe()),
+        }
     }
 
     /// Sends `signal` (`-KILL`, `-STOP`, `-CONT`) to the current master by PID; its port.

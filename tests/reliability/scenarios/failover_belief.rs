@@ -180,28 +180,11 @@ async fn sentinel_round(fault: Fault) -> Timeline {
         .await
         .expect("start the Sentinel group"),
     );
-    let urls = group.sentinel_urls();
-    let connect: Connect = Arc::new(move || {
-        let urls = urls.clone();
-        Box::pin(async move {
-            Config::sentinel(urls, RedisSentinel::SERVICE)
-                .connect()
-                .await
-                .expect("connect through the sentinels")
-        })
-    });
     let contender_from = match fault {
         Fault::SentinelStop => Duration::from_millis(1500),
         _ => Duration::ZERO,
     };
-    let round = Round {
-        connect,
-        ttl: TTL,
-        replicas: 1,
-        run: Duration::from_secs(12),
-        contender_from,
-        probe: Some(group.probe()),
-    };
+    let round = group.belief_round((TTL, 1), Duration::from_secs(12), contender_from);
     let faulty = group.clone();
     let (timeline, _guard) = belief::round(round, move || match fault {
         Fault::SentinelFailover => {

@@ -22,7 +22,6 @@
 //! this client's value, and for a fenced guard the fence key holds its token; no lock owned by
 //! someone else), and once every caller is done no hold of the client may remain.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,10 +49,6 @@ pub(crate) fn latency_and_resets(s: &Settings, budget: Duration) -> Scenario {
 pub(crate) fn dropped_reply(s: &Settings, budget: Duration) -> Scenario {
     let title = "proxy: acquire reply dropped, connection kept open";
     Scenario::repeated("7b", title, s.pick(1, 5), budget, run_dropped_reply)
-}
-
-fn upstream(server: &RedisServer) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], server.port()))
 }
 
 /// Matches the acquire of `kind`, by its command: for the plain acquire the pipeline's
@@ -130,7 +125,7 @@ async fn at_rest(client: &Client) {
 async fn run_latency_and_resets(t: Arc<Tally>, rounds: u64) {
     let server = RedisServer::start();
     let mut conn = server.conn().await;
-    let proxy = Proxy::start(upstream(&server)).await;
+    let proxy = Proxy::to(&server).await;
     let client = fast_client(&proxy.url()).await;
     let tag = owner_tag(&client, &mut conn, "tag-probe").await;
 
@@ -357,7 +352,7 @@ async fn run_latency_and_resets(t: Arc<Tally>, rounds: u64) {
 async fn run_dropped_reply(t: Arc<Tally>, rounds: u64) {
     let server = RedisServer::start();
     let mut conn = server.conn().await;
-    let proxy = Proxy::start(upstream(&server)).await;
+    let proxy = Proxy::to(&server).await;
     let other = fast_client(&server.url()).await;
     for round in 0..rounds {
         for kind in Kind::BOTH {
