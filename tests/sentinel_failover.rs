@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use distlock::{Config, ALL_REPLICAS};
 use testkit::belief::{self, Round, Timeline};
 use testkit::{RedisSentinel, SentinelOptions};
 
@@ -84,6 +85,34 @@ async fn planned_failover_requiring_every_replica_loses_the_lock_safely() {
     let timeline = planned_failover(2, Duration::from_secs(10)).await;
     let (_, error) = timeline.lost.as_ref().expect("lost within the run");
     assert!(error.contains("replica"), "told why: {error}");
+}
+
+/// `min_replicas(ALL_REPLICAS)`: every replica the sentinels list as healthy must acknowledge.
+/// A renewal sent to the old master after the promotion is not acknowledged (the promoted
+/// replica left it), so the holder's deadline is **never** later than the new master's copy
+/// (a gap of zero at every sample); and after the switch the old master, not yet a replica
+/// again, is not waited for, so the lock is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planned_failover_waiting_for_every_healthy_replica_keeps_the_lock_with_no_gap() {
+    let timeline = planned_failover(ALL_REPLICAS, Duration::from_secs(14)).await;
+    assert!(timeline.lost.is_none(), "kept");
+    assert_eq!(timeline.worst_gap, Duration::ZERO, "{}", timeline.summary());
+}
+
+/// `ALL_REPLICAS` is Sentinel's: elsewhere nobody says which replicas a failover could promote.
+#[tokio::test]
+async fn every_replica_needs_sentinel() {
+    let server = testkit::RedisServer::start();
+    let client = Config::new(server.url()).connect().await.unwrap();
+    let refused = client.lock("x").min_replicas(ALL_REPLICAS).acquire().await;
+    assert!(
+        matches!(&refused, Err(distlock::Error::InvalidConfig { reason }) if reason.contains("Sentinel")),
+        "{refused:?}"
+    );
+    let invalid = Config::new(server.url())
+        .min_replicas(ALL_REPLICAS)
+        .validate();
+    assert!(invalid.is_err(), "{invalid:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

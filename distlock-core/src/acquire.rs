@@ -9,7 +9,7 @@ use tracing::Instrument;
 
 use crate::backoff::Backoff;
 use crate::client::Client;
-use crate::config::MAX_REPLICAS;
+use crate::config::{ALL_NEEDS_SENTINEL, ALL_REPLICAS, MAX_REPLICAS};
 use crate::context::{self, Outer};
 use crate::error::{Error, LossReason, Operation};
 use crate::guard::{Acquisition, Hold, LockGuard, ReleaseOnDrop};
@@ -250,7 +250,12 @@ impl LockBuilder {
             });
         }
         let min_replicas = self.min_replicas.unwrap_or(config.min_replicas);
-        if min_replicas > MAX_REPLICAS {
+        if min_replicas == ALL_REPLICAS && config.sentinels.is_empty() {
+            return Err(Error::InvalidConfig {
+                reason: format!("lock `{}`: {ALL_NEEDS_SENTINEL}", self.name),
+            });
+        }
+        if min_replicas > MAX_REPLICAS && min_replicas != ALL_REPLICAS {
             return Err(Error::InvalidConfig {
                 reason: format!(
                     "the min_replicas of lock `{}` is {min_replicas}, but it must be at most {MAX_REPLICAS}",
@@ -367,8 +372,9 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
                 pending.disarm();
             }
             match attempt {
-                Acquired::Taken { .. } if acked.unwrap_or(0) < terms.min_replicas => {
-                    return Err(unreplicated(hold, acked.unwrap_or(0), terms.min_replicas).await);
+                Acquired::Taken { .. } if acked.is_some_and(|(n, required)| n < required) => {
+                    let (n, required) = acked.unwrap_or_default();
+                    return Err(unreplicated(hold, n, required).await);
                 }
                 Acquired::Taken { token } => {
                     waiting.acquired(started);
@@ -510,6 +516,8 @@ async fn reenter(outer: Outer, terms: &Terms, started: Instant) -> Result<LockGu
         items: &items,
         wait: client.replica_wait(terms.min_replicas),
     };
+    // What the `WAIT` requires (`ALL_REPLICAS` resolved as it is sent).
+    let required = call.wait.map_or(0, |w| w.replicas);
     let sent_at = Instant::now();
     let switches = client.switches();
     // The check changes nothing but the expiry (only ever later), so it is safe to repeat.
@@ -523,11 +531,11 @@ async fn reenter(outer: Outer, terms: &Terms, started: Instant) -> Result<LockGu
     let reason = match found.first() {
         // The outer hold stays as it was (its own acquire was acknowledged); only this
         // extension is not durable enough.
-        Some(Renewed::Yes) if acked.unwrap_or(0) < terms.min_replicas => {
+        Some(Renewed::Yes) if acked.unwrap_or(0) < required => {
             return Err(Error::Unreplicated {
                 key: name.to_owned(),
                 acknowledged: acked.unwrap_or(0),
-                required: terms.min_replicas,
+                required,
             });
         }
         Some(Renewed::Yes) => {
@@ -611,12 +619,13 @@ fn into_guard(
 
 /// One acquire round trip (two if the connection dropped): a plain `SET NX PX GET`, or the
 /// fenced script, with the `WAIT` of `min_replicas`. `wait`: the caller waits when the lock is
-/// busy, so ask for its ttl too. Returns what it found and how many replicas acknowledged.
+/// busy, so ask for its ttl too. Returns what it found and, when replicas were asked for, how
+/// many acknowledged and how many the `WAIT` required (`ALL_REPLICAS` resolved).
 async fn try_acquire(
     hold: &Hold,
     terms: &Terms,
     wait: bool,
-) -> Result<(Acquired, Option<usize>), Error> {
+) -> Result<(Acquired, Option<(usize, usize)>), Error> {
     let client = &hold.client;
     let name = hold.keys.name();
     let id = client.new_request_id();
@@ -648,11 +657,13 @@ async fn try_acquire(
     // value so a reply lost after the lock was taken reads as our own take. A timeout is not
     // retried (the caller's bound is one response timeout); the caller's cleanup releases the
     // lock in case the request was applied.
-    match send().await {
+    let (found, acked) = match send().await {
         Err(error) if error.is_connection_failure() => {
             tracing::debug!(%error, "acquire reply lost; retrying with the same value");
             send().await
         }
         other => other,
-    }
+    }?;
+    let required = replicas.map_or(0, |w| w.replicas);
+    Ok((found, replicas.map(|_| (acked.unwrap_or(0), required))))
 }

@@ -28,7 +28,7 @@ use redis::{
 use crate::background::Background;
 #[cfg(feature = "tls")]
 use crate::config::uses_tls;
-use crate::config::{redact_url, Config};
+use crate::config::{redact_url, Config, ALL_REPLICAS, MAX_REPLICAS};
 use crate::error::Error;
 use crate::sentinel::{follows_master_after, MasterLink, MasterSubscriber, Sentinels};
 
@@ -237,6 +237,19 @@ impl Backend {
         match &self.kind {
             Kind::Sentinel(sentinels) => sentinels.switches(),
             _ => 0,
+        }
+    }
+
+    /// `min_replicas` as the count to `WAIT` for: [`ALL_REPLICAS`] is the replicas the sentinels
+    /// list as healthy for the master connected to (at least one); while they have not said
+    /// yet (right after a switch), more than there can be, so the `WAIT` fails as unreplicated
+    /// and the caller retries.
+    pub(crate) fn replicas_to_wait_for(&self, replicas: usize) -> usize {
+        match &self.kind {
+            Kind::Sentinel(sentinels) if replicas == ALL_REPLICAS => sentinels
+                .healthy_replicas()
+                .map_or(MAX_REPLICAS + 1, |count| count.max(1)),
+            _ => replicas,
         }
     }
 

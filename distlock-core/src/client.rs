@@ -349,8 +349,8 @@ impl Client {
 
     /// The `WAIT` for a lock that asks `replicas` replicas to acknowledge it (none for 0).
     pub(crate) fn replica_wait(&self, replicas: usize) -> Option<ReplicaWait> {
-        (replicas > 0).then_some(ReplicaWait {
-            replicas,
+        (replicas > 0).then(|| ReplicaWait {
+            replicas: self.inner.conn.replicas_to_wait_for(replicas),
             timeout: self.inner.config.replica_timeout,
         })
     }

@@ -369,8 +369,11 @@ impl Config {
                 "replica_timeout must be at least 1 ms (`WAIT` with 0 would wait forever)",
             );
         }
-        if self.min_replicas > MAX_REPLICAS {
-            return invalid("min_replicas must be at most 1000");
+        if self.min_replicas > MAX_REPLICAS && self.min_replicas != ALL_REPLICAS {
+            return invalid("min_replicas must be at most 1000, or ALL_REPLICAS");
+        }
+        if self.min_replicas == ALL_REPLICAS && self.sentinels.is_empty() {
+            return invalid(ALL_NEEDS_SENTINEL);
         }
         let urls = std::iter::once(&self.url)
             .chain(&self.cluster_nodes)
@@ -462,6 +465,22 @@ impl fmt::Debug for Config {
 
 /// The most replicas a lock may ask to acknowledge it (a typo guard; no deployment has more).
 pub(crate) const MAX_REPLICAS: usize = 1000;
+
+/// Why `ALL_REPLICAS` is refused elsewhere than over Sentinel.
+pub(crate) const ALL_NEEDS_SENTINEL: &str = "min_replicas = ALL_REPLICAS needs Redis Sentinel (`Config::sentinel`): the sentinels say which replicas a failover could promote; elsewhere give a count";
+
+/// `min_replicas(ALL_REPLICAS)`: every replica of the lock's master must acknowledge the acquire
+/// and each renewal — every replica the sentinels list as healthy (listed as a replica, not
+/// down or disconnected, its link to the master up; at least one), asked every 500 ms and
+/// after each switch. Redis Sentinel only (`Config::sentinel`).
+///
+/// What it buys over a count: a renewal is counted only once every replica that a failover
+/// could promote has it, so the holder's deadline is never later than the promoted replica's
+/// copy of the key; and unlike a count equal to the number of replicas, a lock survives a
+/// planned failover (`SENTINEL FAILOVER`): the old master, not yet a replica again, is not
+/// waited for. What it costs: while a replica is healthy but slow, acquires and renewals wait
+/// for it (up to `Config::replica_timeout`). See the crate docs ("Deployments").
+pub const ALL_REPLICAS: usize = usize::MAX;
 
 /// True for a URL that asks for TLS (`rediss://`, `valkeys://`).
 pub(crate) fn uses_tls(url: &str) -> bool {

@@ -91,6 +91,11 @@ impl Connection {
         self.backend.switches()
     }
 
+    /// `min_replicas` as the count to `WAIT` for (see `Backend::replicas_to_wait_for`).
+    pub(crate) fn replicas_to_wait_for(&self, replicas: usize) -> usize {
+        self.backend.replicas_to_wait_for(replicas)
+    }
+
     /// Woken at every master switch; `None` where there are none (see `Backend::switches`).
     pub(crate) fn watch_switches(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         self.backend.watch_switches()

@@ -428,7 +428,7 @@ mod watchdog;
 
 pub use acquire::{lock, LockBuilder};
 pub use client::Client;
-pub use config::Config;
+pub use config::{Config, ALL_REPLICAS};
 pub use context::fencing_token;
 pub use duration::{parse_duration, DurationError};
 pub use error::{Error, LossReason, Operation, Result};

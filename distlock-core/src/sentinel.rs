@@ -71,6 +71,9 @@ pub(crate) struct Sentinels {
     /// The master the latest connection was made to (confirmed by `ROLE` and by the sentinel
     /// that named it): a sentinel naming another address is a switch.
     connected: RwLock<Option<(String, u16)>>,
+    /// What `min_replicas = ALL_REPLICAS` waits for, asked with every check of the named master
+    /// (see [`Sentinels::count_healthy`]).
+    healthy: RwLock<Option<Members>>,
     watching: AtomicBool,
 }
 
@@ -97,6 +100,7 @@ impl Sentinels {
             switches: watch::Sender::new(0),
             announced: RwLock::new(None),
             connected: RwLock::new(None),
+            healthy: RwLock::new(None),
             watching: AtomicBool::new(false),
         })
     }
@@ -111,6 +115,69 @@ impl Sentinels {
     /// Woken at every switch (see [`Sentinels::switches`]).
     pub(crate) fn subscribe_switches(&self) -> watch::Receiver<u64> {
         self.switches.subscribe()
+    }
+
+    /// How many replicas a write to the master connected to now must reach for
+    /// `ALL_REPLICAS`; `None` if the sentinels have not answered for this master yet (an
+    /// acquire or renewal that must wait for every replica then fails as unreplicated, and is
+    /// retried).
+    pub(crate) fn healthy_replicas(&self) -> Option<usize> {
+        let connected = sync::read(&self.connected).clone()?;
+        match &*sync::read(&self.healthy) {
+            Some(members) if members.master == connected => Some(members.count),
+            _ => None,
+        }
+    }
+
+    /// Asks the sentinel on `conn` about the replicas of the connected master. A replica
+    /// becomes a *member* once it is healthy (listed as a replica, not down or disconnected,
+    /// reporting itself as one, its link to the master up), and stays one for as long as the
+    /// client is connected to this master unless the sentinels declare it down or drop it:
+    /// a member that starts reporting itself as a master is being promoted (this master is
+    /// being superseded), and it must go on counting, so that no write the promoted replica
+    /// lacks is acknowledged; the old master after a switch, not yet a replica again, never
+    /// became a member of the new one, so it is not waited for.
+    async fn count_healthy(&self, conn: &mut MultiplexedConnection) {
+        let Some(master) = sync::read(&self.connected).clone() else {
+            return;
+        };
+        let mut ask = redis::cmd("SENTINEL");
+        ask.arg("REPLICAS").arg(&self.service);
+        let listed = ask.query_async::<Vec<Value>>(conn);
+        let Ok(Ok(listed)) = tokio::time::timeout(self.response_timeout, listed).await else {
+            return;
+        };
+        let listed: Vec<ReplicaEntry> = listed.iter().filter_map(ReplicaEntry::read).collect();
+        // Counted for the master still connected to (not one a switch replaced meanwhile).
+        if sync::read(&self.connected).as_ref() != Some(&master) {
+            return;
+        }
+        let mut healthy = sync::write(&self.healthy);
+        let members = match healthy.take() {
+            Some(members) if members.master == master => members,
+            _ => Members {
+                master,
+                names: HashSet::new(),
+                count: 0,
+            },
+        };
+        *healthy = Some(members.updated(&listed));
+    }
+
+    /// Asks the sentinels (the first that answers) which replicas are healthy, now.
+    async fn refresh_healthy(&self) {
+        for (_, sentinel) in &self.sentinels {
+            let config = self.connection_config();
+            if let Ok(mut conn) = sentinel
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+            {
+                self.count_healthy(&mut conn).await;
+                if self.healthy_replicas().is_some() {
+                    return;
+                }
+            }
+        }
     }
 
     /// Counts a switch to `address` (announced by the sentinels, or found by asking them).
@@ -303,6 +370,74 @@ fn is_refused_login(error: &RedisError) -> bool {
         || matches!(error.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
 }
 
+/// The replicas of one master that `ALL_REPLICAS` waits for (see [`Sentinels::count_healthy`]).
+struct Members {
+    master: (String, u16),
+    /// Every replica (`ip:port`) seen healthy since the client connected to this master.
+    names: HashSet<String>,
+    /// The members the sentinels still list and do not consider down (at least one).
+    count: usize,
+}
+
+impl Members {
+    fn updated(mut self, listed: &[ReplicaEntry]) -> Members {
+        for entry in listed.iter().filter(|e| e.healthy) {
+            self.names.insert(entry.name.clone());
+        }
+        let counted = listed
+            .iter()
+            .filter(|e| self.names.contains(&e.name) && !e.down)
+            .count();
+        self.count = counted.max(1);
+        self
+    }
+}
+
+/// One entry of `SENTINEL REPLICAS` (a map in RESP3, a flat field list in RESP2).
+struct ReplicaEntry {
+    /// `ip:port`.
+    name: String,
+    /// Listed as a replica, not down or disconnected, reporting itself as one, link up.
+    healthy: bool,
+    /// The sentinels consider it down (it cannot be promoted).
+    down: bool,
+}
+
+impl ReplicaEntry {
+    fn read(entry: &Value) -> Option<ReplicaEntry> {
+        let text = |v: &Value| match v {
+            Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            Value::SimpleString(s) => Some(s.clone()),
+            _ => None,
+        };
+        let fields: Vec<(String, String)> = match entry {
+            Value::Map(pairs) => pairs
+                .iter()
+                .filter_map(|(k, v)| Some((text(k)?, text(v)?)))
+                .collect(),
+            Value::Array(flat) => flat
+                .chunks(2)
+                .filter_map(|pair| Some((text(pair.first()?)?, text(pair.get(1)?)?)))
+                .collect(),
+            _ => return None,
+        };
+        let field = |name: &str| {
+            fields
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        };
+        let flags = field("flags").unwrap_or_default();
+        Some(ReplicaEntry {
+            name: field("name")?.to_owned(),
+            healthy: flags == "slave"
+                && field("role-reported") == Some("slave")
+                && field("master-link-status") == Some("ok"),
+            down: flags.split(',').any(|f| f == "s_down" || f == "o_down"),
+        })
+    }
+}
+
 /// True for a `ROLE` reply of a master (`["master", offset, replicas]`).
 fn is_master(role: &Value) -> bool {
     let Value::Array(fields) = role else {
@@ -354,7 +489,10 @@ impl MasterLink {
         let sentinels = self.0.sentinels.clone();
         self.0
             .background
-            .enter(async move { sentinels.watch() })
+            .enter(async move {
+                sentinels.watch();
+                sentinels.refresh_healthy().await;
+            })
             .await;
         Ok(self)
     }
@@ -686,8 +824,10 @@ impl Sentinels {
                 );
                 *sync::write(&self.connected) = None;
                 self.switched(Some(named));
+                return true;
             }
         }
+        self.count_healthy(conn).await;
         true
     }
 }

@@ -318,8 +318,8 @@ async fn run(shared: Arc<Shared>, conn: Arc<Connection>, batching: Batching) {
         }
         for group in groups(due, batching) {
             let replicas = group.holders.first().map_or(0, |(_, r)| r.wait_replicas());
-            let wait = (replicas > 0).then_some(ReplicaWait {
-                replicas,
+            let wait = (replicas > 0).then(|| ReplicaWait {
+                replicas: conn.replicas_to_wait_for(replicas),
                 timeout: batching.replica_timeout,
             });
             let size = batching.size;
@@ -361,6 +361,8 @@ async fn renew_chunk(
     match reply {
         Ok((statuses, acked)) => {
             let acked = acked.unwrap_or(0);
+            // What this call's `WAIT` asked for (`ALL_REPLICAS` resolved as it was sent).
+            let required = call.wait.map_or(0, |w| w.replicas);
             let batch = call.items.iter().zip(holders).zip(statuses);
             for ((item, (id, r)), status) in batch {
                 r.lease.set_refused(false);
@@ -375,10 +377,10 @@ async fn renew_chunk(
                 let lost = match status {
                     // Extended on the master only: a failed renewal, retried soon; if that
                     // lasts until the lease runs out, the loss says so.
-                    Renewed::Yes if acked < r.replicas => {
+                    Renewed::Yes if r.renew && acked < required => {
                         metrics::renewal(RenewalOutcome::Failed);
                         r.lease.set_unreplicated(true);
-                        tracing::warn!(key = %r.name, acked, required = r.replicas, "lease renewal not acknowledged by enough replicas; retrying");
+                        tracing::warn!(key = %r.name, acked, required, "lease renewal not acknowledged by enough replicas; retrying");
                         if let Some(e) = table.entries.get_mut(id) {
                             e.due = e.due.min(Instant::now() + RETRY_AFTER_ERROR);
                         }

@@ -339,7 +339,7 @@
 #[doc(inline)]
 pub use distlock_core::{
     fencing_token, hash_slot, init, lock, Client, Config, Error, LockBuilder, LockGuard,
-    LossReason, Operation, Result, LEASE_MARGIN, MAX_NAME_LEN, MAX_TTL, MIN_TTL,
+    LossReason, Operation, Result, ALL_REPLICAS, LEASE_MARGIN, MAX_NAME_LEN, MAX_TTL, MIN_TTL,
 };
 
 #[doc(inline)]
