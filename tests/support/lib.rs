@@ -5,8 +5,10 @@
 //! killed when dropped. `scripts/test.sh` installs `redis-server` when it is missing.
 #![deny(missing_docs)]
 
+mod fairness;
 mod pki;
 
+pub use fairness::{fairness_run, jain, Fairness, FairnessRun};
 pub use pki::{Pki, TlsFiles};
 
 use std::io::{BufRead, BufReader};
