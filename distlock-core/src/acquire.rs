@@ -17,8 +17,11 @@ use crate::lease::{check_ttl, deadline_after, guaranteed_until, millis_ceil, Lea
 use crate::metrics::{self, Attempt, Held, Waiting};
 use crate::quorum;
 use crate::redlock_fence;
+use crate::redlock_queue::{self, QueueEntry};
 use crate::registry;
-use crate::scripts::{AcquireCall, Acquired, FencedAcquireCall, RenewCall, RenewItem, Renewed};
+use crate::scripts::{
+    AcquireCall, Acquired, FencedAcquireCall, QueuedAcquireCall, RenewCall, RenewItem, Renewed,
+};
 use crate::waiters::Subscription;
 use crate::watchdog::Renewal;
 
@@ -301,6 +304,13 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
     let mut queue_first = give_up.is_some() && client.has_waiters(keys.channel());
     // The last attempt's `NoQuorum`, if it failed so: what the waiter is told when time is up.
     let mut no_quorum: Option<Error> = None;
+    // RedLock: a waiter's place in the masters' queues (0: it does not wait), and its entry
+    // there, taken out again if it leaves without the lock.
+    let ticket = match client.is_quorum() && give_up.is_some() {
+        true => redlock_queue::ticket(),
+        false => 0,
+    };
+    let mut queued: Option<QueueEntry> = None;
     loop {
         let mut pttl = None;
         if !std::mem::take(&mut queue_first) {
@@ -310,8 +320,11 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
             // Armed while the request may have been applied: cancelled or failed here, the lock
             // is released in the background.
             let mut pending = ReleaseOnDrop::new(hold.clone());
+            if ticket > 0 {
+                queued.get_or_insert_with(|| QueueEntry::new(hold.clone()));
+            }
             let sent_at = Instant::now();
-            let (attempt, acked) = match try_acquire(&hold, &terms, give_up.is_some()).await {
+            let (attempt, acked) = match try_acquire(&hold, &terms, ticket).await {
                 // RedLock: no majority either way (a split vote, masters that did not answer):
                 // a waiter tries again like after a busy attempt, until its wait runs out.
                 Err(error @ Error::NoQuorum { .. }) if give_up.is_some() => {
@@ -345,6 +358,9 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
                     return Err(unreplicated(hold, acked.unwrap_or(0), terms.min_replicas).await);
                 }
                 Acquired::Taken { token } => {
+                    if let Some(entry) = queued.as_mut() {
+                        entry.disarm();
+                    }
                     waiting.acquired(started);
                     return Ok(into_guard(hold, token, false, &terms, sent_at, started));
                 }
@@ -536,19 +552,31 @@ fn into_guard(
 }
 
 /// One acquire round trip (two if the connection dropped): a plain `SET NX PX GET`, or the
-/// fenced script, with the `WAIT` of `min_replicas`. `wait`: the caller waits when the lock is
-/// busy, so ask for its ttl too. Returns what it found and how many replicas acknowledged.
+/// fenced script, with the `WAIT` of `min_replicas`; over a RedLock quorum the queued script
+/// (plain or fenced), with the waiter's `ticket`. `ticket > 0` or `terms.wait`: the caller
+/// waits when the lock is busy, so ask for its ttl too. Returns what it found and how many
+/// replicas acknowledged.
 async fn try_acquire(
     hold: &Hold,
     terms: &Terms,
-    wait: bool,
+    ticket: u64,
 ) -> Result<(Acquired, Option<usize>), Error> {
     let client = &hold.client;
     let name = hold.keys.name();
     let id = client.new_request_id();
     let replicas = client.replica_wait(terms.min_replicas);
     let send = || async {
-        if terms.fenced {
+        if client.is_quorum() {
+            let call = QueuedAcquireCall {
+                keys: &hold.keys,
+                value: hold.value.as_bytes(),
+                id: id.as_bytes(),
+                ttl: terms.ttl,
+                fenced: terms.fenced.then_some(client.config().fence_retention),
+                ticket,
+            };
+            client.call_acked(Operation::Acquire, name, &call).await
+        } else if terms.fenced {
             let call = FencedAcquireCall {
                 keys: &hold.keys,
                 value: hold.value.as_bytes(),
@@ -564,7 +592,7 @@ async fn try_acquire(
                 owner: &hold.value,
                 id: id.as_bytes(),
                 ttl: terms.ttl,
-                want_pttl: wait,
+                want_pttl: terms.wait.is_some(),
                 wait: replicas,
             };
             client.take(name, &call).await

@@ -358,6 +358,7 @@ mod metrics;
 mod quorum;
 mod redlock;
 mod redlock_fence;
+mod redlock_queue;
 mod registry;
 mod run;
 #[doc(hidden)]

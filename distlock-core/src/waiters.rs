@@ -21,10 +21,12 @@
 //! is released, so a release wakes the waiter; while a holder keeps a majority, at most
 //! `N − majority` masters can publish at all (the free ones, whose only publishes are the
 //! releases of busy attempts' minority grants), so those never wake anyone and waiters do not
-//! storm each other. Waiters of several clients woken by one release retry at once and may
-//! split the masters so that none has a majority; a waiter whose retry after a wake lost
-//! pauses a random, growing moment (at most `MAX_JITTER`) before its next retry after a wake,
-//! as RedLock advises. A subscription that reached fewer masters than that (they are down, or
+//! storm each other. Waiters of several clients woken by one release retry at once; they do
+//! not split the masters between them, because every master grants a free lock only to the
+//! waiter that came first (`redlock_queue`: a queue per lock on the masters, ordered by the
+//! same ticket everywhere), and a client that releases and asks again at once queues behind
+//! them: waiters take their turns across clients in arrival order, and a woken waiter retries
+//! at once (no random pause). A subscription that reached fewer masters than that (they are down, or
 //! refuse it) looks again every `DEGRADED_POLL`, and the next waiter subscribes again; a
 //! master that comes back while enough others have the subscription is not needed (the
 //! holder's pttl covers a missed release, as it covers a crashed holder). Subscribing returns
@@ -63,12 +65,6 @@ type Subscribers = Arc<[Subscriber]>;
 /// few masters of a RedLock quorum for their messages to wake it (see the module docs), or
 /// (one server) is not known to be confirmed because the waiter making it was cancelled.
 const DEGRADED_POLL: Duration = Duration::from_millis(250);
-
-/// The first random pause after a lost wake over a RedLock quorum (it doubles with each
-/// further one, see [`Subscription::after_wake`]) ...
-const JITTER_STEP: Duration = Duration::from_millis(4);
-/// ... up to this.
-const MAX_JITTER: Duration = Duration::from_millis(100);
 
 struct Channel {
     /// Messages heard (and subscription confirmations; without a quorum, disconnections too),
@@ -235,8 +231,6 @@ impl Waiters {
                 background: self.background.clone(),
                 response_timeout: self.response_timeout,
                 turn: None,
-                woken: false,
-                lost_wakes: 0,
             };
             // Not subscribed yet, or on too few masters of a quorum (some were down), or the
             // waiter that subscribed was cancelled before Redis confirmed it: subscribe again.
@@ -547,10 +541,6 @@ pub(crate) struct Subscription {
     response_timeout: Duration,
     /// Held while this waiter is at the head of the queue; dropped with the subscription.
     turn: Option<OwnedSemaphorePermit>,
-    /// The last wait ended with a wake (not at its deadline).
-    woken: bool,
-    /// Wakes in a row whose retry did not take the lock (see [`Subscription::after_wake`]).
-    lost_wakes: u32,
 }
 
 impl Subscription {
@@ -591,7 +581,6 @@ impl Subscription {
                     .count()
             };
             if heard_from >= self.wake_after {
-                self.after_wake(deadline).await;
                 return;
             }
             // (The sender lives in `entry`, as long as this receiver: `changed` does not fail.)
@@ -599,30 +588,9 @@ impl Subscription {
                 tokio::time::timeout_at(deadline, self.rx.changed()).await,
                 Ok(Ok(()))
             ) {
-                self.woken = false;
                 return;
             }
         }
-    }
-
-    /// Over a RedLock quorum, after a wake whose retry lost (the waiter is back here): a random
-    /// pause before the next retry, growing with each lost wake (at most `MAX_JITTER`). Waiters
-    /// of several clients are woken by the same release and retry at once; when they split the
-    /// masters so that none has a majority, they all release their grants, whose messages wake
-    /// them all together again. The first retry after a wake is immediate.
-    async fn after_wake(&mut self, deadline: Instant) {
-        if std::mem::replace(&mut self.woken, true) {
-            self.lost_wakes = self.lost_wakes.saturating_add(1);
-        }
-        if self.seen.len() == 1 || self.lost_wakes == 0 {
-            return;
-        }
-        let ceiling = JITTER_STEP
-            .saturating_mul(1 << (self.lost_wakes - 1).min(8))
-            .min(MAX_JITTER);
-        let random = uuid::Uuid::new_v4().as_u128() as u64;
-        let pause = Duration::from_micros(random % (ceiling.as_micros() as u64).max(1));
-        tokio::time::sleep_until((Instant::now() + pause).min(deadline)).await;
     }
 }
 
