@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
-use distlock::{Client, Config};
+use distlock::{Client, Config, Error};
 use testkit::{fairness_run, FairnessRun, RedisServer};
+use tokio::time::Instant;
 
 const MASTERS: usize = 5;
 const CLIENTS: usize = 4;
@@ -46,4 +47,201 @@ async fn redlock_waiters_of_four_clients_get_fair_turns() {
         "handoff p50 {:?}",
         figures.handoff_p50
     );
+}
+
+fn key(name: &str, suffix: &str) -> String {
+    format!("distlock:{{{name}}}{suffix}")
+}
+
+/// Queue keys of lock `name` left on `master`.
+async fn queue_keys(master: &RedisServer, name: &str) -> Vec<String> {
+    let mut conn = master.conn().await;
+    let mut left = Vec::new();
+    for suffix in [":queue", ":queue:until"] {
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(key(name, suffix))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if exists {
+            left.push(key(name, suffix));
+        }
+    }
+    left
+}
+
+/// Waits until `n` waiters are queued for lock `name` on every master.
+async fn until_queued(masters: &[RedisServer], name: &str, n: u64) {
+    testkit::eventually(
+        Duration::from_secs(5),
+        "the waiters queued on every master",
+        || async {
+            for master in masters {
+                let queued: u64 = redis::cmd("ZCARD")
+                    .arg(key(name, ":queue"))
+                    .query_async(&mut master.conn().await)
+                    .await
+                    .unwrap();
+                if queued != n {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
+}
+
+/// A waiter that went away without leaving the queue (a crashed process: its entry is written
+/// by hand, first in line, lasting a minute) holds a released lock up for the grace (300 ms)
+/// at most: the next waiter takes it after that, not after the entry's minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_went_away_holds_the_lock_up_for_the_grace_at_most() {
+    let masters: Vec<RedisServer> = (0..MASTERS).map(|_| RedisServer::start()).collect();
+    let (holder, waiter) = (
+        redlock_client(&masters).await,
+        redlock_client(&masters).await,
+    );
+    let name = "gone";
+    let guard = holder
+        .lock(name)
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    for master in &masters {
+        let mut conn = master.conn().await;
+        let () = redis::pipe()
+            .cmd("ZADD")
+            .arg(key(name, ":queue"))
+            .arg(1)
+            .arg("d2:crashed")
+            .ignore()
+            .cmd("ZADD")
+            .arg(key(name, ":queue:until"))
+            .arg(i64::MAX / 2)
+            .arg("d2:crashed")
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(key(name, ":queue"))
+            .arg(60_000)
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(key(name, ":queue:until"))
+            .arg(60_000)
+            .ignore()
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let waiting = tokio::spawn(async move {
+        let guard = waiter
+            .lock(name)
+            .ttl(Duration::from_secs(10))
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await;
+        (guard, Instant::now())
+    });
+    // The waiter queued behind the crashed entry.
+    until_queued(&masters, name, 2).await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (taken, at) = waiting.await.unwrap();
+    let after = at - released;
+    eprintln!("taken {after:?} after the release, behind an entry that went away");
+    taken
+        .expect("taken once the gone waiter's grace ran out")
+        .release()
+        .await
+        .unwrap();
+    assert!(
+        after >= Duration::from_millis(250),
+        "taken {after:?} after the release: the entry first in line was skipped at once"
+    );
+    assert!(
+        after < Duration::from_millis(1500),
+        "taken {after:?} after the release: the entry that went away held the lock up"
+    );
+}
+
+/// Waiters that give up or are cancelled leave no queue entry behind, and an acquire that does
+/// not wait queues nowhere. A waiter that takes the lock removes its entry where it took it;
+/// where its attempt overtook the old holder's release (a minority: the release was decided
+/// by a majority first) its entry stays until it lapses, at most the ttl plus the grace later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_leave_the_queue_on_every_way_out() {
+    let masters: Vec<RedisServer> = (0..MASTERS).map(|_| RedisServer::start()).collect();
+    let (holder, waiter) = (
+        redlock_client(&masters).await,
+        redlock_client(&masters).await,
+    );
+    let name = "leave";
+    let ttl = Duration::from_secs(10);
+    let guard = holder.lock(name).ttl(ttl).acquire().await.unwrap();
+    // Does not wait: busy, and not queued.
+    assert!(matches!(
+        waiter.lock(name).acquire().await,
+        Err(Error::Busy { .. })
+    ));
+    for master in &masters {
+        assert_eq!(queue_keys(master, name).await, Vec::<String>::new());
+    }
+    // Gives up.
+    let gave_up = waiter
+        .lock(name)
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await;
+    assert!(matches!(gave_up, Err(Error::Busy { .. })), "{gave_up:?}");
+    until_queued(&masters, name, 0).await;
+    // Cancelled while queued.
+    let cancelled = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            waiter
+                .lock(name)
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        })
+    };
+    until_queued(&masters, name, 1).await;
+    cancelled.abort();
+    let _ = cancelled.await;
+    until_queued(&masters, name, 0).await;
+    // Takes the lock after the release.
+    let taker = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            waiter
+                .lock(name)
+                .ttl(ttl)
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        })
+    };
+    until_queued(&masters, name, 1).await;
+    guard.release().await.unwrap();
+    taker.await.unwrap().unwrap().release().await.unwrap();
+    testkit::at_rest(&[&holder, &waiter], Duration::from_secs(3)).await;
+    let mut left_on = 0;
+    for master in &masters {
+        let keys = queue_keys(master, name).await;
+        if keys.is_empty() {
+            continue;
+        }
+        left_on += 1;
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(key(name, ":queue"))
+            .query_async(&mut master.conn().await)
+            .await
+            .unwrap();
+        assert!(
+            (0..=(ttl.as_millis() as i64 + 300)).contains(&pttl),
+            "a queue left for {pttl} ms"
+        );
+    }
+    assert!(left_on < 3, "the taker's entry left on {left_on} masters");
 }
