@@ -14,6 +14,14 @@
 //!   (our own value) or busy (another value); `PTTL` joins the pipeline when the caller waits.
 //! * **Fenced acquire** (`FencedAcquireCall`, for locks that ask for a fencing token): one
 //!   script that also raises the fence floor (`ACQUIRE_FENCED`).
+//! * **RedLock acquire** (`QueuedAcquireCall`, over a RedLock quorum only, plain or fenced):
+//!   one script (`ACQUIRE_QUEUED`) that takes a free lock only in its waiters' order, kept in
+//!   two sorted sets next to the lock (`prefix:{name}:queue`: lock value → ticket;
+//!   `:queue:until`: lock value → when the entry lapses), which expire with their last entry.
+//!   A waiter that leaves without the lock takes its entry out (`LeaveQueueCall`,
+//!   `LEAVE_QUEUE`). They add keys next to a `d2` lock and change nothing in it: a client that
+//!   does not know them still excludes correctly (it only does not wait its turn), so the
+//!   version tag stays `d2`. One server, a cluster and Sentinel never see them.
 //! * **Re-entry check** (`RenewCall` with one lease): the outer hold is still ours, and its
 //!   expiry reaches at least the inner hold's ttl.
 //! * **Release** (`ReleaseCall`, `RELEASE`): compare and delete, then `PUBLISH` to wake waiters.

@@ -9,6 +9,7 @@ mod long_hold;
 mod mutex;
 mod proxy_faults;
 mod redis_faults;
+mod redlock_fairness;
 mod redlock_loss;
 mod registry_misuse;
 mod sentinel_failover;
@@ -44,6 +45,7 @@ pub(crate) fn all(settings: &Settings) -> Vec<Scenario> {
         sentinel_failover::scenario(&s, heavy(90, 120)),
         cluster_failover::scenario(&s, heavy(40, 120)),
         redlock_loss::scenario(&s, heavy(40, 120)),
+        redlock_fairness::scenario(&s, heavy(40, 120)),
     ]
 }
 
