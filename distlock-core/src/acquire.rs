@@ -313,6 +313,8 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
     let mut queued: Option<QueueEntry> = None;
     loop {
         let mut pttl = None;
+        // RedLock: release wakes to let pass (the waiters queued ahead take those turns).
+        let mut pass_wakes = 0;
         if !std::mem::take(&mut queue_first) {
             if let Some(sub) = subscription.as_mut() {
                 sub.mark_seen();
@@ -329,7 +331,13 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
                 // a waiter tries again like after a busy attempt, until its wait runs out.
                 Err(error @ Error::NoQuorum { .. }) if give_up.is_some() => {
                     no_quorum = Some(error);
-                    (Acquired::Busy { pttl: None }, None)
+                    (
+                        Acquired::Busy {
+                            pttl: None,
+                            pass: 0,
+                        },
+                        None,
+                    )
                 }
                 other => {
                     no_quorum = None;
@@ -364,7 +372,10 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
                     waiting.acquired(started);
                     return Ok(into_guard(hold, token, false, &terms, sent_at, started));
                 }
-                Acquired::Busy { pttl: left } => pttl = left,
+                Acquired::Busy { pttl: left, pass } => {
+                    pttl = left;
+                    pass_wakes = pass;
+                }
                 Acquired::Incompatible => {
                     return Err(Error::Incompatible {
                         key: keys.name().to_owned(),
@@ -408,7 +419,7 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
                     Some(ms) => deadline_after(now, Duration::from_millis(ms.max(1))),
                     None => now + NO_EXPIRY_RECHECK,
                 };
-                sub.wait_until(recheck.min(give_up)).await;
+                sub.wait_until(recheck.min(give_up), pass_wakes).await;
             }
         }
     }

@@ -362,17 +362,27 @@ fn acquired(
     let known: Vec<i64> = replies
         .iter()
         .filter_map(|r| match r {
-            Acquired::Busy { pttl } => *pttl,
+            Acquired::Busy { pttl, .. } => *pttl,
             _ => None,
         })
         .collect();
+    // The fewest waiters ahead any master has queued (one that lost an entry lets the waiter
+    // look sooner, never later).
+    let pass = replies
+        .iter()
+        .filter_map(|r| match r {
+            Acquired::Busy { pass, .. } => Some(*pass),
+            _ => None,
+        })
+        .min()
+        .unwrap_or(0);
     let pttl = known
         .iter()
         .copied()
         .filter(|&ms| ms >= 0)
         .min()
         .or(known.first().copied());
-    Ok(Acquired::Busy { pttl })
+    Ok(Acquired::Busy { pttl, pass })
 }
 
 /// A release: released by a majority, undecided while the `silent` masters still out could
@@ -422,7 +432,10 @@ mod tests {
     }
 
     fn busy(ms: i64) -> Acquired {
-        Acquired::Busy { pttl: Some(ms) }
+        Acquired::Busy {
+            pttl: Some(ms),
+            pass: 0,
+        }
     }
 
     #[test]

@@ -127,9 +127,11 @@ pub(crate) const TURN_GRACE: Duration = Duration::from_millis(300);
 /// KEYS: lock, fence, queue, queue until. ARGV: value (`d2:<owner>`), ttl ms, fence retention
 /// ms (0: no fencing token), request id, ticket (0: the caller does not wait, and joins no
 /// queue), grace ms ([`TURN_GRACE`]).
-/// Returns `{id, {1, token}}` (taken, or a replay of our own take; token 0 when not fenced),
-/// `{id, {0, ms}}` (held by another `d2` owner, for its pttl; or free but another waiter's turn
-/// first, for at most ms) or `{id, {2, 0}}` (not a `d2` lock).
+/// Returns `{id, {1, token, 0}}` (taken, or a replay of our own take; token 0 when not
+/// fenced), `{id, {0, pttl, ahead}}` (held by another `d2` owner), `{id, {3, ms, ahead}}`
+/// (free, but the `ahead` waiters queued before the caller come first: the first of them for
+/// at most ms) or `{id, {2, 0, 0}}` (not a `d2` lock); `ahead` is 0 for a caller that does not
+/// queue.
 ///
 /// Lapsed entries are dropped first (no sweeper: the next call does it). A busy lock queues
 /// the caller (if it waits) until the holder's pttl plus the grace: it tries again at the
@@ -148,7 +150,7 @@ if #lapsed > 0 then
 end
 local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'table' then
-  return {ARGV[4], {2, 0}}
+  return {ARGV[4], {2, 0, 0}}
 end
 local ticket = tonumber(ARGV[5])
 local grace = tonumber(ARGV[6])
@@ -186,11 +188,11 @@ end
 if v == ARGV[1] then
   redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('ZREM', KEYS[4], ARGV[1])
-  return {ARGV[4], {1, fence_token(true)}}
+  return {ARGV[4], {1, fence_token(true), 0}}
 end
 if v ~= false then
   if string.sub(v, 1, 3) ~= 'd2:' then
-    return {ARGV[4], {2, 0}}
+    return {ARGV[4], {2, 0, 0}}
   end
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl >= 0 then
@@ -198,7 +200,11 @@ if v ~= false then
   else
     queue(1000)
   end
-  return {ARGV[4], {0, pttl}}
+  local before = 0
+  if ticket > 0 then
+    before = redis.call('ZCOUNT', KEYS[3], '-inf', '(' .. ARGV[5])
+  end
+  return {ARGV[4], {0, pttl, before}}
 end
 local ahead
 if ticket > 0 then
@@ -212,7 +218,7 @@ if #ahead > 0 then
   end
   local left = math.max(tonumber(redis.call('ZSCORE', KEYS[4], ahead[1])) - now, 1)
   queue(left)
-  return {ARGV[4], {0, left}}
+  return {ARGV[4], {3, left, #ahead}}
 end
 local token = fence_token(false)
 if token == nil then
@@ -221,7 +227,7 @@ end
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return {ARGV[4], {1, token}}
+return {ARGV[4], {1, token, 0}}
 "#;
 
 /// A RedLock waiter that leaves without the lock takes its entry out of the queue (see
@@ -553,7 +559,10 @@ pub(crate) enum Acquired {
     /// Taken (or a replay of our own take after a lost reply); the fencing token if asked for.
     Taken { token: Option<u64> },
     /// Held by another owner; its remaining ttl in ms (-1: no expiry; `None`: not asked).
-    Busy { pttl: Option<i64> },
+    /// Over a RedLock quorum also free but another waiter's turn first, for at most `pttl`.
+    /// `pass`: release wakes the waiter lets pass before it retries, because the waiters
+    /// queued ahead of it take those turns (RedLock; 0 elsewhere).
+    Busy { pttl: Option<i64>, pass: u32 },
     /// The key holds something that is not a lock of this protocol.
     Incompatible,
 }
@@ -649,7 +658,7 @@ pub(crate) fn decode_acquire(
     Some(match previous {
         None => Acquired::Taken { token: None },
         Some(v) if v == value => Acquired::Taken { token: None },
-        Some(v) if v.starts_with(VERSION_TAG.as_bytes()) => Acquired::Busy { pttl },
+        Some(v) if v.starts_with(VERSION_TAG.as_bytes()) => Acquired::Busy { pttl, pass: 0 },
         Some(_) => Acquired::Incompatible,
     })
 }
@@ -697,7 +706,10 @@ impl Call for FencedAcquireCall<'_> {
             1 => Acquired::Taken {
                 token: Some(u64::try_from(value).ok()?),
             },
-            0 => Acquired::Busy { pttl: Some(value) },
+            0 => Acquired::Busy {
+                pttl: Some(value),
+                pass: 0,
+            },
             2 => Acquired::Incompatible,
             _ => return None,
         })
@@ -721,7 +733,7 @@ pub(crate) struct QueuedAcquireCall<'a> {
 }
 
 impl Call for QueuedAcquireCall<'_> {
-    type Raw = (i64, i64);
+    type Raw = (i64, i64, i64);
     type Reply = Acquired;
 
     fn request(&self) -> Request {
@@ -745,13 +757,23 @@ impl Call for QueuedAcquireCall<'_> {
         self.id
     }
 
-    fn decode(&self, (status, value): (i64, i64)) -> Option<Acquired> {
+    fn decode(&self, (status, value, ahead): (i64, i64, i64)) -> Option<Acquired> {
+        let ahead = u32::try_from(ahead).ok()?;
         Some(match status {
             1 if self.fenced.is_some() => Acquired::Taken {
                 token: Some(u64::try_from(value).ok()?),
             },
             1 => Acquired::Taken { token: None },
-            0 => Acquired::Busy { pttl: Some(value) },
+            // Held: each waiter ahead takes a turn after a release, then it is ours.
+            0 => Acquired::Busy {
+                pttl: Some(value),
+                pass: ahead,
+            },
+            // Free, the first of those ahead taking it now (no release before its turn).
+            3 => Acquired::Busy {
+                pttl: Some(value),
+                pass: ahead.saturating_sub(1),
+            },
             2 => Acquired::Incompatible,
             _ => return None,
         })

@@ -53,6 +53,7 @@ use crate::backend::{Backend, Subscriber};
 use crate::background::Background;
 use crate::error::{is_connection_failure, Error, Operation};
 use crate::quorum::majority;
+use crate::scripts::TURN_GRACE;
 use crate::sync;
 
 type ChannelMap = HashMap<Vec<u8>, Arc<Channel>>;
@@ -565,8 +566,12 @@ impl Subscription {
     /// Waits for a release message published after the last [`Subscription::mark_seen`]
     /// (over a RedLock quorum: from enough masters, see the module docs), or until `deadline`
     /// (sooner, every `DEGRADED_POLL`, if too few masters took the subscription).
-    pub(crate) async fn wait_until(&mut self, deadline: Instant) {
-        let deadline = if self.entry.confirmed.load(Ordering::Acquire) < self.wake_after {
+    ///
+    /// RedLock: the first `pass` wakes go to the waiters queued ahead of this one (each takes
+    /// its turn after a release); after each, this one waits at most `TURN_GRACE` more, in
+    /// case a waiter ahead left the queue (its turn then comes without a release).
+    pub(crate) async fn wait_until(&mut self, deadline: Instant, mut pass: u32) {
+        let mut deadline = if self.entry.confirmed.load(Ordering::Acquire) < self.wake_after {
             deadline.min(Instant::now() + DEGRADED_POLL)
         } else {
             deadline
@@ -581,7 +586,13 @@ impl Subscription {
                     .count()
             };
             if heard_from >= self.wake_after {
-                return;
+                if pass == 0 {
+                    return;
+                }
+                pass -= 1;
+                self.mark_seen();
+                deadline = deadline.min(Instant::now() + TURN_GRACE);
+                continue;
             }
             // (The sender lives in `entry`, as long as this receiver: `changed` does not fail.)
             if !matches!(
