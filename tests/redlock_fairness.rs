@@ -165,10 +165,9 @@ async fn a_waiter_that_went_away_holds_the_lock_up_for_the_grace_at_most() {
     );
 }
 
-/// Waiters that give up or are cancelled leave no queue entry behind, and an acquire that does
-/// not wait queues nowhere. A waiter that takes the lock removes its entry where it took it;
-/// where its attempt overtook the old holder's release (a minority: the release was decided
-/// by a majority first) its entry stays until it lapses, at most the ttl plus the grace later.
+/// Waiters that give up, are cancelled or take the lock after waiting leave no queue entry
+/// behind, and an acquire that does not wait queues nowhere: the queue keys are gone from every
+/// master.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_leave_the_queue_on_every_way_out() {
     let masters: Vec<RedisServer> = (0..MASTERS).map(|_| RedisServer::start()).collect();
@@ -226,22 +225,7 @@ async fn waiters_leave_the_queue_on_every_way_out() {
     guard.release().await.unwrap();
     taker.await.unwrap().unwrap().release().await.unwrap();
     testkit::at_rest(&[&holder, &waiter], Duration::from_secs(3)).await;
-    let mut left_on = 0;
     for master in &masters {
-        let keys = queue_keys(master, name).await;
-        if keys.is_empty() {
-            continue;
-        }
-        left_on += 1;
-        let pttl: i64 = redis::cmd("PTTL")
-            .arg(key(name, ":queue"))
-            .query_async(&mut master.conn().await)
-            .await
-            .unwrap();
-        assert!(
-            (0..=(ttl.as_millis() as i64 + 300)).contains(&pttl),
-            "a queue left for {pttl} ms"
-        );
+        assert_eq!(queue_keys(master, name).await, Vec::<String>::new());
     }
-    assert!(left_on < 3, "the taker's entry left on {left_on} masters");
 }

@@ -305,7 +305,8 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
     // The last attempt's `NoQuorum`, if it failed so: what the waiter is told when time is up.
     let mut no_quorum: Option<Error> = None;
     // RedLock: a waiter's place in the masters' queues (0: it does not wait), and its entry
-    // there, taken out again if it leaves without the lock.
+    // there once it queued (from its first attempt after subscribing: an acquire that takes
+    // the lock at once never queues), taken out again when the acquire ends.
     let ticket = match client.is_quorum() && give_up.is_some() {
         true => redlock_queue::ticket(),
         false => 0,
@@ -322,11 +323,12 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
             // Armed while the request may have been applied: cancelled or failed here, the lock
             // is released in the background.
             let mut pending = ReleaseOnDrop::new(hold.clone());
-            if ticket > 0 {
+            let queue = ticket > 0 && subscription.is_some();
+            if queue {
                 queued.get_or_insert_with(|| QueueEntry::new(hold.clone()));
             }
             let sent_at = Instant::now();
-            let (attempt, acked) = match try_acquire(&hold, &terms, ticket).await {
+            let (attempt, acked) = match try_acquire(&hold, &terms, (ticket, queue)).await {
                 // RedLock: no majority either way (a split vote, masters that did not answer):
                 // a waiter tries again like after a busy attempt, until its wait runs out.
                 Err(error @ Error::NoQuorum { .. }) if give_up.is_some() => {
@@ -366,9 +368,6 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
                     return Err(unreplicated(hold, acked.unwrap_or(0), terms.min_replicas).await);
                 }
                 Acquired::Taken { token } => {
-                    if let Some(entry) = queued.as_mut() {
-                        entry.disarm();
-                    }
                     waiting.acquired(started);
                     return Ok(into_guard(hold, token, false, &terms, sent_at, started));
                 }
@@ -564,13 +563,13 @@ fn into_guard(
 
 /// One acquire round trip (two if the connection dropped): a plain `SET NX PX GET`, or the
 /// fenced script, with the `WAIT` of `min_replicas`; over a RedLock quorum the queued script
-/// (plain or fenced), with the waiter's `ticket`. `ticket > 0` or `terms.wait`: the caller
-/// waits when the lock is busy, so ask for its ttl too. Returns what it found and how many
-/// replicas acknowledged.
+/// (plain or fenced), with the waiter's `ticket` (and whether to queue it). `terms.wait`: the
+/// caller waits when the lock is busy, so ask for its ttl too. Returns what it found and how
+/// many replicas acknowledged.
 async fn try_acquire(
     hold: &Hold,
     terms: &Terms,
-    ticket: u64,
+    (ticket, queue): (u64, bool),
 ) -> Result<(Acquired, Option<usize>), Error> {
     let client = &hold.client;
     let name = hold.keys.name();
@@ -585,6 +584,7 @@ async fn try_acquire(
                 ttl: terms.ttl,
                 fenced: terms.fenced.then_some(client.config().fence_retention),
                 ticket,
+                queue,
             };
             client.call_acked(Operation::Acquire, name, &call).await
         } else if terms.fenced {

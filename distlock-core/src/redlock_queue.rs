@@ -25,31 +25,28 @@ pub(crate) fn ticket() -> u64 {
     u64::try_from(now.as_micros()).unwrap_or(u64::MAX).max(1)
 }
 
-/// A waiting acquire's entry in the masters' queues: while armed, dropping it (the acquire
-/// gave up, failed or was cancelled) takes the entry out on every master in the background, so
-/// the waiters behind it need not wait out its grace. Disarmed when the lock is taken (taking
-/// removes the entry).
+/// A waiting acquire's entry in the masters' queues, made before its first queuing attempt:
+/// dropping it (the acquire gave up, failed, was cancelled or took the lock) takes the entry out
+/// on every master in the background. Without it a waiter that went away would hold the
+/// waiters behind it up for the grace, and so would one that took the lock: taking removes the
+/// entry where the lock was granted, but a master that refused it (its old holder's release had
+/// not arrived yet) would keep it ahead of everyone until it lapsed (with 2 of 5 masters down,
+/// that master's refusal stalls every handoff). An acquire that takes the lock at its first
+/// attempt never queued.
 pub(crate) struct QueueEntry {
-    hold: Option<Hold>,
+    hold: Hold,
 }
 
 impl QueueEntry {
     /// The entry of `hold`'s acquisition (its lock value).
     pub(crate) fn new(hold: Hold) -> Self {
-        QueueEntry { hold: Some(hold) }
-    }
-
-    /// The lock was taken: nothing to take out.
-    pub(crate) fn disarm(&mut self) {
-        self.hold = None;
+        QueueEntry { hold }
     }
 }
 
 impl Drop for QueueEntry {
     fn drop(&mut self) {
-        let Some(hold) = self.hold.take() else {
-            return;
-        };
+        let hold = self.hold.clone();
         let client = hold.client.clone();
         client.spawn_cleanup(async move {
             let id = hold.client.new_request_id();

@@ -125,8 +125,9 @@ pub(crate) const TURN_GRACE: Duration = Duration::from_millis(300);
 /// them); `:queue:until` holds when each entry lapses (this master's clock, ms).
 ///
 /// KEYS: lock, fence, queue, queue until. ARGV: value (`d2:<owner>`), ttl ms, fence retention
-/// ms (0: no fencing token), request id, ticket (0: the caller does not wait, and joins no
-/// queue), grace ms ([`TURN_GRACE`]).
+/// ms (0: no fencing token), request id, ticket (0: the caller does not wait), grace ms
+/// ([`TURN_GRACE`]), `1` to queue the caller (a waiter's attempts after it subscribed: one
+/// that takes the lock at its first attempt leaves no entry behind) or `0`.
 /// Returns `{id, {1, token, 0}}` (taken, or a replay of our own take; token 0 when not
 /// fenced), `{id, {0, pttl, ahead}}` (held by another `d2` owner), `{id, {3, ms, ahead}}`
 /// (free, but the `ahead` waiters queued before the caller come first: the first of them for
@@ -155,7 +156,7 @@ end
 local ticket = tonumber(ARGV[5])
 local grace = tonumber(ARGV[6])
 local function queue(ms)
-  if ticket > 0 then
+  if ticket > 0 and ARGV[7] == '1' then
     redis.call('ZADD', KEYS[3], ticket, ARGV[1])
     redis.call('ZADD', KEYS[4], now + ms + grace, ARGV[1])
     local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
@@ -730,6 +731,9 @@ pub(crate) struct QueuedAcquireCall<'a> {
     /// The caller's place in the queue (its clock in µs when the acquire started); 0: it does
     /// not wait, and queues nowhere.
     pub(crate) ticket: u64,
+    /// Queue the caller (a waiter's attempts after it subscribed); otherwise the ticket only
+    /// says whether waiters are ahead of it.
+    pub(crate) queue: bool,
 }
 
 impl Call for QueuedAcquireCall<'_> {
@@ -749,7 +753,8 @@ impl Call for QueuedAcquireCall<'_> {
             .arg(retention)
             .arg(self.id)
             .arg(self.ticket)
-            .arg(millis_ceil(TURN_GRACE));
+            .arg(millis_ceil(TURN_GRACE))
+            .arg(if self.queue { "1" } else { "0" });
         Request::Script(&ACQUIRE_QUEUED_SCRIPT, cmd)
     }
 

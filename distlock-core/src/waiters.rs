@@ -26,7 +26,10 @@
 //! waiter that came first (`redlock_queue`: a queue per lock on the masters, ordered by the
 //! same ticket everywhere), and a client that releases and asks again at once queues behind
 //! them: waiters take their turns across clients in arrival order, and a woken waiter retries
-//! at once (no random pause). A subscription that reached fewer masters than that (they are down, or
+//! at once (no random pause). A waiter that the masters told how many waiters are queued ahead
+//! of it lets that many wakes pass (each is one of theirs) and retries at its own, looking
+//! again at most `TURN_GRACE` after each wake it let pass (one ahead may have left the queue,
+//! and its turn then comes without a release). A subscription that reached fewer masters than that (they are down, or
 //! refuse it) looks again every `DEGRADED_POLL`, and the next waiter subscribes again; a
 //! master that comes back while enough others have the subscription is not needed (the
 //! holder's pttl covers a missed release, as it covers a crashed holder). Subscribing returns
