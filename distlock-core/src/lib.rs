@@ -295,8 +295,8 @@
 //! a grant (exclusion rests on the lock key alone), and it bounds what a waiter that went away
 //! costs: an entry lapses at the holder's pttl plus a grace of 300 ms after its waiter's last
 //! attempt, the waiters ahead of a caller that found the lock free get at most the grace more,
-//! and a waiter that gives up or is cancelled takes its entry out (in the background); both
-//! keys expire with their last entry. An acquire without `wait` queues nowhere, but it does
+//! and a waiter takes its entry out (in the background) when its acquire ends, however it
+//! ends; both keys expire with their last entry. An acquire without `wait` queues nowhere, but it does
 //! not take a free lock while others wait for it either (it is `Busy`). Tickets come from the
 //! clients' clocks: a client on a host whose clock is ahead by a second queues behind waiters
 //! that came up to a second later. The group commit is for a standalone

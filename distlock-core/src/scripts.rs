@@ -126,7 +126,7 @@ pub(crate) const TURN_GRACE: Duration = Duration::from_millis(300);
 ///
 /// KEYS: lock, fence, queue, queue until. ARGV: value (`d2:<owner>`), ttl ms, fence retention
 /// ms (0: no fencing token), request id, ticket (0: the caller does not wait), grace ms
-/// ([`TURN_GRACE`]), `1` to queue the caller (a waiter's attempts after it subscribed: one
+/// (`TURN_GRACE`, 300 ms), `1` to queue the caller (a waiter's attempts after it subscribed: one
 /// that takes the lock at its first attempt leaves no entry behind) or `0`.
 /// Returns `{id, {1, token, 0}}` (taken, or a replay of our own take; token 0 when not
 /// fenced), `{id, {0, pttl, ahead}}` (held by another `d2` owner), `{id, {3, ms, ahead}}`
@@ -135,7 +135,7 @@ pub(crate) const TURN_GRACE: Duration = Duration::from_millis(300);
 /// queue.
 ///
 /// Lapsed entries are dropped first (no sweeper: the next call does it). A busy lock queues
-/// the caller (if it waits) until the holder's pttl plus the grace: it tries again at the
+/// the caller (if asked to) until the holder's pttl plus the grace: it tries again at the
 /// release or at the pttl, and each attempt renews its entry. A free lock is taken only by the
 /// caller with the lowest ticket present: one with waiters ahead is refused, gives those ahead
 /// at most the grace more (so a waiter that went away holds the lock up that long at most) and
@@ -231,8 +231,9 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {ARGV[4], {1, token, 0}}
 "#;
 
-/// A RedLock waiter that leaves without the lock takes its entry out of the queue (see
-/// [`ACQUIRE_QUEUED`]), so the waiters behind it need not wait out its grace.
+/// A RedLock waiter whose acquire ended (without the lock, or with it: see
+/// `redlock_queue::QueueEntry`) takes its entry out of the queue (see [`ACQUIRE_QUEUED`]), so
+/// the waiters behind it need not wait out its grace.
 ///
 /// KEYS: queue, queue until. ARGV: value (`d2:<owner>`), request id. Returns `{id, removed}`.
 pub const LEAVE_QUEUE: &str = r#"
@@ -785,7 +786,7 @@ impl Call for QueuedAcquireCall<'_> {
     }
 }
 
-/// [`LEAVE_QUEUE`]: a RedLock waiter that gave up (or was cancelled) leaves the queue.
+/// [`LEAVE_QUEUE`]: a RedLock waiter whose acquire ended leaves the queue.
 pub(crate) struct LeaveQueueCall<'a> {
     pub(crate) keys: &'a LockKeys,
     /// `d2:<owner>`: the entry.
