@@ -287,7 +287,7 @@
 //! arrive (before the queue, in a run of 4 clients, one got 3 turns and 9 waits of 3 s ran out
 //! while another held the lock 42 times in a row). Tested in `tests/redlock_fairness.rs` (4
 //! clients, holds of 20–200 ms, `wait = 3s`: no wait runs out, Jain's index over the clients'
-//! turns at least 0.9; measured 1.000, with a handoff p50 of about 3 ms on this machine, where
+//! turns at least 0.9; measured 1.000, with a handoff p50 of 3–4 ms on this machine, where
 //! a lone waiter's is about 2 ms as before) and by reliability row 18 (the same with two of
 //! five masters killed). The masters also tell a waiter how many are queued ahead of it: it
 //! lets their wakes pass (looking again at most 300 ms after each, in case one of them left)
