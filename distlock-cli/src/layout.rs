@@ -10,6 +10,10 @@
 //! * `distlock:{order:42}:fence` — the last fencing token handed out for the name (kept for the
 //!   fence retention after the last fenced acquisition);
 //! * `distlock:{order:42}:released` — the channel a release publishes on (waiters subscribe);
+//! * `distlock:{order:42}:queue` and `distlock:{order:42}:queue:until` — over a RedLock quorum
+//!   only, the waiters' queue (sorted sets: each waiting acquire's lock value scored by its
+//!   ticket, and by when its entry lapses); not locks, so `Layout::name_of_key` and the
+//!   `SCAN` pattern (names end at the `}`) pass them by;
 //! * `distlock:client:<client id>` — the client's identity record, a hash of `host`, `pid`,
 //!   `exe`, `name`, `started` (Unix seconds) and `version`, expiring unless refreshed.
 

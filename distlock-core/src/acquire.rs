@@ -18,8 +18,11 @@ use crate::lease::{check_ttl, deadline_after, guaranteed_until, millis_ceil, Lea
 use crate::metrics::{self, Attempt, Held, Waiting};
 use crate::quorum;
 use crate::redlock_fence;
+use crate::redlock_queue::{self, QueueEntry};
 use crate::registry;
-use crate::scripts::{AcquireCall, Acquired, FencedAcquireCall, RenewCall, RenewItem, Renewed};
+use crate::scripts::{
+    AcquireCall, Acquired, FencedAcquireCall, QueuedAcquireCall, RenewCall, RenewItem, Renewed,
+};
 use crate::waiters::Subscription;
 use crate::watchdog::Renewal;
 
@@ -323,8 +326,18 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
     // attempt (same value) reads such a take as its own; giving up, or being dropped, releases
     // it in the background (owner-checked: another owner's lock is left alone).
     let mut unanswered: Option<ReleaseOnDrop> = None;
+    // RedLock: a waiter's place in the masters' queues (0: it does not wait), and its entry
+    // there once it queued (from its first attempt after subscribing: an acquire that takes
+    // the lock at once never queues), taken out again when the acquire ends.
+    let ticket = match client.is_quorum() && give_up.is_some() {
+        true => redlock_queue::ticket(),
+        false => 0,
+    };
+    let mut queued: Option<QueueEntry> = None;
     loop {
         let mut pttl = None;
+        // RedLock: release wakes to let pass (the waiters queued ahead take those turns).
+        let mut pass_wakes = 0;
         if !std::mem::take(&mut queue_first) {
             if let Some(sub) = subscription.as_mut() {
                 sub.mark_seen();
@@ -335,14 +348,24 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
             let mut pending = unanswered
                 .take()
                 .unwrap_or_else(|| ReleaseOnDrop::new(hold.clone()));
+            let queue = ticket > 0 && subscription.is_some();
+            if queue {
+                queued.get_or_insert_with(|| QueueEntry::new(hold.clone()));
+            }
             let sent_at = Instant::now();
             let switches = client.switches();
-            let (attempt, acked) = match try_acquire(&hold, &terms, give_up.is_some()).await {
+            let (attempt, acked) = match try_acquire(&hold, &terms, (ticket, queue)).await {
                 // A waiter tries again, after a pause, until its wait runs out. (RedLock's
                 // `NoQuorum` included: a split vote, masters that did not answer.)
                 Err(error) if give_up.is_some() && error.is_transient() => {
                     failed = Some(error);
-                    (Acquired::Busy { pttl: None }, None)
+                    (
+                        Acquired::Busy {
+                            pttl: None,
+                            pass: 0,
+                        },
+                        None,
+                    )
                 }
                 other => {
                     failed = None;
@@ -387,7 +410,10 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
                         started,
                     ));
                 }
-                Acquired::Busy { pttl: left } => pttl = left,
+                Acquired::Busy { pttl: left, pass } => {
+                    pttl = left;
+                    pass_wakes = pass;
+                }
                 Acquired::Incompatible => {
                     return Err(Error::Incompatible {
                         key: keys.name().to_owned(),
@@ -444,7 +470,7 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
                     Some(ms) => deadline_after(now, Duration::from_millis(ms.max(1))),
                     None => now + NO_EXPIRY_RECHECK,
                 };
-                sub.wait_until(recheck.min(give_up)).await;
+                sub.wait_until(recheck.min(give_up), pass_wakes).await;
             }
         }
     }
@@ -618,20 +644,33 @@ fn into_guard(
 }
 
 /// One acquire round trip (two if the connection dropped): a plain `SET NX PX GET`, or the
-/// fenced script, with the `WAIT` of `min_replicas`. `wait`: the caller waits when the lock is
-/// busy, so ask for its ttl too. Returns what it found and, when replicas were asked for, how
-/// many acknowledged and how many the `WAIT` required (`ALL_REPLICAS` resolved).
+/// fenced script, with the `WAIT` of `min_replicas`; over a RedLock quorum the queued script
+/// (plain or fenced), with the waiter's `ticket` (and whether to queue it). `terms.wait`: the
+/// caller waits when the lock is busy, so ask for its ttl too. Returns what it found and, when
+/// replicas were asked for, how many acknowledged and how many the `WAIT` required
+/// (`ALL_REPLICAS` resolved).
 async fn try_acquire(
     hold: &Hold,
     terms: &Terms,
-    wait: bool,
+    (ticket, queue): (u64, bool),
 ) -> Result<(Acquired, Option<(usize, usize)>), Error> {
     let client = &hold.client;
     let name = hold.keys.name();
     let id = client.new_request_id();
     let replicas = client.replica_wait(terms.min_replicas);
     let send = || async {
-        if terms.fenced {
+        if client.is_quorum() {
+            let call = QueuedAcquireCall {
+                keys: &hold.keys,
+                value: hold.value.as_bytes(),
+                id: id.as_bytes(),
+                ttl: terms.ttl,
+                fenced: terms.fenced.then_some(client.config().fence_retention),
+                ticket,
+                queue,
+            };
+            client.call_acked(Operation::Acquire, name, &call).await
+        } else if terms.fenced {
             let call = FencedAcquireCall {
                 keys: &hold.keys,
                 value: hold.value.as_bytes(),
@@ -647,7 +686,7 @@ async fn try_acquire(
                 owner: &hold.value,
                 id: id.as_bytes(),
                 ttl: terms.ttl,
-                want_pttl: wait,
+                want_pttl: terms.wait.is_some(),
                 wait: replicas,
             };
             client.take(name, &call).await

@@ -1,10 +1,13 @@
-//! Redis key layout of one lock: lock key, fencing floor and release channel, all in one slot.
+//! Redis key layout of one lock: lock key, fencing floor, release channel and (RedLock) the
+//! waiters' queue, all in one slot.
 //!
 //! For a lock named `order:42` under the prefix `distlock` the keys are
-//! `distlock:{order:42}` (the lock), `distlock:{order:42}:fence` (the fencing floor) and
-//! `distlock:{order:42}:released` (the release channel). Redis Cluster hashes only the text
+//! `distlock:{order:42}` (the lock), `distlock:{order:42}:fence` (the fencing floor),
+//! `distlock:{order:42}:released` (the release channel) and, over a RedLock quorum only,
+//! `distlock:{order:42}:queue` and `distlock:{order:42}:queue:until` (the waiters' tickets and
+//! how long each entry lasts, see `scripts::ACQUIRE_QUEUED`). Redis Cluster hashes only the text
 //! between the first `{` and the next `}`; the prefix may not contain braces and the name may
-//! not contain `}`, so that text is exactly the lock name for all three keys: they always share
+//! not contain `}`, so that text is exactly the lock name for all of them: they always share
 //! one hash slot, and nothing in the name can move one of them to another slot.
 
 use crate::error::Error;
@@ -63,9 +66,23 @@ impl LockKeys {
 
     /// The fencing floor key, `prefix:{name}:fence`.
     pub(crate) fn fence(&self) -> String {
-        let mut key = String::with_capacity(self.lock_end + 6);
+        self.with_suffix(":fence")
+    }
+
+    /// The RedLock waiters' tickets, `prefix:{name}:queue` (a sorted set).
+    pub(crate) fn queue(&self) -> String {
+        self.with_suffix(":queue")
+    }
+
+    /// How long each RedLock waiter's entry lasts, `prefix:{name}:queue:until` (a sorted set).
+    pub(crate) fn queue_until(&self) -> String {
+        self.with_suffix(":queue:until")
+    }
+
+    fn with_suffix(&self, suffix: &str) -> String {
+        let mut key = String::with_capacity(self.lock_end + suffix.len());
         key.push_str(self.lock());
-        key.push_str(":fence");
+        key.push_str(suffix);
         key
     }
 }
@@ -146,10 +163,14 @@ mod tests {
         assert_eq!(k.lock(), "distlock:{order:42}");
         assert_eq!(k.fence(), "distlock:{order:42}:fence");
         assert_eq!(k.channel(), "distlock:{order:42}:released");
+        assert_eq!(k.queue(), "distlock:{order:42}:queue");
+        assert_eq!(k.queue_until(), "distlock:{order:42}:queue:until");
         let slot = hash_slot(k.lock().as_bytes());
         assert_eq!(slot, hash_slot(b"order:42"));
         assert_eq!(slot, hash_slot(k.fence().as_bytes()));
         assert_eq!(slot, hash_slot(k.channel().as_bytes()));
+        assert_eq!(slot, hash_slot(k.queue().as_bytes()));
+        assert_eq!(slot, hash_slot(k.queue_until().as_bytes()));
     }
 
     #[test]

@@ -323,13 +323,36 @@
 //! a busy attempt found at least that many holding the lock for others, and each publishes
 //! when its key is released; while a holder keeps its majority only the other `N − majority`
 //! masters can publish at all (releasing busy attempts' minority grants), so waiters do not
-//! wake each other; waiters of several clients, woken together, that split the masters so
-//! that none has a majority pause a random, growing moment before retrying again. The
-//! holder's remaining ttl stays the fallback (a crashed holder never publishes). Tested in
+//! wake each other. The holder's remaining ttl stays the fallback (a crashed holder never
+//! publishes). Tested in
 //! `tests/redlock_waiting.rs`: woken within 1 s of the release with a 10 s lease (measured: a
 //! few milliseconds), also with two masters
 //! killed; no attempts while waiting; no subscription left on any live master; no wake-up
-//! storm around a crashed holder of a bare majority. The group commit is for a standalone
+//! storm around a crashed holder of a bare majority.
+//!
+//! Waiting over a quorum is fair across clients: waiters take their turns in the order they
+//! came. Every master keeps a queue per lock (`prefix:{name}:queue`, and `:queue:until` for
+//! when each entry lapses) of the acquires that wait, ordered by a ticket that is the same on
+//! every master (the waiting acquire's start time on its client's clock), and grants a free
+//! lock only to the lowest ticket it has queued. So the waiters of several clients woken by one
+//! release do not split the masters between them, and a client that releases and asks again at
+//! once queues behind the waiters instead of taking the lock back before their wake-ups
+//! arrive (before the queue, in a run of 4 clients, one got 3 turns and 9 waits of 3 s ran out
+//! while another held the lock 42 times in a row). Tested in `tests/redlock_fairness.rs` (4
+//! clients, holds of 20–200 ms, `wait = 3s`: no wait runs out, Jain's index over the clients'
+//! turns at least 0.9; measured 1.000, with a handoff p50 of 3–4 ms on this machine, where
+//! a lone waiter's is about 2 ms as before) and by reliability row 20 (the same with two of
+//! five masters killed). The masters also tell a waiter how many are queued ahead of it: it
+//! lets their wakes pass (looking again at most 300 ms after each, in case one of them left)
+//! and retries at its own, so a release costs about one attempt, not one per waiting client. The queue only ever refuses
+//! a grant (exclusion rests on the lock key alone), and it bounds what a waiter that went away
+//! costs: an entry lapses at the holder's pttl plus a grace of 300 ms after its waiter's last
+//! attempt, the waiters ahead of a caller that found the lock free get at most the grace more,
+//! and a waiter takes its entry out (in the background) when its acquire ends, however it
+//! ends; both keys expire with their last entry. An acquire without `wait` queues nowhere, but it does
+//! not take a free lock while others wait for it either (it is `Busy`). Tickets come from the
+//! clients' clocks: a client on a host whose clock is ahead by a second queues behind waiters
+//! that came up to a second later. The group commit is for a standalone
 //! server only; `min_replicas` does not apply. The client's identity record (which process an
 //! owner id belongs to) is written on every master at connect and refreshed on every master,
 //! so the `distlock` CLI pointed at any one master names the holders of the locks it granted;
@@ -413,6 +436,7 @@ mod metrics;
 mod quorum;
 mod redlock;
 mod redlock_fence;
+mod redlock_queue;
 mod registry;
 mod run;
 #[doc(hidden)]

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use crate::lease::LEASE_MARGIN;
 use crate::scripts::{
-    AcquireCall, Acquired, Call, FenceFloorCall, FencedAcquireCall, ReleaseCall, ReleaseManyCall,
-    Released, RenewCall, Renewed,
+    AcquireCall, Acquired, Call, FenceFloorCall, FencedAcquireCall, LeaveQueueCall,
+    QueuedAcquireCall, ReleaseCall, ReleaseManyCall, Released, RenewCall, Renewed,
 };
 
 /// Masters a majority of `nodes` needs.
@@ -145,6 +145,33 @@ macro_rules! quorate_acquire {
 
 quorate_acquire!(AcquireCall, |call| call.owner.as_bytes());
 quorate_acquire!(FencedAcquireCall, |call| call.value);
+quorate_acquire!(QueuedAcquireCall, |call| call.value);
+
+/// Best effort (the entries lapse by themselves): done once a majority answered. Ordered by the
+/// lock value, so it runs after a late attempt of the same waiter on each master (which would
+/// queue it again).
+impl Quorate for LeaveQueueCall<'_> {
+    fn ordered_by(&self) -> Option<&[u8]> {
+        Some(self.value)
+    }
+
+    fn count(
+        &self,
+        replies: &[bool],
+        nodes: usize,
+        _silent: usize,
+        _elapsed: Duration,
+    ) -> Result<bool, NoQuorum> {
+        let required = majority(nodes);
+        match replies.len() >= required {
+            true => Ok(replies.iter().any(|&removed| removed)),
+            false => Err(NoQuorum {
+                agreed: replies.len(),
+                required,
+            }),
+        }
+    }
+}
 
 impl Quorate for FenceFloorCall<'_> {
     /// The largest floor among a majority's (fewer answers: no quorum).
@@ -335,17 +362,27 @@ fn acquired(
     let known: Vec<i64> = replies
         .iter()
         .filter_map(|r| match r {
-            Acquired::Busy { pttl } => *pttl,
+            Acquired::Busy { pttl, .. } => *pttl,
             _ => None,
         })
         .collect();
+    // The fewest waiters ahead any master has queued (one that lost an entry lets the waiter
+    // look sooner, never later).
+    let pass = replies
+        .iter()
+        .filter_map(|r| match r {
+            Acquired::Busy { pass, .. } => Some(*pass),
+            _ => None,
+        })
+        .min()
+        .unwrap_or(0);
     let pttl = known
         .iter()
         .copied()
         .filter(|&ms| ms >= 0)
         .min()
         .or(known.first().copied());
-    Ok(Acquired::Busy { pttl })
+    Ok(Acquired::Busy { pttl, pass })
 }
 
 /// A release: released by a majority, undecided while the `silent` masters still out could
@@ -395,7 +432,10 @@ mod tests {
     }
 
     fn busy(ms: i64) -> Acquired {
-        Acquired::Busy { pttl: Some(ms) }
+        Acquired::Busy {
+            pttl: Some(ms),
+            pass: 0,
+        }
     }
 
     #[test]

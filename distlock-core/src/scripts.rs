@@ -14,6 +14,14 @@
 //!   (our own value) or busy (another value); `PTTL` joins the pipeline when the caller waits.
 //! * **Fenced acquire** (`FencedAcquireCall`, for locks that ask for a fencing token): one
 //!   script that also raises the fence floor (`ACQUIRE_FENCED`).
+//! * **RedLock acquire** (`QueuedAcquireCall`, over a RedLock quorum only, plain or fenced):
+//!   one script (`ACQUIRE_QUEUED`) that takes a free lock only in its waiters' order, kept in
+//!   two sorted sets next to the lock (`prefix:{name}:queue`: lock value → ticket;
+//!   `:queue:until`: lock value → when the entry lapses), which expire with their last entry.
+//!   A waiter that leaves without the lock takes its entry out (`LeaveQueueCall`,
+//!   `LEAVE_QUEUE`). They add keys next to a `d2` lock and change nothing in it: a client that
+//!   does not know them still excludes correctly (it only does not wait its turn), so the
+//!   version tag stays `d2`. One server, a cluster and Sentinel never see them.
 //! * **Re-entry check** (`RenewCall` with one lease): the outer hold is still ours, and its
 //!   expiry reaches at least the inner hold's ttl.
 //! * **Release** (`ReleaseCall`, `RELEASE`): compare and delete, then `PUBLISH` to wake waiters.
@@ -102,6 +110,135 @@ if to > f then
   f = to
 end
 return {ARGV[1], f}
+"#;
+
+/// How long the waiters ahead of a RedLock caller that found the lock free still have to take
+/// their turn (see [`ACQUIRE_QUEUED`]): a live waiter is woken by the release within
+/// milliseconds (or looks again every 250 ms when its subscription reached too few masters),
+/// so this is what a waiter that went away can cost the lock after a release, at most.
+pub(crate) const TURN_GRACE: Duration = Duration::from_millis(300);
+
+/// Acquire over a RedLock quorum (plain or fenced), in the order the waiters came: the
+/// `:queue` of the lock holds one entry per waiting acquire (its lock value), scored by its
+/// ticket (the caller's clock in µs when the acquire started, the same on every master, so
+/// every master agrees who comes first and the waiters no longer split the masters between
+/// them); `:queue:until` holds when each entry lapses (this master's clock, ms).
+///
+/// KEYS: lock, fence, queue, queue until. ARGV: value (`d2:<owner>`), ttl ms, fence retention
+/// ms (0: no fencing token), request id, ticket (0: the caller does not wait), grace ms
+/// (`TURN_GRACE`, 300 ms), `1` to queue the caller (a waiter's attempts after it subscribed: one
+/// that takes the lock at its first attempt leaves no entry behind) or `0`.
+/// Returns `{id, {1, token, 0}}` (taken, or a replay of our own take; token 0 when not
+/// fenced), `{id, {0, pttl, ahead}}` (held by another `d2` owner), `{id, {3, ms, ahead}}`
+/// (free, but the `ahead` waiters queued before the caller come first: the first of them for
+/// at most ms) or `{id, {2, 0, 0}}` (not a `d2` lock); `ahead` is 0 for a caller that does not
+/// queue.
+///
+/// Lapsed entries are dropped first (no sweeper: the next call does it). A busy lock queues
+/// the caller (if asked to) until the holder's pttl plus the grace: it tries again at the
+/// release or at the pttl, and each attempt renews its entry. A free lock is taken only by the
+/// caller with the lowest ticket present: one with waiters ahead is refused, gives those ahead
+/// at most the grace more (so a waiter that went away holds the lock up that long at most) and
+/// queues itself behind them. Taking removes the caller's entry; both keys expire with their
+/// last entry. The queue only ever refuses a grant: exclusion rests on the lock key alone.
+pub const ACQUIRE_QUEUED: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lapsed = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+if #lapsed > 0 then
+  redis.call('ZREM', KEYS[3], unpack(lapsed))
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+end
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' then
+  return {ARGV[4], {2, 0, 0}}
+end
+local ticket = tonumber(ARGV[5])
+local grace = tonumber(ARGV[6])
+local function queue(ms)
+  if ticket > 0 and ARGV[7] == '1' then
+    redis.call('ZADD', KEYS[3], ticket, ARGV[1])
+    redis.call('ZADD', KEYS[4], now + ms + grace, ARGV[1])
+    local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+    local keep = math.max(tonumber(last[2]) - now, 1)
+    redis.call('PEXPIRE', KEYS[3], keep)
+    redis.call('PEXPIRE', KEYS[4], keep)
+  end
+end
+local function fence_token(replay)
+  if tonumber(ARGV[3]) == 0 then
+    return 0
+  end
+  if replay then
+    return tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+  end
+  local tt = redis.call('TIME')
+  local token = tonumber(tt[1]) * 1000000 + tonumber(tt[2])
+  local prev = redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3], 'GET')
+  local floor = tonumber(prev or '0')
+  if floor == nil then
+    redis.call('SET', KEYS[2], prev, 'PX', ARGV[3])
+    return nil
+  end
+  if token <= floor then
+    token = floor + 1
+    redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3])
+  end
+  return token
+end
+if v == ARGV[1] then
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('ZREM', KEYS[4], ARGV[1])
+  return {ARGV[4], {1, fence_token(true), 0}}
+end
+if v ~= false then
+  if string.sub(v, 1, 3) ~= 'd2:' then
+    return {ARGV[4], {2, 0, 0}}
+  end
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl >= 0 then
+    queue(pttl)
+  else
+    queue(1000)
+  end
+  local before = 0
+  if ticket > 0 then
+    before = redis.call('ZCOUNT', KEYS[3], '-inf', '(' .. ARGV[5])
+  end
+  return {ARGV[4], {0, pttl, before}}
+end
+local ahead
+if ticket > 0 then
+  ahead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[5])
+else
+  ahead = redis.call('ZRANGE', KEYS[3], 0, -1)
+end
+if #ahead > 0 then
+  for i = 1, #ahead do
+    redis.call('ZADD', KEYS[4], 'LT', now + grace, ahead[i])
+  end
+  local left = math.max(tonumber(redis.call('ZSCORE', KEYS[4], ahead[1])) - now, 1)
+  queue(left)
+  return {ARGV[4], {3, left, #ahead}}
+end
+local token = fence_token(false)
+if token == nil then
+  return redis.error_reply('ERR distlock: the fence key ' .. KEYS[2] .. ' does not hold a number; delete it to use this lock')
+end
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return {ARGV[4], {1, token, 0}}
+"#;
+
+/// A RedLock waiter whose acquire ended (without the lock, or with it: see
+/// `redlock_queue::QueueEntry`) takes its entry out of the queue (see [`ACQUIRE_QUEUED`]), so
+/// the waiters behind it need not wait out its grace.
+///
+/// KEYS: queue, queue until. ARGV: value (`d2:<owner>`), request id. Returns `{id, removed}`.
+pub const LEAVE_QUEUE: &str = r#"
+redis.call('ZREM', KEYS[2], ARGV[1])
+return {ARGV[2], redis.call('ZREM', KEYS[1], ARGV[1])}
 "#;
 
 /// Release.
@@ -262,14 +399,18 @@ static RELEASE_SCRIPT: Lua = Lua::new(RELEASE);
 static RELEASE_MANY_SCRIPT: Lua = Lua::new(RELEASE_MANY);
 static RENEW_SCRIPT: Lua = Lua::new(RENEW);
 static FENCE_FLOOR_SCRIPT: Lua = Lua::new(FENCE_FLOOR);
+static ACQUIRE_QUEUED_SCRIPT: Lua = Lua::new(ACQUIRE_QUEUED);
+static LEAVE_QUEUE_SCRIPT: Lua = Lua::new(LEAVE_QUEUE);
 
 /// Every script, for preloading at connect.
-pub(crate) static ALL: [&Lua; 5] = [
+pub(crate) static ALL: [&Lua; 7] = [
     &ACQUIRE_FENCED_SCRIPT,
     &RELEASE_SCRIPT,
     &RELEASE_MANY_SCRIPT,
     &RENEW_SCRIPT,
     &FENCE_FLOOR_SCRIPT,
+    &ACQUIRE_QUEUED_SCRIPT,
+    &LEAVE_QUEUE_SCRIPT,
 ];
 
 /// What goes on the wire for one call.
@@ -420,7 +561,10 @@ pub(crate) enum Acquired {
     /// Taken (or a replay of our own take after a lost reply); the fencing token if asked for.
     Taken { token: Option<u64> },
     /// Held by another owner; its remaining ttl in ms (-1: no expiry; `None`: not asked).
-    Busy { pttl: Option<i64> },
+    /// Over a RedLock quorum also free but another waiter's turn first, for at most `pttl`.
+    /// `pass`: release wakes the waiter lets pass before it retries, because the waiters
+    /// queued ahead of it take those turns (RedLock; 0 elsewhere).
+    Busy { pttl: Option<i64>, pass: u32 },
     /// The key holds something that is not a lock of this protocol.
     Incompatible,
 }
@@ -516,7 +660,7 @@ pub(crate) fn decode_acquire(
     Some(match previous {
         None => Acquired::Taken { token: None },
         Some(v) if v == value => Acquired::Taken { token: None },
-        Some(v) if v.starts_with(VERSION_TAG.as_bytes()) => Acquired::Busy { pttl },
+        Some(v) if v.starts_with(VERSION_TAG.as_bytes()) => Acquired::Busy { pttl, pass: 0 },
         Some(_) => Acquired::Incompatible,
     })
 }
@@ -564,10 +708,113 @@ impl Call for FencedAcquireCall<'_> {
             1 => Acquired::Taken {
                 token: Some(u64::try_from(value).ok()?),
             },
-            0 => Acquired::Busy { pttl: Some(value) },
+            0 => Acquired::Busy {
+                pttl: Some(value),
+                pass: 0,
+            },
             2 => Acquired::Incompatible,
             _ => return None,
         })
+    }
+}
+
+/// [`ACQUIRE_QUEUED`]: an acquire over a RedLock quorum, plain or fenced, that takes a free
+/// lock only in its waiters' order.
+pub(crate) struct QueuedAcquireCall<'a> {
+    pub(crate) keys: &'a LockKeys,
+    /// `d2:<owner>`.
+    pub(crate) value: &'a [u8],
+    /// The request id (unique within the client).
+    pub(crate) id: &'a [u8],
+    pub(crate) ttl: Duration,
+    /// The fence floor's retention if the acquire hands out a fencing token.
+    pub(crate) fenced: Option<Duration>,
+    /// The caller's place in the queue (its clock in µs when the acquire started); 0: it does
+    /// not wait, and queues nowhere.
+    pub(crate) ticket: u64,
+    /// Queue the caller (a waiter's attempts after it subscribed); otherwise the ticket only
+    /// says whether waiters are ahead of it.
+    pub(crate) queue: bool,
+}
+
+impl Call for QueuedAcquireCall<'_> {
+    type Raw = (i64, i64, i64);
+    type Reply = Acquired;
+
+    fn request(&self) -> Request {
+        let mut cmd = ACQUIRE_QUEUED_SCRIPT.evalsha();
+        let retention = self.fenced.map_or(0, |r| millis_ceil(r.max(self.ttl)));
+        cmd.arg(4)
+            .arg(self.keys.lock())
+            .arg(self.keys.fence())
+            .arg(self.keys.queue())
+            .arg(self.keys.queue_until())
+            .arg(self.value)
+            .arg(millis_ceil(self.ttl))
+            .arg(retention)
+            .arg(self.id)
+            .arg(self.ticket)
+            .arg(millis_ceil(TURN_GRACE))
+            .arg(if self.queue { "1" } else { "0" });
+        Request::Script(&ACQUIRE_QUEUED_SCRIPT, cmd)
+    }
+
+    fn request_id(&self) -> &[u8] {
+        self.id
+    }
+
+    fn decode(&self, (status, value, ahead): (i64, i64, i64)) -> Option<Acquired> {
+        let ahead = u32::try_from(ahead).ok()?;
+        Some(match status {
+            1 if self.fenced.is_some() => Acquired::Taken {
+                token: Some(u64::try_from(value).ok()?),
+            },
+            1 => Acquired::Taken { token: None },
+            // Held: each waiter ahead takes a turn after a release, then it is ours.
+            0 => Acquired::Busy {
+                pttl: Some(value),
+                pass: ahead,
+            },
+            // Free, the first of those ahead taking it now (no release before its turn).
+            3 => Acquired::Busy {
+                pttl: Some(value),
+                pass: ahead.saturating_sub(1),
+            },
+            2 => Acquired::Incompatible,
+            _ => return None,
+        })
+    }
+}
+
+/// [`LEAVE_QUEUE`]: a RedLock waiter whose acquire ended leaves the queue.
+pub(crate) struct LeaveQueueCall<'a> {
+    pub(crate) keys: &'a LockKeys,
+    /// `d2:<owner>`: the entry.
+    pub(crate) value: &'a [u8],
+    pub(crate) id: &'a [u8],
+}
+
+impl Call for LeaveQueueCall<'_> {
+    type Raw = i64;
+    /// True if the entry was there.
+    type Reply = bool;
+
+    fn request(&self) -> Request {
+        let mut cmd = LEAVE_QUEUE_SCRIPT.evalsha();
+        cmd.arg(2)
+            .arg(self.keys.queue())
+            .arg(self.keys.queue_until())
+            .arg(self.value)
+            .arg(self.id);
+        Request::Script(&LEAVE_QUEUE_SCRIPT, cmd)
+    }
+
+    fn request_id(&self) -> &[u8] {
+        self.id
+    }
+
+    fn decode(&self, removed: i64) -> Option<bool> {
+        Some(removed > 0)
     }
 }
 

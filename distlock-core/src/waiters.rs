@@ -21,10 +21,15 @@
 //! is released, so a release wakes the waiter; while a holder keeps a majority, at most
 //! `N − majority` masters can publish at all (the free ones, whose only publishes are the
 //! releases of busy attempts' minority grants), so those never wake anyone and waiters do not
-//! storm each other. Waiters of several clients woken by one release retry at once and may
-//! split the masters so that none has a majority; a waiter whose retry after a wake lost
-//! pauses a random, growing moment (at most `MAX_JITTER`) before its next retry after a wake,
-//! as RedLock advises. A subscription that reached fewer masters than that (they are down, or
+//! storm each other. Waiters of several clients woken by one release retry at once; they do
+//! not split the masters between them, because every master grants a free lock only to the
+//! waiter that came first (`redlock_queue`: a queue per lock on the masters, ordered by the
+//! same ticket everywhere), and a client that releases and asks again at once queues behind
+//! them: waiters take their turns across clients in arrival order, and a woken waiter retries
+//! at once (no random pause). A waiter that the masters told how many waiters are queued ahead
+//! of it lets that many wakes pass (each is one of theirs) and retries at its own, looking
+//! again at most `TURN_GRACE` after each wake it let pass (one ahead may have left the queue,
+//! and its turn then comes without a release). A subscription that reached fewer masters than that (they are down, or
 //! refuse it) looks again every `DEGRADED_POLL`, and the next waiter subscribes again; a
 //! master that comes back while enough others have the subscription is not needed (the
 //! holder's pttl covers a missed release, as it covers a crashed holder). Subscribing returns
@@ -51,6 +56,7 @@ use crate::backend::{Backend, Subscriber};
 use crate::background::Background;
 use crate::error::{is_connection_failure, Error, Operation};
 use crate::quorum::majority;
+use crate::scripts::TURN_GRACE;
 use crate::sync;
 
 type ChannelMap = HashMap<Vec<u8>, Arc<Channel>>;
@@ -63,12 +69,6 @@ type Subscribers = Arc<[Subscriber]>;
 /// few masters of a RedLock quorum for their messages to wake it (see the module docs), or
 /// (one server) is not known to be confirmed because the waiter making it was cancelled.
 const DEGRADED_POLL: Duration = Duration::from_millis(250);
-
-/// The first random pause after a lost wake over a RedLock quorum (it doubles with each
-/// further one, see [`Subscription::after_wake`]) ...
-const JITTER_STEP: Duration = Duration::from_millis(4);
-/// ... up to this.
-const MAX_JITTER: Duration = Duration::from_millis(100);
 
 struct Channel {
     /// Messages heard (and subscription confirmations; without a quorum, disconnections too),
@@ -235,8 +235,6 @@ impl Waiters {
                 background: self.background.clone(),
                 response_timeout: self.response_timeout,
                 turn: None,
-                woken: false,
-                lost_wakes: 0,
             };
             // Not subscribed yet, or on too few masters of a quorum (some were down), or the
             // waiter that subscribed was cancelled before Redis confirmed it: subscribe again.
@@ -547,10 +545,6 @@ pub(crate) struct Subscription {
     response_timeout: Duration,
     /// Held while this waiter is at the head of the queue; dropped with the subscription.
     turn: Option<OwnedSemaphorePermit>,
-    /// The last wait ended with a wake (not at its deadline).
-    woken: bool,
-    /// Wakes in a row whose retry did not take the lock (see [`Subscription::after_wake`]).
-    lost_wakes: u32,
 }
 
 impl Subscription {
@@ -575,8 +569,12 @@ impl Subscription {
     /// Waits for a release message published after the last [`Subscription::mark_seen`]
     /// (over a RedLock quorum: from enough masters, see the module docs), or until `deadline`
     /// (sooner, every `DEGRADED_POLL`, if too few masters took the subscription).
-    pub(crate) async fn wait_until(&mut self, deadline: Instant) {
-        let deadline = if self.entry.confirmed.load(Ordering::Acquire) < self.wake_after {
+    ///
+    /// RedLock: the first `pass` wakes go to the waiters queued ahead of this one (each takes
+    /// its turn after a release); after each, this one waits at most `TURN_GRACE` more, in
+    /// case a waiter ahead left the queue (its turn then comes without a release).
+    pub(crate) async fn wait_until(&mut self, deadline: Instant, mut pass: u32) {
+        let mut deadline = if self.entry.confirmed.load(Ordering::Acquire) < self.wake_after {
             deadline.min(Instant::now() + DEGRADED_POLL)
         } else {
             deadline
@@ -591,38 +589,22 @@ impl Subscription {
                     .count()
             };
             if heard_from >= self.wake_after {
-                self.after_wake(deadline).await;
-                return;
+                if pass == 0 {
+                    return;
+                }
+                pass -= 1;
+                self.mark_seen();
+                deadline = deadline.min(Instant::now() + TURN_GRACE);
+                continue;
             }
             // (The sender lives in `entry`, as long as this receiver: `changed` does not fail.)
             if !matches!(
                 tokio::time::timeout_at(deadline, self.rx.changed()).await,
                 Ok(Ok(()))
             ) {
-                self.woken = false;
                 return;
             }
         }
-    }
-
-    /// Over a RedLock quorum, after a wake whose retry lost (the waiter is back here): a random
-    /// pause before the next retry, growing with each lost wake (at most `MAX_JITTER`). Waiters
-    /// of several clients are woken by the same release and retry at once; when they split the
-    /// masters so that none has a majority, they all release their grants, whose messages wake
-    /// them all together again. The first retry after a wake is immediate.
-    async fn after_wake(&mut self, deadline: Instant) {
-        if std::mem::replace(&mut self.woken, true) {
-            self.lost_wakes = self.lost_wakes.saturating_add(1);
-        }
-        if self.seen.len() == 1 || self.lost_wakes == 0 {
-            return;
-        }
-        let ceiling = JITTER_STEP
-            .saturating_mul(1 << (self.lost_wakes - 1).min(8))
-            .min(MAX_JITTER);
-        let random = uuid::Uuid::new_v4().as_u128() as u64;
-        let pause = Duration::from_micros(random % (ceiling.as_micros() as u64).max(1));
-        tokio::time::sleep_until((Instant::now() + pause).min(deadline)).await;
     }
 }
 

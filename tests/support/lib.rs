@@ -8,6 +8,7 @@
 pub mod belief;
 mod cli;
 mod cluster;
+mod fairness;
 mod inspect;
 mod locks;
 #[cfg(feature = "tls")]
@@ -20,6 +21,7 @@ mod sentinel;
 mod server;
 
 pub use cluster::RedisCluster;
+pub use fairness::{fairness_run, jain, Fairness, FairnessRun};
 pub use inspect::{all_keys, command_calls, eventually, lock_keys, pubsub_channels};
 pub use locks::{acquire_soon, client_with, quick_client, take_and_release};
 #[cfg(feature = "tls")]

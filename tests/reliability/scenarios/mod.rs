@@ -11,6 +11,7 @@ mod mutex;
 mod partition;
 mod proxy_faults;
 mod redis_faults;
+mod redlock_fairness;
 mod redlock_loss;
 mod registry_misuse;
 mod sentinel_failover;
@@ -46,6 +47,7 @@ pub(crate) fn all(settings: &Settings) -> Vec<Scenario> {
         sentinel_failover::scenario(&s, heavy(90, 120)),
         cluster_failover::scenario(&s, heavy(40, 120)),
         redlock_loss::scenario(&s, heavy(40, 120)),
+        redlock_fairness::scenario(&s, heavy(40, 120)),
         partition::scenario(&s, heavy(40, 120)),
         failover_belief::sentinel(&s, heavy(90, 240)),
         failover_belief::cluster(&s, heavy(90, 200)),

@@ -1,0 +1,212 @@
+//! A fairness run: one task per client takes one lock again and again (hold a random 20–200 ms,
+//! release, ask again at once, waiting up to a bound), and the figures that say whether the
+//! clients got their turns: `Ok` per client, `Busy`, the longest streak of one client, Jain's
+//! index over the `Ok` counts and the handoff latency (a release to the next holder's `Ok`).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use distlock::{Client, Error};
+
+/// The shape of a [`fairness_run`].
+#[derive(Debug, Clone, Copy)]
+pub struct FairnessRun {
+    /// How long the clients keep asking.
+    pub duration: Duration,
+    /// The waiting bound of each acquire (`wait`).
+    pub wait: Duration,
+    /// The lock's ttl (longer than any hold).
+    pub ttl: Duration,
+    /// Each hold lasts a random time in this range (ms).
+    pub hold_ms: (u64, u64),
+}
+
+impl Default for FairnessRun {
+    /// The run of issue 19, item 3, made shorter: 10 s, `wait = 3s`, holds of 20–200 ms.
+    fn default() -> Self {
+        FairnessRun {
+            duration: Duration::from_secs(10),
+            wait: Duration::from_secs(3),
+            ttl: Duration::from_secs(5),
+            hold_ms: (20, 200),
+        }
+    }
+}
+
+/// What a [`fairness_run`] measured.
+#[derive(Debug, Clone)]
+pub struct Fairness {
+    /// `Ok` acquisitions per client (in the order of the clients given).
+    pub ok: Vec<u64>,
+    /// Acquires that ended `Busy` (a whole `wait` without the lock).
+    pub busy: u64,
+    /// Acquires that failed otherwise (with the first such error).
+    pub other_errors: u64,
+    /// The first error that was neither `Ok` nor `Busy`.
+    pub first_error: Option<String>,
+    /// The longest run of consecutive holds by one client.
+    pub longest_streak: usize,
+    /// Holders that overlapped (must be 0).
+    pub overlaps: u64,
+    /// Handoff latency (a release call to the next holder, of another client, acquiring):
+    /// median and 90th percentile.
+    pub handoff_p50: Duration,
+    /// See [`Fairness::handoff_p50`].
+    pub handoff_p90: Duration,
+}
+
+impl Fairness {
+    /// Jain's fairness index over the `Ok` counts: (Σx)² / (n·Σx²), 1 when all are equal,
+    /// 1/n when one client got everything.
+    pub fn jain(&self) -> f64 {
+        jain(&self.ok)
+    }
+
+    /// One line for a test's output.
+    pub fn summary(&self) -> String {
+        format!(
+            "ok per client {:?}, busy {}, other errors {}, longest streak {}, Jain {:.3}, handoff p50 {:.1} ms p90 {:.1} ms, overlaps {}",
+            self.ok,
+            self.busy,
+            self.other_errors,
+            self.longest_streak,
+            self.jain(),
+            self.handoff_p50.as_secs_f64() * 1e3,
+            self.handoff_p90.as_secs_f64() * 1e3,
+            self.overlaps
+        )
+    }
+}
+
+/// Jain's fairness index of `x` (1 for an empty or all-zero `x`).
+pub fn jain(x: &[u64]) -> f64 {
+    let sum: f64 = x.iter().map(|&v| v as f64).sum();
+    let squares: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+    if squares == 0.0 {
+        return 1.0;
+    }
+    sum * sum / (x.len() as f64 * squares)
+}
+
+/// What the clients' tasks share.
+#[derive(Default)]
+struct Shared {
+    inside: AtomicUsize,
+    overlaps: AtomicU64,
+    /// The holders in order (client index) and, per handoff to another client, its latency.
+    holders: Mutex<Vec<usize>>,
+    handoffs: Mutex<Vec<Duration>>,
+    /// When the last release was called, and by which client.
+    released: Mutex<Option<(Instant, usize)>>,
+}
+
+/// Runs `run` with one task per client on lock `name` and returns its figures.
+pub async fn fairness_run(clients: &[Client], name: &str, run: FairnessRun) -> Fairness {
+    let shared = Arc::new(Shared::default());
+    let until = Instant::now() + run.duration;
+    let mut tasks = Vec::new();
+    for (i, client) in clients.iter().enumerate() {
+        let (client, shared, name) = (client.clone(), shared.clone(), name.to_owned());
+        tasks.push(tokio::spawn(async move {
+            one_client(i, client, &name, run, until, &shared).await
+        }));
+    }
+    let (mut ok, mut busy, mut other_errors, mut first_error) = (Vec::new(), 0, 0, None);
+    for task in tasks {
+        let (mine, busy_here, errors, error) = task.await.expect("a fairness task");
+        ok.push(mine);
+        busy += busy_here;
+        other_errors += errors;
+        first_error = first_error.or(error);
+    }
+    let holders = shared.holders.lock().unwrap().clone();
+    let longest_streak = holders
+        .chunk_by(|a, b| a == b)
+        .map(<[usize]>::len)
+        .max()
+        .unwrap_or(0);
+    let mut handoffs = shared.handoffs.lock().unwrap().clone();
+    handoffs.sort();
+    let at = |q: f64| {
+        handoffs
+            .get(((handoffs.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+            .unwrap_or_default()
+    };
+    Fairness {
+        ok,
+        busy,
+        other_errors,
+        first_error,
+        longest_streak,
+        overlaps: shared.overlaps.load(Ordering::SeqCst),
+        handoff_p50: at(0.5),
+        handoff_p90: at(0.9),
+    }
+}
+
+/// One client's loop: `Ok` count, `Busy` count, other errors and the first of them.
+async fn one_client(
+    me: usize,
+    client: Client,
+    name: &str,
+    run: FairnessRun,
+    until: Instant,
+    shared: &Shared,
+) -> (u64, u64, u64, Option<String>) {
+    // A small xorshift per client: reproducible holds, no dependency.
+    let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ (me as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let (mut ok, mut busy, mut errors, mut first) = (0, 0, 0, None);
+    while Instant::now() < until {
+        let guard = match client
+            .lock(name)
+            .ttl(run.ttl)
+            .wait(run.wait)
+            .acquire()
+            .await
+        {
+            Ok(guard) => guard,
+            Err(Error::Busy { .. }) => {
+                busy += 1;
+                continue;
+            }
+            Err(error) => {
+                errors += 1;
+                first.get_or_insert_with(|| error.to_string());
+                continue;
+            }
+        };
+        let now = Instant::now();
+        if shared.inside.fetch_add(1, Ordering::SeqCst) > 0 {
+            shared.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        if let Some((at, by)) = *shared.released.lock().unwrap() {
+            if by != me {
+                shared.handoffs.lock().unwrap().push(now - at);
+            }
+        }
+        shared.holders.lock().unwrap().push(me);
+        ok += 1;
+        let (low, high) = run.hold_ms;
+        let hold = low + next() % (high - low + 1);
+        tokio::time::sleep(Duration::from_millis(hold)).await;
+        shared.inside.fetch_sub(1, Ordering::SeqCst);
+        // From the release call: the next holder cannot take the lock before it.
+        *shared.released.lock().unwrap() = Some((Instant::now(), me));
+        match guard.release().await {
+            Ok(()) => {}
+            Err(error) => {
+                errors += 1;
+                first.get_or_insert_with(|| error.to_string());
+            }
+        }
+    }
+    (ok, busy, errors, first)
+}
