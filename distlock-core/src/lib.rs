@@ -255,8 +255,18 @@
 //!    master, the sentinel that named it still names it: a master frozen through a failover
 //!    resumes believing it is one, and the check itself may be what waited for it.
 //!
-//! What this relies on: the client hears of the switch before the new master's copy of the key
-//! runs out. For a renewed lease whose renewals reached the promoted replica that copy lasts at
+//! **`min_replicas(ALL_REPLICAS)` closes the window below.** Every replica a failover could
+//! promote must acknowledge: the members of the connected master's replica set (each replica
+//! the sentinels listed as healthy since the client connected to this master, until they
+//! declare it down). A replica being promoted stays a member, so a renewal sent to the old
+//! master after the promotion is never acknowledged and never extends the lease; the old
+//! master, not yet a replica of the new one after a switch, never became a member, so it is
+//! not waited for and a planned failover keeps the lock. Its price: a member that is slow
+//! makes every acquire and renewal wait for it (up to [`Config::replica_timeout`]), and one
+//! that is dead fails them until the sentinels declare it down.
+//!
+//! With a count instead, what the holder relies on: the client hears of the switch before the
+//! new master's copy of the key runs out. For a renewed lease whose renewals reached the promoted replica that copy lasts at
 //! least 2/3 of the ttl past the promotion (renewals run every ttl/3); the client hears within
 //! about a second of the sentinels naming the new master. Until it hears, the holder's deadline
 //! may be later than the new master's copy (measured: 1.9 s later, for 0.44 s, with ttl 6 s and
@@ -276,12 +286,13 @@
 //! | 0 | kept | — | — |
 //! | 1 | kept | kept | kept; a client connecting during the freeze finds the new master (before: bound to the resumed old master and took the lock, 7.96 s of overlap) |
 //! | 2 (every replica) | lost at the end of its lease, the holder told ([`LossReason::Unreplicated`]): the new master has one replica until Sentinel converts the old master, about ten seconds later | — | — |
+//! | [`ALL_REPLICAS`] | kept, and the holder's deadline never later than the new master's copy (a gap of 0 at every sample) | — | — |
 //!
 //! Keep the lease long enough to outlast the failover when `min_replicas` counts every
 //! replica: until the old master rejoins, every acquire is refused with
 //! [`Error::Unreplicated`] and renewals are not counted. `min_replicas = 1` of two kept the
-//! lock through all three faults above; the cluster, `SIGKILL`/`SIGSTOP` rows for 0 and 2, and
-//! repeated runs of each are not measured yet.
+//! lock through all three faults above (three rounds each: reliability row 18); the
+//! `SIGKILL`/`SIGSTOP` cases for 0, 2 and [`ALL_REPLICAS`] are not measured yet.
 //!
 //! **RedLock.** [`Config::redlock`] runs the RedLock algorithm over N independent masters
 //! (no replication between them; 3 or 5). An acquire goes to every master at once, each
