@@ -163,7 +163,9 @@ impl LockBuilder {
     /// [`crate::Config::min_replicas`]; 0: none). Too few acknowledgements within
     /// [`crate::Config::replica_timeout`] release the lock again and fail the acquire with
     /// [`Error::Unreplicated`]; for a renewal they count as a failed renewal (see
-    /// [`crate::Config::min_replicas`] for what this buys under failover and what it does not).
+    /// [`crate::Config::min_replicas`] for what this buys under failover and what it does not;
+    /// over Redis Sentinel, [`crate::ALL_REPLICAS`] waits for every replica a failover could
+    /// promote).
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), distlock_core::Error> {

@@ -253,6 +253,9 @@ impl Config {
     /// counts as a failed renewal (retried; if that lasts until the lease runs out, the lock is
     /// lost with [`LossReason::Unreplicated`](crate::LossReason::Unreplicated)).
     ///
+    /// Over Redis Sentinel, [`ALL_REPLICAS`] waits for every replica a failover could promote
+    /// instead of a count (see its docs).
+    ///
     /// What it buys: a lock acknowledged by `n` replicas survives the failover of its master to
     /// any of them (Redis promotes the most up-to-date replica). What it does not: `WAIT` makes
     /// replication synchronous for this write only, it is not consensus; a failover to a
