@@ -162,7 +162,7 @@ async fn a_waiter_is_woken_by_the_surviving_masters_with_two_killed() {
     masters[0].kill();
     masters[3].kill();
     let live: Vec<&RedisServer> = [1, 2, 4].iter().map(|&i| &masters[i]).collect();
-    // (Its attempt after the wake settles with the live majority: item 2 of REDLOCK-STATUS.)
+    // (Its attempt after the wake settles with the live majority: calls settle early.)
     let within = Duration::from_secs(1);
     let latency = woken_by_release(&masters, &live, "wake-two-down", within).await;
     eprintln!("woken {latency:?} after the release (2 of 5 masters killed)");
@@ -190,8 +190,8 @@ async fn waiters_leave_no_subscription_on_any_live_master() {
     // wait runs out); on another, two that take the lock in turn. So the only waiter that
     // retries when the holder releases is the first taker: no attempt is on its way then (with
     // a master down, an attempt that overtakes the release on some masters, or waiters of two
-    // clients that split the live masters, fail with `NoQuorum` even while waiting: item 8 of
-    // REDLOCK-STATUS.md).
+    // clients that split the live masters, fail with `NoQuorum` even while waiting, and are
+    // retried after a backoff pause).
     let cancelled = wait(&b, Duration::from_secs(30));
     let live: Vec<&RedisServer> = masters.iter().collect();
     until_waiting(&live, name, 1, 0).await;

@@ -399,6 +399,25 @@
 //! a majority keeping its fence floors (a master that restarts without its data forgets its
 //! floor, as it forgets its locks).
 //!
+//! What is known and left, over RedLock:
+//! - The healthy-master cost of settling calls early (a background task per call that leaves
+//!   requests out, ordering per master and lock value, the masters' drivers on the client's
+//!   thread): a sequential acquire + release measured about 375 µs before and 420–440 µs after
+//!   on five local servers (noisy); there is no group commit per master yet.
+//! - Two acquires that split the live masters while others do not answer wait out the
+//!   response timeout before both try again (keep it short over a quorum). A master whose
+//!   connection is being re-made when a request's time is up may get the request queued
+//!   behind it first: a late grant missed that way expires at its ttl.
+//! - Queue tickets come from the clients' clocks: a host whose clock runs ahead queues later
+//!   than it came. A client that does not know the queue (an older distlock) is excluded, not
+//!   held to its turns. Under a saturated lock (1 ms bodies, every client always waiting) the
+//!   FIFO handoff costs throughput: reliability row 17 completed 346 / 350 / 485 sections (all
+//!   up / two down / restarted) before the queue and 248–305 / 161–316 / 353–481 with it.
+//! - A master that was down when a channel was subscribed is not subscribed later while the
+//!   channel keeps enough masters (the holder's pttl covers it).
+//! - The CLI reads one master at a time (`--url`): every master holds every client's identity
+//!   record, and a forced release there deletes that master's copy only.
+//!
 //! **TLS.** With the `tls` feature, `rediss://` URLs connect through rustls (ring as its
 //! crypto provider unless the application installed another): the server's certificate is
 //! checked against the system's trust store, or against [`Config::tls_root_certificates`]
