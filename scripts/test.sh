@@ -15,6 +15,13 @@ cargo clippy -p distlock-core -p distlock --locked -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 # The published crates build from their packages exactly as users get them: a file left out of
 # a package (a module, a license text, the README a crate names) fails here.
+# Cargo verifies them through a local registry whose crates it unpacks into its own cache once
+# per version, and does not unpack them again: drop those copies, so the build is of the
+# packages just made, not of an earlier run's (same version, older code).
+cargo_home="${CARGO_HOME:-$HOME/.cargo}"
+for stale in "$cargo_home"/registry/src/-*/distlock*-[0-9]* "$cargo_home"/registry/cache/-*/distlock*-[0-9]*; do
+  if [ -e "$stale" ]; then rm -rf "$stale"; fi
+done
 cargo package --locked --allow-dirty --quiet -p distlock-core -p distlock-macros -p distlock -p distlock-cli
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
