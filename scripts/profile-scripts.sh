@@ -11,7 +11,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python3 - "$work" <<'PY'
 import re, sys
-src = open('distlock-core/src/scripts.rs').read()
+src = open('distlock-core/src/wire/scripts.rs').read()
 for name in ['ACQUIRE_FENCED', 'RELEASE', 'RELEASE_MANY']:
     body = re.search(r'pub const ' + name + r': &str = r#"(.*?)"#;', src, re.S).group(1)
     open(f'{sys.argv[1]}/{name}.lua', 'w').write(body)

@@ -1,4 +1,4 @@
-//! Group commit (`distlock-core/src/batch.rs`) against a real redis-server: plain acquires and
+//! Group commit (`distlock-core/src/client/batch.rs`) against a real redis-server: plain acquires and
 //! releases that arrive while one is in flight go out together (one `ECHO`, one release script
 //! call per group), and grouping changes nothing a caller can observe: exclusivity, replies,
 //! cancellation, a flushed script cache, a runtime that shuts down mid-group.

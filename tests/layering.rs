@@ -3,7 +3,8 @@
 //! ARCHITECTURE.md names every module of the runtime and the macro crate.
 //!
 //! The graph is read from the source text: a module depends on module `m` where its code (not
-//! its comments) says `crate::m`. Each file below `src/` (or a harness folder) is a module; the
+//! its comments) says `crate::m` (a macro's `$crate::` does not count: it is resolved in the
+//! crate that uses the macro). Each file below `src/` (or a harness folder) is a module; the
 //! files of a folder module (`scenarios/*.rs`, `model/*.rs`) count as that module. A `crate::x`
 //! where `x` is not a module names an item of the crate root (`lib.rs`/`main.rs`), which sits
 //! above every module: that is an upward import.
@@ -63,8 +64,9 @@ fn crate_paths(text: &str) -> BTreeSet<String> {
         while let Some(at) = rest.find("crate::") {
             let before = rest[..at].chars().next_back();
             rest = &rest[at + "crate::".len()..];
-            // `distlock_core::` and the like are other crates, not `crate::`.
-            if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            // `distlock_core::` and the like are other crates, not `crate::`; a macro's
+            // `$crate::` is resolved where the macro is used (it names the public API).
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
                 continue;
             }
             let ident: String = rest
@@ -185,7 +187,7 @@ fn the_checker_sees_circles_and_upward_imports() {
     .collect();
     assert_eq!(circles(&graph), vec![vec!["a", "b", "c"]]);
     let paths = crate_paths(
-        "use crate::{x, y::Z};\nlet v = crate::w::f(); // crate::comment\nuse distlock_core::q;",
+        "use crate::{x, y::Z};\nlet v = crate::w::f(); // crate::comment\nuse distlock_core::q;\n$crate::m::f();",
     );
     assert_eq!(
         paths.into_iter().collect::<Vec<_>>(),

@@ -49,12 +49,29 @@ fn literals_of_call(text: &str) -> Vec<String> {
     out
 }
 
+/// Every `.rs` file below `dir`, with its module's name (a folder's `mod.rs`: the folder's).
+fn sources(dir: &std::path::Path, out: &mut Vec<(String, PathBuf)>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            sources(&path, out);
+            continue;
+        }
+        let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let module = match stem.as_str() {
+            "mod" => dir.file_name().unwrap().to_string_lossy().into_owned(),
+            _ => stem,
+        };
+        out.push((module, path));
+    }
+}
+
 fn emitted() -> Vec<Emitted> {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("distlock-core/src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
     let mut out = Vec::new();
-    for entry in fs::read_dir(src).unwrap() {
-        let path = entry.unwrap().path();
-        let module = path.file_stem().unwrap().to_string_lossy().into_owned();
+    for (module, path) in files {
         let text = fs::read_to_string(&path).unwrap();
         for level in ["trace", "debug", "info", "warn", "error"] {
             for span in [false, true] {

@@ -442,56 +442,37 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod acquire;
-mod backend;
 mod background;
-mod backoff;
-mod batch;
 mod client;
 mod config;
-mod config_source;
-mod connection;
-mod context;
-mod duration;
+mod deploy;
 mod error;
-mod guard;
-mod identity;
-mod ids;
-mod keys;
 mod lease;
-#[doc(hidden)]
-pub mod lock_assert;
+mod lock;
 mod macro_support;
 mod metrics;
-mod quorum;
-mod redlock;
-mod redlock_fence;
-mod redlock_queue;
 mod registry;
-mod run;
-#[doc(hidden)]
-pub mod scripts;
-mod sentinel;
-mod stragglers;
 mod sync;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
-mod waiters;
-mod watchdog;
+mod wire;
 
-pub use acquire::{lock, LockBuilder};
+#[doc(hidden)]
+pub use wire::scripts;
+
 pub use client::Client;
+pub use config::duration::{parse_duration, DurationError};
 pub use config::{Config, ALL_REPLICAS};
-pub use context::fencing_token;
-pub use duration::{parse_duration, DurationError};
 pub use error::{Error, LossReason, Operation, Result};
-pub use guard::LockGuard;
-pub use keys::{hash_slot, MAX_NAME_LEN};
 pub use lease::{LEASE_MARGIN, MAX_TTL, MIN_TTL};
+pub use lock::acquire::{lock, LockBuilder};
+pub use lock::context::fencing_token;
+pub use lock::guard::LockGuard;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use metrics::describe_metrics;
+pub use wire::keys::{hash_slot, MAX_NAME_LEN};
 
 /// The redis-rs crate this runtime is built on, so [`Error::Redis`]'s source can be matched
 /// (and `redis` types named) without a separate, possibly mismatched, `redis` dependency.

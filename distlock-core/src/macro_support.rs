@@ -26,8 +26,10 @@ use std::time::Duration;
 use crate::error::Error;
 use crate::lease::{MAX_TTL, MIN_TTL};
 
-pub use crate::acquire::lock;
-use crate::acquire::LockBuilder;
+pub use crate::lock::acquire::lock;
+use crate::lock::acquire::LockBuilder;
+/// What `assert_locked!` expands to.
+pub use crate::lock::lock_assert::locked_token;
 pub use std::time::Duration as StdDuration;
 
 /// `lock(name)` for a `skip` function: a busy lock is counted as `skipped` in the metrics

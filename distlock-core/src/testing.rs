@@ -32,7 +32,7 @@ use std::time::Duration;
 use tokio::sync::OnceCell;
 
 use crate::config::Config;
-use crate::keys::LockKeys;
+use crate::wire::keys::LockKeys;
 
 /// How long a server may take to say it is ready.
 const READY_WITHIN: Duration = Duration::from_secs(10);

@@ -13,13 +13,13 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 
-use crate::backend::{Backend, Link};
 use crate::background::Background;
+use crate::deploy::backend::{Backend, Link};
+use crate::deploy::redlock::quorum::Quorate;
+use crate::deploy::redlock::stragglers::{expiry, Expired, Fanout, Stragglers};
 use crate::error::{is_connection_failure, is_error_reply};
-use crate::quorum::Quorate;
-use crate::scripts::{echoes, Call, ReplicaWait, Request, Sent};
-use crate::stragglers::{expiry, Expired, Fanout, Stragglers};
 use crate::sync;
+use crate::wire::scripts::{echoes, Call, ReplicaWait, Request, Sent};
 
 /// Why a script call failed.
 #[derive(Debug, Clone)]

@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use crate::lease::LEASE_MARGIN;
-use crate::scripts::{
+use crate::wire::scripts::{
     AcquireCall, Acquired, Call, FenceFloorCall, FencedAcquireCall, LeaveQueueCall,
     QueuedAcquireCall, ReleaseCall, ReleaseManyCall, Released, RenewCall, Renewed,
 };
@@ -409,7 +409,7 @@ fn released(replies: &[Released], nodes: usize, silent: usize) -> Result<Release
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scripts::RenewItem;
+    use crate::wire::scripts::RenewItem;
 
     const TTL: Duration = Duration::from_secs(10);
     const FAST: Duration = Duration::from_millis(3);
@@ -543,10 +543,10 @@ mod tests {
 
     #[test]
     fn masters_known_to_be_down_decide_a_split_acquire_and_end_a_hopeless_release() {
-        let keys = crate::keys::LockKeys::new("distlock", "k").unwrap();
+        let keys = crate::wire::keys::LockKeys::new("distlock", "k").unwrap();
         let call = AcquireCall {
             keys: &keys,
-            owner: &crate::ids::ShortId::with_counter("d2:", b'o', 1),
+            owner: &crate::wire::ids::ShortId::with_counter("d2:", b'o', 1),
             id: b"a",
             ttl: TTL,
             want_pttl: true,

@@ -41,8 +41,8 @@ use std::sync::Arc;
 use redis::aio::ConnectionLike;
 use tokio::runtime::Handle;
 
-use crate::backend::{Backend, Link};
 use crate::config::Config;
+use crate::deploy::backend::{Backend, Link};
 
 /// How long a record outlives the last refresh of its client.
 pub(crate) const RECORD_TTL: Duration = Duration::from_secs(60);

@@ -2,12 +2,15 @@
 //! connection per master, joined into one `Connection` that sends every call to all of them
 //! and counts the replies by majority (the rules are `quorum`'s).
 
+pub(crate) mod quorum;
+pub(crate) mod stragglers;
+
 use std::sync::Arc;
 
-use crate::backend::Backend;
 use crate::background::Background;
 use crate::config::Config;
-use crate::connection::Connection;
+use crate::deploy::backend::Backend;
+use crate::deploy::connection::Connection;
 use crate::error::Error;
 
 /// The quorum connection over `config`'s masters. Each master's connection is made lazily

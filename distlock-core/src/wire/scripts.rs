@@ -44,9 +44,9 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, FromRedisValue, Pipeline, RedisResult, ServerErrorKind, Value};
 
-use crate::ids::ShortId;
-use crate::keys::LockKeys;
 use crate::lease::millis_ceil;
+use crate::wire::ids::ShortId;
+use crate::wire::keys::LockKeys;
 
 /// The protocol version every lock value starts with.
 pub const VERSION_TAG: &str = "d2:";
@@ -232,7 +232,7 @@ return {ARGV[4], {1, token, 0}}
 "#;
 
 /// A RedLock waiter whose acquire ended (without the lock, or with it: see
-/// `redlock_queue::QueueEntry`) takes its entry out of the queue (see [`ACQUIRE_QUEUED`]), so
+/// `lock::queue::QueueEntry`) takes its entry out of the queue (see [`ACQUIRE_QUEUED`]), so
 /// the waiters behind it need not wait out its grace.
 ///
 /// KEYS: queue, queue until. ARGV: value (`d2:<owner>`), request id. Returns `{id, removed}`.

@@ -12,8 +12,8 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
-use crate::guard::Hold;
 use crate::lease::Lease;
+use crate::lock::guard::Hold;
 
 thread_local! {
     /// The innermost frame of the body being polled on this thread, if any.

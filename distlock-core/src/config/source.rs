@@ -36,8 +36,8 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
+use crate::config::duration::parse_duration;
 use crate::config::Config;
-use crate::duration::parse_duration;
 use crate::error::Error;
 
 /// The prefix of every environment variable [`Config::from_env`] reads.

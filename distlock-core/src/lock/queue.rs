@@ -13,8 +13,8 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::Operation;
-use crate::guard::Hold;
-use crate::scripts::LeaveQueueCall;
+use crate::lock::guard::Hold;
+use crate::wire::scripts::LeaveQueueCall;
 
 /// A waiting acquire's ticket: now, in µs since the Unix epoch (never 0, which means "does not
 /// wait").

@@ -1,11 +1,14 @@
 //! Client configuration: where Redis is, how keys are named, and the timing defaults.
 
+pub(crate) mod duration;
+pub(crate) mod source;
+
 use std::fmt;
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::keys::validate_prefix;
 use crate::lease::{check_ttl, MAX_TTL};
+use crate::wire::keys::validate_prefix;
 
 /// How to reach Redis and the defaults for locks taken through the client.
 ///

@@ -29,14 +29,14 @@ use redis::Value;
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
-use crate::connection::{CallError, Connection};
-use crate::ids::ShortId;
-use crate::keys::LockKeys;
-use crate::scripts::{
+use crate::deploy::connection::{CallError, Connection};
+use crate::sync;
+use crate::wire::ids::ShortId;
+use crate::wire::keys::LockKeys;
+use crate::wire::scripts::{
     add_acquire, decode_acquire, finish_pipeline, AcquireCall, Acquired, Call, ReleaseCall,
     ReleaseItem, ReleaseManyCall, Released, Request,
 };
-use crate::sync;
 
 /// The most requests one group carries; the rest wait for the next group.
 const MAX_GROUP: usize = 256;

@@ -35,14 +35,14 @@ use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::connection::{CallError, Connection};
+use crate::deploy::connection::{CallError, Connection};
 use crate::error::{is_error_reply, LossReason};
-use crate::ids::ShortId;
-use crate::keys::hash_slot;
 use crate::lease::{self, guaranteed_until, renewal_interval, Lease};
 use crate::metrics::{self, RenewalOutcome};
-use crate::scripts::{RenewCall, RenewItem, Renewed, ReplicaWait};
 use crate::sync;
+use crate::wire::ids::ShortId;
+use crate::wire::keys::hash_slot;
+use crate::wire::scripts::{RenewCall, RenewItem, Renewed, ReplicaWait};
 
 /// Retry delay after a failed renewal round trip.
 const RETRY_AFTER_ERROR: Duration = Duration::from_millis(100);

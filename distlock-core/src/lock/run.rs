@@ -20,10 +20,10 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::task::{ready, Context, Poll};
 
-use crate::acquire::LockBuilder;
-use crate::context::{Entered, Frame};
 use crate::error::{Error, LossReason};
-use crate::guard::{LockGuard, Released};
+use crate::lock::acquire::LockBuilder;
+use crate::lock::context::{Entered, Frame};
+use crate::lock::guard::{LockGuard, Released};
 use crate::sync;
 
 impl LockBuilder {

@@ -15,11 +15,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::Client;
+use crate::deploy::redlock::quorum::majority;
 use crate::error::{Error, Operation};
-use crate::keys::LockKeys;
 use crate::lease::guaranteed_until;
-use crate::quorum::majority;
-use crate::scripts::FenceFloorCall;
+use crate::wire::keys::LockKeys;
+use crate::wire::scripts::FenceFloorCall;
 
 /// The token for a lock just taken by a majority whose largest fenced-acquire token was
 /// `taken` (the acquire was sent at `sent_at`). Fails with [`Error::NoQuorum`] when a round

@@ -52,12 +52,12 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, watch, OnceCell, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use crate::backend::{Backend, Subscriber};
 use crate::background::Background;
+use crate::deploy::backend::{Backend, Subscriber};
+use crate::deploy::redlock::quorum::majority;
 use crate::error::{is_connection_failure, Error, Operation};
-use crate::quorum::majority;
-use crate::scripts::TURN_GRACE;
 use crate::sync;
+use crate::wire::scripts::TURN_GRACE;
 
 type ChannelMap = HashMap<Vec<u8>, Arc<Channel>>;
 

@@ -10,11 +10,11 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::error::{Error, LossReason};
-use crate::ids::ShortId;
-use crate::keys::LockKeys;
 use crate::lease::{millis_ceil, Lease};
-use crate::scripts::ReleaseCall;
-pub(crate) use crate::scripts::Released;
+use crate::wire::ids::ShortId;
+use crate::wire::keys::LockKeys;
+use crate::wire::scripts::ReleaseCall;
+pub(crate) use crate::wire::scripts::Released;
 
 /// One acquisition of a lock, shared by its outer hold and every re-entrant hold of the same
 /// call chain: enough to release it from anywhere. Holds are counted here, on the client; the
@@ -231,7 +231,7 @@ impl LockGuard {
         &self.lease
     }
 
-    /// The lock's name, as passed to [`crate::lock`].
+    /// The lock's name, as passed to [`crate::lock()`].
     pub fn name(&self) -> &str {
         self.hold().keys.name()
     }

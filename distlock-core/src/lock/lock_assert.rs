@@ -33,10 +33,10 @@
 #[macro_export]
 macro_rules! assert_locked {
     () => {
-        $crate::lock_assert::locked_token(::core::option::Option::None)
+        $crate::__private::locked_token(::core::option::Option::None)
     };
     ($($message:tt)+) => {
-        $crate::lock_assert::locked_token(::core::option::Option::Some(
+        $crate::__private::locked_token(::core::option::Option::Some(
             ::std::format!($($message)+),
         ))
     };
@@ -49,7 +49,7 @@ macro_rules! assert_locked {
 #[doc(hidden)]
 #[track_caller]
 pub fn locked_token(message: Option<String>) -> Option<u64> {
-    match crate::context::held_token() {
+    match crate::lock::context::held_token() {
         Some(token) => token,
         None => panic!(
             "{}not running under a distributed lock: call this inside a `#[distributed_lock]` function or a `lock(..).run(..)` body (a task spawned inside the body is not under the lock)",

@@ -1,5 +1,10 @@
 //! A connected client: the command connection, the watchdog and the release subscriber.
 
+pub(crate) mod batch;
+pub(crate) mod identity;
+pub(crate) mod waiters;
+pub(crate) mod watchdog;
+
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -7,19 +12,18 @@ use std::time::Duration;
 
 use std::future::Future;
 
-use crate::backend::{Backend, Link};
 use crate::background::Background;
-use crate::batch::Batcher;
+use crate::client::batch::Batcher;
+use crate::client::waiters::{Subscription, Waiters};
+use crate::client::watchdog::{Batching, Renewal, Watchdog};
 use crate::config::Config;
-use crate::connection::{CallError, Connection};
+use crate::deploy::backend::{Backend, Link};
+use crate::deploy::connection::{CallError, Connection};
+use crate::deploy::redlock;
+use crate::deploy::redlock::quorum::{self, Quorate};
 use crate::error::{is_error_reply, Error, Operation};
-use crate::identity;
-use crate::ids::ShortId;
-use crate::quorum::{self, Quorate};
-use crate::redlock;
-use crate::scripts::{self, AcquireCall, Acquired, ReleaseCall, Released, ReplicaWait};
-use crate::waiters::{Subscription, Waiters};
-use crate::watchdog::{Batching, Renewal, Watchdog};
+use crate::wire::ids::ShortId;
+use crate::wire::scripts::{self, AcquireCall, Acquired, ReleaseCall, Released, ReplicaWait};
 
 /// A connection to Redis (one server, or a Redis Cluster: see [`Config::cluster`]) with its
 /// lock defaults. Cheap to clone.

@@ -29,8 +29,8 @@ use crate::background::Background;
 #[cfg(feature = "tls")]
 use crate::config::uses_tls;
 use crate::config::{redact_url, Config, ALL_REPLICAS, MAX_REPLICAS};
+use crate::deploy::sentinel::{follows_master_after, MasterLink, MasterSubscriber, Sentinels};
 use crate::error::Error;
-use crate::sentinel::{follows_master_after, MasterLink, MasterSubscriber, Sentinels};
 
 /// Where a client's connections go, and how they are made.
 pub(crate) struct Backend {

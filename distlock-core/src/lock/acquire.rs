@@ -7,24 +7,24 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backoff::Backoff;
+use crate::client::waiters::Subscription;
+use crate::client::watchdog::Renewal;
 use crate::client::Client;
 use crate::config::{ALL_NEEDS_SENTINEL, ALL_REPLICAS, MAX_REPLICAS};
-use crate::context::{self, Outer};
+use crate::deploy::redlock::quorum;
 use crate::error::{Error, LossReason, Operation};
-use crate::guard::{Acquisition, Hold, LockGuard, ReleaseOnDrop};
-use crate::keys::LockKeys;
 use crate::lease::{check_ttl, deadline_after, guaranteed_until, millis_ceil, Lease, MAX_TTL};
+use crate::lock::backoff::Backoff;
+use crate::lock::context::{self, Outer};
+use crate::lock::fence;
+use crate::lock::guard::{Acquisition, Hold, LockGuard, ReleaseOnDrop};
+use crate::lock::queue::{self, QueueEntry};
 use crate::metrics::{self, Attempt, Held, Waiting};
-use crate::quorum;
-use crate::redlock_fence;
-use crate::redlock_queue::{self, QueueEntry};
 use crate::registry;
-use crate::scripts::{
+use crate::wire::keys::LockKeys;
+use crate::wire::scripts::{
     AcquireCall, Acquired, FencedAcquireCall, QueuedAcquireCall, RenewCall, RenewItem, Renewed,
 };
-use crate::waiters::Subscription;
-use crate::watchdog::Renewal;
 
 #[derive(Debug, Clone)]
 enum ClientChoice {
@@ -33,7 +33,7 @@ enum ClientChoice {
     Given(Client),
 }
 
-/// Builds one lock acquisition; start with [`crate::lock`] or [`Client::lock`].
+/// Builds one lock acquisition; start with [`crate::lock()`] or [`Client::lock`].
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), distlock_core::Error> {
@@ -332,7 +332,7 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
     // there once it queued (from its first attempt after subscribing: an acquire that takes
     // the lock at once never queues), taken out again when the acquire ends.
     let ticket = match client.is_quorum() && give_up.is_some() {
-        true => redlock_queue::ticket(),
+        true => queue::ticket(),
         false => 0,
     };
     let mut queued: Option<QueueEntry> = None;
@@ -377,9 +377,7 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
             let attempt = match attempt {
                 // RedLock: a token above every earlier holder's (failing, the lock is released).
                 Acquired::Taken { token: Some(taken) } if client.is_quorum() => Acquired::Taken {
-                    token: Some(
-                        redlock_fence::token(&client, keys, taken, terms.ttl, sent_at).await?,
-                    ),
+                    token: Some(fence::token(&client, keys, taken, terms.ttl, sent_at).await?),
                 },
                 other => other,
             };
