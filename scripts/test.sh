@@ -15,14 +15,17 @@ cargo clippy -p distlock-core -p distlock --locked -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 # The published crates build from their packages exactly as users get them: a file left out of
 # a package (a module, a license text, the README a crate names) fails here.
-# Cargo verifies them through a local registry whose crates it unpacks into its own cache once
-# per version, and does not unpack them again: drop those copies, so the build is of the
-# packages just made, not of an earlier run's (same version, older code).
+# Cargo verifies them through a local registry whose crates it unpacks into its own cache, and
+# builds them as registry crates, which it never rebuilds for a change of content (a registry
+# version is immutable): drop both, so the check builds the packages just made, not an earlier
+# run's of the same version. The check has a target folder of its own.
 cargo_home="${CARGO_HOME:-$HOME/.cargo}"
 for stale in "$cargo_home"/registry/src/-*/distlock*-[0-9]* "$cargo_home"/registry/cache/-*/distlock*-[0-9]*; do
   if [ -e "$stale" ]; then rm -rf "$stale"; fi
 done
-cargo package --locked --allow-dirty --quiet -p distlock-core -p distlock-macros -p distlock -p distlock-cli
+package_target="${CARGO_TARGET_DIR:-target}/package-check"
+rm -rf "$package_target"/debug/.fingerprint/distlock* "$package_target"/debug/deps/*distlock* "$package_target"/package
+cargo package --locked --allow-dirty --quiet --target-dir "$package_target" -p distlock-core -p distlock-macros -p distlock -p distlock-cli
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --lib --bins --tests --examples --features "$features" --locked 2>&1 | tee "$log"
