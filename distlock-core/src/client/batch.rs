@@ -31,12 +31,13 @@ use tokio::sync::oneshot;
 
 use crate::deploy::connection::{CallError, Connection};
 use crate::sync;
+use crate::wire::calls::{
+    add_acquire, decode_acquire, AcquireCall, Acquired, ReleaseCall, ReleaseItem, ReleaseManyCall,
+    Released,
+};
 use crate::wire::ids::ShortId;
 use crate::wire::keys::LockKeys;
-use crate::wire::scripts::{
-    add_acquire, decode_acquire, finish_pipeline, AcquireCall, Acquired, Call, ReleaseCall,
-    ReleaseItem, ReleaseManyCall, Released, Request,
-};
+use crate::wire::request::{finish_pipeline, Call, Request};
 
 /// The most requests one group carries; the rest wait for the next group.
 const MAX_GROUP: usize = 256;

@@ -22,8 +22,10 @@ use crate::deploy::connection::{CallError, Connection};
 use crate::deploy::redlock;
 use crate::deploy::redlock::quorum::{self, Quorate};
 use crate::error::{is_error_reply, Error, Operation};
+use crate::wire::calls::{AcquireCall, Acquired, ReleaseCall, Released};
 use crate::wire::ids::ShortId;
-use crate::wire::scripts::{self, AcquireCall, Acquired, ReleaseCall, Released, ReplicaWait};
+use crate::wire::request::{self, ReplicaWait};
+use crate::wire::scripts;
 
 /// A connection to Redis (one server, or a Redis Cluster: see [`Config::cluster`]) with its
 /// lock defaults. Cheap to clone.
@@ -454,7 +456,7 @@ async fn eviction_policy(mut conn: Link, timeout: Duration) -> Option<String> {
 /// a server that refuses `SCRIPT LOAD` here still gets them loaded on first use.
 async fn preload_scripts(mut conn: Link, timeout: Duration) {
     let mut pipe = redis::pipe();
-    for script in scripts::ALL {
+    for script in request::ALL {
         pipe.add_command(script.load()).ignore();
     }
     match tokio::time::timeout(timeout, pipe.exec_async(&mut conn)).await {

@@ -40,9 +40,10 @@ use crate::error::{is_error_reply, LossReason};
 use crate::lease::{self, guaranteed_until, renewal_interval, Lease};
 use crate::metrics::{self, RenewalOutcome};
 use crate::sync;
+use crate::wire::calls::{RenewCall, RenewItem, Renewed};
 use crate::wire::ids::ShortId;
 use crate::wire::keys::hash_slot;
-use crate::wire::scripts::{RenewCall, RenewItem, Renewed, ReplicaWait};
+use crate::wire::request::ReplicaWait;
 
 /// Retry delay after a failed renewal round trip.
 const RETRY_AFTER_ERROR: Duration = Duration::from_millis(100);

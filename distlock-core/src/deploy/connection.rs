@@ -19,7 +19,7 @@ use crate::deploy::redlock::quorum::Quorate;
 use crate::deploy::redlock::stragglers::{expiry, Expired, Fanout, Stragglers};
 use crate::error::{is_connection_failure, is_error_reply};
 use crate::sync;
-use crate::wire::scripts::{echoes, Call, ReplicaWait, Request, Sent};
+use crate::wire::request::{echoes, Call, ReplicaWait, Request, Sent};
 
 /// Why a script call failed.
 #[derive(Debug, Clone)]

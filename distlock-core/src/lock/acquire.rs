@@ -21,10 +21,10 @@ use crate::lock::guard::{Acquisition, Hold, LockGuard, ReleaseOnDrop};
 use crate::lock::queue::{self, QueueEntry};
 use crate::metrics::{self, Attempt, Held, Waiting};
 use crate::registry;
-use crate::wire::keys::LockKeys;
-use crate::wire::scripts::{
+use crate::wire::calls::{
     AcquireCall, Acquired, FencedAcquireCall, QueuedAcquireCall, RenewCall, RenewItem, Renewed,
 };
+use crate::wire::keys::LockKeys;
 
 #[derive(Debug, Clone)]
 enum ClientChoice {

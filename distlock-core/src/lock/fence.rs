@@ -18,8 +18,8 @@ use crate::client::Client;
 use crate::deploy::redlock::quorum::majority;
 use crate::error::{Error, Operation};
 use crate::lease::guaranteed_until;
+use crate::wire::calls::FenceFloorCall;
 use crate::wire::keys::LockKeys;
-use crate::wire::scripts::FenceFloorCall;
 
 /// The token for a lock just taken by a majority whose largest fenced-acquire token was
 /// `taken` (the acquire was sent at `sent_at`). Fails with [`Error::NoQuorum`] when a round

@@ -11,10 +11,10 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::error::{Error, LossReason};
 use crate::lease::{millis_ceil, Lease};
+use crate::wire::calls::ReleaseCall;
+pub(crate) use crate::wire::calls::Released;
 use crate::wire::ids::ShortId;
 use crate::wire::keys::LockKeys;
-use crate::wire::scripts::ReleaseCall;
-pub(crate) use crate::wire::scripts::Released;
 
 /// One acquisition of a lock, shared by its outer hold and every re-entrant hold of the same
 /// call chain: enough to release it from anywhere. Holds are counted here, on the client; the

@@ -14,7 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::Operation;
 use crate::lock::guard::Hold;
-use crate::wire::scripts::LeaveQueueCall;
+use crate::wire::calls::LeaveQueueCall;
 
 /// A waiting acquire's ticket: now, in µs since the Unix epoch (never 0, which means "does not
 /// wait").

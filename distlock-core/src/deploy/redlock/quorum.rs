@@ -13,10 +13,11 @@
 use std::time::Duration;
 
 use crate::lease::LEASE_MARGIN;
-use crate::wire::scripts::{
-    AcquireCall, Acquired, Call, FenceFloorCall, FencedAcquireCall, LeaveQueueCall,
-    QueuedAcquireCall, ReleaseCall, ReleaseManyCall, Released, RenewCall, Renewed,
+use crate::wire::calls::{
+    AcquireCall, Acquired, FenceFloorCall, FencedAcquireCall, LeaveQueueCall, QueuedAcquireCall,
+    ReleaseCall, ReleaseManyCall, Released, RenewCall, Renewed,
 };
+use crate::wire::request::Call;
 
 /// Masters a majority of `nodes` needs.
 pub(crate) fn majority(nodes: usize) -> usize {
@@ -409,7 +410,7 @@ fn released(replies: &[Released], nodes: usize, silent: usize) -> Result<Release
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::scripts::RenewItem;
+    use crate::wire::calls::RenewItem;
 
     const TTL: Duration = Duration::from_secs(10);
     const FAST: Duration = Duration::from_millis(3);
