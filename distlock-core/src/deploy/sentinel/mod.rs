@@ -17,21 +17,27 @@
 //! master yet, or not reachable) the sentinels are asked again for at most one response
 //! timeout. Callers bound it further by their own timeouts.
 
+mod link;
+mod members;
+mod subscriber;
+
+pub(crate) use link::MasterLink;
+use members::{Members, ReplicaEntry};
+pub(crate) use subscriber::MasterSubscriber;
+
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
-use redis::aio::{AsyncPushSender, ConnectionLike, MultiplexedConnection};
+use redis::aio::{AsyncPushSender, MultiplexedConnection};
 use redis::{
-    AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, Pipeline,
-    ProtocolVersion, PushInfo, PushKind, RedisConnectionInfo, RedisError, RedisFuture, RedisResult,
-    Value,
+    AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, ErrorKind, ProtocolVersion, PushInfo,
+    PushKind, RedisConnectionInfo, RedisError, RedisResult, Value,
 };
-use tokio::sync::{mpsc, watch, Mutex};
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::background::Background;
 use crate::error::is_connection_failure;
 use crate::sync;
 
@@ -370,74 +376,6 @@ fn is_refused_login(error: &RedisError) -> bool {
         || matches!(error.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
 }
 
-/// The replicas of one master that `ALL_REPLICAS` waits for (see [`Sentinels::count_healthy`]).
-struct Members {
-    master: (String, u16),
-    /// Every replica (`ip:port`) seen healthy since the client connected to this master.
-    names: HashSet<String>,
-    /// The members the sentinels still list and do not consider down (at least one).
-    count: usize,
-}
-
-impl Members {
-    fn updated(mut self, listed: &[ReplicaEntry]) -> Members {
-        for entry in listed.iter().filter(|e| e.healthy) {
-            self.names.insert(entry.name.clone());
-        }
-        let counted = listed
-            .iter()
-            .filter(|e| self.names.contains(&e.name) && !e.down)
-            .count();
-        self.count = counted.max(1);
-        self
-    }
-}
-
-/// One entry of `SENTINEL REPLICAS` (a map in RESP3, a flat field list in RESP2).
-struct ReplicaEntry {
-    /// `ip:port`.
-    name: String,
-    /// Listed as a replica, not down or disconnected, reporting itself as one, link up.
-    healthy: bool,
-    /// The sentinels consider it down (it cannot be promoted).
-    down: bool,
-}
-
-impl ReplicaEntry {
-    fn read(entry: &Value) -> Option<ReplicaEntry> {
-        let text = |v: &Value| match v {
-            Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-            Value::SimpleString(s) => Some(s.clone()),
-            _ => None,
-        };
-        let fields: Vec<(String, String)> = match entry {
-            Value::Map(pairs) => pairs
-                .iter()
-                .filter_map(|(k, v)| Some((text(k)?, text(v)?)))
-                .collect(),
-            Value::Array(flat) => flat
-                .chunks(2)
-                .filter_map(|pair| Some((text(pair.first()?)?, text(pair.get(1)?)?)))
-                .collect(),
-            _ => return None,
-        };
-        let field = |name: &str| {
-            fields
-                .iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.as_str())
-        };
-        let flags = field("flags").unwrap_or_default();
-        Some(ReplicaEntry {
-            name: field("name")?.to_owned(),
-            healthy: flags == "slave"
-                && field("role-reported") == Some("slave")
-                && field("master-link-status") == Some("ok"),
-            down: flags.split(',').any(|f| f == "s_down" || f == "o_down"),
-        })
-    }
-}
-
 /// True for a `ROLE` reply of a master (`["master", offset, replicas]`).
 fn is_master(role: &Value) -> bool {
     let Value::Array(fields) = role else {
@@ -455,262 +393,6 @@ fn is_master(role: &Value) -> bool {
 /// longer the master (`READONLY`).
 pub(crate) fn follows_master_after(error: &RedisError) -> bool {
     is_connection_failure(error) || error.code() == Some("READONLY")
-}
-
-/// The command connection of a Sentinel deployment: the master, found on first use and again
-/// after the sentinels announce a new one; replaced (by `connection`) once it fails or finds
-/// itself on a replica.
-#[derive(Clone)]
-pub(crate) struct MasterLink(Arc<LinkInner>);
-
-struct LinkInner {
-    sentinels: Arc<Sentinels>,
-    /// The master connection and the switch count when it was found.
-    current: RwLock<Option<(u64, MultiplexedConnection)>>,
-    /// One search at a time.
-    finding: Mutex<()>,
-    background: Background,
-}
-
-impl MasterLink {
-    /// A link that finds the master on first use.
-    pub(crate) fn lazy(sentinels: Arc<Sentinels>, background: Background) -> MasterLink {
-        MasterLink(Arc::new(LinkInner {
-            sentinels,
-            current: RwLock::new(None),
-            finding: Mutex::new(()),
-            background,
-        }))
-    }
-
-    /// The link, connected to the master (and the sentinels watched for switches).
-    pub(crate) async fn connected(self) -> RedisResult<MasterLink> {
-        self.conn().await?;
-        let sentinels = self.0.sentinels.clone();
-        self.0
-            .background
-            .enter(async move {
-                sentinels.watch();
-                sentinels.refresh_healthy().await;
-            })
-            .await;
-        Ok(self)
-    }
-
-    /// The master connection: the one found since the last switch, or one found now
-    /// (concurrent callers wait for the same search). It is made on the client's runtime: its
-    /// driver must outlive any caller's runtime.
-    async fn conn(&self) -> RedisResult<MultiplexedConnection> {
-        let inner = &self.0;
-        let fresh = || {
-            let switches = inner.sentinels.switches();
-            match &*sync::read(&inner.current) {
-                Some((seen, conn)) if *seen == switches => Ok(conn.clone()),
-                _ => Err(switches),
-            }
-        };
-        if let Ok(conn) = fresh() {
-            return Ok(conn);
-        }
-        let _finding = inner.finding.lock().await;
-        let switches = match fresh() {
-            Ok(conn) => return Ok(conn),
-            Err(switches) => switches,
-        };
-        let find = inner.sentinels.connect_master(ProtocolVersion::RESP2, None);
-        let conn = inner.background.enter(find).await?;
-        *sync::write(&inner.current) = Some((switches, conn.clone()));
-        Ok(conn)
-    }
-}
-
-impl ConnectionLike for MasterLink {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        Box::pin(async move {
-            let mut conn = self.conn().await?;
-            conn.req_packed_command(cmd).await
-        })
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        cmd: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        Box::pin(async move {
-            let mut conn = self.conn().await?;
-            conn.req_packed_commands(cmd, offset, count).await
-        })
-    }
-
-    fn get_db(&self) -> i64 {
-        0
-    }
-}
-
-/// The release subscriber of a Sentinel deployment: one RESP3 connection to the master, which
-/// follows the master. When it drops, a task on the client's runtime finds the master again
-/// (retrying until it does, while anyone listens) and subscribes there to every channel; each
-/// confirmation reaches the waiters like a reconnect's (they look at their lock again).
-#[derive(Clone)]
-pub(crate) struct MasterSubscriber(Arc<SubscriberInner>);
-
-struct SubscriberInner {
-    sentinels: Arc<Sentinels>,
-    pushes: Arc<dyn AsyncPushSender>,
-    state: Mutex<SubscriberState>,
-    /// The id of a connection that dropped, for the task that follows the master.
-    dropped: mpsc::UnboundedSender<u64>,
-    timeout: Duration,
-}
-
-#[derive(Default)]
-struct SubscriberState {
-    /// The current connection, its id and the switch count when it was found.
-    conn: Option<(u64, u64, MultiplexedConnection)>,
-    next_id: u64,
-    /// Every channel subscribed to (what a new connection subscribes to again).
-    channels: HashSet<Vec<u8>>,
-}
-
-impl MasterSubscriber {
-    /// Connects to the master; pushes go to `pushes`. Call with the client's runtime current:
-    /// the connections and the task that follows the master live there.
-    pub(crate) async fn connect(
-        sentinels: Arc<Sentinels>,
-        pushes: impl AsyncPushSender,
-    ) -> RedisResult<MasterSubscriber> {
-        let (dropped, drops) = mpsc::unbounded_channel();
-        let timeout = sentinels
-            .connect_timeout
-            .saturating_add(sentinels.response_timeout.saturating_mul(2));
-        let inner = Arc::new(SubscriberInner {
-            sentinels,
-            pushes: Arc::new(pushes),
-            state: Mutex::new(SubscriberState::default()),
-            dropped,
-            timeout,
-        });
-        inner.current(&mut *inner.state.lock().await).await?;
-        inner.sentinels.watch();
-        let switches = inner.sentinels.switches.subscribe();
-        drop(tokio::spawn(follow_master(
-            Arc::downgrade(&inner),
-            drops,
-            switches,
-        )));
-        Ok(MasterSubscriber(inner))
-    }
-
-    pub(crate) async fn subscribe(&self, channel: &[u8]) -> RedisResult<()> {
-        let mut state = self.0.state.lock().await;
-        state.channels.insert(channel.to_vec());
-        let mut conn = self.0.current(&mut state).await?;
-        let subscribed = conn.subscribe(channel).await;
-        if let Err(error) = &subscribed {
-            if is_connection_failure(error) {
-                state.conn = None;
-            }
-        }
-        subscribed
-    }
-
-    pub(crate) async fn unsubscribe(&self, channel: &[u8]) -> RedisResult<()> {
-        let mut state = self.0.state.lock().await;
-        state.channels.remove(channel);
-        match &state.conn {
-            Some((_, _, conn)) => conn.clone().unsubscribe(channel).await,
-            None => Ok(()),
-        }
-    }
-}
-
-impl SubscriberInner {
-    /// The current connection, or a new one to the master found now, subscribed to every
-    /// channel listened on (so no channel is left behind on a connection that dropped).
-    async fn current(&self, state: &mut SubscriberState) -> RedisResult<MultiplexedConnection> {
-        if let Some((_, _, conn)) = &state.conn {
-            return Ok(conn.clone());
-        }
-        let switches = self.sentinels.switches();
-        let id = state.next_id;
-        state.next_id += 1;
-        let (pushes, dropped) = (self.pushes.clone(), self.dropped.clone());
-        let forward = move |push: PushInfo| {
-            if push.kind == PushKind::Disconnection {
-                let _ = dropped.send(id);
-            }
-            pushes.send(push)
-        };
-        let mut conn = self
-            .sentinels
-            .connect_master(ProtocolVersion::RESP3, Some(Arc::new(forward)))
-            .await?;
-        for channel in &state.channels {
-            conn.subscribe(&channel[..]).await?;
-        }
-        state.conn = Some((id, switches, conn.clone()));
-        Ok(conn)
-    }
-}
-
-/// Runs on the client's runtime: after each drop of the current subscriber connection, and
-/// after each master switch the sentinels announce, moves the subscriptions to the master found
-/// then (retrying until they are moved or nobody listens any more). Ends with the subscriber.
-async fn follow_master(
-    inner: Weak<SubscriberInner>,
-    mut drops: mpsc::UnboundedReceiver<u64>,
-    mut switches: watch::Receiver<u64>,
-) {
-    loop {
-        // The connection that dropped, or none for a switch.
-        let dropped = tokio::select! {
-            id = drops.recv() => match id {
-                Some(id) => Some(id),
-                None => return,
-            },
-            changed = switches.changed() => match changed {
-                Ok(()) => None,
-                Err(_) => return,
-            },
-        };
-        loop {
-            let Some(inner) = inner.upgrade() else {
-                return;
-            };
-            let mut state = inner.state.lock().await;
-            let latest = inner.sentinels.switches();
-            let stale = state
-                .conn
-                .as_ref()
-                .is_some_and(|(id, seen, _)| match dropped {
-                    Some(dropped) => *id == dropped,
-                    None => *seen != latest,
-                });
-            if stale {
-                state.conn = None;
-            }
-            if state.conn.is_some() || state.channels.is_empty() {
-                break;
-            }
-            let moved = tokio::time::timeout(inner.timeout, inner.current(&mut state)).await;
-            match moved {
-                Ok(Ok(_)) => {
-                    tracing::debug!("release subscriber moved to the Sentinel master");
-                    break;
-                }
-                Ok(Err(error)) => {
-                    tracing::debug!(%error, "release subscriber: no master yet; retrying");
-                    state.conn = None;
-                }
-                Err(_) => state.conn = None,
-            }
-            drop(state);
-            drop(inner);
-            tokio::time::sleep(RETRY_PAUSE).await;
-        }
-    }
 }
 
 /// Listens to the sentinels' `+switch-master` channel (on the first sentinel that answers) and
