@@ -26,6 +26,8 @@ use std::time::Duration;
 use crate::error::Error;
 use crate::lease::{MAX_TTL, MIN_TTL};
 
+/// `min_replicas = all`.
+pub use crate::config::ALL_REPLICAS;
 pub use crate::lock::acquire::lock;
 use crate::lock::acquire::LockBuilder;
 /// What `assert_locked!` expands to.

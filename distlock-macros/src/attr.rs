@@ -21,6 +21,7 @@ mod kw {
     syn::custom_keyword!(fenced);
     syn::custom_keyword!(client);
     syn::custom_keyword!(min_replicas);
+    syn::custom_keyword!(all);
 }
 
 /// Every option's name.
@@ -57,8 +58,8 @@ pub(crate) struct LockArgs {
     pub(crate) skip: Option<Span>,
     /// `fenced`: the span of the flag.
     pub(crate) fenced: Option<Span>,
-    /// `min_replicas = N`: the number, checked (at most [`MAX_REPLICAS`]).
-    pub(crate) min_replicas: Option<LitInt>,
+    /// `min_replicas = N` (checked: at most [`MAX_REPLICAS`]) or `min_replicas = all`.
+    pub(crate) min_replicas: Option<Replicas>,
     /// `client = "..."`.
     pub(crate) client: Option<LitStr>,
     /// `crate = "..."`.
@@ -213,24 +214,37 @@ fn unknown_option_message(name: &Ident) -> String {
 /// `distlock_core::config::MAX_REPLICAS`: the most replicas a lock may ask for.
 pub(crate) const MAX_REPLICAS: u64 = 1000;
 
-/// Parses `= N` after `min_replicas`: an integer literal up to [`MAX_REPLICAS`]. A bad number
-/// is recorded in `errors` (parsing goes on) and gives `None`.
-fn replicas_value(input: ParseStream<'_>, errors: &mut Errors) -> syn::Result<Option<LitInt>> {
-    let what = "the number of replicas that must acknowledge the lock, e.g. `min_replicas = 1`";
+/// What `min_replicas` asks for.
+#[derive(Clone)]
+pub(crate) enum Replicas {
+    /// A count (an integer literal up to [`MAX_REPLICAS`]).
+    Count(LitInt),
+    /// `all`: every replica a failover could promote (`distlock::ALL_REPLICAS`, Sentinel).
+    All,
+}
+
+/// Parses `= N` or `= all` after `min_replicas`: an integer literal up to [`MAX_REPLICAS`]. A
+/// bad number is recorded in `errors` (parsing goes on) and gives `None`.
+fn replicas_value(input: ParseStream<'_>, errors: &mut Errors) -> syn::Result<Option<Replicas>> {
+    let what = "the number of replicas that must acknowledge the lock, e.g. `min_replicas = 1`, or `min_replicas = all` (Redis Sentinel: every replica a failover could promote)";
     if !input.peek(Token![=]) {
         return Err(input.error(format!("expected `=` and {what}")));
     }
     input.parse::<Token![=]>()?;
+    if input.peek(kw::all) {
+        input.parse::<kw::all>()?;
+        return Ok(Some(Replicas::All));
+    }
     if !input.peek(LitInt) {
         return Err(input.error(format!("expected an integer literal: {what}")));
     }
     let value: LitInt = input.parse()?;
     match value.base10_parse::<u64>() {
-        Ok(n) if n <= MAX_REPLICAS && value.suffix().is_empty() => Ok(Some(value)),
+        Ok(n) if n <= MAX_REPLICAS && value.suffix().is_empty() => Ok(Some(Replicas::Count(value))),
         _ => {
             errors.push(syn::Error::new(
                 value.span(),
-                format!("`min_replicas = {value}` is not a replica count: write a whole number from 0 to {MAX_REPLICAS} without a suffix, e.g. `min_replicas = 1`"),
+                format!("`min_replicas = {value}` is not a replica count: write a whole number from 0 to {MAX_REPLICAS} without a suffix, e.g. `min_replicas = 1`, or `min_replicas = all`"),
             ));
             Ok(None)
         }
@@ -583,7 +597,10 @@ mod tests {
         assert!(args.skip.is_none());
         assert!(args.fenced.is_some());
         assert_eq!(
-            args.min_replicas.map(|n| n.base10_parse::<u64>().unwrap()),
+            args.min_replicas.map(|n| match n {
+                Replicas::Count(n) => n.base10_parse::<u64>().unwrap(),
+                Replicas::All => u64::MAX,
+            }),
             Some(2)
         );
         assert_eq!(args.client.unwrap().value(), "payments");

@@ -13,7 +13,7 @@ use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
 use syn::{Block, Expr, FnArg, Ident, Pat, Stmt, Type};
 
-use crate::attr::DurationArg;
+use crate::attr::{DurationArg, Replicas};
 use crate::item::{async_trait_body, Body, LockFn};
 use crate::model::{KeyPart, LockModel, ResultType, Shape};
 
@@ -259,11 +259,17 @@ fn builder(model: &LockModel, key: &Ident) -> TokenStream {
     if model.fenced {
         builder.extend(quote!(.fenced(true)));
     }
-    if let Some(replicas) = &model.min_replicas {
-        // A plain `usize` literal, whatever the user's literal looked like (`0x1`, `1_0`).
-        let replicas = replicas.base10_parse::<usize>().unwrap_or_default();
-        let replicas = Literal::usize_suffixed(replicas);
-        builder.extend(quote!(.min_replicas(#replicas)));
+    match &model.min_replicas {
+        Some(Replicas::Count(replicas)) => {
+            // A plain `usize` literal, whatever the user's literal looked like (`0x1`, `1_0`).
+            let replicas = replicas.base10_parse::<usize>().unwrap_or_default();
+            let replicas = Literal::usize_suffixed(replicas);
+            builder.extend(quote!(.min_replicas(#replicas)));
+        }
+        Some(Replicas::All) => {
+            builder.extend(quote!(.min_replicas(#krate::__private::ALL_REPLICAS)));
+        }
+        None => {}
     }
     if let Some(client) = &model.client {
         builder.extend(quote!(.client(#client)));

@@ -61,7 +61,7 @@ use proc_macro::TokenStream;
 /// | `skip` | flag: if busy, return `Ok(Default::default())` | off |
 /// | `min_hold` | keep the lock at least this long after acquiring it: a duration | release when the body ends |
 /// | `fenced` | flag: hand out a fencing token with the lock (`distlock::fencing_token()`) | no token |
-/// | `min_replicas` | replicas that must acknowledge the acquire and each renewal (`WAIT`): an integer, 0 to 1000 | the client's `Config::min_replicas` (0 unless configured) |
+/// | `min_replicas` | replicas that must acknowledge the acquire and each renewal (`WAIT`): an integer, 0 to 1000, or `all` (Redis Sentinel: every replica a failover could promote, `distlock::ALL_REPLICAS`) | the client's `Config::min_replicas` (0 unless configured) |
 /// | `client` | name of a client installed with `Config::install_as` | the default client |
 /// | `crate` | path to `distlock`, for crates that re-export it | `"::distlock"` |
 ///
@@ -220,13 +220,16 @@ use proc_macro::TokenStream;
 /// # fn main() {}
 /// ```
 ///
-/// ## `min_replicas = N`
+/// ## `min_replicas = N` or `min_replicas = all`
 ///
 /// After the acquire and after each renewal, wait (`WAIT N`, up to `Config::replica_timeout`)
 /// until `N` replicas of the lock's node have the write. Fewer acknowledgements release the
 /// lock again and fail the call with `distlock::Error::Unreplicated` (which says how many
 /// acknowledged); an unacknowledged renewal counts as a failed renewal. Per lock, so only the
-/// locks that must survive a failover pay the replication round trip.
+/// locks that must survive a failover pay the replication round trip. Over Redis Sentinel,
+/// `min_replicas = all` waits for every replica a failover could promote
+/// (`distlock::ALL_REPLICAS`): the holder's deadline is then never later than the promoted
+/// replica's copy of the lock; elsewhere it is refused at run time with `InvalidConfig`.
 ///
 /// ```no_run
 /// # use distlock::distributed_lock;

@@ -27,8 +27,9 @@ pub(crate) struct LockModel {
     pub(crate) skip: bool,
     /// `fenced`: the lock hands out a fencing token.
     pub(crate) fenced: bool,
-    /// `min_replicas = N`: replicas that must acknowledge the acquire and each renewal.
-    pub(crate) min_replicas: Option<syn::LitInt>,
+    /// `min_replicas = N` or `= all`: replicas that must acknowledge the acquire and each
+    /// renewal.
+    pub(crate) min_replicas: Option<crate::attr::Replicas>,
     pub(crate) key: Key,
     /// The function's return type as written.
     pub(crate) ret: ResultType,

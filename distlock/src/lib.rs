@@ -74,7 +74,7 @@
 //! | `skip` | busy lock: return `Ok(Default::default())` without running the body | off |
 //! | `min_hold = "1m"` | keep the lock at least this long after acquiring it (ShedLock's `lockAtLeastFor`) | release when the body ends |
 //! | `fenced` | hand out a fencing token with the lock ([`fencing_token()`], [`LockBuilder::fenced`]) | no token |
-//! | `min_replicas = 1` | replicas that must acknowledge the acquire and each renewal ([`LockBuilder::min_replicas`]); too few: [`Error::Unreplicated`] | the client's [`Config::min_replicas`] (0) |
+//! | `min_replicas = 1` | replicas that must acknowledge the acquire and each renewal ([`LockBuilder::min_replicas`]); too few: [`Error::Unreplicated`]; `min_replicas = all` over Redis Sentinel: every replica a failover could promote ([`ALL_REPLICAS`]) | the client's [`Config::min_replicas`] (0) |
 //! | `client = "payments"` | a client installed with [`Config::install_as`] | the default client |
 //! | `crate = "my::reexport"` | path to this crate, for re-exporters | `::distlock` |
 //!
