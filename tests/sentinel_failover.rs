@@ -31,6 +31,14 @@ fn round(group: &RedisSentinel, replicas: usize, run: Duration, contender_from: 
     group.belief_round((TTL, replicas), run, contender_from)
 }
 
+/// `min_replicas` as written in the attribute.
+fn shown(replicas: usize) -> String {
+    match replicas {
+        ALL_REPLICAS => "all".to_owned(),
+        n => n.to_string(),
+    }
+}
+
 /// The invariant: the contender never took the lock while the holder still believed, and the
 /// holder's belief never outran the named master for long.
 fn assert_no_second_holder(what: &str, t: &Timeline) {
@@ -53,7 +61,7 @@ async fn planned_failover(replicas: usize, run: Duration) -> Timeline {
     })
     .await;
     assert_no_second_holder(
-        &format!("SENTINEL FAILOVER, min_replicas {replicas}"),
+        &format!("SENTINEL FAILOVER, min_replicas {}", shown(replicas)),
         &timeline,
     );
     if timeline.lost.is_none() {
@@ -117,8 +125,21 @@ async fn every_replica_needs_sentinel() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn master_killed_never_two_holders() {
+    master_killed(1).await;
+}
+
+/// With `ALL_REPLICAS` the promoted replica has every renewal the holder counted: kept, and
+/// no deadline gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn master_killed_with_every_replica_acknowledging_keeps_the_lock_with_no_gap() {
+    let timeline = master_killed(ALL_REPLICAS).await;
+    assert!(timeline.lost.is_none(), "kept: {}", timeline.summary());
+    assert_eq!(timeline.worst_gap, Duration::ZERO, "{}", timeline.summary());
+}
+
+async fn master_killed(replicas: usize) -> Timeline {
     let group = group();
-    let round = round(&group, 1, Duration::from_secs(12), Duration::ZERO);
+    let round = round(&group, replicas, Duration::from_secs(12), Duration::ZERO);
     let (timeline, _guard) = belief::round(round, {
         let group = group.clone();
         move || {
@@ -127,7 +148,9 @@ async fn master_killed_never_two_holders() {
         }
     })
     .await;
-    assert_no_second_holder("master SIGKILL", &timeline);
+    let what = format!("master SIGKILL, min_replicas {}", shown(replicas));
+    assert_no_second_holder(&what, &timeline);
+    timeline
 }
 
 /// The master frozen for 5 s: the sentinels promote a replica meanwhile, and the old master

@@ -286,13 +286,14 @@
 //! | 0 | kept | — | — |
 //! | 1 | kept | kept | kept; a client connecting during the freeze finds the new master (before: bound to the resumed old master and took the lock, 7.96 s of overlap) |
 //! | 2 (every replica) | lost at the end of its lease, the holder told ([`LossReason::Unreplicated`]): the new master has one replica until Sentinel converts the old master, about ten seconds later | — | — |
-//! | [`ALL_REPLICAS`] | kept, and the holder's deadline never later than the new master's copy (a gap of 0 at every sample) | — | — |
+//! | [`ALL_REPLICAS`] | kept, and the holder's deadline never later than the new master's copy (a gap of 0 at every sample) | kept, gap 0 | — |
 //!
 //! Keep the lease long enough to outlast the failover when `min_replicas` counts every
 //! replica: until the old master rejoins, every acquire is refused with
 //! [`Error::Unreplicated`] and renewals are not counted. `min_replicas = 1` of two kept the
 //! lock through all three faults above (three rounds each: reliability row 18); the
-//! `SIGKILL`/`SIGSTOP` cases for 0, 2 and [`ALL_REPLICAS`] are not measured yet.
+//! `SIGKILL` case for 0 and 2, and the `SIGSTOP` case for 0, 2 and [`ALL_REPLICAS`], are not
+//! measured yet.
 //!
 //! **RedLock.** [`Config::redlock`] runs the RedLock algorithm over N independent masters
 //! (no replication between them; 3 or 5). An acquire goes to every master at once, each
