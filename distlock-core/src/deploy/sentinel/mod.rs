@@ -80,6 +80,9 @@ pub(crate) struct Sentinels {
     /// What `min_replicas = ALL_REPLICAS` waits for, asked with every check of the named master
     /// (see [`Sentinels::count_healthy`]).
     healthy: RwLock<Option<Members>>,
+    /// Some lock asked for `ALL_REPLICAS`: from then on the replicas are asked about with
+    /// every check of the named master (before, only once, at connect).
+    wants_members: AtomicBool,
     watching: AtomicBool,
 }
 
@@ -107,6 +110,7 @@ impl Sentinels {
             announced: RwLock::new(None),
             connected: RwLock::new(None),
             healthy: RwLock::new(None),
+            wants_members: AtomicBool::new(false),
             watching: AtomicBool::new(false),
         })
     }
@@ -128,6 +132,7 @@ impl Sentinels {
     /// acquire or renewal that must wait for every replica then fails as unreplicated, and is
     /// retried).
     pub(crate) fn healthy_replicas(&self) -> Option<usize> {
+        self.wants_members.store(true, Ordering::Relaxed);
         let connected = sync::read(&self.connected).clone()?;
         match &*sync::read(&self.healthy) {
             Some(members) if members.master == connected => Some(members.count),
@@ -509,7 +514,9 @@ impl Sentinels {
                 return true;
             }
         }
-        self.count_healthy(conn).await;
+        if self.wants_members.load(Ordering::Relaxed) {
+            self.count_healthy(conn).await;
+        }
         true
     }
 }
