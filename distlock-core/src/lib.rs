@@ -470,6 +470,7 @@ pub use lease::{LEASE_MARGIN, MAX_TTL, MIN_TTL};
 pub use lock::acquire::{lock, LockBuilder};
 pub use lock::context::fencing_token;
 pub use lock::guard::LockGuard;
+pub use lock::permits::semaphore;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use metrics::describe_metrics;

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use crate::lease::LEASE_MARGIN;
 use crate::wire::calls::{
-    AcquireCall, Acquired, FenceFloorCall, FencedAcquireCall, LeaveQueueCall, QueuedAcquireCall,
-    ReleaseCall, ReleaseManyCall, Released, RenewCall, Renewed,
+    AcquireCall, Acquired, FenceFloorCall, FencedAcquireCall, LeaveQueueCall, PermitAcquireCall,
+    PermitAcquired, QueuedAcquireCall, ReleaseCall, ReleaseManyCall, Released, RenewCall, Renewed,
 };
 use crate::wire::request::Call;
 
@@ -237,6 +237,27 @@ impl Quorate for ReleaseManyCall<'_> {
                 released(&column, nodes, silent + replies.len() - column.len())
             })
             .collect()
+    }
+}
+
+/// Never sent to a quorum: a semaphore over RedLock is refused before any request
+/// (`InvalidConfig`). If it were, no count of the masters' replies would make a grant.
+impl Quorate for PermitAcquireCall<'_> {
+    fn settles_early(&self) -> bool {
+        false
+    }
+
+    fn count(
+        &self,
+        _replies: &[PermitAcquired],
+        nodes: usize,
+        _silent: usize,
+        _elapsed: Duration,
+    ) -> Result<PermitAcquired, NoQuorum> {
+        Err(NoQuorum {
+            agreed: 0,
+            required: majority(nodes),
+        })
     }
 }
 
