@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use distlock::{Client, Config, Error, LossReason};
 use redis::AsyncCommands;
-use testkit::{quick_client as client, RedisCluster, RedisServer};
+use testkit::{eventually, quick_client as client, RedisCluster, RedisServer};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::Instant;
 
@@ -386,6 +386,92 @@ async fn on_a_cluster_at_most_n_bodies_at_once_and_waiters_wake() {
         woken - released
     );
     guard.release().await.unwrap();
+}
+
+#[derive(Debug)]
+enum AppError {
+    Lock(Error),
+}
+
+impl From<Error> for AppError {
+    fn from(error: Error) -> Self {
+        AppError::Lock(error)
+    }
+}
+
+const REPORT_PERMITS: u32 = 2;
+
+/// The attribute: at most 2 bodies at once per tenant, on the `permits` client.
+#[distlock::distributed_lock(
+    key = "api:<tenant>",
+    permits = 2,
+    ttl = "5s",
+    renew,
+    wait = "10s",
+    client = "permits"
+)]
+async fn call_partner(tenant: String) -> Result<(), AppError> {
+    let now = INSIDE.fetch_add(1, Ordering::SeqCst) + 1;
+    MOST.fetch_max(now, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    INSIDE.fetch_sub(1, Ordering::SeqCst);
+    let _ = tenant;
+    Ok(())
+}
+
+static INSIDE: AtomicUsize = AtomicUsize::new(0);
+static MOST: AtomicUsize = AtomicUsize::new(0);
+
+/// A constant count with `skip`: every permit held skips the body.
+#[distlock::distributed_lock(key = "report", permits = REPORT_PERMITS, skip, client = "permits")]
+async fn report() -> Result<bool, AppError> {
+    Ok(true)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_attribute_limits_bodies_to_its_permits() {
+    let server = RedisServer::start();
+    let c = Config::new(server.url())
+        .install_as("permits")
+        .await
+        .unwrap();
+    let calls: Vec<_> = (0..8)
+        .map(|_| tokio::spawn(call_partner("acme".to_owned())))
+        .collect();
+    for call in calls {
+        call.await.unwrap().unwrap();
+    }
+    assert_eq!(MOST.load(Ordering::SeqCst), 2);
+    let held = [
+        c.semaphore("report", 2).acquire().await.unwrap(),
+        c.semaphore("report", 2).acquire().await.unwrap(),
+    ];
+    assert!(
+        !report().await.unwrap(),
+        "skipped while both permits are held"
+    );
+    drop(held);
+    eventually(
+        Duration::from_secs(5),
+        "the permits are released",
+        || async { report().await.unwrap().then_some(()) },
+    )
+    .await;
+    // Another count through the attribute is the typed error.
+    let four = c.semaphore("api:acme", 4).acquire().await.unwrap();
+    let err = call_partner("acme".to_owned()).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            AppError::Lock(Error::PermitsMismatch {
+                asked: 2,
+                held: 4,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    four.release().await.unwrap();
 }
 
 // --- Holders in other processes -------------------------------------------------------------
