@@ -1,7 +1,8 @@
 //! Permits (`distlock::semaphore(name, n)`) against real servers: at most `n` bodies at once
 //! across clients and processes (and reaching `n`), the count agreed by every user, the kinds
 //! excluding each other, a killed holder's permit freed at its ttl, renewal, a stalled holder
-//! told `Lost`, waiters woken by a release, re-entry, fencing, bounded memory; on a cluster too.
+//! told `Lost`, waiters woken by a release, re-entry, fencing, bounded memory; on a cluster and
+//! through Sentinel (a failover) too.
 //!
 //! The process tests start this test binary again as a holder (`PERMIT_CHILD` names the
 //! semaphore; see [`child_holder`]), which a test `SIGKILL`s or `SIGSTOP`s.
@@ -13,7 +14,7 @@ use std::time::Duration;
 
 use distlock::{Client, Config, Error, LossReason};
 use redis::AsyncCommands;
-use testkit::{eventually, quick_client as client, RedisCluster, RedisServer};
+use testkit::{eventually, quick_client as client, RedisCluster, RedisSentinel, RedisServer};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::Instant;
 
@@ -472,6 +473,86 @@ async fn the_attribute_limits_bodies_to_its_permits() {
         "{err:?}"
     );
     four.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_sentinel_permits_survive_a_failover_and_wake_waiters_there() {
+    let group = Arc::new(RedisSentinel::start());
+    let old_master = group.master_port();
+    let connect = || {
+        Config::sentinel(group.sentinel_urls(), RedisSentinel::SERVICE)
+            .response_timeout(Duration::from_secs(3))
+            .replica_timeout(Duration::from_millis(500))
+            .connect()
+    };
+    let (a, b) = (connect().await.unwrap(), connect().await.unwrap());
+    // Renewed, acknowledged by the replica; the ttl outlasts the old master's conversion.
+    let ttl = Duration::from_secs(24);
+    let held: Vec<_> = [&a, &b]
+        .iter()
+        .map(|c| {
+            c.semaphore("api:s", 2)
+                .ttl(ttl)
+                .renew(true)
+                .min_replicas(1)
+                .acquire()
+        })
+        .collect();
+    let mut guards = Vec::new();
+    for take in held {
+        guards.push(take.await.expect("a permit, acknowledged by the replica"));
+    }
+    let err = a.semaphore("api:s", 2).acquire().await.unwrap_err();
+    assert!(err.is_busy(), "{err}");
+    let started = Instant::now();
+    let new_master = {
+        let group = group.clone();
+        tokio::task::spawn_blocking(move || group.failover())
+            .await
+            .unwrap()
+    };
+    assert_ne!(new_master, old_master);
+    for guard in &guards {
+        eventually(
+            ttl / 2,
+            "a renewal acknowledged on the new master",
+            || async { (guard.guaranteed_until() > started + ttl).then_some(()) },
+        )
+        .await;
+        guard
+            .ensure_held()
+            .expect("the permit survived the failover");
+    }
+    let mut conn = group.server(new_master).conn().await;
+    assert_eq!(holders(&mut conn, "api:s").await.len(), 2);
+    let err = a.semaphore("api:s", 2).acquire().await.unwrap_err();
+    assert!(err.is_busy(), "still both permits held: {err}");
+    // A waiter on the new master is woken by a release there.
+    let waiter = a.clone();
+    let waiting = tokio::spawn(async move {
+        let guard = waiter
+            .semaphore("api:s", 2)
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap();
+        (Instant::now(), guard)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    guards
+        .remove(0)
+        .release()
+        .await
+        .expect("released on the new master");
+    let (woken, third) = waiting.await.unwrap();
+    assert!(
+        woken - released < Duration::from_secs(1),
+        "{:?}",
+        woken - released
+    );
+    third.release().await.unwrap();
+    guards.remove(0).release().await.unwrap();
 }
 
 // --- Holders in other processes -------------------------------------------------------------
