@@ -73,7 +73,8 @@ pub const PERMITS_MEMBER: &str = "d2:permits";
 /// The Lua functions on a semaphore's sorted set shared by [`ACQUIRE_PERMIT`], [`RENEW`],
 /// [`RELEASE`] and [`RELEASE_MANY`] (a macro, so that `concat!` makes each script one constant
 /// string). Deadlines are the server's clock in ms; the count member's score is `-n`, below
-/// every deadline.
+/// every deadline. The lock scripts define them inside their branch for a key that is not a
+/// string, so a lock's renewal and release never pay for making them.
 macro_rules! permit_prelude {
     () => {
         r#"
@@ -394,10 +395,11 @@ return {ARGV[2], redis.call('ZREM', KEYS[1], ARGV[1])}
 /// being deleted; otherwise it is deleted and waiters are notified. A semaphore's key (a key
 /// that is not a string) releases the permit of that value the same way (`permit_prelude!`).
 pub const RELEASE: &str = concat!(
-    permit_prelude!(),
     r#"
 local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' then
+if type(v) == 'table' then"#,
+    permit_prelude!(),
+    r#"
   local code = permit_release(KEYS[1], ARGV[1], ARGV[3])
   if code == 0 then
     if ARGV[4] == 's' then
@@ -438,13 +440,14 @@ return {ARGV[2], 0}
 /// ms. Returns `{id, codes}` with one code per lock, as [`RELEASE`] returns it (a permit's
 /// too).
 pub const RELEASE_MANY: &str = concat!(
-    permit_prelude!(),
     r#"
 local out = {}
 for i = 1, #KEYS / 2 do
   local lock = KEYS[2 * i - 1]
   local v = redis.pcall('GET', lock)
-  if type(v) == 'table' then
+  if type(v) == 'table' then"#,
+    permit_prelude!(),
+    r#"
     out[i] = permit_release(lock, ARGV[2 * i + 1], ARGV[2 * i + 2])
     if out[i] == 0 then
       if ARGV[2] == 's' then
@@ -489,12 +492,13 @@ return {ARGV[1], out}
 /// of that value the same way (only extends; 0 when the permit's lease ended), see
 /// `permit_prelude!`.
 pub const RENEW: &str = concat!(
-    permit_prelude!(),
     r#"
 local out = {}
 for i, key in ipairs(KEYS) do
   local v = redis.pcall('GET', key)
-  if type(v) == 'table' then
+  if type(v) == 'table' then"#,
+    permit_prelude!(),
+    r#"
     out[i] = permit_renew(key, ARGV[2 * i + 1], ARGV[2 * i])
   elseif v == ARGV[2 * i + 1] then
     local ttl = tonumber(ARGV[2 * i])
