@@ -93,7 +93,6 @@ local function permit_count(key)
   return -tonumber(n)
 end
 local function permit_settle(key, now)
-  redis.call('ZREMRANGEBYSCORE', key, 0, now)
   local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
   local at = tonumber(last[2] or '0')
   if at <= now then
