@@ -257,6 +257,7 @@ async fn a_release_wakes_a_waiter_without_polling() {
     first.release().await.unwrap();
     let (waited, guard) = waiter.await.unwrap();
     let woken_after = released.elapsed();
+    eprintln!("a waiter was woken {woken_after:?} after the release (lease 30 s)");
     assert!(waited >= Duration::from_millis(300), "waited {waited:?}");
     assert!(
         woken_after < Duration::from_secs(1),
@@ -664,6 +665,7 @@ async fn a_killed_holders_permit_is_free_within_its_ttl() {
         .await
         .expect("the killed holder's permit comes free");
     let freed = killed.elapsed();
+    eprintln!("a SIGKILLed holder's permit (ttl {ttl:?}) was taken {freed:?} after the kill");
     assert!(
         freed <= ttl + Duration::from_millis(300),
         "free after {freed:?}"
