@@ -35,7 +35,7 @@ use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::deploy::connection::{CallError, Connection};
+use crate::deploy::{CallError, Deployment};
 use crate::error::{is_error_reply, LossReason};
 use crate::lease::{self, guaranteed_until, renewal_interval, Lease};
 use crate::metrics::{self, RenewalOutcome};
@@ -91,7 +91,7 @@ pub(crate) struct Renewal {
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
     task: Mutex<AbortHandle>,
-    conn: Arc<Connection>,
+    deployment: Deployment,
     handle: Handle,
     batching: Batching,
 }
@@ -117,16 +117,16 @@ impl Drop for Watchdog {
 
 impl Watchdog {
     /// Starts the renewal task on `handle` (the client's own runtime).
-    pub(crate) fn start(conn: Arc<Connection>, handle: Handle, batching: Batching) -> Self {
+    pub(crate) fn start(deployment: Deployment, handle: Handle, batching: Batching) -> Self {
         let shared = Arc::new(Shared {
             table: Mutex::new(Table::default()),
             wake: Notify::new(),
         });
-        let task = spawn(&handle, &shared, &conn, batching);
+        let task = spawn(&handle, &shared, &deployment, batching);
         Watchdog {
             shared,
             task: Mutex::new(task),
-            conn,
+            deployment,
             handle,
             batching,
         }
@@ -143,7 +143,7 @@ impl Watchdog {
         let mut task = self.task();
         if task.is_finished() {
             tracing::error!("the renewal task had stopped; restarting it");
-            *task = spawn(&self.handle, &self.shared, &self.conn, self.batching);
+            *task = spawn(&self.handle, &self.shared, &self.deployment, self.batching);
         }
     }
 
@@ -190,10 +190,10 @@ impl Watchdog {
 fn spawn(
     handle: &Handle,
     shared: &Arc<Shared>,
-    conn: &Arc<Connection>,
+    deployment: &Deployment,
     batching: Batching,
 ) -> AbortHandle {
-    let task = run(shared.clone(), conn.clone(), batching);
+    let task = run(shared.clone(), deployment.clone(), batching);
     handle.spawn(task).abort_handle()
 }
 
@@ -302,11 +302,11 @@ async fn next_switch(switches: &mut Option<tokio::sync::watch::Receiver<u64>>) {
     std::future::pending().await
 }
 
-async fn run(shared: Arc<Shared>, conn: Arc<Connection>, batching: Batching) {
+async fn run(shared: Arc<Shared>, deployment: Deployment, batching: Batching) {
     let mut batches = 0u64;
-    let mut switched = conn.watch_switches();
+    let mut switched = deployment.watch_switches();
     loop {
-        let switches = conn.switches();
+        let switches = deployment.switches();
         let (due, next) = collect(&shared, Instant::now(), switches);
         if due.items.is_empty() {
             let at = next.unwrap_or_else(|| Instant::now() + lease::FOREVER);
@@ -320,7 +320,7 @@ async fn run(shared: Arc<Shared>, conn: Arc<Connection>, batching: Batching) {
         for group in groups(due, batching) {
             let replicas = group.holders.first().map_or(0, |(_, r)| r.wait_replicas());
             let wait = (replicas > 0).then(|| ReplicaWait {
-                replicas: conn.replicas_to_wait_for(replicas),
+                replicas: deployment.replicas_to_wait_for(replicas),
                 timeout: batching.replica_timeout,
             });
             let size = batching.size;
@@ -333,7 +333,15 @@ async fn run(shared: Arc<Shared>, conn: Arc<Connection>, batching: Batching) {
                     items,
                     wait,
                 };
-                renew_chunk(&shared, &conn, &call, holders, batching.timeout, switches).await;
+                renew_chunk(
+                    &shared,
+                    &deployment,
+                    &call,
+                    holders,
+                    batching.timeout,
+                    switches,
+                )
+                .await;
             }
         }
     }
@@ -343,19 +351,19 @@ async fn run(shared: Arc<Shared>, conn: Arc<Connection>, batching: Batching) {
 /// applies its reply to each lease.
 async fn renew_chunk(
     shared: &Shared,
-    conn: &Arc<Connection>,
+    deployment: &Deployment,
     call: &RenewCall<'_>,
     holders: &[(u64, Arc<Renewal>)],
     timeout: Duration,
     switches: u64,
 ) {
     let sent_at = Instant::now();
-    let reply = conn.call(call, timeout).await;
+    let reply = deployment.call(call, timeout).await;
     let mut table = sync::lock(&shared.table);
     // A reply that crossed a master switch may come from the superseded master: it extends
     // and decides nothing (see the module docs); the leases are confirmed on the new master.
     let reply = match reply {
-        Ok(_) if conn.switches() != switches => Err(None),
+        Ok(_) if deployment.switches() != switches => Err(None),
         Ok(reply) => Ok(reply),
         Err(failed) => Err(Some(failed)),
     };

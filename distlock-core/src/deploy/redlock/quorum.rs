@@ -1,6 +1,6 @@
 //! RedLock's counting rules: how the replies of N independent masters to one call make the
 //! call's reply (see `Config::redlock`; the masters' connections are `redlock`'s, the fan-out
-//! is `Connection::call`'s).
+//! is `Quorum::call`'s).
 //!
 //! A call counts as done only when a majority agreed: an acquire when a majority granted it
 //! within its validity time (ttl − elapsed − the lease margin), a release when a majority
@@ -80,7 +80,7 @@ pub(crate) trait Quorate: Call {
 
     /// Ended early when the call is undecided only because of `down` masters that have not
     /// answered and are known to be down (their last request failed or timed out;
-    /// `Connection::call` still sends them this one): with them counted as refusing, a
+    /// `Quorum::call` still sends them this one): with them counted as refusing, a
     /// majority for the call is out of reach, so it fails at once with the `NoQuorum` it
     /// would end with when their requests fail, instead of waiting for that (an acquire with
     /// a `wait` tries again; what a down master grants late is released in order, see
@@ -319,7 +319,7 @@ fn silent<R>(replies: &[R], nodes: usize, down: usize) -> usize {
 /// `silent` masters still out could make a majority; otherwise busy (or incompatible).
 ///
 /// The token of a fenced take is the largest of the majority's; that alone is not larger than
-/// an earlier holder's token from another majority, `redlock_fence` makes it so.
+/// an earlier holder's token from another majority, `lock/fence` makes it so.
 fn acquired(
     replies: &[Acquired],
     nodes: usize,
