@@ -88,7 +88,7 @@ impl Quorum {
 
     /// Sends `call` to every master at once, each bounded by `timeout`; the replies count by
     /// majority (`Quorate::tally`). The call returns as soon as its outcome cannot change any
-    /// more (`Quorate::settles_early`), so a slow or dead master does not hold up a decided
+    /// more, so a slow or dead master does not hold up a decided
     /// majority: its request finishes in the background, and the next request for the same
     /// lock value to that master is sent after it (see `stragglers` for why that keeps
     /// releases and late grants safe). No replica acknowledgement is asked for.
@@ -142,7 +142,7 @@ impl Quorum {
                 }
                 Err(error) => tracing::debug!(?error, "a RedLock master did not answer"),
             }
-            if pending.is_done() || !call.settles_early() {
+            if pending.is_done() {
                 continue;
             }
             // Counted with the masters still out as undecided: `Ok` means they cannot change it.

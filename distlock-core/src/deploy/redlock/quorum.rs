@@ -15,7 +15,7 @@ use std::time::Duration;
 use crate::lease::LEASE_MARGIN;
 use crate::wire::calls::{
     AcquireCall, Acquired, FenceFloorCall, FencedAcquireCall, LeaveQueueCall, QueuedAcquireCall,
-    ReleaseCall, ReleaseManyCall, Released, RenewCall, Renewed,
+    ReleaseCall, Released, RenewCall, Renewed,
 };
 use crate::wire::request::Call;
 
@@ -69,13 +69,6 @@ pub(crate) trait Quorate: Call {
         elapsed: Duration,
     ) -> Result<Self::Reply, NoQuorum> {
         self.tally(replies, nodes, elapsed)
-    }
-
-    /// True if the call returns as soon as its outcome is decided, its requests to the masters
-    /// that have not answered yet finishing in the background (`stragglers`): every call sent
-    /// to a quorum (acquires, releases, renewals, fence floors).
-    fn settles_early(&self) -> bool {
-        true
     }
 
     /// Ended early when the call is undecided only because of `down` masters that have not
@@ -163,14 +156,7 @@ impl Quorate for LeaveQueueCall<'_> {
         _silent: usize,
         _elapsed: Duration,
     ) -> Result<bool, NoQuorum> {
-        let required = majority(nodes);
-        match replies.len() >= required {
-            true => Ok(replies.iter().any(|&removed| removed)),
-            false => Err(NoQuorum {
-                agreed: replies.len(),
-                required,
-            }),
-        }
+        answered(replies, nodes).map(|r| r.iter().any(|&removed| removed))
     }
 }
 
@@ -183,14 +169,7 @@ impl Quorate for FenceFloorCall<'_> {
         _silent: usize,
         _elapsed: Duration,
     ) -> Result<u64, NoQuorum> {
-        let required = majority(nodes);
-        match replies.iter().max() {
-            Some(&floor) if replies.len() >= required => Ok(floor),
-            _ => Err(NoQuorum {
-                agreed: replies.len(),
-                required,
-            }),
-        }
+        answered(replies, nodes).map(|r| r.iter().copied().max().unwrap_or(0))
     }
 }
 
@@ -211,32 +190,6 @@ impl Quorate for ReleaseCall<'_> {
 
     fn gives_up_on_down(&self) -> bool {
         true
-    }
-}
-
-/// Never sent to a quorum (a quorum has no group commit), so it neither settles early nor
-/// orders its requests behind stragglers; if it were, it would wait for every master.
-impl Quorate for ReleaseManyCall<'_> {
-    fn settles_early(&self) -> bool {
-        false
-    }
-
-    fn count(
-        &self,
-        replies: &[Vec<Released>],
-        nodes: usize,
-        silent: usize,
-        _elapsed: Duration,
-    ) -> Result<Vec<Released>, NoQuorum> {
-        let items = replies.iter().map(Vec::len).max().unwrap_or(0);
-        (0..items)
-            .map(|i| {
-                let column: Vec<Released> =
-                    replies.iter().filter_map(|r| r.get(i).copied()).collect();
-                // A reply too short for this item is silent on it.
-                released(&column, nodes, silent + replies.len() - column.len())
-            })
-            .collect()
     }
 }
 
@@ -276,6 +229,19 @@ impl Quorate for RenewCall<'_> {
             .into_iter()
             .map(|o| o.unwrap_or(Renewed::Undecided))
             .collect())
+    }
+}
+
+/// The replies of a call that needs only a majority to answer (whatever they say): `replies`
+/// once a majority of `nodes` answered, else no quorum.
+fn answered<R>(replies: &[R], nodes: usize) -> Result<&[R], NoQuorum> {
+    let required = majority(nodes);
+    match replies.len() >= required {
+        true => Ok(replies),
+        false => Err(NoQuorum {
+            agreed: replies.len(),
+            required,
+        }),
     }
 }
 

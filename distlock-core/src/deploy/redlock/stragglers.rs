@@ -2,7 +2,7 @@
 //! finish in the background, and a later request for the same lock value to the same master is
 //! sent only after them.
 //!
-//! A quorum call returns as soon as its outcome is decided (`Quorate::settles_early`): a
+//! A quorum call returns as soon as its outcome is decided: a
 //! master that is down or frozen no longer costs every acquire and release the response
 //! timeout. The masters that have not answered yet are not forgotten. [`Fanout`] holds one
 //! request per master (`Master::leg`: owned, so it can outlive the caller); dropped with
