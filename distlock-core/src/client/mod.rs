@@ -18,6 +18,7 @@ use crate::client::waiters::{Subscription, Waiters};
 use crate::client::watchdog::{Batching, Renewal, Watchdog};
 use crate::config::Config;
 use crate::deploy::backend::{Backend, Link};
+use crate::deploy::clock::ClockWatch;
 use crate::deploy::connection::Connection;
 use crate::deploy::redlock;
 use crate::deploy::redlock::quorum::{self, Quorate};
@@ -47,6 +48,8 @@ struct Inner {
     /// Group commit of plain acquires and releases (standalone Redis; `None` in a cluster).
     batcher: Option<Arc<Batcher>>,
     watchdog: Watchdog,
+    /// The servers' clocks, read for steps (`Config::clock_check`).
+    clock: Arc<ClockWatch>,
     waiters: Waiters,
     background: Background,
     /// `d2:` and 128 random bits; owners are `<id>:<n>`, unique across processes.
@@ -54,7 +57,7 @@ struct Inner {
     next: AtomicU64,
     /// A cluster: release notifications are sharded (`SPUBLISH`).
     sharded: bool,
-    /// Masters switch under this client (Sentinel): see [`Client::follows_switches`].
+    /// Leases are confirmed after master switches or clock steps: see [`Client::follows_switches`].
     follows_switches: bool,
 }
 
@@ -119,8 +122,15 @@ impl Client {
         } else {
             announce.await;
         }
+        let clock = Arc::new(ClockWatch::start(
+            deployment.connections(),
+            config.clock_check,
+            config.response_timeout,
+            &background,
+        ));
         let watchdog = Watchdog::start(
             deployment.clone(),
+            clock.clone(),
             background.handle().clone(),
             Batching {
                 size: config.renew_batch,
@@ -136,7 +146,7 @@ impl Client {
             background.clone(),
         );
         let sharded = backend.is_cluster();
-        let follows_switches = deployment.watch_switches().is_some();
+        let follows_switches = deployment.watch_switches().is_some() || clock.is_on();
         // The group commit is the one connection's (never a cluster's: its keys span nodes).
         let batcher = deployment.direct().filter(|_| !sharded).map(|conn| {
             Arc::new(Batcher::new(
@@ -153,6 +163,7 @@ impl Client {
                 deployment,
                 batcher,
                 watchdog,
+                clock,
                 waiters,
                 background,
                 id,
@@ -225,13 +236,14 @@ impl Client {
         ShortId::with_counter("", b'r', n)
     }
 
-    /// The master switches seen so far (Sentinel; 0 elsewhere): see `watchdog`.
+    /// The epoch leases are confirmed against: master switches (Sentinel) and server clock
+    /// steps seen so far (see `watchdog`).
     pub(crate) fn switches(&self) -> u64 {
-        self.inner.deployment.switches()
+        watchdog::epoch(&self.inner.deployment, &self.inner.clock)
     }
 
-    /// True where masters switch under the client (Sentinel): leases are confirmed on the new
-    /// master after each switch (see `watchdog`).
+    /// True where masters switch under the client (Sentinel) or server clocks are watched for
+    /// steps: every lease is confirmed on the server after each (see `watchdog`).
     pub(crate) fn follows_switches(&self) -> bool {
         self.inner.follows_switches
     }

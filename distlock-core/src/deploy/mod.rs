@@ -1,9 +1,11 @@
 //! Deployments: how a client reaches Redis — one server, a Redis Cluster or a Sentinel master
 //! (`backend`, `sentinel`) through one command connection and its checks (`connection`), or a
 //! RedLock quorum of independent masters (`redlock`: its counting rules and its requests still
-//! out). [`Deployment`] is the one interface the lock code calls.
+//! out). [`Deployment`] is the one interface the lock code calls; `clock` watches the servers'
+//! wall clocks for steps, which expire locks early.
 
 pub(crate) mod backend;
+pub(crate) mod clock;
 pub(crate) mod connection;
 pub(crate) mod redlock;
 pub(crate) mod sentinel;
@@ -60,6 +62,14 @@ impl Deployment {
         match self {
             Deployment::Direct(conn) => Some(conn),
             Deployment::Quorum(_) => None,
+        }
+    }
+
+    /// Every command connection: the one, or each master's of a quorum.
+    pub(crate) fn connections(&self) -> Vec<Arc<Connection>> {
+        match self {
+            Deployment::Direct(conn) => vec![conn.clone()],
+            Deployment::Quorum(quorum) => quorum.connections(),
         }
     }
 

@@ -78,6 +78,11 @@ impl Quorum {
         self.masters.len()
     }
 
+    /// Each master's command connection.
+    pub(crate) fn connections(&self) -> Vec<Arc<Connection>> {
+        self.masters.iter().map(|m| m.conn.clone()).collect()
+    }
+
     /// Each master's command connection and backend.
     pub(crate) fn masters(&self) -> Vec<(Link, Arc<Backend>)> {
         self.masters
