@@ -90,6 +90,31 @@ impl Timeline {
     }
 }
 
+impl Round {
+    /// A round whose clients connect with `config` (called once per client), no replicas
+    /// asked for, no probe, the contender from the start.
+    pub fn with_config(
+        config: impl Fn() -> distlock::Config + Send + Sync + 'static,
+        ttl: Duration,
+        renew: bool,
+        run: Duration,
+    ) -> Round {
+        let config = Arc::new(config);
+        Round {
+            connect: Arc::new(move || {
+                let config = config();
+                Box::pin(async move { config.connect().await.expect("connect") })
+            }),
+            ttl,
+            replicas: 0,
+            renew,
+            run,
+            contender_from: Duration::ZERO,
+            probe: None,
+        }
+    }
+}
+
 /// Runs one round; `fault` is called (on a blocking thread) 1 s after the lock was taken.
 /// Returns what was seen and the holder's guard (still held, or lost).
 pub async fn round(round: Round, fault: impl FnOnce() + Send + 'static) -> (Timeline, LockGuard) {

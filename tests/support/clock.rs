@@ -7,9 +7,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use distlock::Config;
+
+use crate::belief::{self, Round, Timeline};
+use crate::cluster::RedisCluster;
 use crate::server::{RedisServer, ServerOptions};
 
 /// The source of the library, built once per test process.
@@ -109,4 +113,62 @@ impl Default for ShiftedClock {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// Where a [`step_round`] runs, on a clock it steps.
+#[derive(Clone, Copy, Debug)]
+pub enum Stepped {
+    /// One server.
+    Server,
+    /// A cluster of three masters, every node on the stepped clock (one host).
+    Cluster,
+    /// A RedLock quorum of three masters, the first `stepped` of them on the stepped clock.
+    Quorum {
+        /// Masters whose clock steps.
+        stepped: usize,
+    },
+}
+
+/// One `belief` round (a fenced lock of `ttl`, renewed if `renew`, held for `run`) on a fresh
+/// deployment whose servers' wall clock steps by `step` (forward if `forward`) 1 s in.
+pub async fn step_round(
+    on: Stepped,
+    (ttl, renew, run): (Duration, bool, Duration),
+    (forward, step): (bool, Duration),
+) -> Timeline {
+    let clock = Arc::new(ShiftedClock::new());
+    let options = clock.options();
+    let started = tokio::task::spawn_blocking(move || match on {
+        Stepped::Server => (vec![RedisServer::start_with(options)], None),
+        Stepped::Cluster => (Vec::new(), Some(RedisCluster::start_with(3, 0, options))),
+        Stepped::Quorum { stepped } => {
+            let masters = (0..3)
+                .map(|i| match i < stepped {
+                    true => RedisServer::start_with(options.clone()),
+                    false => RedisServer::start(),
+                })
+                .collect();
+            (masters, None)
+        }
+    })
+    .await
+    .expect("start the servers");
+    let (servers, cluster) = started;
+    let urls: Vec<String> = match &cluster {
+        Some(cluster) => cluster.urls(),
+        None => servers.iter().map(RedisServer::url).collect(),
+    };
+    let config = move || match on {
+        Stepped::Server => Config::new(urls[0].clone()),
+        Stepped::Cluster => Config::cluster(urls.clone()),
+        Stepped::Quorum { .. } => Config::redlock(urls.clone()),
+    };
+    let round = Round::with_config(config, ttl, renew, run);
+    let (timeline, _guard) = belief::round(round, move || match forward {
+        true => clock.step_forward(step),
+        false => clock.step_back(step),
+    })
+    .await;
+    drop((servers, cluster));
+    timeline
 }

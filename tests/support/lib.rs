@@ -21,7 +21,7 @@ mod replicas;
 mod sentinel;
 mod server;
 
-pub use clock::ShiftedClock;
+pub use clock::{step_round, ShiftedClock, Stepped};
 pub use cluster::RedisCluster;
 pub use fairness::{fairness_run, jain, Fairness, FairnessRun};
 pub use inspect::{all_keys, command_calls, eventually, lock_keys, pubsub_channels};
