@@ -424,6 +424,24 @@ mod tests {
     }
 
     #[test]
+    fn the_clock_check_is_a_period_or_off() {
+        let url = ("DISTLOCK_URL", "redis://127.0.0.1:6379/");
+        let default = env(&[url]).unwrap();
+        assert_eq!(default.clock_check, Some(Duration::from_millis(250)));
+        let every = env(&[url, ("DISTLOCK_CLOCK_CHECK", "100ms")]).unwrap();
+        assert_eq!(every.clock_check, Some(Duration::from_millis(100)));
+        let off = env(&[url, ("DISTLOCK_CLOCK_CHECK", "off")]).unwrap();
+        assert_eq!(off.clock_check, None);
+        let short = reason(env(&[url, ("DISTLOCK_CLOCK_CHECK", "5ms")]));
+        assert!(short.contains("at least 10 ms"), "{short}");
+        let bad = reason(env(&[url, ("DISTLOCK_CLOCK_CHECK", "often")]));
+        assert!(
+            bad.contains("DISTLOCK_CLOCK_CHECK=`often`") && bad.contains("`off`"),
+            "{bad}"
+        );
+    }
+
+    #[test]
     fn every_variable_sets_its_builder_method() {
         let config = env(&[
             ("DISTLOCK_URL", "redis://:pw@127.0.0.1:6380/1"),
