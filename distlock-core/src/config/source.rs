@@ -361,47 +361,47 @@ impl<'de> serde::Deserialize<'de> for Config {
 }
 
 /// A duration in a configuration file: text such as `"10s"`, read by [`parse_duration`].
+/// A setting written as text, read by `parse` (its error message follows the text).
+#[cfg(feature = "serde")]
+struct Text<T> {
+    expecting: &'static str,
+    parse: fn(&str) -> Result<T, String>,
+}
+
+#[cfg(feature = "serde")]
+impl<T> serde::de::Visitor<'_> for Text<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.expecting)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<T, E> {
+        (self.parse)(text).map_err(|e| E::custom(format!("`{text}`: {e}")))
+    }
+}
+
 #[cfg(feature = "serde")]
 impl<'de> serde::Deserialize<'de> for Human {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Text;
-
-        impl serde::de::Visitor<'_> for Text {
-            type Value = Human;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a duration with its unit, such as \"500ms\", \"10s\" or \"1m30s\"")
-            }
-
-            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Human, E> {
+        deserializer.deserialize_str(Text {
+            expecting: "a duration with its unit, such as \"500ms\", \"10s\" or \"1m30s\"",
+            parse: |text| {
                 parse_duration(text.trim())
                     .map(Human)
-                    .map_err(|e| E::custom(format!("`{text}`: {e}")))
-            }
-        }
-
-        deserializer.deserialize_str(Text)
+                    .map_err(|e| e.to_string())
+            },
+        })
     }
 }
 
 #[cfg(feature = "serde")]
 impl<'de> serde::Deserialize<'de> for Every {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Text;
-
-        impl serde::de::Visitor<'_> for Text {
-            type Value = Every;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a duration with its unit, such as \"250ms\", or \"off\"")
-            }
-
-            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Every, E> {
-                Every::parse(text).map_err(|e| E::custom(format!("`{text}`: {e}")))
-            }
-        }
-
-        deserializer.deserialize_str(Text)
+        deserializer.deserialize_str(Text {
+            expecting: "a duration with its unit, such as \"250ms\", or \"off\"",
+            parse: Every::parse,
+        })
     }
 }
 
