@@ -111,9 +111,14 @@ async fn watch_clocks(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        for (i, server) in servers.iter().enumerate() {
+        // All at once: a server that does not answer does not delay the others' readings.
+        let reads = servers.iter().map(|server| {
             let (_, link) = server.current();
-            let Ok(Ok(readings)) = tokio::time::timeout(timeout, read_clocks(link)).await else {
+            tokio::time::timeout(timeout, read_clocks(link))
+        });
+        let all = futures_util::future::join_all(reads).await;
+        for (i, read) in all.into_iter().enumerate() {
+            let Ok(Ok(readings)) = read else {
                 // Unreachable now: the next reading compares with the last one it has.
                 continue;
             };
