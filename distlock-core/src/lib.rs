@@ -448,7 +448,11 @@
 //! holder (ttl 6 s) went on believing for 982 ms after another client took its lock before
 //! the check, 0 ms with it; a holder without renewal (ttl 8 s) for the rest of its lease
 //! (2,978 ms, until the round ended) before, 225 ms with it. A step back makes keys outlive
-//! their leases, which is safe, and is ignored. Keep servers' clocks slewed, not stepped.
+//! their leases, which is safe, and is ignored. Keep servers' clocks slewed, not stepped. The same
+//! check notices a suspend of *this* machine (a laptop's sleep, a suspended VM), which the
+//! monotonic clock leases are measured with does not count: to the client, every server's clock
+//! ran ahead by the length of the suspend (the observation `tests/clock_steps.rs` makes with a
+//! step), and its leases are confirmed at once.
 //!
 //! ## Limits
 //!
