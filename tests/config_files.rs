@@ -50,6 +50,7 @@ fn a_sentinel_deployment_in_toml() {
         sentinel_master_password = "hunter2"
         min_replicas = 1
         replica_timeout = "200ms"
+        clock_check = "100ms"
         "#,
     )
     .unwrap();
@@ -63,7 +64,8 @@ fn a_sentinel_deployment_in_toml() {
     )
     .sentinel_master_auth("app", "hunter2")
     .min_replicas(1)
-    .replica_timeout(Duration::from_millis(200));
+    .replica_timeout(Duration::from_millis(200))
+    .clock_check(Some(Duration::from_millis(100)));
     let shown = format!("{:?}", app.locks);
     assert_eq!(shown, format!("{built:?}"));
     assert!(!shown.contains("hunter2"), "{shown}");
@@ -72,10 +74,12 @@ fn a_sentinel_deployment_in_toml() {
 #[test]
 fn a_cluster_in_json() {
     let config: Config = serde_json::from_str(
-        r#"{"cluster_nodes": ["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"], "min_replicas": 1}"#,
+        r#"{"cluster_nodes": ["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"], "min_replicas": 1, "clock_check": "off"}"#,
     )
     .unwrap();
-    let built = Config::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]).min_replicas(1);
+    let built = Config::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
+        .min_replicas(1)
+        .clock_check(None);
     assert_eq!(format!("{config:?}"), format!("{built:?}"));
 }
 

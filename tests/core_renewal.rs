@@ -60,9 +60,12 @@ async fn renewal_is_batched() {
     let window = Duration::from_secs(2);
     tokio::time::sleep(window).await;
     let renew_calls = command_calls(&mut conn, "evalsha").await - before;
-    // Unbatched: 300 locks × (2 s / 200 ms) = 3000 calls. Batched: ~3 per tick.
+    // Unbatched: 300 locks × (2 s / 200 ms) = 3000 calls. Batched: ~3 per tick (~30) when
+    // the 300 acquires land together; on a loaded machine they spread over the renewal
+    // interval and the batches split (138 seen once): 15× fewer calls than unbatched still
+    // shows the batching, with room for that.
     assert!(
-        renew_calls <= 90,
+        renew_calls <= 200,
         "{renew_calls} renewal calls for 300 locks"
     );
     assert!(renew_calls >= 9, "renewal must happen: {renew_calls}");

@@ -448,6 +448,29 @@
 //! `DISTLOCK_REDLOCK_MASTERS`; `cluster_nodes`, `sentinels`, `redlock_masters` in a file) and
 //! `min_replicas`, but not TLS certificates: set those in code.
 //!
+//! ## Server clock steps
+//!
+//! Redis keeps a key's expiry as a wall-clock date, so a Redis server whose clock steps forward
+//! (`date -s`, an NTP step after a long drift, a VM resumed from a snapshot) expires every lock
+//! on it that much early: at once if the step is larger than the time left, and another client
+//! can take the lock while its holder still believes it holds it. No client can prevent that.
+//! Each client reads every server's clock (`TIME`; every master of a cluster, each master of a
+//! RedLock quorum) every [`Config::clock_check`] (250 ms by default) and compares how far it
+//! moved with how far this machine's monotonic clock moved: a step forward of more than 20 ms
+//! plus the two reads' round trips counts, like a Sentinel failover, and every lease of the
+//! client — renewed or not — is confirmed on the server at once; a reply that crossed the step
+//! counts for nothing. A holder whose lock the step expired is told within about one period
+//! instead of at its next renewal (up to ttl/3 later) or, without renewal, never. Measured
+//! against a real server whose clock a test steps by 60 s (`tests/clock_steps.rs`): a renewed
+//! holder (ttl 6 s) went on believing for 982 ms after another client took its lock before
+//! the check, 0 ms with it; a holder without renewal (ttl 8 s) for the rest of its lease
+//! (2,978 ms, until the round ended) before, 225 ms with it. A step back makes keys outlive
+//! their leases, which is safe, and is ignored. Keep servers' clocks slewed, not stepped. The same
+//! check notices a suspend of *this* machine (a laptop's sleep, a suspended VM), which the
+//! monotonic clock leases are measured with does not count: to the client, every server's clock
+//! ran ahead by the length of the suspend (the observation `tests/clock_steps.rs` makes with a
+//! step), and its leases are confirmed at once.
+//!
 //! ## Limits
 //!
 //! Each lock lives on one Redis node (a server, the master the sentinels name, or the master of

@@ -1,7 +1,7 @@
 //! The holder's belief against a contender, through a fault: the test of "while the caller
 //! believes it holds a lock nobody else does".
 //!
-//! A holder takes a renewed, fenced lock and asks `ensure_held()` every 25 ms, recording each
+//! A holder takes a fenced lock (renewed, unless the round says otherwise) and asks `ensure_held()` every 25 ms, recording each
 //! `Ok`; a contender (its own client, connected when the round says) tries to take the same
 //! lock every 10 ms and keeps whatever it wins, recording when. The fault runs off the
 //! runtime's threads 1 s after the lock was taken. Afterwards, [`Timeline::worst_overlap`] is
@@ -35,6 +35,9 @@ pub struct Round {
     pub ttl: Duration,
     /// The holder's `min_replicas`.
     pub replicas: usize,
+    /// The holder's lease is renewed (otherwise it only runs out, and the round must end
+    /// before its ttl).
+    pub renew: bool,
     /// How long the round runs, from the acquire.
     pub run: Duration,
     /// When the contender connects, from the acquire (in the middle of the fault, say).
@@ -87,6 +90,31 @@ impl Timeline {
     }
 }
 
+impl Round {
+    /// A round whose clients connect with `config` (called once per client), no replicas
+    /// asked for, no probe, the contender from the start.
+    pub fn with_config(
+        config: impl Fn() -> distlock::Config + Send + Sync + 'static,
+        ttl: Duration,
+        renew: bool,
+        run: Duration,
+    ) -> Round {
+        let config = Arc::new(config);
+        Round {
+            connect: Arc::new(move || {
+                let config = config();
+                Box::pin(async move { config.connect().await.expect("connect") })
+            }),
+            ttl,
+            replicas: 0,
+            renew,
+            run,
+            contender_from: Duration::ZERO,
+            probe: None,
+        }
+    }
+}
+
 /// Runs one round; `fault` is called (on a blocking thread) 1 s after the lock was taken.
 /// Returns what was seen and the holder's guard (still held, or lost).
 pub async fn round(round: Round, fault: impl FnOnce() + Send + 'static) -> (Timeline, LockGuard) {
@@ -94,7 +122,7 @@ pub async fn round(round: Round, fault: impl FnOnce() + Send + 'static) -> (Time
     let guard = holder
         .lock(BELIEF_LOCK)
         .ttl(round.ttl)
-        .renew(true)
+        .renew(round.renew)
         .fenced(true)
         .min_replicas(round.replicas)
         .acquire()

@@ -7,6 +7,7 @@
 
 pub mod belief;
 mod cli;
+mod clock;
 mod cluster;
 mod fairness;
 mod inspect;
@@ -20,6 +21,7 @@ mod replicas;
 mod sentinel;
 mod server;
 
+pub use clock::{step_round, ShiftedClock, Stepped};
 pub use cluster::RedisCluster;
 pub use fairness::{fairness_run, jain, Fairness, FairnessRun};
 pub use inspect::{all_keys, command_calls, eventually, lock_keys, pubsub_channels};

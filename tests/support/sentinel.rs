@@ -141,6 +141,7 @@ impl RedisSentinel {
             }),
             ttl,
             replicas,
+            renew: true,
             run,
             contender_from,
             probe: Some(self.probe()),

@@ -17,6 +17,7 @@ pub struct RedisServer {
     extra: Vec<String>,
     password: Option<String>,
     tls: bool,
+    env: Vec<(String, String)>,
 }
 
 /// The PEM files of a TLS server (see `ServerOptions::tls`).
@@ -45,6 +46,8 @@ pub struct ServerOptions {
     pub tls: Option<TlsFiles>,
     /// More `redis-server` arguments (e.g. `--replicaof 127.0.0.1 <port>`).
     pub args: Vec<String>,
+    /// Environment variables of the server process (e.g. `LD_PRELOAD`, see `ShiftedClock`).
+    pub env: Vec<(String, String)>,
 }
 
 /// A free TCP port on the loopback interface.
@@ -129,6 +132,7 @@ impl RedisServer {
             extra,
             password: opts.password,
             tls: opts.tls.is_some(),
+            env: opts.env,
         };
         server.spawn();
         server
@@ -155,6 +159,7 @@ impl RedisServer {
             .args(["--repl-diskless-sync-delay", "0"])
             .args(["--daemonize", "no", "--protected-mode", "no"])
             .args(&self.extra)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

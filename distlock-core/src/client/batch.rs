@@ -29,7 +29,8 @@ use redis::Value;
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
-use crate::deploy::connection::{CallError, Connection};
+use crate::deploy::connection::Connection;
+use crate::deploy::CallError;
 use crate::sync;
 use crate::wire::calls::{
     add_acquire, decode_acquire, AcquireCall, Acquired, ReleaseCall, ReleaseItem, ReleaseManyCall,
@@ -160,7 +161,7 @@ impl Batcher {
     ) -> Result<C::Reply, CallError> {
         match self.enter(queued) {
             Entry::Turn(turn) => {
-                let reply = self.conn.call_one(call, self.timeout).await;
+                let reply = self.conn.call(call, self.timeout).await;
                 drop(turn);
                 reply.map(|(reply, _)| reply)
             }
@@ -285,7 +286,7 @@ impl Batcher {
             acquires: &acquires,
         };
         let (acquired, released) = {
-            let sent = self.conn.call_one(&call, self.timeout);
+            let sent = self.conn.call(&call, self.timeout);
             let mut sent = std::pin::pin!(sent);
             // The first poll puts the group in redis-rs's send queue; only then may a new
             // request go out alone (see `State::building`).
@@ -306,7 +307,7 @@ impl Batcher {
             Some(released) => released,
             None => self
                 .conn
-                .call_one(&call.releases, self.timeout)
+                .call(&call.releases, self.timeout)
                 .await
                 .map(|(r, _)| r),
         };

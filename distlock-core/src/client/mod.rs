@@ -18,9 +18,11 @@ use crate::client::waiters::{Subscription, Waiters};
 use crate::client::watchdog::{Batching, Renewal, Watchdog};
 use crate::config::Config;
 use crate::deploy::backend::{Backend, Link};
-use crate::deploy::connection::{CallError, Connection};
+use crate::deploy::clock::ClockWatch;
+use crate::deploy::connection::Connection;
 use crate::deploy::redlock;
 use crate::deploy::redlock::quorum::{self, Quorate};
+use crate::deploy::{CallError, Deployment};
 use crate::error::{is_error_reply, Error, Operation};
 use crate::wire::calls::{AcquireCall, Acquired, ReleaseCall, Released};
 use crate::wire::ids::ShortId;
@@ -41,10 +43,13 @@ pub struct Client {
 struct Inner {
     name: Option<String>,
     config: Config,
-    conn: Arc<Connection>,
+    /// Where its calls go.
+    deployment: Deployment,
     /// Group commit of plain acquires and releases (standalone Redis; `None` in a cluster).
     batcher: Option<Arc<Batcher>>,
     watchdog: Watchdog,
+    /// The servers' clocks, read for steps (`Config::clock_check`).
+    clock: Arc<ClockWatch>,
     waiters: Waiters,
     background: Background,
     /// `d2:` and 128 random bits; owners are `<id>:<n>`, unique across processes.
@@ -52,7 +57,7 @@ struct Inner {
     next: AtomicU64,
     /// A cluster: release notifications are sharded (`SPUBLISH`).
     sharded: bool,
-    /// Masters switch under this client (Sentinel): see [`Client::follows_switches`].
+    /// Leases are confirmed after master switches or clock steps: see [`Client::follows_switches`].
     follows_switches: bool,
 }
 
@@ -85,13 +90,13 @@ impl Client {
             .then(|| redlock::connect(&config, &background))
             .transpose()?;
         // Every server the client talks to: the quorum's masters, or the one connection.
-        let (conn, masters) = match quorum {
+        let (deployment, masters) = match quorum {
             Some(quorum) => {
                 let masters = quorum.masters();
                 // With the client's runtime entered, as every later call to a master
-                // (`Connection::call`): the masters' connections are made there.
+                // (`Quorum::call`): the masters' connections are made there.
                 background.enter(check_masters(&masters, &config)).await?;
-                (quorum, masters)
+                (Deployment::Quorum(Arc::new(quorum)), masters)
             }
             None => {
                 let conn = tokio::time::timeout(connect_within, backend.command_link(&background))
@@ -103,25 +108,29 @@ impl Client {
                     .map_err(connect_error)?;
                 check_server(conn.clone(), &config).await?;
                 let masters = vec![(conn.clone(), backend.clone())];
-                (
-                    Connection::new(conn, backend.clone(), background.clone()),
-                    masters,
-                )
+                let conn = Connection::new(conn, backend.clone(), background.clone());
+                (Deployment::Direct(Arc::new(conn)), masters)
             }
         };
-        let conn = Arc::new(conn);
         let id = format!("{}{}", scripts::VERSION_TAG, uuid::Uuid::new_v4().simple());
         let (handle, name_ref) = (background.handle(), name.as_deref());
         // RedLock: a subscriber per master (`waiters` counts their messages).
         let backends = masters.iter().map(|(_, backend)| backend.clone()).collect();
         let announce = identity::announce(masters, handle, &config, &id, name_ref);
-        if conn.quorum_size() > 0 {
+        if deployment.quorum_size() > 0 {
             background.enter(announce).await;
         } else {
             announce.await;
         }
+        let clock = Arc::new(ClockWatch::start(
+            deployment.connections(),
+            config.clock_check,
+            config.response_timeout,
+            &background,
+        ));
         let watchdog = Watchdog::start(
-            conn.clone(),
+            deployment.clone(),
+            clock.clone(),
             background.handle().clone(),
             Batching {
                 size: config.renew_batch,
@@ -137,8 +146,9 @@ impl Client {
             background.clone(),
         );
         let sharded = backend.is_cluster();
-        let follows_switches = conn.watch_switches().is_some();
-        let batcher = (!sharded && conn.quorum_size() == 0).then(|| {
+        let follows_switches = deployment.watch_switches().is_some() || clock.is_on();
+        // The group commit is the one connection's (never a cluster's: its keys span nodes).
+        let batcher = deployment.direct().filter(|_| !sharded).map(|conn| {
             Arc::new(Batcher::new(
                 conn.clone(),
                 background.handle().clone(),
@@ -150,9 +160,10 @@ impl Client {
             inner: Arc::new(Inner {
                 name,
                 config,
-                conn,
+                deployment,
                 batcher,
                 watchdog,
+                clock,
                 waiters,
                 background,
                 id,
@@ -198,7 +209,7 @@ impl Client {
 
     /// The number of masters of a RedLock quorum (0: not one).
     pub(crate) fn quorum_size(&self) -> usize {
-        self.inner.conn.quorum_size()
+        self.inner.deployment.quorum_size()
     }
 
     /// True if release notifications go through sharded pub/sub (a cluster).
@@ -225,13 +236,14 @@ impl Client {
         ShortId::with_counter("", b'r', n)
     }
 
-    /// The master switches seen so far (Sentinel; 0 elsewhere): see `watchdog`.
+    /// The epoch leases are confirmed against: master switches (Sentinel) and server clock
+    /// steps seen so far (see `watchdog`).
     pub(crate) fn switches(&self) -> u64 {
-        self.inner.conn.switches()
+        watchdog::epoch(&self.inner.deployment, &self.inner.clock)
     }
 
-    /// True where masters switch under the client (Sentinel): leases are confirmed on the new
-    /// master after each switch (see `watchdog`).
+    /// True where masters switch under the client (Sentinel) or server clocks are watched for
+    /// steps: every lease is confirmed on the server after each (see `watchdog`).
     pub(crate) fn follows_switches(&self) -> bool {
         self.inner.follows_switches
     }
@@ -292,7 +304,7 @@ impl Client {
     ) -> Result<(C::Reply, Option<usize>), Error> {
         let after = self.inner.config.response_timeout;
         self.inner
-            .conn
+            .deployment
             .call(call, after)
             .await
             .map_err(|e| self.call_error(op, name, e))
@@ -333,7 +345,7 @@ impl Client {
 
     fn call_error(&self, op: Operation, key: &str, error: CallError) -> Error {
         match error {
-            // `Connection::call` reports a timed-out reply (whichever timer saw it) as `Timeout`.
+            // `Deployment::call` reports a timed-out reply (whichever timer saw it) as `Timeout`.
             CallError::Timeout => Error::Timeout {
                 op,
                 key: key.to_owned(),
@@ -356,7 +368,7 @@ impl Client {
     /// The `WAIT` for a lock that asks `replicas` replicas to acknowledge it (none for 0).
     pub(crate) fn replica_wait(&self, replicas: usize) -> Option<ReplicaWait> {
         (replicas > 0).then(|| ReplicaWait {
-            replicas: self.inner.conn.replicas_to_wait_for(replicas),
+            replicas: self.inner.deployment.replicas_to_wait_for(replicas),
             timeout: self.inner.config.replica_timeout,
         })
     }

@@ -23,7 +23,7 @@
 //! releases of busy attempts' minority grants), so those never wake anyone and waiters do not
 //! storm each other. Waiters of several clients woken by one release retry at once; they do
 //! not split the masters between them, because every master grants a free lock only to the
-//! waiter that came first (`redlock_queue`: a queue per lock on the masters, ordered by the
+//! waiter that came first (`lock/queue`: a queue per lock on the masters, ordered by the
 //! same ticket everywhere), and a client that releases and asks again at once queues behind
 //! them: waiters take their turns across clients in arrival order, and a woken waiter retries
 //! at once (no random pause). A waiter that the masters told how many waiters are queued ahead

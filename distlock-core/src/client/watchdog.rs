@@ -12,7 +12,7 @@
 //! acknowledges them: a renewal sent there after the promotion extends a key the new master
 //! never sees. If it extended the holder's deadline, the holder would believe after the new
 //! master let the key expire and another client took it. So every lease reply is checked
-//! against the switch count ([`Connection::switches`]): a reply that arrives after a switch it
+//! against the switch count (`Deployment::switches`): a reply that arrives after a switch it
 //! was sent before extends nothing and decides nothing (it is retried on the new master), and
 //! after every switch each lease of the client — renewed or not — is confirmed on the new
 //! master at once, before it is renewed there: a renewed lease by a renewal, which sets the
@@ -20,6 +20,13 @@
 //! (a `RENEW` with a 1 ms ttl, which never extends), since its key, if there, carries the
 //! expiry the acquire set. A lease the new master does not hold as ours is lost, and the
 //! holder is told.
+//!
+//! ## Server clock steps
+//!
+//! A server whose wall clock steps forward expires its keys early (`deploy::clock`). Each step
+//! the client sees counts in the same epoch as master switches ([`epoch`]): a lease reply that
+//! crossed it counts for nothing, and every lease is confirmed on the server at once, so a
+//! holder whose lock the step expired is told.
 //!
 //! What this relies on, and the crate docs state: the client hears of the switch (the
 //! sentinels' `+switch-master`, or asking them every `CHECK_EVERY`) before the new master's
@@ -35,7 +42,8 @@ use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::deploy::connection::{CallError, Connection};
+use crate::deploy::clock::ClockWatch;
+use crate::deploy::{CallError, Deployment};
 use crate::error::{is_error_reply, LossReason};
 use crate::lease::{self, guaranteed_until, renewal_interval, Lease};
 use crate::metrics::{self, RenewalOutcome};
@@ -91,7 +99,8 @@ pub(crate) struct Renewal {
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
     task: Mutex<AbortHandle>,
-    conn: Arc<Connection>,
+    deployment: Deployment,
+    clock: Arc<ClockWatch>,
     handle: Handle,
     batching: Batching,
 }
@@ -117,16 +126,22 @@ impl Drop for Watchdog {
 
 impl Watchdog {
     /// Starts the renewal task on `handle` (the client's own runtime).
-    pub(crate) fn start(conn: Arc<Connection>, handle: Handle, batching: Batching) -> Self {
+    pub(crate) fn start(
+        deployment: Deployment,
+        clock: Arc<ClockWatch>,
+        handle: Handle,
+        batching: Batching,
+    ) -> Self {
         let shared = Arc::new(Shared {
             table: Mutex::new(Table::default()),
             wake: Notify::new(),
         });
-        let task = spawn(&handle, &shared, &conn, batching);
+        let task = spawn(&handle, &shared, (&deployment, &clock), batching);
         Watchdog {
             shared,
             task: Mutex::new(task),
-            conn,
+            deployment,
+            clock,
             handle,
             batching,
         }
@@ -143,7 +158,12 @@ impl Watchdog {
         let mut task = self.task();
         if task.is_finished() {
             tracing::error!("the renewal task had stopped; restarting it");
-            *task = spawn(&self.handle, &self.shared, &self.conn, self.batching);
+            *task = spawn(
+                &self.handle,
+                &self.shared,
+                (&self.deployment, &self.clock),
+                self.batching,
+            );
         }
     }
 
@@ -152,6 +172,7 @@ impl Watchdog {
         self.ensure_running();
         let now = Instant::now();
         let due = now + renewal_interval(renewal.item.ttl);
+        let renews = renewal.renew;
         let id = {
             let mut table = self.table();
             table.next_id += 1;
@@ -167,8 +188,11 @@ impl Watchdog {
             table.entries.insert(id, entry);
             id
         };
-        // A stored permit: the task re-plans even if it is between two waits.
-        self.shared.wake.notify_one();
+        // A stored permit: the task re-plans even if it is between two waits. A lease that is
+        // only confirmed after a switch or a step is never due: the task need not re-plan.
+        if renews {
+            self.shared.wake.notify_one();
+        }
         id
     }
 
@@ -179,7 +203,9 @@ impl Watchdog {
 
     /// Number of leases being renewed.
     pub(crate) fn len(&self) -> usize {
-        self.table().entries.len()
+        // Not the leases only confirmed after a switch or a step.
+        let table = self.table();
+        table.entries.values().filter(|e| e.renewal.renew).count()
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
@@ -190,10 +216,14 @@ impl Watchdog {
 fn spawn(
     handle: &Handle,
     shared: &Arc<Shared>,
-    conn: &Arc<Connection>,
+    (deployment, clock): (&Deployment, &Arc<ClockWatch>),
     batching: Batching,
 ) -> AbortHandle {
-    let task = run(shared.clone(), conn.clone(), batching);
+    let task = run(
+        shared.clone(),
+        (deployment.clone(), clock.clone()),
+        batching,
+    );
     handle.spawn(task).abort_handle()
 }
 
@@ -290,7 +320,7 @@ impl Renewal {
     }
 }
 
-/// Resolves at the next master switch (never, where there are none).
+/// Resolves at the next master switch or clock step (never, where there are none).
 async fn next_switch(switches: &mut Option<tokio::sync::watch::Receiver<u64>>) {
     if let Some(rx) = switches.as_mut() {
         if rx.changed().await.is_ok() {
@@ -302,11 +332,22 @@ async fn next_switch(switches: &mut Option<tokio::sync::watch::Receiver<u64>>) {
     std::future::pending().await
 }
 
-async fn run(shared: Arc<Shared>, conn: Arc<Connection>, batching: Batching) {
+/// The epoch leases are confirmed against: master switches and server clock steps seen (see
+/// the module docs). A lease confirmed under an older epoch is confirmed again.
+pub(crate) fn epoch(deployment: &Deployment, clock: &ClockWatch) -> u64 {
+    deployment.switches() + clock.steps()
+}
+
+async fn run(
+    shared: Arc<Shared>,
+    (deployment, clock): (Deployment, Arc<ClockWatch>),
+    batching: Batching,
+) {
     let mut batches = 0u64;
-    let mut switched = conn.watch_switches();
+    let mut switched = deployment.watch_switches();
+    let mut stepped = clock.is_on().then(|| clock.subscribe());
     loop {
-        let switches = conn.switches();
+        let switches = epoch(&deployment, &clock);
         let (due, next) = collect(&shared, Instant::now(), switches);
         if due.items.is_empty() {
             let at = next.unwrap_or_else(|| Instant::now() + lease::FOREVER);
@@ -314,13 +355,14 @@ async fn run(shared: Arc<Shared>, conn: Arc<Connection>, batching: Batching) {
                 () = tokio::time::sleep_until(at) => {}
                 () = shared.wake.notified() => {}
                 () = next_switch(&mut switched) => {}
+                () = next_switch(&mut stepped) => {}
             }
             continue;
         }
         for group in groups(due, batching) {
             let replicas = group.holders.first().map_or(0, |(_, r)| r.wait_replicas());
             let wait = (replicas > 0).then(|| ReplicaWait {
-                replicas: conn.replicas_to_wait_for(replicas),
+                replicas: deployment.replicas_to_wait_for(replicas),
                 timeout: batching.replica_timeout,
             });
             let size = batching.size;
@@ -333,7 +375,15 @@ async fn run(shared: Arc<Shared>, conn: Arc<Connection>, batching: Batching) {
                     items,
                     wait,
                 };
-                renew_chunk(&shared, &conn, &call, holders, batching.timeout, switches).await;
+                renew_chunk(
+                    &shared,
+                    (&deployment, &clock),
+                    &call,
+                    holders,
+                    batching.timeout,
+                    switches,
+                )
+                .await;
             }
         }
     }
@@ -343,19 +393,19 @@ async fn run(shared: Arc<Shared>, conn: Arc<Connection>, batching: Batching) {
 /// applies its reply to each lease.
 async fn renew_chunk(
     shared: &Shared,
-    conn: &Arc<Connection>,
+    (deployment, clock): (&Deployment, &ClockWatch),
     call: &RenewCall<'_>,
     holders: &[(u64, Arc<Renewal>)],
     timeout: Duration,
     switches: u64,
 ) {
     let sent_at = Instant::now();
-    let reply = conn.call(call, timeout).await;
+    let reply = deployment.call(call, timeout).await;
     let mut table = sync::lock(&shared.table);
     // A reply that crossed a master switch may come from the superseded master: it extends
     // and decides nothing (see the module docs); the leases are confirmed on the new master.
     let reply = match reply {
-        Ok(_) if conn.switches() != switches => Err(None),
+        Ok(_) if epoch(deployment, clock) != switches => Err(None),
         Ok(reply) => Ok(reply),
         Err(failed) => Err(Some(failed)),
     };

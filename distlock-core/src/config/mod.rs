@@ -48,6 +48,8 @@ pub struct Config {
     pub(crate) require_noeviction: bool,
     pub(crate) min_replicas: usize,
     pub(crate) replica_timeout: Duration,
+    /// How often the servers' clocks are read for steps (`None`: never).
+    pub(crate) clock_check: Option<Duration>,
     /// PEM certificates of the CAs to trust for `rediss://` instead of the system's store.
     pub(crate) tls_root_certificates: Option<Vec<u8>>,
     /// PEM certificate and private key this client presents (mutual TLS).
@@ -58,7 +60,8 @@ impl Config {
     /// A configuration for the Redis server at `url` (`redis://[:password@]host[:port][/db]`),
     /// with the defaults: key prefix `distlock`, ttl 30 s, connect timeout 5 s, response timeout
     /// 2 s, fence retention 10 min, renewal batches of 256, no cap on hold time, no replica
-    /// acknowledgement (replica timeout 500 ms when asked for).
+    /// acknowledgement (replica timeout 500 ms when asked for), the servers' clocks checked
+    /// every 250 ms.
     pub fn new(url: impl Into<String>) -> Self {
         Config {
             url: url.into(),
@@ -77,6 +80,7 @@ impl Config {
             require_noeviction: false,
             min_replicas: 0,
             replica_timeout: Duration::from_millis(500),
+            clock_check: Some(Duration::from_millis(250)),
             tls_root_certificates: None,
             tls_client_certificate: None,
         }
@@ -289,6 +293,34 @@ impl Config {
         self
     }
 
+    /// How often the client reads each server's clock (`TIME`) to notice a step forward
+    /// (default every 250 ms; `None`: never; at least 10 ms).
+    ///
+    /// Redis keeps a key's expiry as a wall-clock date, so a server whose clock steps forward
+    /// (`date -s`, an NTP step, a VM resumed from a snapshot) expires every lock on it that much
+    /// early, and another client can take a lock whose holder still believes it holds it. No
+    /// client can prevent that; with this check, a step of more than ~20 ms (plus the round
+    /// trips of the two reads) is noticed within one period and every lease of the client is
+    /// confirmed on the server at once: a holder whose lock the step expired is told (its lease
+    /// is lost, `run` cancels the body), instead of at its next renewal or never. The check
+    /// costs each server one `TIME` per period per client. Keep the servers' clocks slewed,
+    /// not stepped (NTP's default for small offsets, `chrony` with `makestep` off once synced).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), distlock_core::Error> {
+    /// use std::time::Duration;
+    /// let client = distlock_core::Config::new("redis://127.0.0.1:6379/")
+    ///     .clock_check(Some(Duration::from_millis(100)))
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn clock_check(mut self, every: Option<Duration>) -> Self {
+        self.clock_check = every;
+        self
+    }
+
     /// Trust these CA certificates (PEM, one or more) for a `rediss://` server instead of the
     /// system's trust store: a private CA, as managed Redis services and test set-ups use.
     /// `rediss://` needs the `tls` feature.
@@ -375,6 +407,12 @@ impl Config {
                 "replica_timeout must be at least 1 ms (`WAIT` with 0 would wait forever)",
             );
         }
+        if self
+            .clock_check
+            .is_some_and(|every| every < Duration::from_millis(10))
+        {
+            return invalid("clock_check must be at least 10 ms (or `None`: never)");
+        }
         if self.min_replicas > MAX_REPLICAS && self.min_replicas != ALL_REPLICAS {
             return invalid("min_replicas must be at most 1000, or ALL_REPLICAS");
         }
@@ -453,6 +491,7 @@ impl fmt::Debug for Config {
             .field("response_timeout", &self.response_timeout)
             .field("fence_retention", &self.fence_retention)
             .field("renew_batch", &self.renew_batch)
+            .field("clock_check", &self.clock_check)
             .field("max_hold", &self.max_hold)
             .field("require_noeviction", &self.require_noeviction)
             .field("min_replicas", &self.min_replicas)

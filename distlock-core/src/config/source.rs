@@ -23,6 +23,7 @@
 //! | `require_noeviction` | `DISTLOCK_REQUIRE_NOEVICTION` | `true`/`false` (also `1`/`0`, `yes`/`no`, `on`/`off`) |
 //! | `min_replicas` | `DISTLOCK_MIN_REPLICAS` | replicas that must acknowledge each acquire and renewal (default `0`) |
 //! | `replica_timeout` | `DISTLOCK_REPLICA_TIMEOUT` | a duration (default `500ms`) |
+//! | `clock_check` | `DISTLOCK_CLOCK_CHECK` | a duration, or `off` (default `250ms`; [`Config::clock_check`]) |
 //!
 //! Exactly one of `url`, `cluster_nodes`, `sentinels` and `redlock_masters` says where Redis
 //! is; `redlock_masters` is refused next to any of the others (a RedLock quorum is neither a
@@ -47,6 +48,21 @@ const ENV_PREFIX: &str = "DISTLOCK_";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Human(Duration);
 
+/// A period a configuration source gave: a duration, or `off` (never).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Every(Option<Duration>);
+
+impl Every {
+    fn parse(text: &str) -> Result<Every, String> {
+        match text.trim() {
+            "off" => Ok(Every(None)),
+            text => parse_duration(text)
+                .map(|d| Every(Some(d)))
+                .map_err(|e| format!("{e}, or `off`")),
+        }
+    }
+}
+
 /// Every setting a configuration source may give; `None` keeps the builder's default.
 #[derive(Default)]
 #[cfg_attr(feature = "serde", derive(serde::Deserialize))]
@@ -69,6 +85,7 @@ struct Settings {
     require_noeviction: Option<bool>,
     min_replicas: Option<usize>,
     replica_timeout: Option<Human>,
+    clock_check: Option<Every>,
 }
 
 impl Settings {
@@ -197,6 +214,9 @@ impl Settings {
         if let Some(Human(timeout)) = self.replica_timeout {
             config = config.replica_timeout(timeout);
         }
+        if let Some(Every(every)) = self.clock_check {
+            config = config.clock_check(every);
+        }
         config.validate()?;
         Ok(config)
     }
@@ -212,7 +232,8 @@ impl Config {
     /// `DISTLOCK_SENTINEL_SERVICE`, or `DISTLOCK_REDLOCK_MASTERS`; lists comma-separated), `DISTLOCK_KEY_PREFIX`,
     /// `DISTLOCK_DEFAULT_TTL`, `DISTLOCK_CONNECT_TIMEOUT`, `DISTLOCK_RESPONSE_TIMEOUT`,
     /// `DISTLOCK_FENCE_RETENTION`, `DISTLOCK_RENEW_BATCH_SIZE`, `DISTLOCK_MAX_HOLD`,
-    /// `DISTLOCK_REQUIRE_NOEVICTION`, `DISTLOCK_MIN_REPLICAS` and `DISTLOCK_REPLICA_TIMEOUT`,
+    /// `DISTLOCK_REQUIRE_NOEVICTION`, `DISTLOCK_MIN_REPLICAS`, `DISTLOCK_REPLICA_TIMEOUT` and
+    /// `DISTLOCK_CLOCK_CHECK` (a duration or `off`),
     /// each the builder method of the same name (the table in this module's docs lists them
     /// all); durations as `"500ms"`, `"10s"`, `"1m30s"`. Unset variables keep the defaults of
     /// [`Config::new`]; other `DISTLOCK_*` variables are ignored (a Kubernetes service named
@@ -275,6 +296,12 @@ fn from_vars(vars: impl IntoIterator<Item = (OsString, OsString)>) -> Result<Con
             "REDLOCK_MASTERS" => settings.redlock_masters = list()?,
             "MIN_REPLICAS" => settings.min_replicas = count("a number of replicas")?,
             "REPLICA_TIMEOUT" => settings.replica_timeout = duration()?,
+            "CLOCK_CHECK" => {
+                let text = text()?;
+                let every =
+                    Every::parse(&text).map_err(|e| invalid(format!("{}=`{text}`: {e}", var())))?;
+                settings.clock_check = Some(every);
+            }
             "KEY_PREFIX" => settings.key_prefix = Some(text()?),
             "DEFAULT_TTL" => settings.default_ttl = duration()?,
             "CONNECT_TIMEOUT" => settings.connect_timeout = duration()?,
@@ -334,26 +361,47 @@ impl<'de> serde::Deserialize<'de> for Config {
 }
 
 /// A duration in a configuration file: text such as `"10s"`, read by [`parse_duration`].
+/// A setting written as text, read by `parse` (its error message follows the text).
+#[cfg(feature = "serde")]
+struct Text<T> {
+    expecting: &'static str,
+    parse: fn(&str) -> Result<T, String>,
+}
+
+#[cfg(feature = "serde")]
+impl<T> serde::de::Visitor<'_> for Text<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.expecting)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<T, E> {
+        (self.parse)(text).map_err(|e| E::custom(format!("`{text}`: {e}")))
+    }
+}
+
 #[cfg(feature = "serde")]
 impl<'de> serde::Deserialize<'de> for Human {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Text;
-
-        impl serde::de::Visitor<'_> for Text {
-            type Value = Human;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a duration with its unit, such as \"500ms\", \"10s\" or \"1m30s\"")
-            }
-
-            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Human, E> {
+        deserializer.deserialize_str(Text {
+            expecting: "a duration with its unit, such as \"500ms\", \"10s\" or \"1m30s\"",
+            parse: |text| {
                 parse_duration(text.trim())
                     .map(Human)
-                    .map_err(|e| E::custom(format!("`{text}`: {e}")))
-            }
-        }
+                    .map_err(|e| e.to_string())
+            },
+        })
+    }
+}
 
-        deserializer.deserialize_str(Text)
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for Every {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(Text {
+            expecting: "a duration with its unit, such as \"250ms\", or \"off\"",
+            parse: Every::parse,
+        })
     }
 }
 
@@ -373,6 +421,24 @@ mod tests {
             Err(Error::InvalidConfig { reason }) => reason,
             other => panic!("expected InvalidConfig, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn the_clock_check_is_a_period_or_off() {
+        let url = ("DISTLOCK_URL", "redis://127.0.0.1:6379/");
+        let default = env(&[url]).unwrap();
+        assert_eq!(default.clock_check, Some(Duration::from_millis(250)));
+        let every = env(&[url, ("DISTLOCK_CLOCK_CHECK", "100ms")]).unwrap();
+        assert_eq!(every.clock_check, Some(Duration::from_millis(100)));
+        let off = env(&[url, ("DISTLOCK_CLOCK_CHECK", "off")]).unwrap();
+        assert_eq!(off.clock_check, None);
+        let short = reason(env(&[url, ("DISTLOCK_CLOCK_CHECK", "5ms")]));
+        assert!(short.contains("at least 10 ms"), "{short}");
+        let bad = reason(env(&[url, ("DISTLOCK_CLOCK_CHECK", "often")]));
+        assert!(
+            bad.contains("DISTLOCK_CLOCK_CHECK=`often`") && bad.contains("`off`"),
+            "{bad}"
+        );
     }
 
     #[test]

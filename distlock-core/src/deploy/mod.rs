@@ -1,8 +1,108 @@
 //! Deployments: how a client reaches Redis — one server, a Redis Cluster or a Sentinel master
-//! (`backend`, `sentinel`), the command connection and its checks (`connection`), and a RedLock
-//! quorum of independent masters (`redlock`: its counting rules and its requests still out).
+//! (`backend`, `sentinel`) through one command connection and its checks (`connection`), or a
+//! RedLock quorum of independent masters (`redlock`: its counting rules and its requests still
+//! out). [`Deployment`] is the one interface the lock code calls; `clock` watches the servers'
+//! wall clocks for steps, which expire locks early.
 
 pub(crate) mod backend;
+pub(crate) mod clock;
 pub(crate) mod connection;
 pub(crate) mod redlock;
 pub(crate) mod sentinel;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::deploy::connection::Connection;
+use crate::deploy::redlock::quorum::Quorate;
+use crate::deploy::redlock::Quorum;
+
+/// Why a call failed.
+#[derive(Debug, Clone)]
+pub(crate) enum CallError {
+    /// No reply within the timeout (the connection was retired).
+    Timeout,
+    /// Redis or the connection failed (a mismatched reply is reported as an I/O error).
+    Redis(redis::RedisError),
+    /// A RedLock quorum: too few masters agreed (see `quorum`).
+    NoQuorum { agreed: usize, required: usize },
+}
+
+/// Where a client's calls go: each deployment with only its own state. A new deployment is a
+/// module of its own and a variant here.
+#[derive(Clone)]
+pub(crate) enum Deployment {
+    /// One command connection: one server, a Redis Cluster (redis-rs routes each call by its
+    /// keys' slot) or the master of a Sentinel service (followed across failovers).
+    Direct(Arc<Connection>),
+    /// A RedLock quorum: one connection per independent master, every call counted by
+    /// majority.
+    Quorum(Arc<Quorum>),
+}
+
+impl Deployment {
+    /// Runs one typed call with `timeout` (plus its `WAIT`'s own timeout): on the connection
+    /// ([`Connection::call`]) or on every master of the quorum ([`Quorum::call`]). With the
+    /// number of replicas that acknowledged the write when the call asked for a `WAIT` (never
+    /// over a quorum, which refuses `min_replicas`).
+    pub(crate) async fn call<C: Quorate>(
+        &self,
+        call: &C,
+        timeout: Duration,
+    ) -> Result<(C::Reply, Option<usize>), CallError> {
+        match self {
+            Deployment::Direct(conn) => conn.call(call, timeout).await,
+            Deployment::Quorum(quorum) => quorum.call(call, timeout).await,
+        }
+    }
+
+    /// The one command connection, for what only it has (the group commit of `batch`); `None`
+    /// for a quorum.
+    pub(crate) fn direct(&self) -> Option<&Arc<Connection>> {
+        match self {
+            Deployment::Direct(conn) => Some(conn),
+            Deployment::Quorum(_) => None,
+        }
+    }
+
+    /// Every command connection: the one, or each master's of a quorum.
+    pub(crate) fn connections(&self) -> Vec<Arc<Connection>> {
+        match self {
+            Deployment::Direct(conn) => vec![conn.clone()],
+            Deployment::Quorum(quorum) => quorum.connections(),
+        }
+    }
+
+    /// The number of masters of a RedLock quorum (0: not one).
+    pub(crate) fn quorum_size(&self) -> usize {
+        match self {
+            Deployment::Direct(_) => 0,
+            Deployment::Quorum(quorum) => quorum.len(),
+        }
+    }
+
+    /// The master switches seen so far (Sentinel; 0 elsewhere: see `Backend::switches`).
+    pub(crate) fn switches(&self) -> u64 {
+        match self {
+            Deployment::Direct(conn) => conn.backend().switches(),
+            Deployment::Quorum(_) => 0,
+        }
+    }
+
+    /// Woken at every master switch; `None` where masters do not switch (see
+    /// `Backend::switches`).
+    pub(crate) fn watch_switches(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        match self {
+            Deployment::Direct(conn) => conn.backend().watch_switches(),
+            Deployment::Quorum(_) => None,
+        }
+    }
+
+    /// `min_replicas` as the count to `WAIT` for (see `Backend::replicas_to_wait_for`).
+    pub(crate) fn replicas_to_wait_for(&self, replicas: usize) -> usize {
+        match self {
+            Deployment::Direct(conn) => conn.backend().replicas_to_wait_for(replicas),
+            Deployment::Quorum(_) => replicas,
+        }
+    }
+}

@@ -629,8 +629,8 @@ fn into_guard(
         terms.renew,
         Held::new(terms.label, !reentry),
     ));
-    // Where masters switch (Sentinel), every outermost lease is also confirmed on the new
-    // master after a switch (see `watchdog`).
+    // Where masters switch (Sentinel) or server clocks are watched for steps, every outermost
+    // lease is also confirmed on the server after a switch or a step (see `watchdog`).
     let confirm = !reentry && hold.client.follows_switches();
     let renewal = (terms.renew || confirm).then(|| {
         hold.client.start_renewal(Renewal {

@@ -236,7 +236,7 @@ end
 return {ARGV[4], {0, redis.call('PTTL', KEYS[1])}}
 "#;
 
-/// Fence floor of a RedLock quorum's fenced acquire (see `redlock_fence`): read it, and raise
+/// Fence floor of a RedLock quorum's fenced acquire (see `lock/fence`): read it, and raise
 /// it to at least a given token.
 ///
 /// KEYS: fence. ARGV: request id, token to raise the floor to (0: read only), retention ms.

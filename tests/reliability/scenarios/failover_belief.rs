@@ -249,6 +249,7 @@ async fn cluster_round(fault: Fault) -> Timeline {
         connect,
         ttl: TTL,
         replicas: 1,
+        renew: true,
         run: Duration::from_secs(12),
         contender_from: Duration::ZERO,
         probe: Some(probe),

@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod cancel_storm;
+mod clock_steps;
 mod cluster_failover;
 mod connection_faults;
 mod failover_belief;
@@ -52,6 +53,7 @@ pub(crate) fn all(settings: &Settings) -> Vec<Scenario> {
         partition::scenario(&s, heavy(40, 120)),
         failover_belief::sentinel(&s, heavy(90, 240)),
         failover_belief::cluster(&s, heavy(90, 200)),
+        clock_steps::scenario(&s, heavy(90, 120)),
     ]
 }
 

@@ -1,6 +1,6 @@
 //! RedLock's counting rules: how the replies of N independent masters to one call make the
 //! call's reply (see `Config::redlock`; the masters' connections are `redlock`'s, the fan-out
-//! is `Connection::call`'s).
+//! is `Quorum::call`'s).
 //!
 //! A call counts as done only when a majority agreed: an acquire when a majority granted it
 //! within its validity time (ttl − elapsed − the lease margin), a release when a majority
@@ -15,7 +15,7 @@ use std::time::Duration;
 use crate::lease::LEASE_MARGIN;
 use crate::wire::calls::{
     AcquireCall, Acquired, FenceFloorCall, FencedAcquireCall, LeaveQueueCall, PermitAcquireCall,
-    PermitAcquired, QueuedAcquireCall, ReleaseCall, ReleaseManyCall, Released, RenewCall, Renewed,
+    PermitAcquired, QueuedAcquireCall, ReleaseCall, Released, RenewCall, Renewed,
 };
 use crate::wire::request::Call;
 
@@ -71,16 +71,9 @@ pub(crate) trait Quorate: Call {
         self.tally(replies, nodes, elapsed)
     }
 
-    /// True if the call returns as soon as its outcome is decided, its requests to the masters
-    /// that have not answered yet finishing in the background (`stragglers`): every call sent
-    /// to a quorum (acquires, releases, renewals, fence floors).
-    fn settles_early(&self) -> bool {
-        true
-    }
-
     /// Ended early when the call is undecided only because of `down` masters that have not
     /// answered and are known to be down (their last request failed or timed out;
-    /// `Connection::call` still sends them this one): with them counted as refusing, a
+    /// `Quorum::call` still sends them this one): with them counted as refusing, a
     /// majority for the call is out of reach, so it fails at once with the `NoQuorum` it
     /// would end with when their requests fail, instead of waiting for that (an acquire with
     /// a `wait` tries again; what a down master grants late is released in order, see
@@ -163,14 +156,7 @@ impl Quorate for LeaveQueueCall<'_> {
         _silent: usize,
         _elapsed: Duration,
     ) -> Result<bool, NoQuorum> {
-        let required = majority(nodes);
-        match replies.len() >= required {
-            true => Ok(replies.iter().any(|&removed| removed)),
-            false => Err(NoQuorum {
-                agreed: replies.len(),
-                required,
-            }),
-        }
+        answered(replies, nodes).map(|r| r.iter().any(|&removed| removed))
     }
 }
 
@@ -183,14 +169,7 @@ impl Quorate for FenceFloorCall<'_> {
         _silent: usize,
         _elapsed: Duration,
     ) -> Result<u64, NoQuorum> {
-        let required = majority(nodes);
-        match replies.iter().max() {
-            Some(&floor) if replies.len() >= required => Ok(floor),
-            _ => Err(NoQuorum {
-                agreed: replies.len(),
-                required,
-            }),
-        }
+        answered(replies, nodes).map(|r| r.iter().copied().max().unwrap_or(0))
     }
 }
 
@@ -214,39 +193,9 @@ impl Quorate for ReleaseCall<'_> {
     }
 }
 
-/// Never sent to a quorum (a quorum has no group commit), so it neither settles early nor
-/// orders its requests behind stragglers; if it were, it would wait for every master.
-impl Quorate for ReleaseManyCall<'_> {
-    fn settles_early(&self) -> bool {
-        false
-    }
-
-    fn count(
-        &self,
-        replies: &[Vec<Released>],
-        nodes: usize,
-        silent: usize,
-        _elapsed: Duration,
-    ) -> Result<Vec<Released>, NoQuorum> {
-        let items = replies.iter().map(Vec::len).max().unwrap_or(0);
-        (0..items)
-            .map(|i| {
-                let column: Vec<Released> =
-                    replies.iter().filter_map(|r| r.get(i).copied()).collect();
-                // A reply too short for this item is silent on it.
-                released(&column, nodes, silent + replies.len() - column.len())
-            })
-            .collect()
-    }
-}
-
 /// Never sent to a quorum: a semaphore over RedLock is refused before any request
 /// (`InvalidConfig`). If it were, no count of the masters' replies would make a grant.
 impl Quorate for PermitAcquireCall<'_> {
-    fn settles_early(&self) -> bool {
-        false
-    }
-
     fn count(
         &self,
         _replies: &[PermitAcquired],
@@ -300,6 +249,19 @@ impl Quorate for RenewCall<'_> {
     }
 }
 
+/// The replies of a call that needs only a majority to answer (whatever they say): `replies`
+/// once a majority of `nodes` answered, else no quorum.
+fn answered<R>(replies: &[R], nodes: usize) -> Result<&[R], NoQuorum> {
+    let required = majority(nodes);
+    match replies.len() >= required {
+        true => Ok(replies),
+        false => Err(NoQuorum {
+            agreed: replies.len(),
+            required,
+        }),
+    }
+}
+
 /// Each lock's renewal over `nodes` masters: renewed by a majority; undecided while the
 /// masters that did not answer could still make a majority; otherwise the majority's finding.
 fn renewals(
@@ -340,7 +302,7 @@ fn silent<R>(replies: &[R], nodes: usize, down: usize) -> usize {
 /// `silent` masters still out could make a majority; otherwise busy (or incompatible).
 ///
 /// The token of a fenced take is the largest of the majority's; that alone is not larger than
-/// an earlier holder's token from another majority, `redlock_fence` makes it so.
+/// an earlier holder's token from another majority, `lock/fence` makes it so.
 fn acquired(
     replies: &[Acquired],
     nodes: usize,

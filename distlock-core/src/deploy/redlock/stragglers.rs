@@ -2,15 +2,15 @@
 //! finish in the background, and a later request for the same lock value to the same master is
 //! sent only after them.
 //!
-//! A quorum call returns as soon as its outcome is decided (`Quorate::settles_early`): a
+//! A quorum call returns as soon as its outcome is decided: a
 //! master that is down or frozen no longer costs every acquire and release the response
 //! timeout. The masters that have not answered yet are not forgotten. [`Fanout`] holds one
-//! request per master (`Connection::leg`: owned, so it can outlive the caller); dropped with
+//! request per master (`Master::leg`: owned, so it can outlive the caller); dropped with
 //! requests still out (the call settled early, or its caller gave up), it hands them to a task
 //! on the client's runtime (`Background`, counted in `Client::background_tasks`), which runs
 //! each to its end: answered, failed, or out of time at the call's deadline (one response
 //! timeout after it was sent; a request out of time is kept one more timeout in a task of its
-//! own so that redis-rs still writes it, see `Connection::leg`). Nothing is left registered
+//! own so that redis-rs still writes it, see `Master::leg`). Nothing is left registered
 //! after, and the tasks in flight grow with the call rate times that bound, never without
 //! limit. Until a request ends, it is registered in [`Stragglers`] under its master and its
 //! lock value, and the next request for that value to that master waits for it before it is
@@ -38,7 +38,7 @@
 //!   elapsed time the validity check sees, never lengthens the lease.
 //! * A **fenced** acquire's late grant raises that master's fence floor: floors only rise, so a
 //!   later holder's token is at least as large as without it. The token of a fenced take is
-//!   the largest of the majority that answered (not of every master); `redlock_fence` puts it
+//!   the largest of the majority that answered (not of every master); `lock/fence` puts it
 //!   above every earlier holder's token all the same (its floor rounds reach a majority).
 //!
 //! The costs: a master that answers late keeps a late grant for one more round trip (its
