@@ -9,7 +9,7 @@
 //! What no client can prevent: the contender takes the lock right after the step. What the
 //! client owes its holder: to be told, soon. The bound asserted is how long the holder may go
 //! on believing after the contender took the lock: the client reads the servers' clocks every
-//! `Config::clock_check` (250 ms) and confirms every lease when one ran ahead. Without the
+//! `Config::server_check` (250 ms) and confirms every lease when one ran ahead. Without the
 //! check the renewed holder believed for 982 ms (until its next renewal), the holder without
 //! renewal for the rest of its lease.
 

@@ -207,3 +207,19 @@ async fn gap(probe: &Probe, deadline: Instant) -> Duration {
     let expires = Instant::now() + Duration::from_millis(u64::try_from(pttl).unwrap_or(0));
     deadline.saturating_duration_since(expires)
 }
+
+/// One round (a fenced lock of `ttl`, renewed if `renew`, held for `run`) on a fresh server
+/// that is killed (`SIGKILL`) and started again on the same port 1 s in: it comes back
+/// without the lock (no persistence), as a server restarted from a snapshot older than the
+/// lock does.
+pub async fn restart_round(ttl: Duration, renew: bool, run: Duration) -> Timeline {
+    let server = tokio::task::spawn_blocking(crate::RedisServer::start)
+        .await
+        .expect("start the server");
+    let url = server.url();
+    let server = Arc::new(Mutex::new(server));
+    let round = Round::with_config(move || distlock::Config::new(url.clone()), ttl, renew, run);
+    let restarting = server.clone();
+    let (timeline, _guard) = self::round(round, move || restarting.lock().unwrap().restart()).await;
+    timeline
+}
