@@ -213,7 +213,7 @@ async fn gap(probe: &Probe, deadline: Instant) -> Duration {
 /// without the lock (no persistence), as a server restarted from a snapshot older than the
 /// lock does.
 pub async fn restart_round(ttl: Duration, renew: bool, run: Duration) -> Timeline {
-    let server = tokio::task::spawn_blocking(crate::RedisServer::start)
+    let server = tokio::task::spawn_blocking(crate::server::RedisServer::start)
         .await
         .expect("start the server");
     let url = server.url();
