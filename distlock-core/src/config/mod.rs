@@ -306,8 +306,9 @@ impl Config {
     /// server`) is noticed within one period and every lease of the client is confirmed on the
     /// server at once: a holder whose lock is gone is told (its lease is lost, `run` cancels the
     /// body), instead of at its next renewal or never. The check costs each server one `TIME`
-    /// and one `INFO server`, pipelined, per period per client. Keep the servers' clocks slewed,
-    /// not stepped (NTP's default for small offsets, `chrony` with `makestep` off once synced).
+    /// and one `INFO server`, pipelined, per period per client (a user whose ACL refuses `INFO`,
+    /// part of `@dangerous`, gets the clock check only). Keep the servers' clocks slewed, not
+    /// stepped (NTP's default for small offsets, `chrony` with `makestep` off once synced).
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), distlock_core::Error> {
