@@ -11,31 +11,24 @@
 
 use std::time::Duration;
 
-use testkit::belief::{restart_round, Timeline};
+use testkit::belief::restart_round;
 
 /// How long the holder may believe after the contender took the lock: the check's period
 /// (250 ms), the reconnection's backoff (up to 500 ms), a confirming round trip, room for load.
 const TOLD_WITHIN: Duration = Duration::from_millis(1200);
 
-fn told(t: &Timeline) {
-    eprintln!("{}", t.summary());
-    assert!(
-        !t.taken.is_empty(),
-        "the restart loses the lock: {}",
-        t.summary()
-    );
-    assert!(t.lost.is_some(), "the holder is told: {}", t.summary());
-    assert!(t.worst_overlap() <= TOLD_WITHIN, "{}", t.summary());
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewed_holder_is_told_soon_after_the_server_restarted_without_its_lock() {
     let secs = Duration::from_secs;
-    told(&restart_round(secs(6), true, secs(4)).await);
+    restart_round(secs(6), true, secs(4))
+        .await
+        .assert_told_within(TOLD_WITHIN);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_without_renewal_is_told_soon_after_the_server_restarted_without_its_lock() {
     let secs = Duration::from_secs;
-    told(&restart_round(secs(8), false, secs(4)).await);
+    restart_round(secs(8), false, secs(4))
+        .await
+        .assert_told_within(TOLD_WITHIN);
 }

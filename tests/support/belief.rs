@@ -76,6 +76,42 @@ impl Timeline {
             .unwrap_or(Duration::ZERO)
     }
 
+    /// Asserts that the fault cost the holder its lock (the contender took it) and that the
+    /// holder was told, believing at most `within` after the contender took it.
+    pub fn assert_told_within(&self, within: Duration) {
+        eprintln!("{}", self.summary());
+        assert!(
+            !self.taken.is_empty(),
+            "the fault loses the lock: {}",
+            self.summary()
+        );
+        assert!(
+            self.lost.is_some(),
+            "the holder is told: {}",
+            self.summary()
+        );
+        assert!(
+            self.worst_overlap() <= within,
+            "told too late: {}",
+            self.summary()
+        );
+    }
+
+    /// Asserts that nobody else took the lock and the holder kept it.
+    pub fn assert_kept(&self) {
+        eprintln!("{}", self.summary());
+        assert!(
+            self.taken.is_empty(),
+            "nobody else takes the lock: {}",
+            self.summary()
+        );
+        assert!(
+            self.lost.is_none(),
+            "the holder keeps it: {}",
+            self.summary()
+        );
+    }
+
     /// One line: checks, loss, contender wins, overlap, gap.
     pub fn summary(&self) -> String {
         format!(
