@@ -9,7 +9,7 @@
 //! What no client can prevent: the contender takes the lock right after the step. What the
 //! client owes its holder: to be told, soon. The bound asserted is how long the holder may go
 //! on believing after the contender took the lock: the client reads the servers' clocks every
-//! `Config::clock_check` (250 ms) and confirms every lease when one ran ahead. Without the
+//! `Config::server_check` (250 ms) and confirms every lease when one ran ahead. Without the
 //! check the renewed holder believed for 982 ms (until its next renewal), the holder without
 //! renewal for the rest of its lease.
 
@@ -26,44 +26,25 @@ const TOLD_WITHIN: Duration = Duration::from_millis(700);
 const RUN: Duration = Duration::from_secs(4);
 
 async fn forward(on: Stepped, ttl: Duration, renew: bool, by: Duration) -> Timeline {
-    let t = step_round(on, (ttl, renew, RUN), (true, by)).await;
-    eprintln!("{on:?}: {}", t.summary());
-    t
-}
-
-/// The step expired the lock, the contender took it, and the holder was told in time.
-fn told(t: &Timeline) {
-    assert!(
-        !t.taken.is_empty(),
-        "the step expires the lock: {}",
-        t.summary()
-    );
-    assert!(t.lost.is_some(), "the holder is told: {}", t.summary());
-    assert!(t.worst_overlap() <= TOLD_WITHIN, "{}", t.summary());
-}
-
-/// Nobody else took the lock and the holder kept it.
-fn kept(t: &Timeline) {
-    assert!(
-        t.taken.is_empty(),
-        "nobody else takes the lock: {}",
-        t.summary()
-    );
-    assert!(t.lost.is_none(), "the holder keeps it: {}", t.summary());
+    step_round(on, (ttl, renew, RUN), (true, by)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewed_holder_is_told_soon_after_a_step_forward_expired_its_lock() {
     // ttl 6 s: renewed every 2 s, so the next renewal alone would tell it up to 2 s late.
     let secs = Duration::from_secs;
-    told(&forward(Stepped::Server, secs(6), true, secs(60)).await);
+    forward(Stepped::Server, secs(6), true, secs(60))
+        .await
+        .assert_told_within(TOLD_WITHIN);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_without_renewal_is_told_soon_after_a_step_forward_expired_its_lock() {
     // No renewal: nothing but the clock check contacts the server before the lease runs out.
     let secs = Duration::from_secs;
-    told(&forward(Stepped::Server, secs(8), false, secs(60)).await);
+    forward(Stepped::Server, secs(8), false, secs(60))
+        .await
+        .assert_told_within(TOLD_WITHIN);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -71,24 +52,30 @@ async fn a_step_back_keeps_the_lock_and_tells_nobody_it_was_lost() {
     // The key outlives the lease on the server (safe: nobody else can take it meanwhile).
     let secs = Duration::from_secs;
     let t = step_round(Stepped::Server, (secs(3), true, RUN), (false, secs(60))).await;
-    kept(&t);
+    t.assert_kept();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_holder_is_told_soon_after_a_step_forward_on_its_master() {
     // The step stays under the node timeout (15 s) so the cluster itself stays healthy.
     let secs = Duration::from_secs;
-    told(&forward(Stepped::Cluster, secs(6), true, secs(9)).await);
+    forward(Stepped::Cluster, secs(6), true, secs(9))
+        .await
+        .assert_told_within(TOLD_WITHIN);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_a_step_on_a_majority_of_masters_is_told() {
     let secs = Duration::from_secs;
-    told(&forward(Stepped::Quorum { stepped: 2 }, secs(6), true, secs(60)).await);
+    forward(Stepped::Quorum { stepped: 2 }, secs(6), true, secs(60))
+        .await
+        .assert_told_within(TOLD_WITHIN);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_a_step_on_a_minority_of_masters_keeps_the_lock() {
     let secs = Duration::from_secs;
-    kept(&forward(Stepped::Quorum { stepped: 1 }, secs(6), true, secs(60)).await);
+    forward(Stepped::Quorum { stepped: 1 }, secs(6), true, secs(60))
+        .await
+        .assert_kept();
 }

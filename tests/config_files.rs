@@ -50,7 +50,7 @@ fn a_sentinel_deployment_in_toml() {
         sentinel_master_password = "hunter2"
         min_replicas = 1
         replica_timeout = "200ms"
-        clock_check = "100ms"
+        server_check = "100ms"
         "#,
     )
     .unwrap();
@@ -65,7 +65,7 @@ fn a_sentinel_deployment_in_toml() {
     .sentinel_master_auth("app", "hunter2")
     .min_replicas(1)
     .replica_timeout(Duration::from_millis(200))
-    .clock_check(Some(Duration::from_millis(100)));
+    .server_check(Some(Duration::from_millis(100)));
     let shown = format!("{:?}", app.locks);
     assert_eq!(shown, format!("{built:?}"));
     assert!(!shown.contains("hunter2"), "{shown}");
@@ -74,12 +74,12 @@ fn a_sentinel_deployment_in_toml() {
 #[test]
 fn a_cluster_in_json() {
     let config: Config = serde_json::from_str(
-        r#"{"cluster_nodes": ["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"], "min_replicas": 1, "clock_check": "off"}"#,
+        r#"{"cluster_nodes": ["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"], "min_replicas": 1, "server_check": "off"}"#,
     )
     .unwrap();
     let built = Config::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
         .min_replicas(1)
-        .clock_check(None);
+        .server_check(None);
     assert_eq!(format!("{config:?}"), format!("{built:?}"));
 }
 

@@ -448,28 +448,38 @@
 //! `DISTLOCK_REDLOCK_MASTERS`; `cluster_nodes`, `sentinels`, `redlock_masters` in a file) and
 //! `min_replicas`, but not TLS certificates: set those in code.
 //!
-//! ## Server clock steps
+//! ## Server clock steps and restarts
 //!
 //! Redis keeps a key's expiry as a wall-clock date, so a Redis server whose clock steps forward
 //! (`date -s`, an NTP step after a long drift, a VM resumed from a snapshot) expires every lock
-//! on it that much early: at once if the step is larger than the time left, and another client
-//! can take the lock while its holder still believes it holds it. No client can prevent that.
-//! Each client reads every server's clock (`TIME`; every master of a cluster, each master of a
-//! RedLock quorum) every [`Config::clock_check`] (250 ms by default) and compares how far it
-//! moved with how far this machine's monotonic clock moved: a step forward of more than 20 ms
-//! plus the two reads' round trips counts, like a Sentinel failover, and every lease of the
-//! client — renewed or not — is confirmed on the server at once; a reply that crossed the step
-//! counts for nothing. A holder whose lock the step expired is told within about one period
-//! instead of at its next renewal (up to ttl/3 later) or, without renewal, never. Measured
-//! against a real server whose clock a test steps by 60 s (`tests/clock_steps.rs`): a renewed
-//! holder (ttl 6 s) went on believing for 982 ms after another client took its lock before
-//! the check, 0 ms with it; a holder without renewal (ttl 8 s) for the rest of its lease
-//! (2,978 ms, until the round ended) before, 225 ms with it. A step back makes keys outlive
-//! their leases, which is safe, and is ignored. Keep servers' clocks slewed, not stepped. The same
-//! check notices a suspend of *this* machine (a laptop's sleep, a suspended VM), which the
-//! monotonic clock leases are measured with does not count: to the client, every server's clock
-//! ran ahead by the length of the suspend (the observation `tests/clock_steps.rs` makes with a
-//! step), and its leases are confirmed at once.
+//! on it that much early: at once if the step is larger than the time left. A server that
+//! restarts comes back without the locks taken since its last snapshot (all of them without
+//! persistence). Either way another client can take the lock while its holder still believes
+//! it holds it; no client can prevent that. Each client checks every server (every master of a
+//! cluster, each master of a RedLock quorum) every [`Config::server_check`] (250 ms by
+//! default): its clock (`TIME`), compared with how far this machine's monotonic clock moved,
+//! where a step forward of more than 20 ms plus the two reads' round trips counts; and its run
+//! id (`INFO server`), new at every start. A step or a restart counts like a Sentinel
+//! failover: every lease of the client, renewed or not, is confirmed on the server at once,
+//! and a reply that crossed it counts for nothing. A holder whose lock is gone is told within
+//! about one period instead of at its next renewal (up to ttl/3 later) or, without renewal,
+//! never. Measured as how long the holder went on believing after another client took its
+//! lock, against real servers (`tests/clock_steps.rs`: a clock stepped by 60 s;
+//! `tests/server_restart.rs`: `SIGKILL` and start again):
+//!
+//! | fault | renewed holder (ttl 6 s) | holder without renewal (ttl 8 s) |
+//! | --- | --- | --- |
+//! | clock step, before the check | 982 ms (its next renewal) | the rest of its lease (2,978 ms, until the test ended) |
+//! | clock step, with it | 0–232 ms (one server, a cluster, a RedLock majority) | 0–234 ms |
+//! | restart, before the check | 845 ms | the rest of its lease (2,825 ms) |
+//! | restart, with it | 62–321 ms | 62–340 ms |
+//!
+//! A step back makes keys outlive their leases, which is safe, and is ignored. Keep servers'
+//! clocks slewed, not stepped, and persist Redis (`appendonly yes`) if a restart must keep its
+//! locks. The same check notices a suspend of *this* machine (a laptop's sleep, a suspended
+//! VM), which the monotonic clock leases are measured with does not count: to the client,
+//! every server's clock ran ahead by the length of the suspend (the observation
+//! `tests/clock_steps.rs` makes with a step), and its leases are confirmed at once.
 //!
 //! ## Limits
 //!

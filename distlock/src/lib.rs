@@ -220,8 +220,9 @@
 //! * **Before an irreversible step**, call [`LockGuard::ensure_held`] (manual API) — it fails
 //!   once the lease can no longer be guaranteed — and still fence the step itself.
 //! * **What Redis must provide**: a single primary (with asynchronous replication a failover
-//!   can lose a just-taken lock), server clocks that do not step forward (a step expires
-//!   locks early: the holder is told within [`Config::clock_check`], not before), and
+//!   can lose a just-taken lock), server clocks that do not step forward and servers that keep
+//!   their keys across restarts (a step expires locks early, a restart without persistence
+//!   loses them: the holder is told within [`Config::server_check`], not before), and
 //!   `maxmemory-policy noeviction`
 //!   (see [`Config::require_noeviction`]); leases are measured from when the command was sent,
 //!   minus a safety margin of [`LEASE_MARGIN`] + 1% of the ttl, with a ttl between [`MIN_TTL`]

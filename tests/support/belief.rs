@@ -76,6 +76,42 @@ impl Timeline {
             .unwrap_or(Duration::ZERO)
     }
 
+    /// Asserts that the fault cost the holder its lock (the contender took it) and that the
+    /// holder was told, believing at most `within` after the contender took it.
+    pub fn assert_told_within(&self, within: Duration) {
+        eprintln!("{}", self.summary());
+        assert!(
+            !self.taken.is_empty(),
+            "the fault loses the lock: {}",
+            self.summary()
+        );
+        assert!(
+            self.lost.is_some(),
+            "the holder is told: {}",
+            self.summary()
+        );
+        assert!(
+            self.worst_overlap() <= within,
+            "told too late: {}",
+            self.summary()
+        );
+    }
+
+    /// Asserts that nobody else took the lock and the holder kept it.
+    pub fn assert_kept(&self) {
+        eprintln!("{}", self.summary());
+        assert!(
+            self.taken.is_empty(),
+            "nobody else takes the lock: {}",
+            self.summary()
+        );
+        assert!(
+            self.lost.is_none(),
+            "the holder keeps it: {}",
+            self.summary()
+        );
+    }
+
     /// One line: checks, loss, contender wins, overlap, gap.
     pub fn summary(&self) -> String {
         format!(
@@ -206,4 +242,20 @@ async fn gap(probe: &Probe, deadline: Instant) -> Duration {
     };
     let expires = Instant::now() + Duration::from_millis(u64::try_from(pttl).unwrap_or(0));
     deadline.saturating_duration_since(expires)
+}
+
+/// One round (a fenced lock of `ttl`, renewed if `renew`, held for `run`) on a fresh server
+/// that is killed (`SIGKILL`) and started again on the same port 1 s in: it comes back
+/// without the lock (no persistence), as a server restarted from a snapshot older than the
+/// lock does.
+pub async fn restart_round(ttl: Duration, renew: bool, run: Duration) -> Timeline {
+    let server = tokio::task::spawn_blocking(crate::server::RedisServer::start)
+        .await
+        .expect("start the server");
+    let url = server.url();
+    let server = Arc::new(Mutex::new(server));
+    let round = Round::with_config(move || distlock::Config::new(url.clone()), ttl, renew, run);
+    let restarting = server.clone();
+    let (timeline, _guard) = self::round(round, move || restarting.lock().unwrap().restart()).await;
+    timeline
 }

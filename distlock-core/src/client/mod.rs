@@ -18,10 +18,10 @@ use crate::client::waiters::{Subscription, Waiters};
 use crate::client::watchdog::{Batching, Renewal, Watchdog};
 use crate::config::Config;
 use crate::deploy::backend::{Backend, Link};
-use crate::deploy::clock::ClockWatch;
 use crate::deploy::connection::Connection;
 use crate::deploy::redlock;
 use crate::deploy::redlock::quorum::{self, Quorate};
+use crate::deploy::server_check::ServerCheck;
 use crate::deploy::{CallError, Deployment};
 use crate::error::{is_error_reply, Error, Operation};
 use crate::wire::calls::{AcquireCall, Acquired, ReleaseCall, Released};
@@ -48,8 +48,8 @@ struct Inner {
     /// Group commit of plain acquires and releases (standalone Redis; `None` in a cluster).
     batcher: Option<Arc<Batcher>>,
     watchdog: Watchdog,
-    /// The servers' clocks, read for steps (`Config::clock_check`).
-    clock: Arc<ClockWatch>,
+    /// The servers' clocks, read for steps (`Config::server_check`).
+    checks: Arc<ServerCheck>,
     waiters: Waiters,
     background: Background,
     /// `d2:` and 128 random bits; owners are `<id>:<n>`, unique across processes.
@@ -57,7 +57,7 @@ struct Inner {
     next: AtomicU64,
     /// A cluster: release notifications are sharded (`SPUBLISH`).
     sharded: bool,
-    /// Leases are confirmed after master switches or clock steps: see [`Client::follows_switches`].
+    /// Leases are confirmed after master switches, clock steps or restarts: see [`Client::follows_switches`].
     follows_switches: bool,
 }
 
@@ -122,15 +122,15 @@ impl Client {
         } else {
             announce.await;
         }
-        let clock = Arc::new(ClockWatch::start(
+        let checks = Arc::new(ServerCheck::start(
             deployment.connections(),
-            config.clock_check,
+            config.server_check,
             config.response_timeout,
             &background,
         ));
         let watchdog = Watchdog::start(
             deployment.clone(),
-            clock.clone(),
+            checks.clone(),
             background.handle().clone(),
             Batching {
                 size: config.renew_batch,
@@ -146,7 +146,7 @@ impl Client {
             background.clone(),
         );
         let sharded = backend.is_cluster();
-        let follows_switches = deployment.watch_switches().is_some() || clock.is_on();
+        let follows_switches = deployment.watch_switches().is_some() || checks.is_on();
         // The group commit is the one connection's (never a cluster's: its keys span nodes).
         let batcher = deployment.direct().filter(|_| !sharded).map(|conn| {
             Arc::new(Batcher::new(
@@ -163,7 +163,7 @@ impl Client {
                 deployment,
                 batcher,
                 watchdog,
-                clock,
+                checks,
                 waiters,
                 background,
                 id,
@@ -237,9 +237,9 @@ impl Client {
     }
 
     /// The epoch leases are confirmed against: master switches (Sentinel) and server clock
-    /// steps seen so far (see `watchdog`).
+    /// steps and restarts seen so far (see `watchdog`).
     pub(crate) fn switches(&self) -> u64 {
-        watchdog::epoch(&self.inner.deployment, &self.inner.clock)
+        watchdog::epoch(&self.inner.deployment, &self.inner.checks)
     }
 
     /// True where masters switch under the client (Sentinel) or server clocks are watched for

@@ -21,12 +21,13 @@
 //! expiry the acquire set. A lease the new master does not hold as ours is lost, and the
 //! holder is told.
 //!
-//! ## Server clock steps
+//! ## Server clock steps and restarts
 //!
-//! A server whose wall clock steps forward expires its keys early (`deploy::clock`). Each step
-//! the client sees counts in the same epoch as master switches ([`epoch`]): a lease reply that
-//! crossed it counts for nothing, and every lease is confirmed on the server at once, so a
-//! holder whose lock the step expired is told.
+//! A server whose wall clock steps forward expires its keys early, and one that restarts may
+//! come back without them (`deploy::server_check`). Each step or restart the client sees counts
+//! in the same epoch as master switches ([`epoch`]): a lease reply that crossed it counts for
+//! nothing, and every lease is confirmed on the server at once, so a holder whose lock is gone
+//! is told.
 //!
 //! What this relies on, and the crate docs state: the client hears of the switch (the
 //! sentinels' `+switch-master`, or asking them every `CHECK_EVERY`) before the new master's
@@ -42,7 +43,7 @@ use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::deploy::clock::ClockWatch;
+use crate::deploy::server_check::ServerCheck;
 use crate::deploy::{CallError, Deployment};
 use crate::error::{is_error_reply, LossReason};
 use crate::lease::{self, guaranteed_until, renewal_interval, Lease};
@@ -100,7 +101,7 @@ pub(crate) struct Watchdog {
     shared: Arc<Shared>,
     task: Mutex<AbortHandle>,
     deployment: Deployment,
-    clock: Arc<ClockWatch>,
+    checks: Arc<ServerCheck>,
     handle: Handle,
     batching: Batching,
 }
@@ -128,7 +129,7 @@ impl Watchdog {
     /// Starts the renewal task on `handle` (the client's own runtime).
     pub(crate) fn start(
         deployment: Deployment,
-        clock: Arc<ClockWatch>,
+        checks: Arc<ServerCheck>,
         handle: Handle,
         batching: Batching,
     ) -> Self {
@@ -136,12 +137,12 @@ impl Watchdog {
             table: Mutex::new(Table::default()),
             wake: Notify::new(),
         });
-        let task = spawn(&handle, &shared, (&deployment, &clock), batching);
+        let task = spawn(&handle, &shared, (&deployment, &checks), batching);
         Watchdog {
             shared,
             task: Mutex::new(task),
             deployment,
-            clock,
+            checks,
             handle,
             batching,
         }
@@ -161,7 +162,7 @@ impl Watchdog {
             *task = spawn(
                 &self.handle,
                 &self.shared,
-                (&self.deployment, &self.clock),
+                (&self.deployment, &self.checks),
                 self.batching,
             );
         }
@@ -216,12 +217,12 @@ impl Watchdog {
 fn spawn(
     handle: &Handle,
     shared: &Arc<Shared>,
-    (deployment, clock): (&Deployment, &Arc<ClockWatch>),
+    (deployment, checks): (&Deployment, &Arc<ServerCheck>),
     batching: Batching,
 ) -> AbortHandle {
     let task = run(
         shared.clone(),
-        (deployment.clone(), clock.clone()),
+        (deployment.clone(), checks.clone()),
         batching,
     );
     handle.spawn(task).abort_handle()
@@ -320,7 +321,7 @@ impl Renewal {
     }
 }
 
-/// Resolves at the next master switch or clock step (never, where there are none).
+/// Resolves at the next master switch, clock step or restart (never, where there are none).
 async fn next_switch(switches: &mut Option<tokio::sync::watch::Receiver<u64>>) {
     if let Some(rx) = switches.as_mut() {
         if rx.changed().await.is_ok() {
@@ -332,22 +333,22 @@ async fn next_switch(switches: &mut Option<tokio::sync::watch::Receiver<u64>>) {
     std::future::pending().await
 }
 
-/// The epoch leases are confirmed against: master switches and server clock steps seen (see
-/// the module docs). A lease confirmed under an older epoch is confirmed again.
-pub(crate) fn epoch(deployment: &Deployment, clock: &ClockWatch) -> u64 {
-    deployment.switches() + clock.steps()
+/// The epoch leases are confirmed against: master switches, server clock steps and restarts
+/// seen (see the module docs). A lease confirmed under an older epoch is confirmed again.
+pub(crate) fn epoch(deployment: &Deployment, checks: &ServerCheck) -> u64 {
+    deployment.switches() + checks.steps()
 }
 
 async fn run(
     shared: Arc<Shared>,
-    (deployment, clock): (Deployment, Arc<ClockWatch>),
+    (deployment, checks): (Deployment, Arc<ServerCheck>),
     batching: Batching,
 ) {
     let mut batches = 0u64;
     let mut switched = deployment.watch_switches();
-    let mut stepped = clock.is_on().then(|| clock.subscribe());
+    let mut stepped = checks.is_on().then(|| checks.subscribe());
     loop {
-        let switches = epoch(&deployment, &clock);
+        let switches = epoch(&deployment, &checks);
         let (due, next) = collect(&shared, Instant::now(), switches);
         if due.items.is_empty() {
             let at = next.unwrap_or_else(|| Instant::now() + lease::FOREVER);
@@ -377,7 +378,7 @@ async fn run(
                 };
                 renew_chunk(
                     &shared,
-                    (&deployment, &clock),
+                    (&deployment, &checks),
                     &call,
                     holders,
                     batching.timeout,
@@ -393,7 +394,7 @@ async fn run(
 /// applies its reply to each lease.
 async fn renew_chunk(
     shared: &Shared,
-    (deployment, clock): (&Deployment, &ClockWatch),
+    (deployment, checks): (&Deployment, &ServerCheck),
     call: &RenewCall<'_>,
     holders: &[(u64, Arc<Renewal>)],
     timeout: Duration,
@@ -405,7 +406,7 @@ async fn renew_chunk(
     // A reply that crossed a master switch may come from the superseded master: it extends
     // and decides nothing (see the module docs); the leases are confirmed on the new master.
     let reply = match reply {
-        Ok(_) if epoch(deployment, clock) != switches => Err(None),
+        Ok(_) if epoch(deployment, checks) != switches => Err(None),
         Ok(reply) => Ok(reply),
         Err(failed) => Err(Some(failed)),
     };

@@ -49,7 +49,7 @@ pub struct Config {
     pub(crate) min_replicas: usize,
     pub(crate) replica_timeout: Duration,
     /// How often the servers' clocks are read for steps (`None`: never).
-    pub(crate) clock_check: Option<Duration>,
+    pub(crate) server_check: Option<Duration>,
     /// PEM certificates of the CAs to trust for `rediss://` instead of the system's store.
     pub(crate) tls_root_certificates: Option<Vec<u8>>,
     /// PEM certificate and private key this client presents (mutual TLS).
@@ -80,7 +80,7 @@ impl Config {
             require_noeviction: false,
             min_replicas: 0,
             replica_timeout: Duration::from_millis(500),
-            clock_check: Some(Duration::from_millis(250)),
+            server_check: Some(Duration::from_millis(250)),
             tls_root_certificates: None,
             tls_client_certificate: None,
         }
@@ -293,31 +293,35 @@ impl Config {
         self
     }
 
-    /// How often the client reads each server's clock (`TIME`) to notice a step forward
-    /// (default every 250 ms; `None`: never; at least 10 ms).
+    /// How often the client checks each server for what silently voids its locks: a step
+    /// forward of its wall clock, and a restart (default every 250 ms; `None`: never; at least
+    /// 10 ms).
     ///
     /// Redis keeps a key's expiry as a wall-clock date, so a server whose clock steps forward
     /// (`date -s`, an NTP step, a VM resumed from a snapshot) expires every lock on it that much
-    /// early, and another client can take a lock whose holder still believes it holds it. No
-    /// client can prevent that; with this check, a step of more than ~20 ms (plus the round
-    /// trips of the two reads) is noticed within one period and every lease of the client is
-    /// confirmed on the server at once: a holder whose lock the step expired is told (its lease
-    /// is lost, `run` cancels the body), instead of at its next renewal or never. The check
-    /// costs each server one `TIME` per period per client. Keep the servers' clocks slewed,
-    /// not stepped (NTP's default for small offsets, `chrony` with `makestep` off once synced).
+    /// early; a server that restarts comes back without the locks taken since its last snapshot
+    /// (all of them without persistence). Either way another client can take a lock whose
+    /// holder still believes it holds it. No client can prevent that; with this check, a step
+    /// of more than ~20 ms (plus the round trips of the two reads) or a new run id (`INFO
+    /// server`) is noticed within one period and every lease of the client is confirmed on the
+    /// server at once: a holder whose lock is gone is told (its lease is lost, `run` cancels the
+    /// body), instead of at its next renewal or never. The check costs each server one `TIME`
+    /// and one `INFO server`, pipelined, per period per client (a user whose ACL refuses `INFO`,
+    /// part of `@dangerous`, gets the clock check only). Keep the servers' clocks slewed, not
+    /// stepped (NTP's default for small offsets, `chrony` with `makestep` off once synced).
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), distlock_core::Error> {
     /// use std::time::Duration;
     /// let client = distlock_core::Config::new("redis://127.0.0.1:6379/")
-    ///     .clock_check(Some(Duration::from_millis(100)))
+    ///     .server_check(Some(Duration::from_millis(100)))
     ///     .connect()
     ///     .await?;
     /// # Ok(())
     /// # }
     /// ```
-    pub fn clock_check(mut self, every: Option<Duration>) -> Self {
-        self.clock_check = every;
+    pub fn server_check(mut self, every: Option<Duration>) -> Self {
+        self.server_check = every;
         self
     }
 
@@ -408,10 +412,10 @@ impl Config {
             );
         }
         if self
-            .clock_check
+            .server_check
             .is_some_and(|every| every < Duration::from_millis(10))
         {
-            return invalid("clock_check must be at least 10 ms (or `None`: never)");
+            return invalid("server_check must be at least 10 ms (or `None`: never)");
         }
         if self.min_replicas > MAX_REPLICAS && self.min_replicas != ALL_REPLICAS {
             return invalid("min_replicas must be at most 1000, or ALL_REPLICAS");
@@ -491,7 +495,7 @@ impl fmt::Debug for Config {
             .field("response_timeout", &self.response_timeout)
             .field("fence_retention", &self.fence_retention)
             .field("renew_batch", &self.renew_batch)
-            .field("clock_check", &self.clock_check)
+            .field("server_check", &self.server_check)
             .field("max_hold", &self.max_hold)
             .field("require_noeviction", &self.require_noeviction)
             .field("min_replicas", &self.min_replicas)

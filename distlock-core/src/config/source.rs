@@ -23,7 +23,7 @@
 //! | `require_noeviction` | `DISTLOCK_REQUIRE_NOEVICTION` | `true`/`false` (also `1`/`0`, `yes`/`no`, `on`/`off`) |
 //! | `min_replicas` | `DISTLOCK_MIN_REPLICAS` | replicas that must acknowledge each acquire and renewal (default `0`) |
 //! | `replica_timeout` | `DISTLOCK_REPLICA_TIMEOUT` | a duration (default `500ms`) |
-//! | `clock_check` | `DISTLOCK_CLOCK_CHECK` | a duration, or `off` (default `250ms`; [`Config::clock_check`]) |
+//! | `server_check` | `DISTLOCK_SERVER_CHECK` | a duration, or `off` (default `250ms`; [`Config::server_check`]) |
 //!
 //! Exactly one of `url`, `cluster_nodes`, `sentinels` and `redlock_masters` says where Redis
 //! is; `redlock_masters` is refused next to any of the others (a RedLock quorum is neither a
@@ -85,7 +85,7 @@ struct Settings {
     require_noeviction: Option<bool>,
     min_replicas: Option<usize>,
     replica_timeout: Option<Human>,
-    clock_check: Option<Every>,
+    server_check: Option<Every>,
 }
 
 impl Settings {
@@ -214,8 +214,8 @@ impl Settings {
         if let Some(Human(timeout)) = self.replica_timeout {
             config = config.replica_timeout(timeout);
         }
-        if let Some(Every(every)) = self.clock_check {
-            config = config.clock_check(every);
+        if let Some(Every(every)) = self.server_check {
+            config = config.server_check(every);
         }
         config.validate()?;
         Ok(config)
@@ -233,7 +233,7 @@ impl Config {
     /// `DISTLOCK_DEFAULT_TTL`, `DISTLOCK_CONNECT_TIMEOUT`, `DISTLOCK_RESPONSE_TIMEOUT`,
     /// `DISTLOCK_FENCE_RETENTION`, `DISTLOCK_RENEW_BATCH_SIZE`, `DISTLOCK_MAX_HOLD`,
     /// `DISTLOCK_REQUIRE_NOEVICTION`, `DISTLOCK_MIN_REPLICAS`, `DISTLOCK_REPLICA_TIMEOUT` and
-    /// `DISTLOCK_CLOCK_CHECK` (a duration or `off`),
+    /// `DISTLOCK_SERVER_CHECK` (a duration or `off`),
     /// each the builder method of the same name (the table in this module's docs lists them
     /// all); durations as `"500ms"`, `"10s"`, `"1m30s"`. Unset variables keep the defaults of
     /// [`Config::new`]; other `DISTLOCK_*` variables are ignored (a Kubernetes service named
@@ -296,11 +296,11 @@ fn from_vars(vars: impl IntoIterator<Item = (OsString, OsString)>) -> Result<Con
             "REDLOCK_MASTERS" => settings.redlock_masters = list()?,
             "MIN_REPLICAS" => settings.min_replicas = count("a number of replicas")?,
             "REPLICA_TIMEOUT" => settings.replica_timeout = duration()?,
-            "CLOCK_CHECK" => {
+            "SERVER_CHECK" => {
                 let text = text()?;
                 let every =
                     Every::parse(&text).map_err(|e| invalid(format!("{}=`{text}`: {e}", var())))?;
-                settings.clock_check = Some(every);
+                settings.server_check = Some(every);
             }
             "KEY_PREFIX" => settings.key_prefix = Some(text()?),
             "DEFAULT_TTL" => settings.default_ttl = duration()?,
@@ -424,19 +424,19 @@ mod tests {
     }
 
     #[test]
-    fn the_clock_check_is_a_period_or_off() {
+    fn the_server_check_is_a_period_or_off() {
         let url = ("DISTLOCK_URL", "redis://127.0.0.1:6379/");
         let default = env(&[url]).unwrap();
-        assert_eq!(default.clock_check, Some(Duration::from_millis(250)));
-        let every = env(&[url, ("DISTLOCK_CLOCK_CHECK", "100ms")]).unwrap();
-        assert_eq!(every.clock_check, Some(Duration::from_millis(100)));
-        let off = env(&[url, ("DISTLOCK_CLOCK_CHECK", "off")]).unwrap();
-        assert_eq!(off.clock_check, None);
-        let short = reason(env(&[url, ("DISTLOCK_CLOCK_CHECK", "5ms")]));
+        assert_eq!(default.server_check, Some(Duration::from_millis(250)));
+        let every = env(&[url, ("DISTLOCK_SERVER_CHECK", "100ms")]).unwrap();
+        assert_eq!(every.server_check, Some(Duration::from_millis(100)));
+        let off = env(&[url, ("DISTLOCK_SERVER_CHECK", "off")]).unwrap();
+        assert_eq!(off.server_check, None);
+        let short = reason(env(&[url, ("DISTLOCK_SERVER_CHECK", "5ms")]));
         assert!(short.contains("at least 10 ms"), "{short}");
-        let bad = reason(env(&[url, ("DISTLOCK_CLOCK_CHECK", "often")]));
+        let bad = reason(env(&[url, ("DISTLOCK_SERVER_CHECK", "often")]));
         assert!(
-            bad.contains("DISTLOCK_CLOCK_CHECK=`often`") && bad.contains("`off`"),
+            bad.contains("DISTLOCK_SERVER_CHECK=`often`") && bad.contains("`off`"),
             "{bad}"
         );
     }

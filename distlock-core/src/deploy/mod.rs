@@ -5,10 +5,10 @@
 //! wall clocks for steps, which expire locks early.
 
 pub(crate) mod backend;
-pub(crate) mod clock;
 pub(crate) mod connection;
 pub(crate) mod redlock;
 pub(crate) mod sentinel;
+pub(crate) mod server_check;
 
 use std::sync::Arc;
 use std::time::Duration;

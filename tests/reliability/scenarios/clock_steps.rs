@@ -1,33 +1,45 @@
-//! Scenario 21: server clock steps. Redis keeps a key's expiry as a wall-clock date, so a
-//! server whose clock steps forward expires its locks early: the next holder takes the lock at
-//! once, and the old holder must be told soon (the client's clock check confirms every lease
-//! when a server's clock ran ahead; `Config::clock_check`). Each round is a
-//! `testkit::step_round`: a fresh deployment on a stepped clock (an `LD_PRELOAD` shim on real
-//! `redis-server` processes), a holder asking `ensure_held()` every 25 ms, a contender trying
-//! every 10 ms, the step 1 s in.
+//! Scenario 21: server clock steps and restarts. Redis keeps a key's expiry as a wall-clock
+//! date, so a server whose clock steps forward expires its locks early, and a server restarted
+//! without persistence comes back without them: the next holder takes the lock at once, and the
+//! old holder must be told soon (the client's server check confirms every lease when a server's
+//! clock ran ahead or its run id changed; `Config::server_check`). Each round is a
+//! `testkit::step_round` (a fresh deployment on a stepped clock: an `LD_PRELOAD` shim on real
+//! `redis-server` processes) or a `testkit::belief::restart_round` (`SIGKILL`, then started
+//! again on its port): a holder asking `ensure_held()` every 25 ms, a contender trying every
+//! 10 ms, the fault 1 s in.
 //!
 //! Invariants: after a step forward that expired the lock, the holder is told, and believes for
 //! at most 700 ms after the contender took it (the 250 ms check, a confirming round trip, the
-//! holder's 25 ms between checks, room for load); a step back, or a step on a minority of a
-//! RedLock quorum's masters, keeps the lock and tells nobody it was lost.
+//! holder's 25 ms between checks, room for load; 1.2 s after a restart, whose reconnection
+//! backs off up to 500 ms); a step back, or a step on a minority of a RedLock quorum's masters,
+//! keeps the lock and tells nobody it was lost.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use testkit::belief::restart_round;
 use testkit::{step_round, Stepped};
 
 use crate::common::Settings;
 use crate::report::{Scenario, Tally};
 
 const TOLD_WITHIN: Duration = Duration::from_millis(700);
+const TOLD_AFTER_RESTART_WITHIN: Duration = Duration::from_millis(1200);
+
+/// What happens to the deployment 1 s in.
+enum Fault {
+    /// Its servers' wall clock steps (forward?, by).
+    Step(Stepped, (bool, Duration)),
+    /// One server is killed and started again (no persistence).
+    Restart,
+}
 
 /// One case: where, the lease (ttl, renewed), the step (forward?, by), and whether the lock
 /// must be kept.
 struct Case {
     name: &'static str,
-    on: Stepped,
+    fault: Fault,
     lease: (Duration, bool),
-    step: (bool, Duration),
     kept: bool,
 }
 
@@ -36,45 +48,51 @@ fn cases() -> Vec<Case> {
     vec![
         Case {
             name: "one server, renewed, +60 s",
-            on: Stepped::Server,
+            fault: Fault::Step(Stepped::Server, (true, secs(60))),
             lease: (secs(6), true),
-            step: (true, secs(60)),
             kept: false,
         },
         Case {
             name: "one server, not renewed, +60 s",
-            on: Stepped::Server,
+            fault: Fault::Step(Stepped::Server, (true, secs(60))),
             lease: (secs(8), false),
-            step: (true, secs(60)),
             kept: false,
         },
         Case {
             name: "one server, -60 s",
-            on: Stepped::Server,
+            fault: Fault::Step(Stepped::Server, (false, secs(60))),
             lease: (secs(3), true),
-            step: (false, secs(60)),
             kept: true,
         },
         Case {
             name: "cluster (3 masters), +9 s",
-            on: Stepped::Cluster,
+            fault: Fault::Step(Stepped::Cluster, (true, secs(9))),
             lease: (secs(6), true),
-            step: (true, secs(9)),
             kept: false,
         },
         Case {
             name: "RedLock, 2 of 3 masters +60 s",
-            on: Stepped::Quorum { stepped: 2 },
+            fault: Fault::Step(Stepped::Quorum { stepped: 2 }, (true, secs(60))),
             lease: (secs(6), true),
-            step: (true, secs(60)),
             kept: false,
         },
         Case {
             name: "RedLock, 1 of 3 masters +60 s",
-            on: Stepped::Quorum { stepped: 1 },
+            fault: Fault::Step(Stepped::Quorum { stepped: 1 }, (true, secs(60))),
             lease: (secs(6), true),
-            step: (true, secs(60)),
             kept: true,
+        },
+        Case {
+            name: "one server restarted, renewed",
+            fault: Fault::Restart,
+            lease: (secs(6), true),
+            kept: false,
+        },
+        Case {
+            name: "one server restarted, not renewed",
+            fault: Fault::Restart,
+            lease: (secs(8), false),
+            kept: false,
         },
     ]
 }
@@ -82,7 +100,7 @@ fn cases() -> Vec<Case> {
 pub(crate) fn scenario(_s: &Settings, budget: Duration) -> Scenario {
     Scenario::new(
         "21",
-        "server clock steps: one server (renewed, not renewed, back), cluster, RedLock majority and minority; holder belief vs a contender",
+        "server clock steps (one server renewed, not renewed, back; cluster; RedLock majority, minority) and restarts; holder belief vs a contender",
         budget,
         run,
     )
@@ -92,7 +110,14 @@ async fn run(t: Arc<Tally>) {
     let mut notes = Vec::new();
     for case in cases() {
         let (ttl, renew) = case.lease;
-        let timeline = step_round(case.on, (ttl, renew, Duration::from_secs(4)), case.step).await;
+        let run = Duration::from_secs(4);
+        let (timeline, within) = match case.fault {
+            Fault::Step(on, step) => (step_round(on, (ttl, renew, run), step).await, TOLD_WITHIN),
+            Fault::Restart => (
+                restart_round(ttl, renew, run).await,
+                TOLD_AFTER_RESTART_WITHIN,
+            ),
+        };
         let overlap = timeline.worst_overlap();
         t.faults(1);
         t.ops(timeline.held.len() as u64 + timeline.taken.len() as u64);
@@ -112,7 +137,7 @@ async fn run(t: Arc<Tally>) {
                     timeline.summary()
                 )
             });
-            t.check(timeline.lost.is_some() && overlap <= TOLD_WITHIN, || {
+            t.check(timeline.lost.is_some() && overlap <= within, || {
                 format!(
                     "{}: the holder was not told in time ({})",
                     case.name,
