@@ -14,6 +14,10 @@
 //!   only, the waiters' queue (sorted sets: each waiting acquire's lock value scored by its
 //!   ticket, and by when its entry lapses); not locks, so `Layout::name_of_key` and the
 //!   `SCAN` pattern (names end at the `}`) pass them by;
+//! * a semaphore (`distlock::semaphore`) lies at the lock key instead as a sorted set: one
+//!   member per holder (its owner, `d2:<client id>:<counter>`) scored by its lease deadline
+//!   (the server's clock, ms), and the member `d2:permits` scored `-n` (its `n` permits); the
+//!   key expires with the latest lease; holders whose deadline passed are no longer holders;
 //! * `distlock:client:<client id>` — the client's identity record, a hash of `host`, `pid`,
 //!   `exe`, `name`, `started` (Unix seconds) and `version`, expiring unless refreshed.
 
@@ -57,7 +61,22 @@ pub(crate) struct Lock {
     pub(crate) fencing_token: Option<u64>,
     /// Connections subscribed to the lock's release channel: one per client with waiters.
     pub(crate) waiting_clients: u64,
+    /// A semaphore's holder: the permits in use and the semaphore's count (`None`: a lock).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) permits: Option<Permits>,
 }
+
+/// The permits of a semaphore one holder belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub(crate) struct Permits {
+    /// Holders whose lease has not run out.
+    pub(crate) in_use: u32,
+    /// The semaphore's count, as its holders agreed it.
+    pub(crate) of: u32,
+}
+
+/// The member of a semaphore's sorted set that holds its count (scored `-n`).
+const PERMITS_MEMBER: &str = "d2:permits";
 
 /// Which process a client belongs to (its identity record).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -86,6 +105,8 @@ pub(crate) struct NotALock {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Entry {
     Lock(Box<Lock>),
+    /// A semaphore's live holders (at least one), in deadline order.
+    Semaphore(Vec<Lock>),
     NotALock(NotALock),
     /// Nothing: the lock is free (or was released while being read).
     Free,
@@ -101,12 +122,28 @@ pub(crate) enum Released {
 }
 
 /// Deletes the lock if it still has the owner the operator saw, and wakes its waiters as the
-/// runtime's own release does (one `PUBLISH` on the release channel).
+/// runtime's own release does (one `PUBLISH` on the release channel). A semaphore's holders
+/// (several owners) are removed from its sorted set, those still there; the key goes with the
+/// last of them.
 ///
-/// KEYS: lock, release channel. ARGV: the owner. Returns `{1, woken}` or `{0, 0}`.
+/// KEYS: lock, release channel. ARGV: the owners. Returns `{removed, woken}` (`{0, 0}`: none
+/// of them holds it any more).
 const FORCE_RELEASE: &str = r#"
 local v = redis.pcall('GET', KEYS[1])
-if type(v) ~= 'string' or v ~= ARGV[1] then
+if type(v) == 'table' then
+  if redis.call('TYPE', KEYS[1])['ok'] ~= 'zset' or not redis.call('ZSCORE', KEYS[1], 'd2:permits') then
+    return {0, 0}
+  end
+  local removed = redis.call('ZREM', KEYS[1], unpack(ARGV))
+  if removed == 0 then
+    return {0, 0}
+  end
+  if redis.call('ZCARD', KEYS[1]) <= 1 then
+    redis.call('DEL', KEYS[1])
+  end
+  return {removed, redis.call('PUBLISH', KEYS[2], '1')}
+end
+if v ~= ARGV[1] then
   return {0, 0}
 end
 redis.call('DEL', KEYS[1])
@@ -219,6 +256,7 @@ impl Layout {
         for (_, entry) in self.read(conn, &names).await? {
             match entry {
                 Entry::Lock(lock) => locks.push(*lock),
+                Entry::Semaphore(holders) => locks.extend(holders),
                 Entry::NotALock(odd) => not_locks.push(odd),
                 Entry::Free => {}
             }
@@ -227,8 +265,8 @@ impl Layout {
         Ok((locks, not_locks))
     }
 
-    /// Reads the lock of every name in `names`, in order, in pages of [`PAGE`]: two round trips
-    /// per page (the keys, then the identity records of their owners).
+    /// Reads the lock (or semaphore) of every name in `names`, in order, in pages of [`PAGE`]:
+    /// two round trips per page (the keys, then the identity records of their owners).
     pub(crate) async fn read(
         &self,
         conn: &mut MultiplexedConnection,
@@ -238,12 +276,19 @@ impl Layout {
         for page in names.chunks(PAGE) {
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
+            // The server's clock, which a semaphore's deadlines are in.
+            pipe.cmd("TIME");
             for name in page {
                 let key = self.lock_key(name);
                 pipe.cmd("GET").arg(&key);
                 pipe.cmd("TYPE").arg(&key);
                 pipe.cmd("PTTL").arg(&key);
                 pipe.cmd("GET").arg(self.fence_key(name));
+                pipe.cmd("ZRANGE")
+                    .arg(&key)
+                    .arg(0)
+                    .arg(-1)
+                    .arg("WITHSCORES");
             }
             pipe.cmd("PUBSUB").arg("NUMSUB");
             for name in page {
@@ -251,17 +296,27 @@ impl Layout {
             }
             let replies: Vec<Value> = pipe.query_async(conn).await?;
             let numsub = replies.last().map(subscriber_counts).unwrap_or_default();
-            let mut locks = Vec::new();
-            for (name, reply) in page.iter().zip(replies.chunks_exact(4)) {
-                let entry = self.entry(name, reply, &numsub);
-                if let Entry::Lock(lock) = &entry {
-                    locks.push(lock.client_id.clone());
+            let now_ms = replies.first().and_then(server_millis).unwrap_or(0);
+            let mut owners = Vec::new();
+            for (name, reply) in page.iter().zip(replies[1..].chunks_exact(5)) {
+                let entry = self.entry(name, reply, &numsub, now_ms);
+                match &entry {
+                    Entry::Lock(lock) => owners.push(lock.client_id.clone()),
+                    Entry::Semaphore(holders) => {
+                        owners.extend(holders.iter().map(|h| h.client_id.clone()))
+                    }
+                    _ => {}
                 }
                 out.push((name.clone(), entry));
             }
-            let records = self.records(conn, locks).await?;
+            let records = self.records(conn, owners).await?;
             for (_, entry) in out.iter_mut().rev().take(page.len()) {
-                if let Entry::Lock(lock) = entry {
+                let holders = match entry {
+                    Entry::Lock(lock) => std::slice::from_mut(&mut **lock),
+                    Entry::Semaphore(holders) => &mut holders[..],
+                    _ => continue,
+                };
+                for lock in holders {
                     lock.process = records.get(&lock.client_id).cloned();
                 }
             }
@@ -269,8 +324,15 @@ impl Layout {
         Ok(out)
     }
 
-    /// One lock from its `GET`, `TYPE`, `PTTL` and fence `GET` replies.
-    fn entry(&self, name: &str, reply: &[Value], numsub: &HashMap<String, u64>) -> Entry {
+    /// One lock from its `GET`, `TYPE`, `PTTL`, fence `GET` and `ZRANGE` replies (`now_ms`:
+    /// the server's clock).
+    fn entry(
+        &self,
+        name: &str,
+        reply: &[Value],
+        numsub: &HashMap<String, u64>,
+        now_ms: u64,
+    ) -> Entry {
         let key = self.lock_key(name);
         let not_a_lock = |holds: String| {
             Entry::NotALock(NotALock {
@@ -289,6 +351,11 @@ impl Layout {
                     Value::Okay => "status".to_owned(),
                     _ => "an unknown type".to_owned(),
                 };
+                if kind == "zset" {
+                    if let Some(holders) = self.holders(name, reply, numsub, now_ms) {
+                        return holders;
+                    }
+                }
                 return not_a_lock(describe_type(&kind));
             }
         };
@@ -315,7 +382,55 @@ impl Layout {
             ttl_ms,
             fencing_token,
             waiting_clients: numsub.get(&self.channel(name)).copied().unwrap_or(0),
+            permits: None,
         }))
+    }
+
+    /// A semaphore's live holders from its sorted set (`reply[4]`), or `None` if the set is
+    /// not a `d2` semaphore.
+    fn holders(
+        &self,
+        name: &str,
+        reply: &[Value],
+        numsub: &HashMap<String, u64>,
+        now_ms: u64,
+    ) -> Option<Entry> {
+        let members: Vec<(String, f64)> = redis::from_redis_value(reply[4].clone()).ok()?;
+        let of = members
+            .iter()
+            .find(|(member, _)| member == PERMITS_MEMBER)
+            .map(|&(_, score)| -score as u32)?;
+        let live: Vec<(&str, u64)> = members
+            .iter()
+            .filter(|(member, _)| member != PERMITS_MEMBER)
+            .filter(|&&(_, deadline)| deadline > now_ms as f64)
+            .map(|(member, deadline)| (member.as_str(), (*deadline as u64).saturating_sub(now_ms)))
+            .collect();
+        if live.is_empty() {
+            return Some(Entry::Free);
+        }
+        let fencing_token = match &reply[3] {
+            Value::BulkString(bytes) => {
+                std::str::from_utf8(bytes).ok().and_then(|t| t.parse().ok())
+            }
+            _ => None,
+        };
+        let in_use = live.len() as u32;
+        let holders = live
+            .into_iter()
+            .map(|(owner, ttl_ms)| Lock {
+                name: name.to_owned(),
+                key: self.lock_key(name),
+                client_id: owner_client_id(owner).unwrap_or(owner).to_owned(),
+                owner: owner.to_owned(),
+                process: None,
+                ttl_ms: Some(ttl_ms),
+                fencing_token,
+                waiting_clients: numsub.get(&self.channel(name)).copied().unwrap_or(0),
+                permits: Some(Permits { in_use, of }),
+            })
+            .collect();
+        Some(Entry::Semaphore(holders))
     }
 
     /// The identity records of `client_ids`, by client id (absent ones left out).
@@ -345,20 +460,21 @@ impl Layout {
             .collect())
     }
 
-    /// Deletes the lock `name` if `owner` still holds it, and wakes its waiters.
+    /// Deletes the lock `name` if `owners` (its one owner; a semaphore's holders) still hold
+    /// it, and wakes its waiters.
     pub(crate) async fn force_release(
         &self,
         conn: &mut MultiplexedConnection,
         name: &str,
-        owner: &str,
+        owners: &[&str],
     ) -> Result<Released, RedisError> {
         let (deleted, woken): (i64, u64) = redis::Script::new(FORCE_RELEASE)
             .key(self.lock_key(name))
             .key(self.channel(name))
-            .arg(owner)
+            .arg(owners)
             .invoke_async(conn)
             .await?;
-        Ok(if deleted == 1 {
+        Ok(if deleted > 0 {
             Released::Deleted {
                 woken_clients: woken,
             }
@@ -399,6 +515,12 @@ fn owner_client_id(value: &str) -> Option<&str> {
     let (id, counter) = rest.rsplit_once(':')?;
     let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
     (hex(id) && hex(counter)).then(|| &value[..TAG.len() + id.len()])
+}
+
+/// The server's clock in ms from a `TIME` reply.
+fn server_millis(reply: &Value) -> Option<u64> {
+    let (secs, micros): (u64, u64) = redis::from_redis_value(reply.clone()).ok()?;
+    Some(secs * 1000 + micros / 1000)
 }
 
 /// The owner shortened for a table: the first 8 digits of its client id and its counter.

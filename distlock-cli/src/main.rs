@@ -193,8 +193,9 @@ fn not_locks_failure(not_locks: &[NotALock]) -> Result<(), Failure> {
     Err(Failure::failed(lines.join("\n")))
 }
 
-/// The lock `name`, or the failure that says why there is none.
-async fn one_lock(server: &mut Server, layout: &Layout, name: &str) -> Result<Lock, Failure> {
+/// The lock `name` (a semaphore: each of its holders), or the failure that says why there is
+/// none.
+async fn one_lock(server: &mut Server, layout: &Layout, name: &str) -> Result<Vec<Lock>, Failure> {
     check_name(name)
         .map_err(|reason| Failure::usage(format!("invalid lock name `{name}`: {reason}")))?;
     let explain = server.explain.clone();
@@ -202,7 +203,8 @@ async fn one_lock(server: &mut Server, layout: &Layout, name: &str) -> Result<Lo
         .call(layout.read(&mut server.conn, &[name.to_owned()]))
         .await?;
     match entries.into_iter().next().map(|(_, entry)| entry) {
-        Some(Entry::Lock(lock)) => Ok(*lock),
+        Some(Entry::Lock(lock)) => Ok(vec![*lock]),
+        Some(Entry::Semaphore(holders)) => Ok(holders),
         Some(Entry::NotALock(odd)) => Err(Failure::failed(render::not_a_lock(&odd))),
         Some(Entry::Free) | None => Err(Failure::no_such_lock(format!(
             "no lock `{name}` is held under prefix `{}`",
@@ -216,11 +218,19 @@ async fn show(target: &Target, layout: &Layout, name: &str, as_json: bool) -> Re
     check_name(name)
         .map_err(|reason| Failure::usage(format!("invalid lock name `{name}`: {reason}")))?;
     let mut server = Server::connect(target).await?;
-    let lock = one_lock(&mut server, layout, name).await?;
-    if as_json {
-        render::print(&render::json(&lock, true))
-    } else {
-        render::print(&render::detail(&lock, layout.prefix()))
+    let holders = one_lock(&mut server, layout, name).await?;
+    match &holders[..] {
+        [lock] if lock.permits.is_none() && as_json => render::print(&render::json(lock, true)),
+        [lock] if lock.permits.is_none() => render::print(&render::detail(lock, layout.prefix())),
+        _ if as_json => render::print(&render::json(&holders, true)),
+        _ => {
+            // A semaphore: each holder in full, one after another.
+            let details: Vec<String> = holders
+                .iter()
+                .map(|lock| render::detail(lock, layout.prefix()))
+                .collect();
+            render::print(&details.join("\n"))
+        }
     }
 }
 
@@ -228,7 +238,8 @@ async fn show(target: &Target, layout: &Layout, name: &str, as_json: bool) -> Re
 #[derive(Serialize)]
 struct ReleaseReport<'a> {
     released: bool,
-    lock: &'a Lock,
+    /// The lock, or a semaphore's holders (each removed).
+    lock: &'a [Lock],
     woken_clients: u64,
 }
 
@@ -248,8 +259,8 @@ async fn release(
         )));
     }
     let mut server = Server::connect(target).await?;
-    let lock = one_lock(&mut server, layout, name).await?;
-    let held_by = held_by(&lock);
+    let holders = one_lock(&mut server, layout, name).await?;
+    let held_by = held_by(&holders);
     if !yes && !confirm(&format!("release lock `{name}` {held_by}? [y/N] "))? {
         return Err(Failure::failed(format!(
             "not released: `{name}` is still held (answer y, or pass --yes)"
@@ -257,7 +268,11 @@ async fn release(
     }
     let explain = server.explain.clone();
     let released = explain
-        .call(layout.force_release(&mut server.conn, name, &lock.owner))
+        .call(layout.force_release(
+            &mut server.conn,
+            name,
+            &holders.iter().map(|h| h.owner.as_str()).collect::<Vec<_>>(),
+        ))
         .await?;
     match released {
         Released::Deleted { woken_clients } => {
@@ -265,7 +280,7 @@ async fn release(
                 render::print(&render::json(
                     &ReleaseReport {
                         released: true,
-                        lock: &lock,
+                        lock: &holders,
                         woken_clients,
                     },
                     true,
@@ -282,8 +297,17 @@ async fn release(
     }
 }
 
-/// `held by <owner> (web-1 pid 4242 billing), 9.8s left`.
-fn held_by(lock: &Lock) -> String {
+/// `held by <owner> (web-1 pid 4242 billing), 9.8s left`; a semaphore's holders one after
+/// another (`2 of 5 permits held by ... and by ...`).
+fn held_by(holders: &[Lock]) -> String {
+    let each: Vec<String> = holders.iter().map(held_by_one).collect();
+    match holders.first().and_then(|h| h.permits) {
+        Some(p) => format!("({} of {} permits) {}", p.in_use, p.of, each.join(" and ")),
+        None => each.join(" and "),
+    }
+}
+
+fn held_by_one(lock: &Lock) -> String {
     let process = match &lock.process {
         Some(p) => format!(
             " ({} pid {}{})",

@@ -63,9 +63,15 @@ pub(crate) fn table(header: &[&str], rows: &[Vec<String>], right: &[usize]) -> S
 }
 
 /// The columns `list` and `watch` share, for one lock.
+///
+/// A semaphore's holder names the permits in use of its count: `api:acme [2/5]`.
 pub(crate) fn lock_cells(lock: &Lock) -> Vec<String> {
+    let name = match lock.permits {
+        Some(p) => format!("{} [{}/{}]", lock.name, p.in_use, p.of),
+        None => lock.name.clone(),
+    };
     vec![
-        lock.name.clone(),
+        name,
         short_owner(&lock.owner),
         lock.process
             .as_ref()
@@ -104,6 +110,15 @@ pub(crate) fn detail(lock: &Lock, prefix: &str) -> String {
         ("key", lock.key.clone()),
         ("owner", lock.owner.clone()),
     ];
+    if let Some(p) = lock.permits {
+        rows.push((
+            "permits",
+            format!(
+                "{} of {} in use (a semaphore; this holder has one)",
+                p.in_use, p.of
+            ),
+        ));
+    }
     match &lock.process {
         Some(p) => {
             rows.push(("host", p.host.clone().unwrap_or_else(|| "?".into())));

@@ -623,3 +623,60 @@ async fn finds_the_master_through_sentinel() {
         .await
         .status(2);
 }
+
+#[tokio::test]
+async fn a_semaphore_shows_its_permits_and_is_released_by_force() {
+    let redis = TestRedis::start().unwrap();
+    let url = redis.url();
+    let holder = client(&redis).await;
+    let take = || {
+        holder
+            .semaphore("api:acme", 5)
+            .ttl(Duration::from_secs(30))
+            .acquire()
+    };
+    let (first, second) = (take().await.unwrap(), take().await.unwrap());
+
+    let out = run(&["--url", url, "list"]).await;
+    out.status(0);
+    assert_eq!(
+        out.stdout.matches("api:acme [2/5]").count(),
+        2,
+        "{}",
+        out.stdout
+    );
+    let out = run(&["--url", url, "list", "--json"]).await;
+    out.status(0);
+    let listing: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let locks = listing["locks"].as_array().unwrap();
+    assert_eq!(locks.len(), 2);
+    assert_eq!(locks[0]["permits"]["in_use"], 2);
+    assert_eq!(locks[0]["permits"]["of"], 5);
+    assert!(locks[0].get("permits").is_some());
+
+    let out = run(&["--url", url, "show", "api:acme"]).await;
+    out.status(0);
+    assert_eq!(
+        out.stdout.matches("2 of 5 in use").count(),
+        2,
+        "{}",
+        out.stdout
+    );
+
+    let out = run(&["--url", url, "release", "api:acme", "--force", "--yes"]).await;
+    out.status(0);
+    assert!(
+        out.stdout
+            .starts_with("released lock `api:acme` (2 of 5 permits) held by"),
+        "{}",
+        out.stdout
+    );
+    assert!(!redis.is_locked("api:acme").await);
+    let mut conn = conn(&redis).await;
+    assert!(!conn.exists::<_, bool>("distlock:{api:acme}").await.unwrap());
+    // The holders find out at release.
+    assert!(first.release().await.is_err());
+    assert!(second.release().await.is_err());
+    let out = run(&["--url", url, "show", "api:acme"]).await;
+    out.status(3);
+}

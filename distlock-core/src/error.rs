@@ -98,6 +98,18 @@ pub enum Error {
         /// The lock's name.
         key: String,
     },
+    /// A semaphore ([`crate::semaphore`]) was asked for with another number of permits than
+    /// its live holders took it with. Everyone using one name must agree on the count: it is
+    /// never resized. Nothing was changed.
+    #[error("semaphore `{key}` is held with {held} permits, but this caller asked for {asked}: every user of one name must agree on the number of permits (it is never resized while anyone holds a permit)")]
+    PermitsMismatch {
+        /// The semaphore's name.
+        key: String,
+        /// The permits this caller asked for.
+        asked: u32,
+        /// The permits its live holders took it with.
+        held: u32,
+    },
     /// The lock was taken on its master, but fewer replicas than the lock's `min_replicas`
     /// acknowledged it within the replica timeout, so it was released again (nobody holds it
     /// through this acquire).

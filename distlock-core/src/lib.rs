@@ -80,6 +80,23 @@
 //! * **Bounded waits on Redis.** Every call is bounded by [`Config::response_timeout`]; the
 //!   connection reconnects by itself after Redis restarts.
 //!
+//! ## What a semaphore's permit guarantees
+//!
+//! [`semaphore`]`(name, n)` is a lock of another kind, taken through the same builder, guard,
+//! `run`, watchdog and waiters, and every guarantee above holds **per permit**: at most `n` holders
+//! at once while each believes it holds; each permit is its own lease in Redis (a sorted set of the
+//! holders scored by their deadlines, at the lock's key), so a crashed holder frees its permit at
+//! its own ttl and never resets the others; renewal extends only a live permit; loss (the permit
+//! expired, was removed, or could not be renewed in time) cancels the body and reports
+//! [`Error::Lost`]; release on every exit path, publishing on the release channel so a waiter takes
+//! the freed permit; a replayed acquire after a lost reply finds its own permit; fencing tokens
+//! strictly increase per name across all holders. Expired holders are removed by the scripts
+//! themselves (no sweeper), and the key expires with its latest lease. Everyone using a name agrees
+//! on `n` ([`Error::PermitsMismatch`] names both counts; the count is checked against the live
+//! holders, never resized), and a lock and a semaphore of one name exclude each other
+//! ([`Error::Incompatible`]). Over [`Config::redlock`] semaphores are refused
+//! ([`Error::InvalidConfig`]) until they are built there.
+//!
 //! ## What the fault suite checks
 //!
 //! The repository's reliability suite (`cargo test --test reliability`) runs these against real
@@ -503,6 +520,7 @@ pub use lease::{LEASE_MARGIN, MAX_TTL, MIN_TTL};
 pub use lock::acquire::{lock, LockBuilder};
 pub use lock::context::fencing_token;
 pub use lock::guard::LockGuard;
+pub use lock::permits::semaphore;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use metrics::describe_metrics;

@@ -32,12 +32,28 @@ pub use crate::lock::acquire::lock;
 use crate::lock::acquire::LockBuilder;
 /// What `assert_locked!` expands to.
 pub use crate::lock::lock_assert::locked_token;
+pub use crate::lock::permits::semaphore;
 pub use std::time::Duration as StdDuration;
 
 /// `lock(name)` for a `skip` function: a busy lock is counted as `skipped` in the metrics
 /// (`distlock_acquire_total{outcome}`), not `busy`.
 pub fn lock_skipping(name: String) -> LockBuilder {
     lock(name).skipping()
+}
+
+/// `semaphore(name, n)` for a `skip` function (see [`lock_skipping`]).
+pub fn semaphore_skipping(name: String, permits: u32) -> LockBuilder {
+    semaphore(name, permits).skipping()
+}
+
+/// `permits = CONSTANT`, checked where the constant is evaluated (at compile time): at least
+/// one permit, the check an integer literal gets from the attribute.
+pub const fn permits_const(permits: u32) -> u32 {
+    assert!(
+        permits >= 1,
+        "the `permits` constant of `#[distributed_lock]` must be at least 1"
+    );
+    permits
 }
 
 /// The error a lock failure becomes: `E::from(error)`, for the function's error type `E`.

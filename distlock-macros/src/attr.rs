@@ -22,11 +22,13 @@ mod kw {
     syn::custom_keyword!(client);
     syn::custom_keyword!(min_replicas);
     syn::custom_keyword!(all);
+    syn::custom_keyword!(permits);
 }
 
 /// Every option's name.
-const OPTIONS: [&str; 10] = [
+const OPTIONS: [&str; 11] = [
     "key",
+    "permits",
     "ttl",
     "renew",
     "wait",
@@ -39,13 +41,15 @@ const OPTIONS: [&str; 10] = [
 ];
 
 const VALID_OPTIONS: &str =
-    "`key`, `ttl`, `renew`, `wait`, `skip`, `min_hold`, `fenced`, `min_replicas`, `client` and `crate`";
+    "`key`, `permits`, `ttl`, `renew`, `wait`, `skip`, `min_hold`, `fenced`, `min_replicas`, `client` and `crate`";
 
 /// The options as written, each with the span of its name for later errors.
 #[derive(Default)]
 pub(crate) struct LockArgs {
     /// `key = "..."`: the template literal.
     pub(crate) key: Option<LitStr>,
+    /// `permits = N` or `permits = CONST`: a semaphore of that many permits.
+    pub(crate) permits: Option<PermitsArg>,
     /// `ttl = "..."` or `ttl = CONST`.
     pub(crate) ttl: Option<DurationArg>,
     /// `renew`: the span of the flag.
@@ -74,6 +78,16 @@ pub(crate) enum DurationArg {
     /// A path to a constant (`ORDER_TTL`, `Self::TTL`): the compiler checks that it is a
     /// `Duration`, and the generated code checks its value against the runtime's limits when
     /// the constant is evaluated.
+    Const(ExprPath),
+}
+
+/// The value of `permits`.
+#[derive(Debug, Clone)]
+pub(crate) enum PermitsArg {
+    /// An integer literal, checked here: 1 to `u32::MAX`.
+    Count(u32),
+    /// A path to a `u32` constant: the compiler checks its type, and the generated code checks
+    /// its value (at least 1) when the constant is evaluated.
     Const(ExprPath),
 }
 
@@ -107,6 +121,11 @@ impl LockArgs {
             let name = input.parse::<kw::key>()?;
             let value = string_value(input, "the lock key, e.g. `key = \"order:<id>\"`")?;
             set_once(&mut self.key, value, "key", name.span, errors);
+        } else if input.peek(kw::permits) {
+            let name = input.parse::<kw::permits>()?.span;
+            if let Some(value) = permits_value(input, errors)? {
+                set_once(&mut self.permits, value, "permits", name, errors);
+            }
         } else if input.peek(kw::ttl) {
             let name = input.parse::<kw::ttl>()?.span;
             duration_option(input, &mut self.ttl, "ttl", "10s", name, errors)?;
@@ -195,6 +214,9 @@ fn unknown_option_message(name: &Ident) -> String {
         "replicas" | "min_replicas_to_write" | "wait_replicas" | "acks" | "durable" => {
             " (did you mean `min_replicas`?)"
         }
+        "semaphore" | "limit" | "concurrency" | "max_concurrent" | "slots" | "count" => {
+            " (did you mean `permits`?)"
+        }
         _ => "",
     };
     // A typo of a real option: the closest one, as rustc would suggest it.
@@ -249,6 +271,38 @@ fn replicas_value(input: ParseStream<'_>, errors: &mut Errors) -> syn::Result<Op
             Ok(None)
         }
     }
+}
+
+/// Parses `= N` or `= PATH` after `permits`: an integer literal from 1 to `u32::MAX`, or a
+/// path to a `u32` constant. A bad number is recorded in `errors` (parsing goes on) and gives
+/// `None`.
+fn permits_value(input: ParseStream<'_>, errors: &mut Errors) -> syn::Result<Option<PermitsArg>> {
+    let what = "the number of permits (bodies that may run at once), e.g. `permits = 5`, or a path to a `u32` constant, e.g. `permits = API_PERMITS`";
+    if !input.peek(Token![=]) {
+        return Err(input.error(format!("expected `=` and {what}")));
+    }
+    input.parse::<Token![=]>()?;
+    if input.peek(LitInt) {
+        let value: LitInt = input.parse()?;
+        let message = match value.base10_parse::<u32>() {
+            Ok(0) => "`permits = 0` lets no body run: a semaphore needs at least 1 permit (1 is a lock held by one body at a time)".to_owned(),
+            Ok(n) if matches!(value.suffix(), "" | "u32") => return Ok(Some(PermitsArg::Count(n))),
+            _ => format!("`permits = {value}` is not a number of permits: write a whole number from 1 to {} without a suffix, e.g. `permits = 5`", u32::MAX),
+        };
+        errors.push(syn::Error::new(value.span(), message));
+        return Ok(None);
+    }
+    if input.peek(Token![::]) || input.peek(Token![<]) || input.peek(Ident::peek_any) {
+        let path: ExprPath = input.parse()?;
+        if input.peek(syn::token::Paren) || input.peek(Token![.]) {
+            return Err(syn::Error::new(
+                path.span(),
+                "`permits` takes an integer literal such as `5` or a path to a `u32` constant; to compute it, define a constant (`const API_PERMITS: u32 = ...;`) and write `permits = API_PERMITS`",
+            ));
+        }
+        return Ok(Some(PermitsArg::Const(path)));
+    }
+    Err(input.error(format!("expected {what}")))
 }
 
 /// Parses `= "string"` after an option name.
@@ -633,7 +687,7 @@ mod tests {
     fn unknown_options() {
         assert_eq!(
             error(r#"key = "a", foo = 1"#),
-            "unknown option `foo`; valid options are `key`, `ttl`, `renew`, `wait`, `skip`, `min_hold`, `fenced`, `min_replicas`, `client` and `crate`"
+            "unknown option `foo`; valid options are `key`, `permits`, `ttl`, `renew`, `wait`, `skip`, `min_hold`, `fenced`, `min_replicas`, `client` and `crate`"
         );
         assert!(
             error("timeout = \"1s\"").starts_with("unknown option `timeout` (did you mean `ttl`?)")
@@ -656,6 +710,30 @@ mod tests {
         assert!(error(r#"key = "a" ttl = "1s""#).contains("expected `,`"));
         assert!(error(r#"client = """#).starts_with("the client name is empty"));
         assert!(error(r#"crate = "not a path""#).contains("is not a path"));
+    }
+
+    #[test]
+    fn permits() {
+        let count = |text: &str| match parse(text).unwrap().permits {
+            Some(PermitsArg::Count(n)) => n,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(count("permits = 5"), 5);
+        assert_eq!(count("permits = 1u32"), 1);
+        assert!(matches!(
+            parse("permits = Self::PERMITS").unwrap().permits,
+            Some(PermitsArg::Const(_))
+        ));
+        assert!(error("permits = 0").starts_with("`permits = 0` lets no body run"));
+        assert!(error("permits = 5u8").starts_with("`permits = 5u8` is not a number of permits"));
+        assert!(error("permits = 4294967296").contains("is not a number of permits"));
+        assert!(error("permits = n()").contains("define a constant"));
+        assert!(error("permits = \"5\"").starts_with("expected the number of permits"));
+        assert_eq!(
+            error("permits = 2, permits = 3"),
+            "`permits` set multiple times"
+        );
+        assert!(error("concurrency = 5").contains("(did you mean `permits`?)"));
     }
 
     #[test]

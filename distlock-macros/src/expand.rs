@@ -13,7 +13,7 @@ use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
 use syn::{Block, Expr, FnArg, Ident, Pat, Stmt, Type};
 
-use crate::attr::{DurationArg, Replicas};
+use crate::attr::{DurationArg, PermitsArg, Replicas};
 use crate::item::{async_trait_body, Body, LockFn};
 use crate::model::{KeyPart, LockModel, ResultType, Shape};
 
@@ -212,14 +212,44 @@ fn private_call(model: &LockModel, name: &str, args: TokenStream, span: Span) ->
 /// `__private::lock(key).label("order:<id>").ttl(..).renew(true)...`: the public `LockBuilder`
 /// with the options; the metrics label is the key template as written (bounded, unlike the
 /// key). With `skip`, `lock_skipping(key)`: a busy lock counts as skipped.
+///
+/// With `permits`, `__private::semaphore(key, n)` (`semaphore_skipping` with `skip`); a
+/// constant `n` is checked (at least 1) where it is evaluated, at compile time.
 fn builder(model: &LockModel, key: &Ident) -> TokenStream {
     let krate = &model.krate;
-    let lock = Ident::new(
-        if model.skip { "lock_skipping" } else { "lock" },
-        Span::call_site(),
-    );
     let label = Literal::string(&model.key.template);
-    let mut builder = quote!(#krate::__private::#lock(#key).label(#label));
+    let start = match &model.permits {
+        None => {
+            let lock = if model.skip { "lock_skipping" } else { "lock" };
+            let lock = Ident::new(lock, Span::call_site());
+            quote!(#krate::__private::#lock(#key))
+        }
+        Some(permits) => {
+            let permits = match permits {
+                PermitsArg::Count(n) => Literal::u32_suffixed(*n).into_token_stream(),
+                PermitsArg::Const(path) => {
+                    let span = path.span();
+                    let krate = respan(krate.to_token_stream(), span);
+                    let value =
+                        Ident::new("__distlock_permits", Span::mixed_site().located_at(span));
+                    quote_spanned! {span=>
+                        const {
+                            let #value: u32 = #path;
+                            #krate::__private::permits_const(#value)
+                        }
+                    }
+                }
+            };
+            let semaphore = if model.skip {
+                "semaphore_skipping"
+            } else {
+                "semaphore"
+            };
+            let semaphore = Ident::new(semaphore, Span::call_site());
+            quote!(#krate::__private::#semaphore(#key, #permits))
+        }
+    };
+    let mut builder = quote!(#start.label(#label));
     let duration = |arg: &DurationArg, check: &str| match arg {
         DurationArg::Millis(millis) => {
             let millis = Literal::u64_suffixed(*millis);
@@ -448,6 +478,19 @@ mod tests {
         assert!(out.contains(
             ". wait (:: distlock :: __private :: StdDuration :: from_millis (2000u64)) . min_hold (:: distlock :: __private :: StdDuration :: from_millis (90000u64))"
         ));
+    }
+
+    #[test]
+    fn permits_start_from_a_semaphore() {
+        let f = "async fn f(t: u8) -> Result<(), E> { Ok(()) }";
+        let out = expand_str(r#"key = "api:<t>", permits = 5, renew"#, f);
+        assert!(out.contains(
+            "match :: distlock :: __private :: semaphore (__distlock_key , 5u32) . label (\"api:<t>\") . renew (true) . run"
+        ), "{out}");
+        let out = expand_str(r#"key = "api:<t>", permits = Self::N, skip"#, f);
+        assert!(out.contains(
+            "__private :: semaphore_skipping (__distlock_key , const { let __distlock_permits : u32 = Self :: N ; :: distlock :: __private :: permits_const (__distlock_permits) })"
+        ), "{out}");
     }
 
     #[test]

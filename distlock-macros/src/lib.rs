@@ -55,6 +55,7 @@ use proc_macro::TokenStream;
 /// | option | value | default |
 /// | --- | --- | --- |
 /// | `key` | key template (required) | — |
+/// | `permits` | at most this many bodies at once, fleet-wide (one of a semaphore's permits, `distlock::semaphore`): an integer literal ≥ 1 or a `u32` constant | a lock: one body at a time |
 /// | `ttl` | lease length: a duration | the client's `Config::default_ttl` (30 s unless configured) |
 /// | `renew` | flag: extend the lease while the body runs | off |
 /// | `wait` | how long to wait for a busy lock: a duration | don't wait |
@@ -238,6 +239,24 @@ use proc_macro::TokenStream;
 /// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
 /// #[distributed_lock(key = "ledger:<account>", ttl = "10s", renew, min_replicas = 1)]
 /// async fn settle(account: u64) -> Result<(), AppError> { Ok(()) }
+/// # fn main() {}
+/// ```
+///
+/// ## `permits = N`
+///
+/// Instead of the lock, take one of the `N` permits of a semaphore of that name: at most `N`
+/// bodies run at once across every process (`distlock::semaphore(name, N)` by hand). Each
+/// permit is its own lease, renewed, released and lost as a lock is; every option of a lock
+/// applies. `N` is an integer literal of at least 1, or a path to a `u32` constant (checked
+/// when it is evaluated, at compile time): every user of the name must agree on it, or the
+/// call fails with `distlock::Error::PermitsMismatch`.
+///
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # #[derive(Debug)] pub struct AppError;
+/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
+/// #[distributed_lock(key = "api:<tenant>", permits = 5, ttl = "10s", renew, wait = "2s")]
+/// async fn call_partner(tenant: &str) -> Result<(), AppError> { Ok(()) }
 /// # fn main() {}
 /// ```
 ///

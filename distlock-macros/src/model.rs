@@ -9,7 +9,7 @@ use syn::{
     Expr, FnArg, Ident, LitStr, Pat, Path, PathArguments, ReturnType, Signature, Token, Type,
 };
 
-use crate::attr::{DurationArg, Errors, LockArgs};
+use crate::attr::{DurationArg, Errors, LockArgs, PermitsArg};
 use crate::item::{async_trait_body, future_output, LockFn};
 use crate::similar;
 use crate::template::{Field, KeyTemplate, Placeholder, Segment, TemplateError};
@@ -19,6 +19,8 @@ pub(crate) struct LockModel {
     /// Path to the `distlock` crate (`crate = "..."`, default `::distlock`).
     pub(crate) krate: Path,
     pub(crate) client: Option<LitStr>,
+    /// `permits = N`: one of a semaphore's permits instead of the lock.
+    pub(crate) permits: Option<PermitsArg>,
     /// `None`: the client's `default_ttl` applies.
     pub(crate) ttl: Option<DurationArg>,
     pub(crate) renew: bool,
@@ -131,6 +133,7 @@ pub(crate) fn build(args: syn::Result<LockArgs>, item: &LockFn) -> syn::Result<L
     Ok(LockModel {
         krate: args.krate.unwrap_or_else(|| syn::parse_quote!(::distlock)),
         client: args.client,
+        permits: args.permits,
         ttl: args.ttl,
         renew: args.renew.is_some(),
         wait: args.wait,

@@ -68,6 +68,7 @@
 //! | option | meaning | default |
 //! | --- | --- | --- |
 //! | `key = "order:<id>"` | the lock name template (required) | — |
+//! | `permits = 5` | at most this many bodies at once, fleet-wide: one of a semaphore's permits instead of the lock ([`semaphore`]; an integer literal ≥ 1 or a `u32` constant, checked at compile time); combines with every other option | a lock: one body at a time |
 //! | `ttl = "10s"` | lease length, 100 ms ([`MIN_TTL`]) to 30 days ([`MAX_TTL`]), checked at compile time | the client's `Config::default_ttl` (30 s) |
 //! | `renew` | watchdog: extend the lease every ttl/3 while the body runs | off |
 //! | `wait = "2s"` | wait this long for a busy lock (woken by the holder's release); transient failures (a reset connection, a timeout, a failover) are retried within it, and the last one is returned when it runs out | fail at once with [`Error::Busy`] (or the first error) |
@@ -121,6 +122,17 @@
 //! /// stays taken for at least a minute, so a replica whose scheduler fires late skips too.
 //! #[distributed_lock(key = "nightly-report", ttl = "5m", skip, min_hold = "1m")]
 //! async fn nightly() -> Result<(), AppError> { Ok(()) }
+//! ```
+//!
+//! ```no_run
+//! # use distlock::distributed_lock;
+//! # #[derive(Debug)] struct AppError;
+//! # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
+//! /// At most five calls to the partner API at once per tenant, across every process; a caller
+//! /// waits up to 2 s for a permit. Each permit is leased and renewed on its own: a process that
+//! /// dies frees its permit at its own ttl.
+//! #[distributed_lock(key = "api:<tenant>", permits = 5, ttl = "10s", renew, wait = "2s")]
+//! async fn call_partner(tenant: &str) -> Result<(), AppError> { Ok(()) }
 //! ```
 //!
 //! ## Key templates
@@ -215,6 +227,19 @@
 //!   (see [`Config::require_noeviction`]); leases are measured from when the command was sent,
 //!   minus a safety margin of [`LEASE_MARGIN`] + 1% of the ttl, with a ttl between [`MIN_TTL`]
 //!   and [`MAX_TTL`].
+//!
+//! **Permits** ([`semaphore`], `permits = n`): the same promise, per permit — while you
+//! believe you hold one of the `n` permits, at most `n` holders (you among them) do; when
+//! that can no longer be guaranteed, you are told. Each permit is its own lease (a holder that
+//! dies frees its permit at its own ttl, never the others'), renewed on its own, released on
+//! every exit path (a release wakes a waiter); loss cancels the body and gives `Err(Lost)`,
+//! fencing tokens strictly increase per name across the permits' holders (so a resource that
+//! keeps the highest token seen serves the latest holder, not all `n`: fence per holder if
+//! several must write), re-entry takes no second permit. Every user of a name must agree on
+//! `n` ([`Error::PermitsMismatch`] otherwise, never a resize), and a lock and a semaphore of
+//! one name exclude each other ([`Error::Incompatible`]). Over [`Config::redlock`] semaphores
+//! are not supported yet ([`Error::InvalidConfig`]); one server, a Redis Cluster and Sentinel
+//! serve them.
 //!
 //! The reliability suite's stall row checks exactly this: holders in separate processes are
 //! `SIGSTOP`ped inside their critical sections for longer than their lease while others take
@@ -341,7 +366,7 @@
 
 #[doc(inline)]
 pub use distlock_core::{
-    fencing_token, hash_slot, init, lock, Client, Config, Error, LockBuilder, LockGuard,
+    fencing_token, hash_slot, init, lock, semaphore, Client, Config, Error, LockBuilder, LockGuard,
     LossReason, Operation, Result, ALL_REPLICAS, LEASE_MARGIN, MAX_NAME_LEN, MAX_TTL, MIN_TTL,
 };
 

@@ -18,6 +18,7 @@ use crate::lock::backoff::Backoff;
 use crate::lock::context::{self, Outer};
 use crate::lock::fence;
 use crate::lock::guard::{Acquisition, Hold, LockGuard, ReleaseOnDrop};
+use crate::lock::permits::{self, Kind};
 use crate::lock::queue::{self, QueueEntry};
 use crate::metrics::{self, Attempt, Held, Waiting};
 use crate::registry;
@@ -64,6 +65,8 @@ pub struct LockBuilder {
     label: &'static str,
     /// A busy lock skips the body (`skip`): counted as `skipped`, not `busy`.
     skip: bool,
+    /// A lock, or one of a semaphore's permits.
+    kind: Kind,
 }
 
 /// Starts building a lock on `name` through the default client (see [`crate::init`]).
@@ -80,6 +83,7 @@ pub fn lock(name: impl Into<String>) -> LockBuilder {
         min_replicas: None,
         label: metrics::UNLABELED,
         skip: false,
+        kind: Kind::Mutex,
     }
 }
 
@@ -204,6 +208,12 @@ impl LockBuilder {
         self
     }
 
+    /// Takes one of a semaphore's permits instead of the lock (see [`crate::semaphore`]).
+    pub(crate) fn with_kind(mut self, kind: Kind) -> Self {
+        self.kind = kind;
+        self
+    }
+
     /// Use the client installed under `name` with [`crate::Config::install_as`].
     pub fn client(mut self, name: impl Into<String>) -> Self {
         self.client = ClientChoice::Named(name.into());
@@ -276,7 +286,9 @@ impl LockBuilder {
                 ),
             });
         }
+        permits::check(&self.name, self.kind, &client)?;
         let terms = Terms {
+            kind: self.kind,
             ttl,
             renew: self.renew,
             wait: self.wait,
@@ -292,13 +304,14 @@ impl LockBuilder {
 }
 
 /// The resolved terms of one acquisition.
-struct Terms {
-    ttl: Duration,
+pub(crate) struct Terms {
+    pub(crate) kind: Kind,
+    pub(crate) ttl: Duration,
     renew: bool,
     wait: Option<Duration>,
     max_hold: Option<Duration>,
     min_hold: Option<Duration>,
-    fenced: bool,
+    pub(crate) fenced: bool,
     /// Replicas that must acknowledge the acquire and each renewal (0: none).
     min_replicas: usize,
     /// The `lock` label of the metrics.
@@ -312,7 +325,7 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
     }
     let give_up = terms.wait.map(|w| deadline_after(started, w));
     let owner = client.new_owner();
-    let hold = Hold::new(client.clone(), keys, owner);
+    let hold = Hold::new(client.clone(), keys, owner, terms.kind);
     let keys = &hold.keys;
     let mut subscription: Option<Subscription> = None;
     let mut waiting = Waiting::default();
@@ -518,6 +531,7 @@ async fn unreplicated(hold: Hold, acknowledged: usize, required: usize) -> Error
 /// lock is never re-created under its old owner.
 async fn reenter(outer: Outer, terms: &Terms, started: Instant) -> Result<LockGuard, Error> {
     let name = outer.hold.keys.name();
+    permits::check_reentry(name, outer.hold.kind, terms.kind)?;
     // Re-entering a hold that is known lost: no round trip can make it ours again.
     if let Some(reason) = outer.lease.lost_reason() {
         return Err(Error::Lost {
@@ -659,7 +673,9 @@ async fn try_acquire(
     let id = client.new_request_id();
     let replicas = client.replica_wait(terms.min_replicas);
     let send = || async {
-        if client.is_quorum() {
+        if let Kind::Permits(permits) = terms.kind {
+            permits::try_acquire(hold, terms, permits, (id.as_bytes(), replicas)).await
+        } else if client.is_quorum() {
             let call = QueuedAcquireCall {
                 keys: &hold.keys,
                 value: hold.value.as_bytes(),

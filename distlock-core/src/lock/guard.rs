@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::error::{Error, LossReason};
 use crate::lease::{millis_ceil, Lease};
+use crate::lock::permits::Kind;
 use crate::wire::calls::ReleaseCall;
 pub(crate) use crate::wire::calls::Released;
 use crate::wire::ids::ShortId;
@@ -27,6 +28,9 @@ pub(crate) struct HoldState {
     pub(crate) keys: LockKeys,
     /// The lock's value in Redis (`d2:<owner>`): the owner check of release and renewal.
     pub(crate) value: ShortId,
+    /// A lock, or one of a semaphore's permits (the release and renewal scripts tell them
+    /// apart by the key's type; re-entry checks it).
+    pub(crate) kind: Kind,
     /// `min_hold`: releasing earlier leaves the lock to expire at this instant (set once, by
     /// the outer hold).
     keep_until: OnceLock<Instant>,
@@ -43,11 +47,12 @@ impl std::ops::Deref for Hold {
 
 impl Hold {
     /// A new acquisition with one hold.
-    pub(crate) fn new(client: Client, keys: LockKeys, value: ShortId) -> Self {
+    pub(crate) fn new(client: Client, keys: LockKeys, value: ShortId, kind: Kind) -> Self {
         Hold(Arc::new(HoldState {
             client,
             keys,
             value,
+            kind,
             keep_until: OnceLock::new(),
             holds: AtomicUsize::new(1),
         }))
@@ -241,6 +246,15 @@ impl LockGuard {
     /// floor lives (a re-entry shares its outer hold's token). `None` for an unfenced lock.
     pub fn token(&self) -> Option<u64> {
         self.token
+    }
+
+    /// The number of permits of the semaphore this guard holds one of
+    /// ([`crate::semaphore`]); `None` for a lock.
+    pub fn permits(&self) -> Option<u32> {
+        match self.hold().kind {
+            Kind::Mutex => None,
+            Kind::Permits(n) => Some(n),
+        }
     }
 
     /// True if this guard re-entered a lock its call chain already held.

@@ -1,6 +1,6 @@
 //! One lock, from the caller's side: the builder and the acquire/wait loop (`acquire`, with its
 //! `backoff` and, over RedLock, the waiter's `queue` entry and the `fence`), the guard and its
-//! hold (`guard`), the body under a lock (`run`), the task-local chain of held locks
+//! hold (`guard`), a semaphore's permits as a kind of lock (`permits`), the body under a lock (`run`), the task-local chain of held locks
 //! (`context`) and `assert_locked!` (`lock_assert`).
 
 pub(crate) mod acquire;
@@ -9,5 +9,6 @@ pub(crate) mod context;
 pub(crate) mod fence;
 pub(crate) mod guard;
 pub(crate) mod lock_assert;
+pub(crate) mod permits;
 pub(crate) mod queue;
 pub(crate) mod run;

@@ -11,8 +11,8 @@ use crate::wire::ids::ShortId;
 use crate::wire::keys::LockKeys;
 use crate::wire::request::{
     echoes, finish_pipeline, Call, ReplicaWait, Request, ACQUIRE_FENCED_SCRIPT,
-    ACQUIRE_QUEUED_SCRIPT, FENCE_FLOOR_SCRIPT, LEAVE_QUEUE_SCRIPT, RELEASE_MANY_SCRIPT,
-    RELEASE_SCRIPT, RENEW_SCRIPT,
+    ACQUIRE_PERMIT_SCRIPT, ACQUIRE_QUEUED_SCRIPT, FENCE_FLOOR_SCRIPT, LEAVE_QUEUE_SCRIPT,
+    RELEASE_MANY_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT,
 };
 use crate::wire::scripts::{TURN_GRACE, VERSION_TAG};
 
@@ -176,6 +176,80 @@ impl Call for FencedAcquireCall<'_> {
             2 => Acquired::Incompatible,
             _ => return None,
         })
+    }
+}
+
+/// What a permit's acquire found: as a lock's, or live holders that agreed on another count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PermitAcquired {
+    /// Taken, busy (every permit held: `pttl` is when the first lease ends) or incompatible.
+    Found(Acquired),
+    /// The semaphore's live holders took it with this many permits.
+    Mismatch { permits: u32 },
+}
+
+/// [`ACQUIRE_PERMIT`]: one permit of a semaphore of `permits`, plain or fenced.
+pub(crate) struct PermitAcquireCall<'a> {
+    pub(crate) keys: &'a LockKeys,
+    /// `d2:<owner>`: the holder's member.
+    pub(crate) value: &'a [u8],
+    /// The request id (unique within the client).
+    pub(crate) id: &'a [u8],
+    pub(crate) ttl: Duration,
+    /// The semaphore's count, as this caller knows it.
+    pub(crate) permits: u32,
+    /// The fence floor's retention if the acquire hands out a fencing token.
+    pub(crate) fenced: Option<Duration>,
+    /// Replicas that must acknowledge the take (`min_replicas`).
+    pub(crate) wait: Option<ReplicaWait>,
+}
+
+impl Call for PermitAcquireCall<'_> {
+    type Raw = (i64, i64);
+    type Reply = PermitAcquired;
+
+    fn request(&self) -> Request {
+        let mut cmd = ACQUIRE_PERMIT_SCRIPT.evalsha();
+        let retention = self.fenced.map_or(0, |r| millis_ceil(r.max(self.ttl)));
+        cmd.arg(2)
+            .arg(self.keys.lock())
+            .arg(self.keys.fence())
+            .arg(self.value)
+            .arg(millis_ceil(self.ttl))
+            .arg(self.permits)
+            .arg(retention)
+            .arg(self.id);
+        Request::Script(&ACQUIRE_PERMIT_SCRIPT, cmd)
+    }
+
+    fn request_id(&self) -> &[u8] {
+        self.id
+    }
+
+    fn replica_wait(&self) -> Option<ReplicaWait> {
+        self.wait
+    }
+
+    fn decode(&self, (status, value): (i64, i64)) -> Option<PermitAcquired> {
+        Some(PermitAcquired::Found(match status {
+            1 => Acquired::Taken {
+                token: match self.fenced {
+                    Some(_) => Some(u64::try_from(value).ok()?),
+                    None => None,
+                },
+            },
+            0 => Acquired::Busy {
+                pttl: Some(value),
+                pass: 0,
+            },
+            2 => Acquired::Incompatible,
+            3 => {
+                return Some(PermitAcquired::Mismatch {
+                    permits: u32::try_from(value).ok()?,
+                })
+            }
+            _ => return None,
+        }))
     }
 }
 

@@ -5,7 +5,10 @@
 //! `distlock:{order:42}` (the lock), `distlock:{order:42}:fence` (the fencing floor),
 //! `distlock:{order:42}:released` (the release channel) and, over a RedLock quorum only,
 //! `distlock:{order:42}:queue` and `distlock:{order:42}:queue:until` (the waiters' tickets and
-//! how long each entry lasts, see `scripts::ACQUIRE_QUEUED`). Redis Cluster hashes only the text
+//! how long each entry lasts, see `scripts::ACQUIRE_QUEUED`). A semaphore of the same name
+//! (`distlock::semaphore`) lies at the lock key itself, as a sorted set of its holders, with the
+//! same fence key and release channel, so a lock and a semaphore of one name meet and exclude
+//! each other (see `scripts`, "Permits"). Redis Cluster hashes only the text
 //! between the first `{` and the next `}`; the prefix may not contain braces and the name may
 //! not contain `}`, so that text is exactly the lock name for all of them: they always share
 //! one hash slot, and nothing in the name can move one of them to another slot.

@@ -29,6 +29,30 @@
 //!   acquires that arrive together share one pipeline and one `ECHO` (see `batch`).
 //! * **Renewal** (`RenewCall`, `RENEW`): compare and extend, batched.
 //!
+//! ### Permits (`distlock::semaphore(name, n)`)
+//!
+//! A semaphore of `n` permits lies at the same key, `prefix:{name}`, as a sorted set: one
+//! member per holder (its lock value, `d2:<owner>`) scored by its lease deadline in the
+//! server's clock (ms, `TIME`), and the member `d2:permits` scored `-n` (the agreed count, and
+//! the mark of a `d2` semaphore). Every script that touches it removes the holders whose
+//! deadline passed first (no sweeper: the set never holds more than `n` live holders plus
+//! those expired since the last call), and sets the key's own expiry to the latest deadline
+//! (so a semaphore nobody holds is gone); the last holder's release deletes it.
+//!
+//! * **Acquire** (`PermitAcquireCall`, `ACQUIRE_PERMIT`): a permit if fewer than `n` live
+//!   holders; a replay of our own take after a lost reply finds our member and extends it;
+//!   another `n` while holders live is refused (`Error::PermitsMismatch`), never a resize.
+//!   Fenced, the token comes from the same fence floor as a lock's (a replay gets a fresh one,
+//!   still above every earlier token).
+//! * **Renewal, release**: `RENEW`, `RELEASE` and `RELEASE_MANY` take a permit's key in the
+//!   same place as a lock's (a key that is not a string is looked at as a semaphore:
+//!   `permit_prelude!`), so the watchdog's batches, the re-entry check, the group commit and the
+//!   Sentinel confirmations serve both kinds unchanged. A release publishes on `:released`.
+//!
+//! The kinds exclude each other: a lock's `SET ... GET` on a semaphore's key is `WRONGTYPE`,
+//! and a semaphore's acquire on a lock's key finds a string; both report it as incompatible,
+//! as does a distlock of an earlier protocol.
+//!
 //! A lock that asks for replica acknowledgement (`min_replicas`) gets `WAIT n timeout` after its
 //! acquire or renewal in the same pipeline, so it runs on the connection (and, in a cluster, the
 //! node) that wrote.
@@ -42,6 +66,132 @@ use std::time::Duration;
 
 /// The protocol version every lock value starts with.
 pub const VERSION_TAG: &str = "d2:";
+
+/// The member of a semaphore's sorted set that holds its permit count (as the score `-n`).
+pub const PERMITS_MEMBER: &str = "d2:permits";
+
+/// The Lua functions on a semaphore's sorted set shared by [`ACQUIRE_PERMIT`], [`RENEW`],
+/// [`RELEASE`] and [`RELEASE_MANY`] (a macro, so that `concat!` makes each script one constant
+/// string). Deadlines are the server's clock in ms; the count member's score is `-n`, below
+/// every deadline. The lock scripts define them inside their branch for a key that is not a
+/// string, so a lock's renewal and release never pay for making them.
+macro_rules! permit_prelude {
+    () => {
+        r#"
+local function permit_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function permit_count(key)
+  if redis.call('TYPE', key)['ok'] ~= 'zset' then
+    return nil
+  end
+  local n = redis.call('ZSCORE', key, 'd2:permits')
+  if not n then
+    return nil
+  end
+  return -tonumber(n)
+end
+local function permit_settle(key, now)
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  local at = tonumber(last[2] or '0')
+  if at <= now then
+    redis.call('DEL', key)
+  else
+    redis.call('PEXPIRE', key, string.format('%d', at - now))
+  end
+end
+local function permit_renew(key, value, ttl)
+  if not permit_count(key) then
+    return -2
+  end
+  local now = permit_now()
+  redis.call('ZREMRANGEBYSCORE', key, 0, now)
+  local s = redis.call('ZSCORE', key, value)
+  if s then
+    redis.call('ZADD', key, 'GT', string.format('%d', now + tonumber(ttl)), value)
+  end
+  permit_settle(key, now)
+  if s then
+    return 1
+  end
+  return 0
+end
+local function permit_release(key, value, keep)
+  if not permit_count(key) then
+    return -3
+  end
+  local now = permit_now()
+  redis.call('ZREMRANGEBYSCORE', key, 0, now)
+  local code = -2
+  if redis.call('ZSCORE', key, value) then
+    if tonumber(keep) > 0 then
+      redis.call('ZADD', key, 'XX', string.format('%d', now + tonumber(keep)), value)
+      code = 1
+    else
+      redis.call('ZREM', key, value)
+      code = 0
+    end
+  end
+  permit_settle(key, now)
+  return code
+end
+"#
+    };
+}
+
+/// Acquire a permit of a semaphore (see the module docs, "Permits").
+///
+/// KEYS: semaphore, fence. ARGV: value (`d2:<owner>`), ttl ms, permits `n`, fence retention ms
+/// (0: no fencing token), request id. Returns `{id, {1, token}}` (taken, or a replay of our own
+/// take, extended to the ttl; token 0 when not fenced), `{id, {0, ms}}` (all `n` permits held:
+/// the first lease ends in ms), `{id, {3, m}}` (live holders agreed on `m` permits, not `n`:
+/// nothing changed) or `{id, {2, 0}}` (the key holds something that is not a `d2` semaphore:
+/// a lock, another version's or another program's key).
+///
+/// The count member is written again with each take, so a semaphore whose holders all expired
+/// or left takes the `n` of its next holder.
+pub const ACQUIRE_PERMIT: &str = concat!(
+    permit_prelude!(),
+    r#"
+local now = permit_now()
+local want = tonumber(ARGV[3])
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local n = permit_count(KEYS[1])
+  if not n then
+    return {ARGV[5], {2, 0}}
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, now)
+  local held = redis.call('ZCARD', KEYS[1]) - 1
+  if held > 0 and n ~= want then
+    return {ARGV[5], {3, n}}
+  end
+  if held >= want and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+    local first = redis.call('ZRANGE', KEYS[1], 1, 1, 'WITHSCORES')
+    return {ARGV[5], {0, math.max(tonumber(first[2]) - now, 1)}}
+  end
+end
+local token = 0
+if tonumber(ARGV[4]) > 0 then
+  local t = redis.call('TIME')
+  token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local prev = redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[4], 'GET')
+  local last = tonumber(prev or '0')
+  if last == nil then
+    redis.call('SET', KEYS[2], prev, 'PX', ARGV[4])
+    return redis.error_reply('ERR distlock: the fence key ' .. KEYS[2] .. ' does not hold a number; delete it to use this semaphore')
+  end
+  if token <= last then
+    token = last + 1
+    redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[4])
+  end
+end
+redis.call('ZADD', KEYS[1], string.format('%d', -want), 'd2:permits')
+redis.call('ZADD', KEYS[1], 'GT', string.format('%d', now + tonumber(ARGV[2])), ARGV[1])
+permit_settle(KEYS[1], now)
+return {ARGV[5], {1, token}}
+"#
+);
 
 /// Fenced acquire: take the lock and hand out a fencing token.
 ///
@@ -241,11 +391,23 @@ return {ARGV[2], redis.call('ZREM', KEYS[1], ARGV[1])}
 /// Returns `{id, code}`: 0 released, -1 another owner holds it (nothing changed), -2 no lock (it
 /// expired, or a replayed release already freed it), -3 the key is not a `d2` lock. With keep
 /// ms > 0 (`min_hold` not reached yet) the lock is left to expire after keep ms instead of
-/// being deleted; otherwise it is deleted and waiters are notified.
-pub const RELEASE: &str = r#"
+/// being deleted; otherwise it is deleted and waiters are notified. A semaphore's key (a key
+/// that is not a string) releases the permit of that value the same way (`permit_prelude!`).
+pub const RELEASE: &str = concat!(
+    r#"
 local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' then
-  return {ARGV[2], -3}
+if type(v) == 'table' then"#,
+    permit_prelude!(),
+    r#"
+  local code = permit_release(KEYS[1], ARGV[1], ARGV[3])
+  if code == 0 then
+    if ARGV[4] == 's' then
+      redis.call('SPUBLISH', KEYS[2], '1')
+    else
+      redis.call('PUBLISH', KEYS[2], '1')
+    end
+  end
+  return {ARGV[2], math.min(code, 0)}
 end
 if v == false then
   return {ARGV[2], -2}
@@ -267,20 +429,33 @@ else
   redis.call('PUBLISH', KEYS[2], '1')
 end
 return {ARGV[2], 0}
-"#;
+"#
+);
 
 /// Release several locks in one call (a batch of releases that arrived together, see `batch`).
 ///
 /// KEYS: lock and release channel of each lock, in pairs. ARGV: the request id, `s` for
 /// sharded release channels (else `-`), then for each lock its value (`d2:<owner>`) and keep
-/// ms. Returns `{id, codes}` with one code per lock, as [`RELEASE`] returns it.
-pub const RELEASE_MANY: &str = r#"
+/// ms. Returns `{id, codes}` with one code per lock, as [`RELEASE`] returns it (a permit's
+/// too).
+pub const RELEASE_MANY: &str = concat!(
+    r#"
 local out = {}
 for i = 1, #KEYS / 2 do
   local lock = KEYS[2 * i - 1]
   local v = redis.pcall('GET', lock)
-  if type(v) == 'table' then
-    out[i] = -3
+  if type(v) == 'table' then"#,
+    permit_prelude!(),
+    r#"
+    out[i] = permit_release(lock, ARGV[2 * i + 1], ARGV[2 * i + 2])
+    if out[i] == 0 then
+      if ARGV[2] == 's' then
+        redis.call('SPUBLISH', KEYS[2 * i], '1')
+      else
+        redis.call('PUBLISH', KEYS[2 * i], '1')
+      end
+    end
+    out[i] = math.min(out[i], 0)
   elseif v == false then
     out[i] = -2
   elseif v ~= ARGV[2 * i + 1] then
@@ -303,7 +478,8 @@ for i = 1, #KEYS / 2 do
   end
 end
 return {ARGV[1], out}
-"#;
+"#
+);
 
 /// Renew a batch of leases (and check a re-entry: a batch of one).
 ///
@@ -311,13 +487,18 @@ return {ARGV[1], out}
 /// Returns `{id, statuses}` with one status per key: 1 ours (its expiry now reaches at least the
 /// ttl), 0 gone, -1 another owner's, -2 not a `d2` lock. Renewal only ever extends a key's
 /// expiry (never shortens one that another hold relies on), and one bad key does not fail the
-/// others: each key is read with `pcall`.
-pub const RENEW: &str = r#"
+/// others: each key is read with `pcall`. A semaphore's key (not a string) renews the permit
+/// of that value the same way (only extends; 0 when the permit's lease ended), see
+/// `permit_prelude!`.
+pub const RENEW: &str = concat!(
+    r#"
 local out = {}
 for i, key in ipairs(KEYS) do
   local v = redis.pcall('GET', key)
-  if type(v) == 'table' then
-    out[i] = -2
+  if type(v) == 'table' then"#,
+    permit_prelude!(),
+    r#"
+    out[i] = permit_renew(key, ARGV[2 * i + 1], ARGV[2 * i])
   elseif v == ARGV[2 * i + 1] then
     local ttl = tonumber(ARGV[2 * i])
     if redis.call('PTTL', key) < ttl then
@@ -333,4 +514,5 @@ for i, key in ipairs(KEYS) do
   end
 end
 return {ARGV[1], out}
-"#;
+"#
+);

@@ -21,6 +21,12 @@
 //! * a section that spanned a whole stall (its lease certainly elapsed: the stall is longer
 //!   than T and nothing renews a frozen process) did not return `Ok`;
 //! * at least one stall landed inside a section, or the row proves nothing and fails.
+//!
+//! Row `15p` is the same with permits: the holders take one of the `N` permits of a semaphore
+//! (`distlock::semaphore(name, N)`, more holders than permits) instead of the lock. Its checks:
+//! at no instant more than `N` sections that returned `Ok` (and `N` reached, or the row proves
+//! nothing), every `Ok` section's fencing token distinct (tokens rise in acquire order, which
+//! concurrent holders do not record exactly), and no `Ok` section spanning a whole stall.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -52,8 +58,25 @@ pub(crate) fn scenario(s: &Settings, budget: Duration) -> Scenario {
         "lease stall: {holders} holders SIGSTOPped inside run() past their ttl ({stalls} stalls)"
     );
     let seed = s.seed;
-    Scenario::new("15", title, budget, move |t| run(t, holders, stalls, seed))
+    Scenario::new("15", title, budget, move |t| {
+        run(t, (holders, 0), stalls, seed)
+    })
 }
+
+/// Row `15p`: the stall row over a semaphore of [`PERMITS`] permits.
+pub(crate) fn permits_scenario(s: &Settings, budget: Duration) -> Scenario {
+    let (holders, stalls) = s.pick((5, 10), (8, 40));
+    let title = format!(
+        "permit stall: {holders} holders of {PERMITS} permits SIGSTOPped inside run() past their ttl ({stalls} stalls)"
+    );
+    let seed = s.seed;
+    Scenario::new("15p", title, budget, move |t| {
+        run(t, (holders, PERMITS), stalls, seed)
+    })
+}
+
+/// The permits of row `15p`'s semaphore.
+const PERMITS: u32 = 2;
 
 /// Wall-clock microseconds since the epoch: comparable across the processes of one machine,
 /// unlike `Instant`.
@@ -122,7 +145,8 @@ impl Record {
     }
 }
 
-async fn run(t: Arc<Tally>, holders: u64, stalls: u64, seed: u64) {
+/// `permits`: 0 for the lock, else the semaphore's count.
+async fn run(t: Arc<Tally>, (holders, permits): (u64, u32), stalls: u64, seed: u64) {
     let server = RedisServer::start();
     let mut conn = server.conn().await;
     let mut rng = Rng::new(seed);
@@ -139,6 +163,7 @@ async fn run(t: Arc<Tally>, holders: u64, stalls: u64, seed: u64) {
                     ("hold_min_ms", (ttl_ms / 4).to_string()),
                     ("hold_max_ms", (ttl_ms * 3 / 4).to_string()),
                     ("renew_percent", RENEW_PERCENT.to_string()),
+                    ("permits", permits.to_string()),
                     ("seed", rng.next_u64().to_string()),
                 ],
             )
@@ -228,7 +253,10 @@ async fn run(t: Arc<Tally>, holders: u64, stalls: u64, seed: u64) {
         format!("{unentered} lock calls failed before their body ran (see the workers' stderr)")
     });
 
-    let (overlapped, out_of_order) = check_ok_sections(&t, &records);
+    let (overlapped, out_of_order) = match permits {
+        0 => check_ok_sections(&t, &records),
+        n => check_ok_permits(&t, &records, n),
+    };
 
     // Which sections a stall froze from start to finish: their lease elapsed for sure.
     let mut spanned = Vec::new();
@@ -273,9 +301,63 @@ async fn run(t: Arc<Tally>, holders: u64, stalls: u64, seed: u64) {
         spanned.iter().filter(|r| r.outcome == "lost").count(),
         spanned.iter().filter(|r| r.outcome == "error").count(),
     ));
-    t.note(format!(
-        "{overlapped} Ok sections overlapped by later Ok sections, {out_of_order} Ok sections with a token not above the previous one"
-    ));
+    if permits == 0 {
+        t.note(format!(
+            "{overlapped} Ok sections overlapped by later Ok sections, {out_of_order} Ok sections with a token not above the previous one"
+        ));
+    } else {
+        t.note(format!(
+            "at most {overlapped} Ok sections at once (permits {permits}); {out_of_order} Ok sections with a token another had"
+        ));
+    }
+}
+
+/// Row `15p`: at no instant more than `permits` sections that returned `Ok`, and `permits`
+/// reached; no two `Ok` sections with the same fencing token. Returns the most `Ok` sections
+/// at once and the count of repeated tokens.
+fn check_ok_permits(t: &Tally, records: &[Record], permits: u32) -> (usize, usize) {
+    let base = records.first().map_or(0, |r| r.start);
+    let ok: Vec<&Record> = records.iter().filter(|r| r.ok()).collect();
+    // Ends before starts at the same instant: a section that ended as another began is not
+    // inside it.
+    let mut events: Vec<(u64, i64, &Record)> = ok
+        .iter()
+        .flat_map(|r| [(r.start, 1, *r), (r.end, -1, *r)])
+        .collect();
+    events.sort_by_key(|&(at, step, _)| (at, step));
+    let (mut inside, mut most, mut over) = (0i64, 0i64, 0usize);
+    for (_, step, r) in events {
+        inside += step;
+        most = most.max(inside);
+        if step > 0 && inside > i64::from(permits) {
+            over += 1;
+            if over <= MAX_LISTED {
+                t.violation(format!(
+                    "Ok section {} began while {} other Ok sections ran: more than {permits} permits held",
+                    r.show(base),
+                    inside - 1
+                ));
+            }
+        }
+    }
+    if over > MAX_LISTED {
+        t.violation(format!(
+            "... and {} more Ok sections beyond the permits",
+            over - MAX_LISTED
+        ));
+    }
+    t.check(most >= i64::from(permits), || {
+        format!(
+            "never {permits} Ok sections at once (at most {most}): the permits were not contended"
+        )
+    });
+    let mut tokens: Vec<u64> = ok.iter().map(|r| r.token).collect();
+    tokens.sort_unstable();
+    let repeated = tokens.windows(2).filter(|w| w[0] == w[1]).count();
+    t.check(repeated == 0, || {
+        format!("{repeated} Ok sections had a fencing token another Ok section had")
+    });
+    (usize::try_from(most).unwrap_or(0), repeated)
 }
 
 /// Sections that returned `Ok` must be disjoint in time, with fencing tokens rising in start
@@ -349,6 +431,7 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
     let ttl = Duration::from_millis(ctx.num("ttl_ms"));
     let (hold_min, hold_max) = (ctx.num("hold_min_ms"), ctx.num("hold_max_ms"));
     let renew_percent = ctx.num("renew_percent");
+    let permits = u32::try_from(ctx.num("permits")).map_err(|e| e.to_string())?;
     let mut rng = Rng::new(ctx.num("seed"));
     // The default (2 s) timeouts: no Redis faults here, and a reply that came in while this
     // process was frozen must not count as late.
@@ -389,7 +472,11 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
                 e.end = Some(now_us());
             }
         };
-        let result = distlock::lock(LOCK)
+        let lock = match permits {
+            0 => distlock::lock(LOCK),
+            n => distlock::semaphore(LOCK, n),
+        };
+        let result = lock
             .ttl(ttl)
             .renew(renew)
             .fenced(true)

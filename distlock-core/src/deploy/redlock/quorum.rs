@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use crate::lease::LEASE_MARGIN;
 use crate::wire::calls::{
-    AcquireCall, Acquired, FenceFloorCall, FencedAcquireCall, LeaveQueueCall, QueuedAcquireCall,
-    ReleaseCall, Released, RenewCall, Renewed,
+    AcquireCall, Acquired, FenceFloorCall, FencedAcquireCall, LeaveQueueCall, PermitAcquireCall,
+    PermitAcquired, QueuedAcquireCall, ReleaseCall, Released, RenewCall, Renewed,
 };
 use crate::wire::request::Call;
 
@@ -190,6 +190,23 @@ impl Quorate for ReleaseCall<'_> {
 
     fn gives_up_on_down(&self) -> bool {
         true
+    }
+}
+
+/// Never sent to a quorum: a semaphore over RedLock is refused before any request
+/// (`InvalidConfig`). If it were, no count of the masters' replies would make a grant.
+impl Quorate for PermitAcquireCall<'_> {
+    fn count(
+        &self,
+        _replies: &[PermitAcquired],
+        nodes: usize,
+        _silent: usize,
+        _elapsed: Duration,
+    ) -> Result<PermitAcquired, NoQuorum> {
+        Err(NoQuorum {
+            agreed: 0,
+            required: majority(nodes),
+        })
     }
 }
 
