@@ -104,6 +104,22 @@ impl Background {
         }));
     }
 
+    /// Polls `task` once, now, on the caller's thread with this runtime entered, then leaves
+    /// the rest to a cleanup task here (counted like [`Background::spawn`]). Whatever the first
+    /// poll sends is queued on its connection before this returns, so it goes out before
+    /// anything the caller sends next; its timers and whatever redis-rs spawns belong to this
+    /// runtime, so the rest does not depend on the caller's.
+    pub(crate) fn spawn_started<F>(&self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let mut task = self.enter(task);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        if Pin::new(&mut task).poll(&mut cx).is_pending() {
+            self.spawn(task);
+        }
+    }
+
     /// Runs `fut` on the caller's task with this runtime as the current one while it is
     /// polled, so whatever redis-rs spawns or registers (drivers, reconnects, sockets) lives
     /// on the client's thread.

@@ -265,6 +265,16 @@ impl Client {
         self.inner.background.spawn(task);
     }
 
+    /// Starts cleanup work at once on the caller's thread (what it sends first is queued
+    /// before this returns), and finishes it on the client's own runtime: see
+    /// `Background::spawn_started`.
+    pub(crate) fn spawn_started<F>(&self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.inner.background.spawn_started(task);
+    }
+
     /// Runs one script call with the client's response timeout, mapping failures to [`Error`]
     /// for the `op` of lock `name`.
     ///
@@ -452,15 +462,18 @@ async fn eviction_policy(mut conn: Link, timeout: Duration) -> Option<String> {
     }
 }
 
-/// Loads the scripts at connect so the first locks skip the NOSCRIPT round trip. Best effort:
-/// a server that refuses `SCRIPT LOAD` here still gets them loaded on first use.
-async fn preload_scripts(mut conn: Link, timeout: Duration) {
-    let mut pipe = redis::pipe();
-    for script in request::ALL {
-        pipe.add_command(script.load()).ignore();
-    }
-    match tokio::time::timeout(timeout, pipe.exec_async(&mut conn)).await {
-        Ok(Ok(())) => {}
+/// Loads the scripts at connect so the first locks skip the NOSCRIPT round trip (which would
+/// also let a request sent meanwhile overtake the script call: `run`'s release is not waited
+/// for). One `SCRIPT LOAD` command per script, not a pipeline: a cluster connection sends that
+/// command to every node, a pipeline to one. Best effort: a server that refuses `SCRIPT LOAD`
+/// here still gets them loaded on first use.
+async fn preload_scripts(conn: Link, timeout: Duration) {
+    let loads = request::ALL.iter().map(|script| {
+        let mut conn = conn.clone();
+        async move { script.load().exec_async(&mut conn).await }
+    });
+    match tokio::time::timeout(timeout, futures_util::future::try_join_all(loads)).await {
+        Ok(Ok(_)) => {}
         Ok(Err(error)) => {
             tracing::debug!(%error, "script preload failed; scripts load on first use")
         }
