@@ -72,6 +72,9 @@ struct State {
 /// Where a queued request's reply goes: typed, so a member only ever gets its own kind.
 type ReplyTo<T> = oneshot::Sender<Result<T, CallError>>;
 
+/// Where a queued request's reply comes.
+pub(crate) type Answer<T> = oneshot::Receiver<Result<T, CallError>>;
+
 /// A queued request, owning what it needs (its caller may be gone by the time it is sent).
 enum Queued {
     Acquire(QueuedAcquire, ReplyTo<Acquired>),
@@ -149,6 +152,33 @@ impl Batcher {
             Queued::Release(item, reply)
         };
         self.submit(call, queued).await
+    }
+
+    /// A release queued now, whose caller does not wait for it (`run`): it goes out in the
+    /// next group, ahead of every request queued after it, from a sender on the caller's
+    /// runtime (started now if there is room in flight, as [`Batcher::enter`] does). Its
+    /// answer comes through [`Batcher::answer`], awaited wherever the caller likes.
+    pub(crate) fn queue_release(self: &Arc<Self>, call: &ReleaseCall<'_>) -> Answer<Released> {
+        let (reply, rx) = oneshot::channel();
+        let item = ReleaseItem {
+            keys: call.keys.clone(),
+            value: *call.owner,
+            keep: call.keep,
+        };
+        let mut state = sync::lock(&self.state);
+        state.queue.push(Queued::Release(item, reply));
+        if state.in_flight < MAX_IN_FLIGHT && state.building.is_none() {
+            state.in_flight += 1;
+            drop(state);
+            self.spawn_groups(&self.current_or_spare());
+        }
+        rx
+    }
+
+    /// The answer of a request queued by [`Batcher::queue_release`], within the response
+    /// timeout from now.
+    pub(crate) async fn answer<T>(&self, rx: Answer<T>) -> Result<T, CallError> {
+        self.wait(rx).await
     }
 
     /// Sends `call` alone (a turn), or queues the request `queued` makes (with where its

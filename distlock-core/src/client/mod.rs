@@ -341,6 +341,26 @@ impl Client {
         }
     }
 
+    /// A release sent without waiting (`run`), where the group commit runs (standalone Redis):
+    /// queued now, behind nothing this client sends next; the future of its answer (within
+    /// the response timeout from its first poll) owns what it needs, to be awaited anywhere.
+    /// `None` without a group commit (a cluster, a RedLock quorum).
+    pub(crate) fn queue_release(
+        &self,
+        name: &str,
+        call: &ReleaseCall<'_>,
+    ) -> Option<impl Future<Output = Result<Released, Error>> + Send + 'static> {
+        let batcher = self.inner.batcher.as_ref()?;
+        let rx = batcher.queue_release(call);
+        let (batcher, client, name) = (batcher.clone(), self.clone(), name.to_owned());
+        Some(async move {
+            batcher
+                .answer(rx)
+                .await
+                .map_err(|e| client.call_error(Operation::Release, &name, e))
+        })
+    }
+
     fn call_error(&self, op: Operation, key: &str, error: CallError) -> Error {
         match error {
             // `Connection::call` reports a timed-out reply (whichever timer saw it) as `Timeout`.

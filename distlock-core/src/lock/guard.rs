@@ -176,8 +176,12 @@ fn release_later(hold: Hold) {
     });
 }
 
-/// A release sent without waiting ([`LockGuard::send_release`]), from its first poll (on the
-/// caller's thread: the request is queued then) to its answer, on the client's runtime.
+/// The answer of a release already queued (in the group commit).
+type SentAnswer = std::pin::Pin<Box<dyn Future<Output = Result<Released, Error>> + Send>>;
+
+/// A release sent without waiting ([`LockGuard::send_release`]): its answer (`first`, when it
+/// was queued in the group commit; else its first attempt, sent by the first poll on the
+/// caller's thread), awaited on the client's runtime.
 ///
 /// A transient failure (a dropped connection, a timeout, `READONLY`, ...) is retried, with
 /// pauses, until the lease's end: past it the lock is Redis's to expire (its ttl ends no
@@ -186,12 +190,16 @@ fn release_later(hold: Hold) {
 /// another owner's while the lease still ran, counts as released: the failed attempt may
 /// have freed it. What it found goes to tracing (`release sent by run ...`) and to
 /// `distlock_sent_releases_total`; the caller's result was decided before (see `lock::run`).
-async fn confirm_sent(hold: Hold, lease: Arc<Lease>) {
+async fn confirm_sent(hold: Hold, lease: Arc<Lease>, mut first: Option<SentAnswer>) {
     let until = lease.deadline();
     let mut backoff = Backoff::default();
     let mut retried = false;
     let found = loop {
-        match hold.release_once().await {
+        let answer = match first.take() {
+            Some(queued) => queued.await,
+            None => hold.release_once().await,
+        };
+        match answer {
             Ok(found) if retried && found != Released::Yes => {
                 let gone = found == Released::Absent;
                 let taken_later = found == Released::OtherOwner && Instant::now() < until;
@@ -408,9 +416,26 @@ impl LockGuard {
         if !self.cleanup.leave() {
             return;
         }
-        if let Some(hold) = self.cleanup.disarm() {
-            let client = hold.client.clone();
-            client.spawn_started(confirm_sent(hold, self.lease.clone()));
+        let Some(hold) = self.cleanup.disarm() else {
+            return;
+        };
+        let (client, lease) = (hold.client.clone(), self.lease.clone());
+        let id = client.new_request_id();
+        let call = ReleaseCall {
+            keys: &hold.keys,
+            owner: &hold.value,
+            id: id.as_bytes(),
+            keep: hold.keep(),
+            sharded: client.sharded_pubsub(),
+        };
+        match client.queue_release(hold.keys.name(), &call) {
+            // Queued in the group commit: its sender runs on the caller's runtime, next to the
+            // command connection; only the answer is awaited on the client's.
+            Some(answer) => {
+                client.spawn_cleanup(confirm_sent(hold, lease, Some(Box::pin(answer))));
+            }
+            // Sent by the first poll, on the caller's thread, with the client's runtime entered.
+            None => client.spawn_started(confirm_sent(hold, lease, None)),
         }
     }
 

@@ -279,6 +279,11 @@ async fn session(builder: LockBuilder, link: &Link) -> Result<(), Error> {
     // anything this client sends next, and is confirmed off the caller's path.
     if !guard.hold().client.is_quorum() {
         guard.send_release();
+        // One turn of the scheduler: the connection's driver (and the group's sender) run
+        // before this task resumes, so the release is written to the socket even when the
+        // caller returns from `main` right after (a runtime that shuts down drops the tasks
+        // that would write it). Microseconds, not a round trip.
+        tokio::task::yield_now().await;
         return Ok(());
     }
     // A RedLock quorum waits for its release: its requests to the masters are not ordered
