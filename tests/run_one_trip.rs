@@ -150,3 +150,27 @@ async fn the_release_sent_by_run_keeps_min_hold() {
     assert!(started.elapsed() >= Duration::from_millis(450));
     guard.release().await.unwrap();
 }
+
+/// `Client::settle` waits for the releases `run` sent: another connection then finds the lock
+/// gone (a process about to exit calls it so its last release is not lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settle_waits_for_the_releases_run_sent() {
+    let server = RedisServer::start();
+    let client = testkit::client_with(server.url(), Duration::from_secs(2)).await;
+    let mut conn = server.conn().await;
+    for round in 0..200 {
+        client
+            .lock("settled")
+            .ttl(Duration::from_secs(30))
+            .run(async {})
+            .await
+            .expect("Ok");
+        client.settle().await;
+        assert_eq!(client.background_tasks(), 0);
+        let held: bool = conn.exists("distlock:{settled}").await.unwrap();
+        assert!(
+            !held,
+            "round {round}: the release was not in Redis after settle"
+        );
+    }
+}

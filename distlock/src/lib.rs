@@ -193,6 +193,10 @@
 //!   RedLock quorum ([`Config::redlock`]) `run` still waits for the release's answer, until the
 //!   lease's end at most (a majority's answers are not ordered with the client's next
 //!   requests), and an answer inside the lease that finds the lock not ours is `Err(Lost)`.
+//!   A process that exits right after a locked call (returning from `main`,
+//!   `std::process::exit`) calls [`Client::settle`] first: a release handed to the connection
+//!   but not yet written when the process ends is lost, and its lock expires at its ttl, as
+//!   after a crash.
 //!   [`LockGuard::release`] (manual API) always waits for the answer and returns `Ok(())`
 //!   only if Redis confirmed the lock was still ours and released it; dropping a guard
 //!   releases in the background.

@@ -191,6 +191,19 @@ impl Client {
         self.inner.background.count()
     }
 
+    /// Waits until this client's background work is done: the releases that
+    /// [`LockBuilder::run`](crate::LockBuilder::run) (and so `#[distributed_lock]`) sent
+    /// without waiting for their answers, the releases of dropped guards and cancelled
+    /// acquires, unsubscribes. Each of them is bounded (by the response timeout, or a lease),
+    /// so this returns.
+    ///
+    /// Call it before the process exits right after a locked call (returning from `main`, or
+    /// `std::process::exit`): a release handed to the connection but not yet written when the
+    /// process ends is lost, and its lock then expires at its ttl, as after a crash.
+    pub async fn settle(&self) {
+        self.inner.background.settle().await;
+    }
+
     /// True for a RedLock quorum ([`Config::redlock`]).
     pub(crate) fn is_quorum(&self) -> bool {
         self.quorum_size() > 0

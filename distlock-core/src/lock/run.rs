@@ -52,7 +52,9 @@ impl LockBuilder {
     /// found goes to tracing and to `distlock_sent_releases_total` (a lock found gone or
     /// another owner's was taken from under the lease without renewal noticing: fencing is
     /// what protects against that, see [`crate::fencing_token`]); unanswered, the lock expires
-    /// at its ttl. A re-entrant `run` only lets go of its hold on the client.
+    /// at its ttl. A re-entrant `run` only lets go of its hold on the client. A process that
+    /// exits right after `run` awaits [`crate::Client::settle`] first, so the release is
+    /// written before it ends.
     ///
     /// Over a RedLock quorum ([`crate::Config::redlock`]) `run` waits for the release's answer
     /// until the lease's end at most: the requests to the masters are not ordered with the
