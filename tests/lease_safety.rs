@@ -146,6 +146,8 @@ async fn run_after_a_stall_past_the_lease_returns_lost() {
         .await
         .unwrap();
     assert_eq!(out, 7);
+    // `run` sent its release without waiting: another connection sees it once it is answered.
+    c.settle().await;
     assert!(!exists(&mut conn, &lock_key("stall")).await);
 
     // Another client on its own OS thread and runtime, so it runs while this executor is blocked.

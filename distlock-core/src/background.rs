@@ -62,7 +62,8 @@ struct Count {
     idle: Notify,
 }
 
-struct Running(Arc<Count>);
+/// One piece of background work, counted in [`Background::count`] until dropped.
+pub(crate) struct Running(Arc<Count>);
 
 impl Drop for Running {
     fn drop(&mut self) {
@@ -111,6 +112,13 @@ impl Background {
             let _running = running;
             task.await;
         }));
+    }
+
+    /// Counts background work done outside this runtime's tasks (a release sent without
+    /// waiting, answered in the task that sent its group) until the returned value is dropped.
+    pub(crate) fn track(&self) -> Running {
+        self.0.count.tasks.fetch_add(1, Ordering::AcqRel);
+        Running(self.0.count.clone())
     }
 
     /// Polls `task` once, now, on the caller's thread with this runtime entered, then leaves

@@ -13,7 +13,7 @@ use std::time::Duration;
 use std::future::Future;
 
 use crate::background::Background;
-use crate::client::batch::Batcher;
+use crate::client::batch::{Batcher, OnAnswer};
 use crate::client::waiters::{Subscription, Waiters};
 use crate::client::watchdog::{Batching, Renewal, Watchdog};
 use crate::config::Config;
@@ -183,8 +183,8 @@ impl Client {
         self.inner.waiters.active_channels()
     }
 
-    /// Number of background tasks in flight: releases of dropped guards and cancelled
-    /// acquires, unsubscribes of departed waiters, and (over a RedLock quorum) the requests to
+    /// Number of background tasks in flight: releases `run` sent and not yet answered,
+    /// releases of dropped guards and cancelled acquires, unsubscribes of departed waiters, and (over a RedLock quorum) the requests to
     /// masters that had not answered when their call was decided. Zero when the client is at
     /// rest.
     pub fn background_tasks(&self) -> usize {
@@ -355,23 +355,30 @@ impl Client {
     }
 
     /// A release sent without waiting (`run`), where the group commit runs (standalone Redis):
-    /// queued now, behind nothing this client sends next; the future of its answer (within
-    /// the response timeout from its first poll) owns what it needs, to be awaited anywhere.
-    /// `None` without a group commit (a cluster, a RedLock quorum).
-    pub(crate) fn queue_release(
+    /// queued now, behind nothing this client sends next; `on_answer` gets its answer in the
+    /// task that sends its group (see `batch::OnAnswer`). Without a group commit (a cluster, a
+    /// RedLock quorum) `on_answer` comes back unused.
+    pub(crate) fn queue_release<F>(
         &self,
         name: &str,
         call: &ReleaseCall<'_>,
-    ) -> Option<impl Future<Output = Result<Released, Error>> + Send + 'static> {
-        let batcher = self.inner.batcher.as_ref()?;
-        let rx = batcher.queue_release(call);
-        let (batcher, client, name) = (batcher.clone(), self.clone(), name.to_owned());
-        Some(async move {
-            batcher
-                .answer(rx)
-                .await
-                .map_err(|e| client.call_error(Operation::Release, &name, e))
-        })
+        on_answer: F,
+    ) -> Result<(), F>
+    where
+        F: FnOnce(Result<Released, Error>) + Send + 'static,
+    {
+        let Some(batcher) = &self.inner.batcher else {
+            return Err(on_answer);
+        };
+        let (client, name) = (self.clone(), name.to_owned());
+        // In `background_tasks` (and `settle`) until answered.
+        let running = self.inner.background.track();
+        let handler = OnAnswer::new(move |answer: Result<Released, CallError>| {
+            on_answer(answer.map_err(|e| client.call_error(Operation::Release, &name, e)));
+            drop(running);
+        });
+        batcher.queue_release(call, handler);
+        Ok(())
     }
 
     fn call_error(&self, op: Operation, key: &str, error: CallError) -> Error {

@@ -220,10 +220,7 @@ async fn confirm_sent(hold: Hold, lease: Arc<Lease>, mut first: Option<SentAnswe
     let key = hold.keys.name();
     match found {
         Ok(found) => match lost_at_release(found) {
-            None => {
-                tracing::debug!(key = %key, "release sent by run confirmed");
-                lease.held().sent_release(Ok(None));
-            }
+            None => sent_release_confirmed(&hold, &lease),
             Some(reason) => {
                 tracing::warn!(key = %key, %reason, "release sent by run found the lock no longer ours (run had returned Ok: the body completed inside its lease)");
                 lease.held().sent_release(Ok(Some(reason)));
@@ -234,6 +231,12 @@ async fn confirm_sent(hold: Hold, lease: Arc<Lease>, mut first: Option<SentAnswe
             lease.held().sent_release(Err(()));
         }
     }
+}
+
+/// A release sent by `run` found the lock ours and released it.
+fn sent_release_confirmed(hold: &Hold, lease: &Lease) {
+    tracing::debug!(key = %hold.keys.name(), "release sent by run confirmed");
+    lease.held().sent_release(Ok(None));
 }
 
 /// The loss a release reveals: the lock was found gone or another owner's.
@@ -428,14 +431,25 @@ impl LockGuard {
             keep: hold.keep(),
             sharded: client.sharded_pubsub(),
         };
-        match client.queue_release(hold.keys.name(), &call) {
-            // Queued in the group commit: its sender runs on the caller's runtime, next to the
-            // command connection; only the answer is awaited on the client's.
-            Some(answer) => {
-                client.spawn_cleanup(confirm_sent(hold, lease, Some(Box::pin(answer))));
+        let name = hold.keys.name();
+        let confirm = {
+            let hold = hold.clone();
+            move |answer: Result<Released, Error>| match answer {
+                // The common case, handled in place by the group's sender: nothing to retry.
+                Ok(Released::Yes) => sent_release_confirmed(&hold, &lease),
+                answer => {
+                    let first: SentAnswer = Box::pin(std::future::ready(answer));
+                    let client = hold.client.clone();
+                    client.spawn_cleanup(confirm_sent(hold, lease, Some(first)));
+                }
             }
-            // Sent by the first poll, on the caller's thread, with the client's runtime entered.
-            None => client.spawn_started(confirm_sent(hold, lease, None)),
+        };
+        // Queued in the group commit: its sender runs on the caller's runtime, next to the
+        // command connection, and confirms it there. Else sent by the first poll, on the
+        // caller's thread, with the client's runtime entered.
+        if let Err(confirm) = client.queue_release(name, &call, confirm) {
+            drop(confirm);
+            client.spawn_started(confirm_sent(hold, self.lease.clone(), None));
         }
     }
 

@@ -52,9 +52,11 @@ impl LockBuilder {
     /// found goes to tracing and to `distlock_sent_releases_total` (a lock found gone or
     /// another owner's was taken from under the lease without renewal noticing: fencing is
     /// what protects against that, see [`crate::fencing_token`]); unanswered, the lock expires
-    /// at its ttl. A re-entrant `run` only lets go of its hold on the client. A process that
-    /// exits right after `run` awaits [`crate::Client::settle`] first, so the release is
-    /// written before it ends.
+    /// at its ttl. A re-entrant `run` only lets go of its hold on the client. The release is
+    /// written once the caller's runtime runs the task that sends it (at the caller's next
+    /// await, typically): another connection may still see the lock for that moment, and a
+    /// process that exits right after `run` awaits [`crate::Client::settle`] first, which
+    /// waits for the release's answer.
     ///
     /// Over a RedLock quorum ([`crate::Config::redlock`]) `run` waits for the release's answer
     /// until the lease's end at most: the requests to the masters are not ordered with the
@@ -281,11 +283,6 @@ async fn session(builder: LockBuilder, link: &Link) -> Result<(), Error> {
     // anything this client sends next, and is confirmed off the caller's path.
     if !guard.hold().client.is_quorum() {
         guard.send_release();
-        // One turn of the scheduler: the connection's driver (and the group's sender) run
-        // before this task resumes, so the release is written to the socket even when the
-        // caller returns from `main` right after (a runtime that shuts down drops the tasks
-        // that would write it). Microseconds, not a round trip.
-        tokio::task::yield_now().await;
         return Ok(());
     }
     // A RedLock quorum waits for its release: its requests to the masters are not ordered
