@@ -3,8 +3,9 @@
 # per annotated function.
 #
 # Generates, in a temporary directory (never in the repository), three binary crates with the
-# same N async fns (two key parameters, a body with an await, `?` and an early return), each
-# called through a table of boxed `Send` futures (so none is dead code and each is spawnable):
+# same N async fns (two key parameters, a `&str` and a `u64`: the shape issue 21 measures; a body
+# with an await, `?` and an early return), each called through a table of boxed `Send` futures
+# (so none is dead code and each is spawnable):
 #
 #   plain   the fns as written, no lock;
 #   attr    each fn under `#[distributed_lock(key = "fK:<a>:<b>", ttl = "10s", renew, wait = "2s")]`;
@@ -60,7 +61,7 @@ cp "$root/Cargo.lock" "$work/Cargo.lock"
 body() {
   local k=$1
   cat <<EOF
-        let x = a.wrapping_mul($k) ^ b;
+        let x = (a.len() as u64).wrapping_mul($k) ^ b;
         tokio::task::yield_now().await;
         if x == u64::MAX {
             return Err(AppError::Invalid(x));
@@ -104,7 +105,7 @@ impl From<distlock::Error> for AppError {
     }
 }
 
-pub type Call = fn(u64, u64) -> Pin<Box<dyn Future<Output = Result<u64, AppError>> + Send>>;
+pub type Call = for<'a> fn(&'a str, u64) -> Pin<Box<dyn Future<Output = Result<u64, AppError>> + Send + 'a>>;
 
 #[inline(never)]
 pub fn checked(x: u64) -> Result<u64, AppError> {
@@ -122,7 +123,7 @@ fn main() {
             distlock::init(url).await.expect("connect");
         }
         let call = fns::CALLS[index % fns::CALLS.len()];
-        tokio::spawn(call(index as u64, 2)).await.expect("task")
+        tokio::spawn(call("order", index as u64)).await.expect("task")
     });
     println!("{out:?}");
 }
@@ -135,18 +136,18 @@ EOF
       k=$((i + 1))
       case $v in
         plain)
-          echo "pub async fn f$i(a: u64, b: u64) -> Result<u64, AppError> {"
+          echo "pub async fn f$i(a: &str, b: u64) -> Result<u64, AppError> {"
           body "$k"
           echo "}"
           ;;
         attr)
           echo "#[distlock::distributed_lock(key = \"f$i:<a>:<b>\", ttl = \"10s\", renew, wait = \"2s\")]"
-          echo "pub async fn f$i(a: u64, b: u64) -> Result<u64, AppError> {"
+          echo "pub async fn f$i(a: &str, b: u64) -> Result<u64, AppError> {"
           body "$k"
           echo "}"
           ;;
         manual)
-          echo "pub async fn f$i(a: u64, b: u64) -> Result<u64, AppError> {"
+          echo "pub async fn f$i(a: &str, b: u64) -> Result<u64, AppError> {"
           echo "    distlock::lock(format!(\"f$i:{a}:{b}\"))"
           echo "        .ttl(Duration::from_secs(10))"
           echo "        .renew(true)"
@@ -158,7 +159,7 @@ EOF
           echo "}"
           ;;
       esac
-      echo "fn c$i(a: u64, b: u64) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<u64, AppError>> + Send>> {"
+      echo "fn c$i(a: &str, b: u64) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<u64, AppError>> + Send + '_>> {"
       echo "    Box::pin(f$i(a, b))"
       echo "}"
     done
