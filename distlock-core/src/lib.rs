@@ -58,7 +58,8 @@
 //!   [`Error::Lost`] (a body whose lease ran out before its first poll never starts). The result
 //!   is decided when the body completes: `run` then sends the release (queued on the command
 //!   connection, ahead of anything the client sends next) and returns without waiting for its
-//!   answer, which is confirmed on the client's runtime (retried within the lease, reported
+//!   answer, which is handled off the caller's path (by the task that sends it; a failure on the
+//!   client's runtime: retried within the lease, reported
 //!   through tracing and `distlock_sent_releases_total`; the lock expires at its ttl in any
 //!   case). Over a RedLock quorum `run` waits for the release until the lease's end at most,
 //!   and an answer by then that finds the lock not ours is [`Error::Lost`].

@@ -184,7 +184,8 @@
 //!   (queued on the client's command connection, so it reaches Redis before anything the same
 //!   client sends next: taking the lock again right after `run` returns finds it free) and
 //!   `run` returns. An uncontended call costs its caller one round trip. The release's answer
-//!   is awaited on the client's own runtime: retried on transient failures until the lease's
+//!   is handled off the caller's path (by the task that sends it, a failure on the client's own
+//!   runtime): retried on transient failures until the lease's
 //!   end, reported through `tracing` and `distlock_sent_releases_total`, and never needed for
 //!   the lock to go (it expires at its ttl in any case). A release that finds the lock gone
 //!   or another owner's (deleted by hand or `distlock release --force`, evicted, lost in a

@@ -47,8 +47,9 @@ impl LockBuilder {
     /// at once, queued on the client's command connection (or in its group commit) before
     /// `run` returns, so it reaches Redis before anything this client sends next (the same
     /// client taking the lock again right after finds it free), and `run` returns. An
-    /// uncontended `run` costs its caller one round trip. The release's answer is awaited on
-    /// the client's own runtime: a transient failure is retried until the lease's end; what it
+    /// uncontended `run` costs its caller one round trip. The release's answer is handled off
+    /// the caller's path (by the task that sends the group, and a failure or a lock found not
+    /// ours by a task on the client's own runtime): a transient failure is retried until the lease's end; what it
     /// found goes to tracing and to `distlock_sent_releases_total` (a lock found gone or
     /// another owner's was taken from under the lease without renewal noticing: fencing is
     /// what protects against that, see [`crate::fencing_token`]); unanswered, the lock expires
