@@ -124,6 +124,8 @@ async fn reentry_counts_holds_and_shares_the_token() {
         .await
         .unwrap();
     assert!(outer > 0);
+    // `run` sent the release without waiting: another connection sees it once it is answered.
+    c.settle().await;
     assert!(lock_keys(&mut conn).await.is_empty());
     assert_eq!(distlock::fencing_token(), None);
 }

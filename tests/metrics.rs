@@ -471,6 +471,40 @@ async fn renewals_lease_loss_and_release_loss() {
     assert_eq!(gauge("distlock_held", RELEASE), 0.0);
     thief.release().await.unwrap();
 
+    // `run` sends its release without waiting: its confirmation is counted in the background,
+    // `released` when the lock was still ours, `stolen` when another owner had it.
+    const SENT: &str = "sent:<n>";
+    let sent = |outcome| {
+        counter(
+            "distlock_sent_releases_total",
+            &[("lock", SENT), ("outcome", outcome)],
+        )
+    };
+    a.lock("sent:1").label(SENT).run(async {}).await.unwrap();
+    eventually(
+        Duration::from_secs(5),
+        "the release is confirmed",
+        || async { (sent("released") == 1).then_some(()) },
+    )
+    .await;
+    let mut thief = None;
+    a.lock("sent:2")
+        .label(SENT)
+        .run(async {
+            let _: () = admin.del(lock_key("sent:2")).await.unwrap();
+            thief = Some(b.lock("sent:2").acquire().await.unwrap());
+        })
+        .await
+        .expect("decided when the body completed");
+    eventually(
+        Duration::from_secs(5),
+        "the release finds the thief's lock",
+        || async { (sent("stolen") == 1).then_some(()) },
+    )
+    .await;
+    assert_eq!((sent("released"), sent("failed")), (1, 0));
+    thief.unwrap().release().await.unwrap();
+
     // Every renewal attempt is in exactly one batch: outcomes add up to the batch sizes.
     let batches = histogram("distlock_renewal_batch_size", &[]);
     assert!(!batches.is_empty());
@@ -723,7 +757,7 @@ fn every_metric_is_documented() {
         .filter_map(|l| l.split('"').nth(1))
         .filter(|name| name.starts_with("distlock_"))
         .collect();
-    assert_eq!(defined.len(), 9, "{defined:?}");
+    assert_eq!(defined.len(), 10, "{defined:?}");
     for (doc, text) in [
         ("distlock/src/lib.rs", read("distlock/src/lib.rs")),
         ("README.md", read("README.md")),

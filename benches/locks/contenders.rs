@@ -3,7 +3,9 @@
 //! * `floor`: redis-rs alone sending distlock's own requests with precomputed keys (the
 //!   pipelined `SET NX PX GET` + `ECHO` acquire, the RELEASE script by EVALSHA): what any
 //!   library built on this protocol must pay at the least.
-//! * `manual` / `macro`: distlock through `Client::lock(..)` and through `#[distributed_lock]`.
+//! * `manual` / `run` / `macro`: distlock through `Client::lock(..)` (`acquire` and
+//!   `release().await`, which waits for the release's answer; `run`, which does not) and
+//!   through `#[distributed_lock]` (which is `run`).
 //! * peers: `rslock` and `async-redis-lock`, as published on crates.io.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -36,17 +38,22 @@ pub(crate) enum Kind {
     /// A Redisson-style lock written with redis-rs alone: one short hash script to take (or
     /// re-enter) and one to release; no waiting logic, no fencing.
     Redisson,
+    /// `Client::lock(..).acquire()` and `LockGuard::release().await`: the release's answer
+    /// waited for (two round trips uncontended, as every call did before issue 21).
     Manual,
+    /// `Client::lock(..).run(..)`: the release sent, not waited for (issue 21).
+    ManualRun,
     Macro,
     Rslock,
     AsyncRedisLock,
 }
 
 impl Kind {
-    pub(crate) const ALL: [Kind; 6] = [
+    pub(crate) const ALL: [Kind; 7] = [
         Kind::Floor,
         Kind::Redisson,
         Kind::Manual,
+        Kind::ManualRun,
         Kind::Macro,
         Kind::Rslock,
         Kind::AsyncRedisLock,
@@ -58,6 +65,7 @@ impl Kind {
             Kind::Floor => "floor (raw d2 protocol)",
             Kind::Redisson => "Redisson-style floor (hash script)",
             Kind::Manual => "distlock manual",
+            Kind::ManualRun => "distlock manual run",
             Kind::Macro => "distlock #[distributed_lock]",
             Kind::Rslock => "rslock 0.10",
             Kind::AsyncRedisLock => "async-redis-lock 0.4",
@@ -71,6 +79,7 @@ impl Kind {
             Kind::Floor => "floor",
             Kind::Redisson => "redisson",
             Kind::Manual => "manual",
+            Kind::ManualRun => "run",
             Kind::Macro => "macro",
             Kind::Rslock => "rslock",
             Kind::AsyncRedisLock => "arl",
@@ -429,6 +438,12 @@ impl Contenders {
                 guard.release().await?;
                 Ok(())
             }
+            Kind::ManualRun => Ok(self
+                .client
+                .lock(t.name.as_str())
+                .ttl(TTL)
+                .run(async {})
+                .await?),
             Kind::Macro => Ok(macro_cycle(&t.id).await?),
             Kind::Rslock => {
                 let guard = self.rslock.acquire(t.name.as_str(), TTL).await?;
@@ -484,6 +499,17 @@ impl Contenders {
                 rec.enter();
                 rec.leave();
                 guard.release().await?;
+            }
+            Kind::ManualRun => {
+                self.client
+                    .lock(t.name.as_str())
+                    .ttl(TTL)
+                    .wait(WAIT)
+                    .run(async {
+                        rec.enter();
+                        rec.leave();
+                    })
+                    .await?;
             }
             Kind::Macro => macro_section(&t.id, rec).await?,
             Kind::Rslock => {

@@ -46,6 +46,7 @@ fn colour(kind: Kind) -> RGBColor {
         Kind::Floor => RGBColor(90, 90, 90),
         Kind::Redisson => RGBColor(140, 86, 75),
         Kind::Manual => RGBColor(31, 119, 180),
+        Kind::ManualRun => RGBColor(44, 160, 44),
         Kind::Macro => RGBColor(23, 190, 207),
         Kind::Rslock => RGBColor(255, 127, 14),
         Kind::AsyncRedisLock => RGBColor(214, 39, 40),

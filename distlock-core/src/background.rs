@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use tokio::runtime::Handle;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
 use crate::sync;
 
@@ -42,7 +42,7 @@ pub(crate) struct Background(Arc<Shared>);
 
 struct Shared {
     handle: Handle,
-    count: Arc<AtomicUsize>,
+    count: Arc<Count>,
     /// Dropped (with `Shared`) to stop the thread.
     stop: Mutex<Option<oneshot::Sender<()>>>,
 }
@@ -55,11 +55,21 @@ impl Drop for Shared {
     }
 }
 
-struct Running(Arc<AtomicUsize>);
+/// Cleanup tasks in flight, and who waits for none to be ([`Background::settle`]).
+#[derive(Default)]
+struct Count {
+    tasks: AtomicUsize,
+    idle: Notify,
+}
+
+/// One piece of background work, counted in [`Background::count`] until dropped.
+pub(crate) struct Running(Arc<Count>);
 
 impl Drop for Running {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        if self.0.tasks.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
     }
 }
 
@@ -96,12 +106,35 @@ impl Background {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        self.0.count.fetch_add(1, Ordering::AcqRel);
+        self.0.count.tasks.fetch_add(1, Ordering::AcqRel);
         let running = Running(self.0.count.clone());
         drop(self.0.handle.spawn(async move {
             let _running = running;
             task.await;
         }));
+    }
+
+    /// Counts background work done outside this runtime's tasks (a release sent without
+    /// waiting, answered in the task that sent its group) until the returned value is dropped.
+    pub(crate) fn track(&self) -> Running {
+        self.0.count.tasks.fetch_add(1, Ordering::AcqRel);
+        Running(self.0.count.clone())
+    }
+
+    /// Polls `task` once, now, on the caller's thread with this runtime entered, then leaves
+    /// the rest to a cleanup task here (counted like [`Background::spawn`]). Whatever the first
+    /// poll sends is queued on its connection before this returns, so it goes out before
+    /// anything the caller sends next; its timers and whatever redis-rs spawns belong to this
+    /// runtime, so the rest does not depend on the caller's.
+    pub(crate) fn spawn_started<F>(&self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let mut task = self.enter(task);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        if Pin::new(&mut task).poll(&mut cx).is_pending() {
+            self.spawn(task);
+        }
     }
 
     /// Runs `fut` on the caller's task with this runtime as the current one while it is
@@ -116,7 +149,21 @@ impl Background {
 
     /// Cleanup tasks in flight.
     pub(crate) fn count(&self) -> usize {
-        self.0.count.load(Ordering::Acquire)
+        self.0.count.tasks.load(Ordering::Acquire)
+    }
+
+    /// Resolves once no cleanup task is in flight.
+    pub(crate) async fn settle(&self) {
+        loop {
+            let idle = self.0.count.idle.notified();
+            let mut idle = std::pin::pin!(idle);
+            // Registered before the count is read: a task ending in between still wakes it.
+            idle.as_mut().enable();
+            if self.count() == 0 {
+                return;
+            }
+            idle.await;
+        }
     }
 }
 

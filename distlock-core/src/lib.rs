@@ -54,12 +54,15 @@
 //!   clock-rate differences. Leases are [`MIN_TTL`] (100 ms) to [`MAX_TTL`] (30 days); other
 //!   durations (`wait`, `max_hold`, timeouts) saturate, so `Duration::MAX` means forever.
 //! * **`Ok` means exclusive.** [`LockBuilder::run`] (and so the attribute) returns `Ok` only if
-//!   the body completed inside its lease and nothing reported the lock lost before the lease's
-//!   end (a release that answers by then must find the lock still ours); otherwise
-//!   [`Error::Lost`] (a body whose lease ran out before its first poll never starts). `run`
-//!   waits for the release's answer until the lease's end at most: unknown by then (a
-//!   partition, a timeout), the result stays `Ok` and the release goes on in the background,
-//!   bounded by the response timeout (the lock expires at its ttl in any case).
+//!   the body completed inside its lease with no loss reported while it ran; otherwise
+//!   [`Error::Lost`] (a body whose lease ran out before its first poll never starts). The result
+//!   is decided when the body completes: `run` then sends the release (queued on the command
+//!   connection, ahead of anything the client sends next) and returns without waiting for its
+//!   answer, which is handled off the caller's path (by the task that sends it; a failure on the
+//!   client's runtime: retried within the lease, reported
+//!   through tracing and `distlock_sent_releases_total`; the lock expires at its ttl in any
+//!   case). Over a RedLock quorum `run` waits for the release until the lease's end at most,
+//!   and an answer by then that finds the lock not ours is [`Error::Lost`].
 //!   [`LockGuard::release`] returns `Ok` only if the lease was never lost and Redis found the
 //!   hold still ours ([`Error::Lost`] or [`Error::NotOwner`] otherwise). A re-entry never
 //!   re-creates a lock that vanished under its outer hold: it fails with [`Error::Lost`] and

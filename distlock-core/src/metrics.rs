@@ -37,6 +37,9 @@ pub(crate) const LOST_TOTAL: &str = "distlock_lost_total";
 pub(crate) const RENEWALS_TOTAL: &str = "distlock_renewals_total";
 /// `distlock_renewal_batch_size`: leases per renewal round trip.
 pub(crate) const RENEWAL_BATCH_SIZE: &str = "distlock_renewal_batch_size";
+/// `distlock_sent_releases_total{lock, outcome}`: releases sent without waiting (`run`), by
+/// what their confirmation found.
+pub(crate) const SENT_RELEASES_TOTAL: &str = "distlock_sent_releases_total";
 /// `distlock_held{lock}`: locks held now.
 pub(crate) const HELD: &str = "distlock_held";
 /// `distlock_waiting{lock}`: acquire calls waiting for a busy lock now.
@@ -82,6 +85,11 @@ pub fn describe_metrics() {
         RENEWAL_BATCH_SIZE,
         Unit::Count,
         "Leases renewed per renewal round trip."
+    );
+    describe_counter!(
+        SENT_RELEASES_TOTAL,
+        Unit::Count,
+        "Releases `run` sent without waiting for them, by what their confirmation in the background found (released, expired, stolen, failed)."
     );
     describe_gauge!(HELD, Unit::Count, "Locks this process holds now.");
     describe_gauge!(
@@ -273,6 +281,23 @@ impl Held {
             ::metrics::histogram!(HOLD_SECONDS, "lock" => label)
                 .record(acquired_at.elapsed().as_secs_f64());
             self.leave();
+        }
+    }
+
+    /// What the confirmation of a release sent without waiting (`run`) found: `Ok(None)`
+    /// released, `Ok(Some(reason))` the lock was already gone or another owner's, `Err(())`
+    /// no answer (the lock expires at its ttl).
+    #[inline]
+    pub(crate) fn sent_release(&self, found: Result<Option<LossReason>, ()>) {
+        #[cfg(feature = "metrics")]
+        if let Some(label) = self.label {
+            let outcome = match found {
+                Ok(None) => "released",
+                Ok(Some(reason)) => reason_label(reason),
+                Err(()) => "failed",
+            };
+            ::metrics::counter!(SENT_RELEASES_TOTAL, "lock" => label, "outcome" => outcome)
+                .increment(1);
         }
     }
 

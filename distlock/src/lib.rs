@@ -187,20 +187,32 @@
 //! longer be guaranteed, you are told.**
 //!
 //! * **`Ok` means "ran exclusively".** An annotated function (or [`LockBuilder::run`]) returns
-//!   the body's own result only if the body *completed inside its lease* — no loss was reported
-//!   while it ran, the lease had not run out when it completed — and nothing reported the lock
-//!   lost before the lease's end: a release that answers by then must find the lock still ours.
-//! * **The release's answer is waited for until the lease's end, no longer.** The result is
-//!   decided when the body completes inside its lease; a release whose answer is unknown at the
-//!   lease's end (a partition, a timeout, a dropped connection) does not change it: `Ok` comes
-//!   back by the lease's end at the latest, the release goes on in the background (bounded by
-//!   [`Config::response_timeout`]) and the lock expires at its ttl in any case. An answer that
-//!   would come later is not waited for, so a partition's length never turns `Ok` into `Err`.
-//!   A release that answers *inside* the lease always finds the lock ours while Redis keeps
-//!   its keys until their ttl (see "What Redis must provide"), so one that finds it gone or
-//!   another owner's shows it was taken from under the lease (deleted by hand or `distlock
-//!   release --force`, evicted, lost in a failover): `Err(Lost)`. [`LockGuard::release`] (manual API) waits for the answer
-//!   and returns `Ok(())` only if Redis confirmed the lock was still ours and released it.
+//!   the body's own result only if the body *completed inside its lease*: no loss was reported
+//!   while it ran, and the lease had not run out when it completed. That is the whole rule: the
+//!   result is decided when the body completes, before the release is sent.
+//! * **Which calls wait for what.** An annotated function and [`LockBuilder::run`] wait for the
+//!   acquire's answer (the body must not start before the lock is known to be held) and *not*
+//!   for the release's: once the body completed inside its lease the release is sent at once
+//!   (queued on the client's command connection, so it reaches Redis before anything the same
+//!   client sends next: taking the lock again right after `run` returns finds it free) and
+//!   `run` returns. An uncontended call costs its caller one round trip. The release's answer
+//!   is handled off the caller's path (by the task that sends it, a failure on the client's own
+//!   runtime): retried on transient failures until the lease's
+//!   end, reported through `tracing` and `distlock_sent_releases_total`, and never needed for
+//!   the lock to go (it expires at its ttl in any case). A release that finds the lock gone
+//!   or another owner's (deleted by hand or `distlock release --force`, evicted, lost in a
+//!   failover while nothing renewed it) is reported there, not in the result: a theft that
+//!   renewal did not see while the body ran is caught by fencing, not by the release. Over a
+//!   RedLock quorum ([`Config::redlock`]) `run` still waits for the release's answer, until the
+//!   lease's end at most (a majority's answers are not ordered with the client's next
+//!   requests), and an answer inside the lease that finds the lock not ours is `Err(Lost)`.
+//!   A process that exits right after a locked call (returning from `main`,
+//!   `std::process::exit`) calls [`Client::settle`] first: a release handed to the connection
+//!   but not yet written when the process ends is lost, and its lock expires at its ttl, as
+//!   after a crash.
+//!   [`LockGuard::release`] (manual API) always waits for the answer and returns `Ok(())`
+//!   only if Redis confirmed the lock was still ours and released it; dropping a guard
+//!   releases in the background.
 //! * **`Err(Lost)` means "this may not have run exclusively".** The lease ran out or was lost:
 //!   renewal found the lock expired or taken ([`LossReason::Expired`], [`LossReason::Stolen`]),
 //!   Redis stayed unreachable or refused renewal until the lease ran out
@@ -334,7 +346,8 @@
 //! | `distlock_acquire_retries_total` | counter | `lock` | transient failures (a reset connection, a timeout, `NoQuorum`, `LOADING`, `READONLY` in a failover, …) that acquires with a `wait` retried after a pause, within their wait; a failure that ends the wait is counted in `distlock_acquire_total` (`error`) instead |
 //! | `distlock_wait_seconds` | histogram, seconds | `lock` | from the call to the lock, only for acquires that waited for a busy lock |
 //! | `distlock_hold_seconds` | histogram, seconds | `lock` | from acquiring to releasing or dropping the guard (outer holds; re-entries add nothing) |
-//! | `distlock_lost_total` | counter | `lock`, `reason` | held locks lost, once each: `expired`, `stolen`, `unreachable`, `lease_elapsed`, `refused`, `unreplicated` (see [`LossReason`]); also a release that finds the lock gone (`expired`) or another owner's (`stolen`) |
+//! | `distlock_lost_total` | counter | `lock`, `reason` | held locks lost, once each: `expired`, `stolen`, `unreachable`, `lease_elapsed`, `refused`, `unreplicated` (see [`LossReason`]); also a release waited for ([`LockGuard::release`], `run` over RedLock) that finds the lock gone (`expired`) or another owner's (`stolen`) |
+//! | `distlock_sent_releases_total` | counter | `lock`, `outcome` | releases `run` (and every annotated call) sent without waiting, by what their confirmation on the client's runtime found: `released`, `expired` (gone), `stolen` (another owner's), `failed` (no answer within the lease, retries included: the lock expires at its ttl) |
 //! | `distlock_renewals_total` | counter | `outcome` | lease renewals by the watchdog, one per lease per attempt: `ok`, `failed` (no answer in time, an error reply, too few replicas; retried), `lost` (the lock was gone or another owner's) |
 //! | `distlock_renewal_batch_size` | histogram | — | leases per renewal round trip |
 //! | `distlock_held` | gauge | `lock` | locks held now: up at the acquire, down when the guard is released or dropped or the lock is lost, whichever comes first (re-entries are not counted again) |

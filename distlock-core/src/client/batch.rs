@@ -76,7 +76,54 @@ type ReplyTo<T> = oneshot::Sender<Result<T, CallError>>;
 /// A queued request, owning what it needs (its caller may be gone by the time it is sent).
 enum Queued {
     Acquire(QueuedAcquire, ReplyTo<Acquired>),
-    Release(ReleaseItem, ReplyTo<Released>),
+    Release(ReleaseItem, ReleaseReply),
+}
+
+/// Where a release's answer goes: to a caller waiting for it, or (a release sent without
+/// waiting, `run`'s) to a handler called in place by the group's sender.
+enum ReleaseReply {
+    Waiting(ReplyTo<Released>),
+    Sent(OnAnswer),
+}
+
+/// The handler of a release sent without waiting: called once with its answer, in the task
+/// that sent its group (keep it short). Dropped unanswered (the group's task was dropped with
+/// its runtime), it is called with a dropped-connection error: whether the release ran is
+/// unknown.
+pub(crate) struct OnAnswer(Option<Handler>);
+
+/// What an [`OnAnswer`] calls.
+type Handler = Box<dyn FnOnce(Result<Released, CallError>) + Send>;
+
+impl OnAnswer {
+    pub(crate) fn new(f: impl FnOnce(Result<Released, CallError>) + Send + 'static) -> Self {
+        OnAnswer(Some(Box::new(f)))
+    }
+
+    fn answer(mut self, answer: Result<Released, CallError>) {
+        if let Some(f) = self.0.take() {
+            f(answer);
+        }
+    }
+}
+
+impl Drop for OnAnswer {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f(Err(CallError::Redis(dropped_group())));
+        }
+    }
+}
+
+impl ReleaseReply {
+    fn answer(self, answer: Result<Released, CallError>) {
+        match self {
+            ReleaseReply::Waiting(reply) => {
+                let _ = reply.send(answer);
+            }
+            ReleaseReply::Sent(handler) => handler.answer(answer),
+        }
+    }
 }
 
 impl Queued {
@@ -147,9 +194,30 @@ impl Batcher {
                 value: *call.owner,
                 keep: call.keep,
             };
-            Queued::Release(item, reply)
+            Queued::Release(item, ReleaseReply::Waiting(reply))
         };
         self.submit(call, queued).await
+    }
+
+    /// A release queued now, whose caller does not wait for it (`run`): it goes out in the
+    /// next group, ahead of every request queued after it, from a sender on the caller's
+    /// runtime (started now if there is room in flight, as [`Batcher::enter`] does); the
+    /// sender hands its answer to `on_answer`.
+    pub(crate) fn queue_release(self: &Arc<Self>, call: &ReleaseCall<'_>, on_answer: OnAnswer) {
+        let item = ReleaseItem {
+            keys: call.keys.clone(),
+            value: *call.owner,
+            keep: call.keep,
+        };
+        let mut state = sync::lock(&self.state);
+        state
+            .queue
+            .push(Queued::Release(item, ReleaseReply::Sent(on_answer)));
+        if state.in_flight < MAX_IN_FLIGHT && state.building.is_none() {
+            state.in_flight += 1;
+            drop(state);
+            self.spawn_groups(&self.current_or_spare());
+        }
     }
 
     /// Sends `call` alone (a turn), or queues the request `queued` makes (with where its
@@ -312,7 +380,18 @@ impl Batcher {
                 .map(|(r, _)| r),
         };
         deliver(acquire_replies, acquired);
-        deliver(release_replies, released);
+        match released {
+            Ok(released) => {
+                for (reply, found) in release_replies.into_iter().zip(released) {
+                    reply.answer(Ok(found));
+                }
+            }
+            Err(error) => {
+                for reply in release_replies {
+                    reply.answer(Err(error.clone()));
+                }
+            }
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use std::future::Future;
 
 use crate::background::Background;
-use crate::client::batch::Batcher;
+use crate::client::batch::{Batcher, OnAnswer};
 use crate::client::waiters::{Subscription, Waiters};
 use crate::client::watchdog::{Batching, Renewal, Watchdog};
 use crate::config::Config;
@@ -194,12 +194,25 @@ impl Client {
         self.inner.waiters.active_channels()
     }
 
-    /// Number of background tasks in flight: releases of dropped guards and cancelled
-    /// acquires, unsubscribes of departed waiters, and (over a RedLock quorum) the requests to
+    /// Number of background tasks in flight: releases `run` sent and not yet answered,
+    /// releases of dropped guards and cancelled acquires, unsubscribes of departed waiters, and (over a RedLock quorum) the requests to
     /// masters that had not answered when their call was decided. Zero when the client is at
     /// rest.
     pub fn background_tasks(&self) -> usize {
         self.inner.background.count()
+    }
+
+    /// Waits until this client's background work is done: the releases that
+    /// [`LockBuilder::run`](crate::LockBuilder::run) (and so `#[distributed_lock]`) sent
+    /// without waiting for their answers, the releases of dropped guards and cancelled
+    /// acquires, unsubscribes. Each of them is bounded (by the response timeout, or a lease),
+    /// so this returns.
+    ///
+    /// Call it before the process exits right after a locked call (returning from `main`, or
+    /// `std::process::exit`): a release handed to the connection but not yet written when the
+    /// process ends is lost, and its lock then expires at its ttl, as after a crash.
+    pub async fn settle(&self) {
+        self.inner.background.settle().await;
     }
 
     /// True for a RedLock quorum ([`Config::redlock`]).
@@ -277,6 +290,16 @@ impl Client {
         self.inner.background.spawn(task);
     }
 
+    /// Starts cleanup work at once on the caller's thread (what it sends first is queued
+    /// before this returns), and finishes it on the client's own runtime: see
+    /// `Background::spawn_started`.
+    pub(crate) fn spawn_started<F>(&self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.inner.background.spawn_started(task);
+    }
+
     /// Runs one script call with the client's response timeout, mapping failures to [`Error`]
     /// for the `op` of lock `name`.
     ///
@@ -341,6 +364,33 @@ impl Client {
                 .map_err(|e| self.call_error(Operation::Release, name, e)),
             None => self.call(Operation::Release, name, call).await,
         }
+    }
+
+    /// A release sent without waiting (`run`), where the group commit runs (standalone Redis):
+    /// queued now, behind nothing this client sends next; `on_answer` gets its answer in the
+    /// task that sends its group (see `batch::OnAnswer`). Without a group commit (a cluster, a
+    /// RedLock quorum) `on_answer` comes back unused.
+    pub(crate) fn queue_release<F>(
+        &self,
+        name: &str,
+        call: &ReleaseCall<'_>,
+        on_answer: F,
+    ) -> Result<(), F>
+    where
+        F: FnOnce(Result<Released, Error>) + Send + 'static,
+    {
+        let Some(batcher) = &self.inner.batcher else {
+            return Err(on_answer);
+        };
+        let (client, name) = (self.clone(), name.to_owned());
+        // In `background_tasks` (and `settle`) until answered.
+        let running = self.inner.background.track();
+        let handler = OnAnswer::new(move |answer: Result<Released, CallError>| {
+            on_answer(answer.map_err(|e| client.call_error(Operation::Release, &name, e)));
+            drop(running);
+        });
+        batcher.queue_release(call, handler);
+        Ok(())
     }
 
     fn call_error(&self, op: Operation, key: &str, error: CallError) -> Error {
@@ -464,15 +514,18 @@ async fn eviction_policy(mut conn: Link, timeout: Duration) -> Option<String> {
     }
 }
 
-/// Loads the scripts at connect so the first locks skip the NOSCRIPT round trip. Best effort:
-/// a server that refuses `SCRIPT LOAD` here still gets them loaded on first use.
-async fn preload_scripts(mut conn: Link, timeout: Duration) {
-    let mut pipe = redis::pipe();
-    for script in request::ALL {
-        pipe.add_command(script.load()).ignore();
-    }
-    match tokio::time::timeout(timeout, pipe.exec_async(&mut conn)).await {
-        Ok(Ok(())) => {}
+/// Loads the scripts at connect so the first locks skip the NOSCRIPT round trip (which would
+/// also let a request sent meanwhile overtake the script call: `run`'s release is not waited
+/// for). One `SCRIPT LOAD` command per script, not a pipeline: a cluster connection sends that
+/// command to every node, a pipeline to one. Best effort: a server that refuses `SCRIPT LOAD`
+/// here still gets them loaded on first use.
+async fn preload_scripts(conn: Link, timeout: Duration) {
+    let loads = request::ALL.iter().map(|script| {
+        let mut conn = conn.clone();
+        async move { script.load().exec_async(&mut conn).await }
+    });
+    match tokio::time::timeout(timeout, futures_util::future::try_join_all(loads)).await {
+        Ok(Ok(_)) => {}
         Ok(Err(error)) => {
             tracing::debug!(%error, "script preload failed; scripts load on first use")
         }

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::error::{Error, LossReason};
 use crate::lease::{millis_ceil, Lease};
+use crate::lock::backoff::Backoff;
 use crate::lock::permits::Kind;
 use crate::wire::calls::ReleaseCall;
 pub(crate) use crate::wire::calls::Released;
@@ -178,6 +179,69 @@ fn release_later(hold: Hold) {
             }
         }
     });
+}
+
+/// The answer of a release already queued (in the group commit).
+type SentAnswer = std::pin::Pin<Box<dyn Future<Output = Result<Released, Error>> + Send>>;
+
+/// A release sent without waiting ([`LockGuard::send_release`]): its answer (`first`, when it
+/// was queued in the group commit; else its first attempt, sent by the first poll on the
+/// caller's thread), awaited on the client's runtime.
+///
+/// A transient failure (a dropped connection, a timeout, `READONLY`, ...) is retried, with
+/// pauses, until the lease's end: past it the lock is Redis's to expire (its ttl ends no
+/// later than the lease plus the safety margin), so the lock is never held longer than its
+/// lease for want of a release. A retry after a failed attempt that finds the lock gone, or
+/// another owner's while the lease still ran, counts as released: the failed attempt may
+/// have freed it. What it found goes to tracing (`release sent by run ...`) and to
+/// `distlock_sent_releases_total`; the caller's result was decided before (see `lock::run`).
+async fn confirm_sent(hold: Hold, lease: Arc<Lease>, mut first: Option<SentAnswer>) {
+    let until = lease.deadline();
+    let mut backoff = Backoff::default();
+    let mut retried = false;
+    let found = loop {
+        let answer = match first.take() {
+            Some(queued) => queued.await,
+            None => hold.release_once().await,
+        };
+        match answer {
+            Ok(found) if retried && found != Released::Yes => {
+                let gone = found == Released::Absent;
+                let taken_later = found == Released::OtherOwner && Instant::now() < until;
+                if gone || taken_later {
+                    break Ok(Released::Yes);
+                }
+                break Ok(found);
+            }
+            Ok(found) => break Ok(found),
+            Err(error) if error.is_transient() && Instant::now() < until => {
+                tracing::debug!(key = %hold.keys.name(), %error, "release sent by run failed transiently; retrying within the lease");
+                retried = true;
+                tokio::time::sleep_until(backoff.next(Instant::now(), until)).await;
+            }
+            Err(error) => break Err(error),
+        }
+    };
+    let key = hold.keys.name();
+    match found {
+        Ok(found) => match lost_at_release(found) {
+            None => sent_release_confirmed(&hold, &lease),
+            Some(reason) => {
+                tracing::warn!(key = %key, %reason, "release sent by run found the lock no longer ours (run had returned Ok: the body completed inside its lease)");
+                lease.held().sent_release(Ok(Some(reason)));
+            }
+        },
+        Err(error) => {
+            tracing::warn!(key = %key, %error, "release sent by run failed; the lock expires at its ttl");
+            lease.held().sent_release(Err(()));
+        }
+    }
+}
+
+/// A release sent by `run` found the lock ours and released it.
+fn sent_release_confirmed(hold: &Hold, lease: &Lease) {
+    tracing::debug!(key = %hold.keys.name(), "release sent by run confirmed");
+    lease.held().sent_release(Ok(None));
 }
 
 /// The loss a release reveals: the lock was found gone or another owner's.
@@ -357,6 +421,50 @@ impl LockGuard {
             tracing::debug!(key = %hold.keys.name(), held_ms = millis_ceil(self.acquired_at.elapsed()), "released");
         }
         Ok(released)
+    }
+
+    /// Releases the hold without waiting for Redis (`run`'s path once its body completed inside
+    /// its lease): the release is queued on the command connection (or in the group commit)
+    /// before this returns, so it reaches Redis before anything this client sends next; its
+    /// answer is awaited on the client's runtime ([`confirm_sent`]). A re-entrant hold whose
+    /// outer hold still holds the lock only lets go on the client.
+    pub(crate) fn send_release(mut self) {
+        self.stop_renewal();
+        if !self.cleanup.leave() {
+            return;
+        }
+        let Some(hold) = self.cleanup.disarm() else {
+            return;
+        };
+        let (client, lease) = (hold.client.clone(), self.lease.clone());
+        let id = client.new_request_id();
+        let call = ReleaseCall {
+            keys: &hold.keys,
+            owner: &hold.value,
+            id: id.as_bytes(),
+            keep: hold.keep(),
+            sharded: client.sharded_pubsub(),
+        };
+        let name = hold.keys.name();
+        let confirm = {
+            let hold = hold.clone();
+            move |answer: Result<Released, Error>| match answer {
+                // The common case, handled in place by the group's sender: nothing to retry.
+                Ok(Released::Yes) => sent_release_confirmed(&hold, &lease),
+                answer => {
+                    let first: SentAnswer = Box::pin(std::future::ready(answer));
+                    let client = hold.client.clone();
+                    client.spawn_cleanup(confirm_sent(hold, lease, Some(first)));
+                }
+            }
+        };
+        // Queued in the group commit: its sender runs on the caller's runtime, next to the
+        // command connection, and confirms it there. Else sent by the first poll, on the
+        // caller's thread, with the client's runtime entered.
+        if let Err(confirm) = client.queue_release(name, &call, confirm) {
+            drop(confirm);
+            client.spawn_started(confirm_sent(hold, self.lease.clone(), None));
+        }
     }
 
     fn stop_renewal(&mut self) {

@@ -5,7 +5,8 @@
 //! hand-written `run(async { .. })`. Only what needs the body's type is generic here: holding
 //! the body future, polling it when told to, dropping it, keeping its output (`Slot`, one await
 //! in `run`). Everything else is the non-generic `session` (acquire, the re-entry frame, the
-//! loss watch, the post-body lease check, the release and the mapping of its outcome) and
+//! loss watch, the post-body lease check, the release sent without waiting; over RedLock the
+//! release waited for and the mapping of its outcome) and
 //! `drive` (the order of polls: loss first, then the body inside its frame), compiled once in
 //! this crate. Kept generic, they cost every annotated function kilobytes of machine code and
 //! tens of milliseconds of release build (issue 14; `scripts/codegen-cost.sh` measures it).
@@ -32,24 +33,39 @@ impl LockBuilder {
     /// The body sees [`crate::fencing_token`] and re-enters this lock instead of deadlocking.
     ///
     /// Returns `Ok` only if the body ran entirely inside the lease: it completed before the
-    /// lease could have run out, and nothing reported the lock lost before the lease's end (no
-    /// loss while it ran; the release, if it answered by then, found the lock still ours).
-    /// Otherwise [`Error::Lost`]:
+    /// lease could have run out, and no loss was reported while it ran. The result is decided
+    /// then, when the body completes. Otherwise [`Error::Lost`]:
     /// * the lease can no longer be guaranteed while the body runs (renewal found the lock lost,
     ///   Redis stayed unreachable or refused renewal, or without renewal the ttl elapsed): the
     ///   body future is dropped at its next await point;
     /// * the process stalled (a pause, a blocked executor thread) past the lease and the body
     ///   completed afterwards: its output is dropped;
-    /// * the lease ran out before the body was first polled: the body never starts;
-    /// * the release answered, before the lease's end, that the lock was gone or another
-    ///   owner's: it was taken from under the lease (deleted, evicted, lost in a failover).
+    /// * the lease ran out before the body was first polled: the body never starts.
     ///
-    /// `run` waits for the release's answer until the lease's end at most. A release not
-    /// answered by then (a partition, a slow server) or failed on the network does not change
-    /// the result, decided when the body completed inside its lease: `Ok`, returned by the
-    /// lease's end at the latest, while the release goes on in the background (bounded by the
-    /// response timeout; the lock expires at its ttl otherwise). An answer that comes later is
-    /// not waited for, so the result does not depend on how long a partition lasts.
+    /// What it waits for: the acquire's answer (and, with `wait`, the lock), then the body.
+    /// Not the release's answer: once the body completed inside its lease, the release is sent
+    /// at once, queued on the client's command connection (or in its group commit) before
+    /// `run` returns, so it reaches Redis before anything this client sends next (the same
+    /// client taking the lock again right after finds it free), and `run` returns. An
+    /// uncontended `run` costs its caller one round trip. The release's answer is handled off
+    /// the caller's path (by the task that sends the group, and a failure or a lock found not
+    /// ours by a task on the client's own runtime): a transient failure is retried until the lease's end; what it
+    /// found goes to tracing and to `distlock_sent_releases_total` (a lock found gone or
+    /// another owner's was taken from under the lease without renewal noticing: fencing is
+    /// what protects against that, see [`crate::fencing_token`]); unanswered, the lock expires
+    /// at its ttl. A re-entrant `run` only lets go of its hold on the client. The release is
+    /// written once the caller's runtime runs the task that sends it (at the caller's next
+    /// await, typically): another connection may still see the lock for that moment, and a
+    /// process that exits right after `run` awaits [`crate::Client::settle`] first, which
+    /// waits for the release's answer.
+    ///
+    /// Over a RedLock quorum ([`crate::Config::redlock`]) `run` waits for the release's answer
+    /// until the lease's end at most: the requests to the masters are not ordered with the
+    /// client's next acquire of the lock. An answer by then that the lock was gone or another
+    /// owner's is [`Error::Lost`]; an answer still out then does not change the result (`Ok`
+    /// by the lease's end; the release goes on in the background).
+    ///
+    /// [`LockGuard::release`] (the manual API) waits for the release's answer.
     ///
     /// The returned future is `Send` when `body` and its output are. Dropping it at any point
     /// never leaves the lock held: the lock is released in the background.
@@ -226,8 +242,8 @@ fn drive(
 }
 
 /// Everything `run` does besides the body: `Ok` only if the body completed entirely inside the
-/// lease and nothing reported the lock lost before the lease's end (the release is waited for
-/// until then at most).
+/// lease with no loss reported while it ran; the release is then sent and not waited for
+/// (over RedLock it is waited for until the lease's end at most).
 async fn session(builder: LockBuilder, link: &Link) -> Result<(), Error> {
     let guard = builder.acquire().await?;
     let hold = guard.hold();
@@ -264,6 +280,14 @@ async fn session(builder: LockBuilder, link: &Link) -> Result<(), Error> {
     if let Some(reason) = guard.lost_reason() {
         return Err(abandon(guard, reason));
     }
+    // Decided: the body completed inside its lease. The release goes out now, ordered before
+    // anything this client sends next, and is confirmed off the caller's path.
+    if !guard.hold().client.is_quorum() {
+        guard.send_release();
+        return Ok(());
+    }
+    // A RedLock quorum waits for its release: its requests to the masters are not ordered
+    // with the caller's next acquire of this lock (see `LockBuilder::run`).
     let hold = guard.hold().clone();
     // The release is waited for until the lease's end at most: an answer still out then is
     // unknown, and unknown means `Ok` (the body completed inside its lease); dropped here, the

@@ -505,6 +505,9 @@ async fn retried_release(client: Client, mut conn: MultiplexedConnection) -> Res
         })
         .await
         .map_err(|e| e.to_string())??;
+    // `run` sent the release without waiting for it: another connection sees it once the
+    // client's confirmation is in (the client at rest).
+    testkit::at_rest(&[&client], Duration::from_secs(10)).await;
     if lock_value(&mut conn, name).await.is_some() {
         return Err("not released after the outer body".to_owned());
     }

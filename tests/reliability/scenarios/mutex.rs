@@ -337,13 +337,16 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
     let mode = Mode::parse(ctx.param("mode"))?;
     let mut rng = Rng::new(ctx.num("seed"));
     let conn = redis_conn(&url).await?;
+    let mut client = None;
     let path = if mode == Mode::Unlocked {
         "none"
     } else {
-        Config::new(url.as_str())
-            .install()
-            .await
-            .map_err(|e| e.to_string())?;
+        client = Some(
+            Config::new(url.as_str())
+                .install()
+                .await
+                .map_err(|e| e.to_string())?,
+        );
         let probe = format!("{name}-{}", std::process::id());
         match macro_probe(&probe, conn.clone()).await {
             Ok(true) => "macro",
@@ -416,6 +419,11 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
         total.errors += s.errors;
         total.token_violations += s.token_violations;
         total.no_token += s.no_token;
+    }
+    // The last sections' releases were sent, not waited for: they reach Redis before this
+    // process exits.
+    if let Some(client) = &client {
+        client.settle().await;
     }
     ctx.say(format!(
         "DONE sections={} max_occupancy={} busy={} errors={} token_violations={} no_token={}",

@@ -129,11 +129,12 @@ pub(crate) async fn worker(ctx: Ctx) -> Result<(), String> {
     );
 
     // init, twice.
+    let mut client = None;
     report(
         "init",
         distlock::init(url.as_str())
             .await
-            .map(drop)
+            .map(|c| client = Some(c))
             .map_err(|e| e.to_string()),
     );
     report(
@@ -250,6 +251,11 @@ pub(crate) async fn worker(ctx: Ctx) -> Result<(), String> {
             other => Err(format!("{:?}", other.map_err(|e| e.to_string()))),
         },
     );
+    // The last locked calls' releases were sent, not waited for: they reach Redis before
+    // this process exits.
+    if let Some(client) = &client {
+        client.settle().await;
+    }
     ctx.say("DONE");
     Ok(())
 }
