@@ -91,9 +91,23 @@ impl RedisServer {
         })
     }
 
-    /// Starts a server with options.
+    /// Starts a server with options. On a free port (no `port` given), a port taken by another
+    /// process between choosing it and the server binding it is given up for another one.
     pub fn start_with(opts: ServerOptions) -> RedisServer {
-        let port = opts.port.unwrap_or_else(free_port);
+        for _ in 0..3 {
+            let port = opts.port.unwrap_or_else(free_port);
+            if let Some(server) = Self::try_start(opts.clone(), port) {
+                return server;
+            }
+            if opts.port.is_some() {
+                break;
+            }
+        }
+        panic!("redis-server did not become ready (three free ports tried)");
+    }
+
+    /// Starts a server with options on `port`; `None` if it did not become ready.
+    fn try_start(opts: ServerOptions, port: u16) -> Option<RedisServer> {
         let mut extra = Vec::new();
         if let Some(pass) = &opts.password {
             extra.extend(["--requirepass".to_owned(), pass.clone()]);
@@ -134,8 +148,7 @@ impl RedisServer {
             tls: opts.tls.is_some(),
             env: opts.env,
         };
-        server.spawn();
-        server
+        server.spawn().then_some(server)
     }
 
     /// The server's working directory (emptied of snapshots before each start).
@@ -146,7 +159,8 @@ impl RedisServer {
         dir
     }
 
-    fn spawn(&mut self) {
+    /// Starts the process and waits until it is ready; false if it is not (its port taken, say).
+    fn spawn(&mut self) -> bool {
         // A TLS server listens on its TLS port only.
         let plain_port = if self.tls { 0 } else { self.port };
         let mut child = Command::new(redis_binary())
@@ -183,9 +197,11 @@ impl RedisServer {
         if rx.recv_timeout(READY_WITHIN).is_err() {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("redis-server on port {} did not become ready", self.port);
+            eprintln!("redis-server on port {} did not become ready", self.port);
+            return false;
         }
         self.child = Some(child);
+        true
     }
 
     /// True until the server was killed ([`RedisServer::kill`]; a frozen one is running).
@@ -266,7 +282,11 @@ impl RedisServer {
     /// Starts the server again on the same port (after [`RedisServer::kill`]); data is gone.
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        assert!(
+            self.spawn(),
+            "redis-server on port {} did not become ready again",
+            self.port
+        );
     }
 }
 
