@@ -155,6 +155,18 @@ async fn readers_and_a_writer_are_busy_for_each_other_never_incompatible() {
     assert!(r1.is_shared() && r2.is_shared());
     let mut conn = server.conn().await;
     assert_eq!(readers(&mut conn, "doc:kinds").await.len(), 2);
+    // A distlock without shared holds acquires with `SET ... NX PX GET`: on readers that is
+    // `WRONGTYPE`, which it reports as incompatible (never a take).
+    let old: redis::RedisResult<Option<String>> = redis::cmd("SET")
+        .arg(key("doc:kinds"))
+        .arg("d2:old")
+        .arg("NX")
+        .arg("PX")
+        .arg(1000)
+        .arg("GET")
+        .query_async(&mut conn)
+        .await;
+    assert_eq!(old.unwrap_err().code(), Some("WRONGTYPE"));
     for fenced in [false, true] {
         let err = b
             .lock("doc:kinds")

@@ -22,7 +22,8 @@ impl LockBuilder {
     /// lock, and no new reader enters while it lives; the writer gets the lock when the readers
     /// inside leave (or their leases run out). The intent lasts one second unless the waiting
     /// writer renews it (it does, at each attempt), so a writer that went away holds new
-    /// readers up for a second at most.
+    /// readers up for a second at most. The preference goes to writers: while writers keep
+    /// waiting, one after another, new readers wait for them.
     ///
     /// Every guarantee of a lock holds per read hold: each reader's share is its own lease (a
     /// reader that dies frees its share at its own ttl), renewed by `.renew(true)`, lost (the
