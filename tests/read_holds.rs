@@ -647,41 +647,91 @@ async fn child_reader() {
     println!("ended: {result:?}");
 }
 
+/// A reader process (see [`child_reader`]); killed when dropped.
+struct Reader {
+    child: tokio::process::Child,
+    pid: u32,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Reader {
+    async fn start(server: &RedisServer, name: &str, ttl: Duration) -> Reader {
+        let mut child = tokio::process::Command::new(std::env::current_exe().unwrap());
+        child
+            .args(["--exact", "child_reader", "--nocapture", "--test-threads=1"])
+            .env(
+                "READ_CHILD",
+                format!("{name},{},{}", ttl.as_millis(), server.url()),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        let mut child = child.spawn().unwrap();
+        let pid = child.id().unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut reader = Reader { child, pid, lines };
+        reader.expect("held", Duration::from_secs(20)).await;
+        reader
+    }
+
+    /// Waits for a line containing `text`; returns it.
+    async fn expect(&mut self, text: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let line = tokio::time::timeout_at(deadline, self.lines.next_line())
+                .await
+                .unwrap_or_else(|_| panic!("no `{text}` from the reader within {within:?}"))
+                .unwrap()
+                .unwrap_or_else(|| panic!("the reader ended before `{text}`"));
+            if line.contains(text) {
+                return line;
+            }
+        }
+    }
+
+    fn signal(&self, signal: &str) {
+        let _ = std::process::Command::new("kill")
+            .args([format!("-{signal}"), self.pid.to_string()])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.signal("CONT");
+        let _ = self.child.start_kill();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_readers_share_is_free_within_its_ttl() {
     let server = RedisServer::start();
     let ttl = Duration::from_millis(1500);
-    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap());
-    child
-        .args(["--exact", "child_reader", "--nocapture", "--test-threads=1"])
-        .env(
-            "READ_CHILD",
-            format!("doc:kill,{},{}", ttl.as_millis(), server.url()),
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true);
-    let mut child = child.spawn().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let held = tokio::time::timeout(Duration::from_secs(20), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if line.contains("held") {
-                return true;
-            }
-        }
-        false
-    })
-    .await
-    .expect("the reader process holds within 20 s");
-    assert!(held, "the reader process ended before it held");
+    let first = Reader::start(&server, "doc:kill", ttl).await;
+    let second = Reader::start(&server, "doc:kill", ttl).await;
     let c = client(&server).await;
+    let mut conn = server.conn().await;
+    assert_eq!(readers(&mut conn, "doc:kill").await.len(), 2);
     // Another reader shares it; a writer is busy.
     let other = c.lock("doc:kill").read().acquire().await.unwrap();
     other.release().await.unwrap();
     let err = c.lock("doc:kill").acquire().await.unwrap_err();
     assert!(err.is_busy(), "{err}");
+    // One killed: its share alone goes, at its own ttl (the other reader renews its own).
     let killed = Instant::now();
-    child.start_kill().unwrap();
+    first.signal("KILL");
+    let err = c
+        .lock("doc:kill")
+        .wait(ttl + Duration::from_millis(500))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_busy(), "the other reader still holds: {err}");
+    assert_eq!(readers(&mut conn, "doc:kill").await.len(), 1);
+    assert!(killed.elapsed() >= ttl, "not before its ttl");
+    let killed = Instant::now();
+    second.signal("KILL");
     let guard = c
         .lock("doc:kill")
         .wait(Duration::from_secs(10))
@@ -696,5 +746,29 @@ async fn a_killed_readers_share_is_free_within_its_ttl() {
         freed <= ttl + Duration::from_millis(300),
         "free after {freed:?}"
     );
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_reader_is_told_lost_and_a_writer_gets_the_lock() {
+    let server = RedisServer::start();
+    let ttl = Duration::from_millis(1000);
+    let mut reader = Reader::start(&server, "doc:stall", ttl).await;
+    reader.signal("STOP");
+    let c = client(&server).await;
+    let guard = c
+        .lock("doc:stall")
+        .ttl(Duration::from_secs(10))
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the stalled reader's share expires");
+    reader.signal("CONT");
+    let line = reader.expect("ended", Duration::from_secs(5)).await;
+    assert!(line.contains("Lost"), "the reader is told: {line}");
+    // The writer is untouched by the stalled reader coming back.
+    guard.ensure_held().unwrap();
+    let err = c.lock("doc:stall").read().acquire().await.unwrap_err();
+    assert!(err.is_busy(), "{err}");
     guard.release().await.unwrap();
 }
