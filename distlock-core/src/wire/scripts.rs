@@ -55,7 +55,7 @@
 //! scored by its lease deadline, expired readers removed by every script that touches it, the
 //! key's expiry kept at the latest deadline), marked by the member `d2:readers` scored `-1`
 //! instead of a count. Next to it, `prefix:{name}:writer` holds the value of a writer waiting
-//! for the readers (its intent), with a short expiry ([`WRITER_INTENT`]) that the writer renews
+//! for the readers (its intent), with a short expiry (`WRITER_INTENT`, 1 s) that the writer renews
 //! at each attempt.
 //!
 //! * **Read acquire** (`ReadAcquireCall`, `ACQUIRE_READ`): a share if no writer holds the lock
