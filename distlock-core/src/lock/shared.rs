@@ -23,7 +23,9 @@ impl LockBuilder {
     /// inside leave (or their leases run out). The intent lasts one second unless the waiting
     /// writer renews it (it does, at each attempt), so a writer that went away holds new
     /// readers up for a second at most. The preference goes to writers: while writers keep
-    /// waiting, one after another, new readers wait for them.
+    /// waiting, one after another, new readers wait for them. A waiting writer is woken by
+    /// each reader's release, and looks again at least every third of a second meanwhile (to
+    /// renew its intent): one script call each.
     ///
     /// Every guarantee of a lock holds per read hold: each reader's share is its own lease (a
     /// reader that dies frees its share at its own ttl), renewed by `.renew(true)`, lost (the
