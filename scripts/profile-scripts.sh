@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Redis-side cost of each lock protocol, side by side: 100k pipelined acquire + release cycles
 # of distlock's plain (d2) and fenced acquire, the peers' `SET NX PX` + Lua compare-and-delete,
-# a permit of distlock's semaphore, and a Redisson-style hash lock, each on distinct keys of one private throwaway redis-server.
+# a permit of distlock's semaphore, a shared (read) hold, and a Redisson-style hash lock, each on distinct keys of one private throwaway redis-server.
 # Also distlock's group commit (32 acquires per ECHO, 32 releases per RELEASE_MANY call, as many
 # tasks of one client send them). Prints Redis CPU per acquire + release and the `INFO commandstats` calls behind it.
 # Needs redis-server, redis-cli and python3.
@@ -15,7 +15,7 @@ src = open('distlock-core/src/wire/scripts.rs').read()
 # A script made with `concat!(r#"..."#, permit_prelude!(), r#"..."#)` has the semaphore's Lua
 # functions (`permit_prelude!`) where the macro stands.
 prelude = re.search(r'macro_rules! permit_prelude \{\s*\(\) => \{\s*r#"(.*?)"#', src, re.S).group(1)
-for name in ['ACQUIRE_FENCED', 'RELEASE', 'RELEASE_MANY', 'ACQUIRE_PERMIT']:
+for name in ['ACQUIRE_FENCED', 'RELEASE', 'RELEASE_MANY', 'ACQUIRE_PERMIT', 'ACQUIRE_READ']:
     m = re.search(r'pub const ' + name + r': &str = (concat!\((.*?)\n\);|r#"(.*?)"#;)', src, re.S)
     if m.group(3) is not None:
         body = m.group(3)
@@ -37,13 +37,13 @@ redis-server --port "$port" --save "" --appendonly no --daemonize yes --logfile 
 until redis-cli -p "$port" PING >/dev/null 2>&1; do sleep 0.05; done
 cli="redis-cli -p $port"
 declare -A sha
-for s in ACQUIRE_FENCED RELEASE RELEASE_MANY REDISSON_ACQUIRE REDISSON_RELEASE PEER_RELEASE ACQUIRE_PERMIT; do
+for s in ACQUIRE_FENCED RELEASE RELEASE_MANY REDISSON_ACQUIRE REDISSON_RELEASE PEER_RELEASE ACQUIRE_PERMIT ACQUIRE_READ; do
   sha[$s]=$($cli SCRIPT LOAD "$(cat $s.lua)")
 done
 N=100000
-python3 - "${sha[ACQUIRE_FENCED]}" "${sha[RELEASE]}" "${sha[REDISSON_ACQUIRE]}" "${sha[REDISSON_RELEASE]}" "${sha[PEER_RELEASE]}" $N "${sha[RELEASE_MANY]}" "${sha[ACQUIRE_PERMIT]}" <<'PY'
+python3 - "${sha[ACQUIRE_FENCED]}" "${sha[RELEASE]}" "${sha[REDISSON_ACQUIRE]}" "${sha[REDISSON_RELEASE]}" "${sha[PEER_RELEASE]}" $N "${sha[RELEASE_MANY]}" "${sha[ACQUIRE_PERMIT]}" "${sha[ACQUIRE_READ]}" <<'PY'
 import sys
-fenced, release, racq, rrel, prel, n, many, permit = sys.argv[1:9]
+fenced, release, racq, rrel, prel, n, many, permit, read = sys.argv[1:10]
 n = int(n)
 def resp(*args):
     out = '*%d\r\n' % len(args)
@@ -75,6 +75,12 @@ with open('d2permits.txt', 'w') as f:
         k = 'distlock:{s%d}' % i
         f.write(resp('EVALSHA', permit, 2, k, k + ':fence', 'd2:owner', 30000, 5, 0, 'r1'))
         f.write(resp('EVALSHA', release, 2, k, k + ':released', 'd2:owner', 'r2', 0))
+# A shared (read) hold (one reader at a time here, no writer waiting).
+with open('d2read.txt', 'w') as f:
+    for i in range(n):
+        k = 'distlock:{r%d}' % i
+        f.write(resp('EVALSHA', read, 3, k, k + ':fence', k + ':writer', 'd2:owner', 30000, 0, 'r1'))
+        f.write(resp('EVALSHA', release, 2, k, k + ':released', 'd2:owner', 'r2', 0))
 with open('peers.txt', 'w') as f:
     for i in range(n):
         k = 'peer%d' % i
@@ -87,7 +93,7 @@ with open('redisson.txt', 'w') as f:
         f.write(resp('EVALSHA', rrel, 2, k, k + ':released', 30000, 'owner'))
 PY
 printf '%-34s %s\n' "protocol" "Redis CPU per acquire + release (whole server, incl. I/O)"
-for pass in d2 d2grouped d2fenced d2permits peers redisson; do
+for pass in d2 d2grouped d2fenced d2permits d2read peers redisson; do
   $cli CONFIG RESETSTAT >/dev/null
   before=$($cli INFO cpu | awk -F: '/used_cpu_(user|sys):/{s+=$2} END {printf "%.6f", s}')
   $cli --pipe < $pass.txt >/dev/null
@@ -97,6 +103,7 @@ for pass in d2 d2grouped d2fenced d2permits peers redisson; do
     d2grouped) label="distlock d2, groups of 32 (one ECHO; RELEASE_MANY)";;
     d2fenced) label="distlock d2 fenced (ACQUIRE_FENCED; RELEASE)";;
     d2permits) label="distlock permit of 5 (ACQUIRE_PERMIT; RELEASE)";;
+    d2read) label="distlock read hold (ACQUIRE_READ; RELEASE)";;
     peers) label="peers (SET NX PX; Lua GET/DEL)";;
     redisson) label="Redisson-style (hash scripts)";;
   esac

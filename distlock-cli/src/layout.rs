@@ -18,6 +18,9 @@
 //!   member per holder (its owner, `d2:<client id>:<counter>`) scored by its lease deadline
 //!   (the server's clock, ms), and the member `d2:permits` scored `-n` (its `n` permits); the
 //!   key expires with the latest lease; holders whose deadline passed are no longer holders;
+//! * shared (read) holds (`lock(name).read()`) lie there the same way, the member `d2:readers`
+//!   (scored `-1`) in place of the count; `prefix:{name}:writer` holds the value of a writer
+//!   waiting for them (its intent, expiring within a second unless renewed), not a lock;
 //! * `distlock:client:<client id>` — the client's identity record, a hash of `host`, `pid`,
 //!   `exe`, `name`, `started` (Unix seconds) and `version`, expiring unless refreshed.
 
@@ -64,6 +67,9 @@ pub(crate) struct Lock {
     /// A semaphore's holder: the permits in use and the semaphore's count (`None`: a lock).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) permits: Option<Permits>,
+    /// A shared (read) holder: the readers holding the lock (`None`: not a reader).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) readers: Option<u32>,
 }
 
 /// The permits of a semaphore one holder belongs to.
@@ -77,6 +83,9 @@ pub(crate) struct Permits {
 
 /// The member of a semaphore's sorted set that holds its count (scored `-n`).
 const PERMITS_MEMBER: &str = "d2:permits";
+
+/// The member of a sorted set of readers that marks it (scored `-1`).
+const READERS_MEMBER: &str = "d2:readers";
 
 /// Which process a client belongs to (its identity record).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -131,7 +140,7 @@ pub(crate) enum Released {
 const FORCE_RELEASE: &str = r#"
 local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'table' then
-  if redis.call('TYPE', KEYS[1])['ok'] ~= 'zset' or not redis.call('ZSCORE', KEYS[1], 'd2:permits') then
+  if redis.call('TYPE', KEYS[1])['ok'] ~= 'zset' or not (redis.call('ZSCORE', KEYS[1], 'd2:permits') or redis.call('ZSCORE', KEYS[1], 'd2:readers')) then
     return {0, 0}
   end
   local removed = redis.call('ZREM', KEYS[1], unpack(ARGV))
@@ -383,6 +392,7 @@ impl Layout {
             fencing_token,
             waiting_clients: numsub.get(&self.channel(name)).copied().unwrap_or(0),
             permits: None,
+            readers: None,
         }))
     }
 
@@ -396,13 +406,14 @@ impl Layout {
         now_ms: u64,
     ) -> Option<Entry> {
         let members: Vec<(String, f64)> = redis::from_redis_value(reply[4].clone()).ok()?;
+        // A semaphore's count, or `None` for readers; neither marker: not a `d2` set.
         let of = members
             .iter()
-            .find(|(member, _)| member == PERMITS_MEMBER)
-            .map(|&(_, score)| -score as u32)?;
+            .find(|(member, _)| member == PERMITS_MEMBER || member == READERS_MEMBER)
+            .map(|(member, score)| (member == PERMITS_MEMBER).then_some(-score as u32))?;
         let live: Vec<(&str, u64)> = members
             .iter()
-            .filter(|(member, _)| member != PERMITS_MEMBER)
+            .filter(|(member, _)| member != PERMITS_MEMBER && member != READERS_MEMBER)
             .filter(|&&(_, deadline)| deadline > now_ms as f64)
             .map(|(member, deadline)| (member.as_str(), (*deadline as u64).saturating_sub(now_ms)))
             .collect();
@@ -427,7 +438,8 @@ impl Layout {
                 ttl_ms: Some(ttl_ms),
                 fencing_token,
                 waiting_clients: numsub.get(&self.channel(name)).copied().unwrap_or(0),
-                permits: Some(Permits { in_use, of }),
+                permits: of.map(|of| Permits { in_use, of }),
+                readers: of.is_none().then_some(in_use),
             })
             .collect();
         Some(Entry::Semaphore(holders))

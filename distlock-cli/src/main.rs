@@ -220,11 +220,15 @@ async fn show(target: &Target, layout: &Layout, name: &str, as_json: bool) -> Re
     let mut server = Server::connect(target).await?;
     let holders = one_lock(&mut server, layout, name).await?;
     match &holders[..] {
-        [lock] if lock.permits.is_none() && as_json => render::print(&render::json(lock, true)),
-        [lock] if lock.permits.is_none() => render::print(&render::detail(lock, layout.prefix())),
+        [lock] if lock.permits.is_none() && lock.readers.is_none() && as_json => {
+            render::print(&render::json(lock, true))
+        }
+        [lock] if lock.permits.is_none() && lock.readers.is_none() => {
+            render::print(&render::detail(lock, layout.prefix()))
+        }
         _ if as_json => render::print(&render::json(&holders, true)),
         _ => {
-            // A semaphore: each holder in full, one after another.
+            // A semaphore or readers: each holder in full, one after another.
             let details: Vec<String> = holders
                 .iter()
                 .map(|lock| render::detail(lock, layout.prefix()))
@@ -298,12 +302,15 @@ async fn release(
 }
 
 /// `held by <owner> (web-1 pid 4242 billing), 9.8s left`; a semaphore's holders one after
-/// another (`2 of 5 permits held by ... and by ...`).
+/// another (`2 of 5 permits held by ... and by ...`), readers likewise (`(2 readers) held by
+/// ...`).
 fn held_by(holders: &[Lock]) -> String {
     let each: Vec<String> = holders.iter().map(held_by_one).collect();
-    match holders.first().and_then(|h| h.permits) {
-        Some(p) => format!("({} of {} permits) {}", p.in_use, p.of, each.join(" and ")),
-        None => each.join(" and "),
+    let first = holders.first();
+    match (first.and_then(|h| h.permits), first.and_then(|h| h.readers)) {
+        (Some(p), _) => format!("({} of {} permits) {}", p.in_use, p.of, each.join(" and ")),
+        (None, Some(n)) => format!("({n} readers) {}", each.join(" and ")),
+        (None, None) => each.join(" and "),
     }
 }
 

@@ -64,11 +64,13 @@ pub(crate) fn table(header: &[&str], rows: &[Vec<String>], right: &[usize]) -> S
 
 /// The columns `list` and `watch` share, for one lock.
 ///
-/// A semaphore's holder names the permits in use of its count: `api:acme [2/5]`.
+/// A semaphore's holder names the permits in use of its count: `api:acme [2/5]`; a reader
+/// the readers holding the lock: `doc:7 [read 3]`.
 pub(crate) fn lock_cells(lock: &Lock) -> Vec<String> {
-    let name = match lock.permits {
-        Some(p) => format!("{} [{}/{}]", lock.name, p.in_use, p.of),
-        None => lock.name.clone(),
+    let name = match (lock.permits, lock.readers) {
+        (Some(p), _) => format!("{} [{}/{}]", lock.name, p.in_use, p.of),
+        (None, Some(n)) => format!("{} [read {n}]", lock.name),
+        (None, None) => lock.name.clone(),
     };
     vec![
         name,
@@ -110,6 +112,12 @@ pub(crate) fn detail(lock: &Lock, prefix: &str) -> String {
         ("key", lock.key.clone()),
         ("owner", lock.owner.clone()),
     ];
+    if let Some(n) = lock.readers {
+        rows.push((
+            "readers",
+            format!("{n} holding it for reading (a shared hold; this holder is one)"),
+        ));
+    }
     if let Some(p) = lock.permits {
         rows.push((
             "permits",

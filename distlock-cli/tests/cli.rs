@@ -680,3 +680,56 @@ async fn a_semaphore_shows_its_permits_and_is_released_by_force() {
     let out = run(&["--url", url, "show", "api:acme"]).await;
     out.status(3);
 }
+
+#[tokio::test]
+async fn readers_show_as_a_shared_hold_and_are_released_by_force() {
+    let redis = TestRedis::start().unwrap();
+    let url = redis.url();
+    let holder = client(&redis).await;
+    let take = || {
+        holder
+            .lock("doc:7")
+            .read()
+            .ttl(Duration::from_secs(30))
+            .acquire()
+    };
+    let (first, second) = (take().await.unwrap(), take().await.unwrap());
+
+    let out = run(&["--url", url, "list"]).await;
+    out.status(0);
+    assert_eq!(
+        out.stdout.matches("doc:7 [read 2]").count(),
+        2,
+        "{}",
+        out.stdout
+    );
+    let out = run(&["--url", url, "list", "--json"]).await;
+    out.status(0);
+    let listing: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let locks = listing["locks"].as_array().unwrap();
+    assert_eq!(locks.len(), 2);
+    assert_eq!(locks[0]["readers"], 2);
+    assert!(locks[0].get("permits").is_none());
+
+    let out = run(&["--url", url, "show", "doc:7"]).await;
+    out.status(0);
+    assert_eq!(
+        out.stdout.matches("2 holding it for reading").count(),
+        2,
+        "{}",
+        out.stdout
+    );
+
+    let out = run(&["--url", url, "release", "doc:7", "--force", "--yes"]).await;
+    out.status(0);
+    assert!(
+        out.stdout
+            .starts_with("released lock `doc:7` (2 readers) held by"),
+        "{}",
+        out.stdout
+    );
+    let mut conn = conn(&redis).await;
+    assert!(!conn.exists::<_, bool>("distlock:{doc:7}").await.unwrap());
+    assert!(first.release().await.is_err());
+    assert!(second.release().await.is_err());
+}

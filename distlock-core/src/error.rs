@@ -110,6 +110,16 @@ pub enum Error {
         /// The permits its live holders took it with.
         held: u32,
     },
+    /// The lock was asked for exclusively (a write) inside a body that holds it shared (a read,
+    /// [`crate::LockBuilder::read`]) in the same call chain. A read hold is never upgraded in
+    /// place: two readers upgrading at once would each wait for the other to leave. Nothing
+    /// was changed (the read hold is still held). Take the lock exclusively around the whole
+    /// body instead: a read inside a write re-enters the write.
+    #[error("lock `{key}` is asked for exclusively inside a body that holds it for reading: a read hold is never upgraded (two readers upgrading would wait for each other); take it exclusively around the whole body instead (a read inside a write re-enters the write)")]
+    WriteInsideRead {
+        /// The lock's name.
+        key: String,
+    },
     /// The lock was taken on its master, but fewer replicas than the lock's `min_replicas`
     /// acknowledged it within the replica timeout, so it was released again (nobody holds it
     /// through this acquire).

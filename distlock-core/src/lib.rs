@@ -100,6 +100,23 @@
 //! ([`Error::Incompatible`]). Over [`Config::redlock`] semaphores are refused
 //! ([`Error::InvalidConfig`]) until they are built there.
 //!
+//! ## What a shared (read) hold guarantees
+//!
+//! [`LockBuilder::read`] takes a shared hold of a lock: every guarantee above holds **per read
+//! hold**, with the lock itself as the write. While a reader believes it holds, no writer does;
+//! while a writer believes it holds, nobody else holds anything of the name. Readers lie at the
+//! lock's key as a sorted set like a semaphore's (each reader its own lease: a crashed reader
+//! frees its share at its own ttl; expired readers removed by the scripts, no sweeper); renewal
+//! extends only a live share; loss cancels the body and reports [`Error::Lost`]; a release
+//! wakes waiters; fencing tokens strictly increase per name across readers and writers. A
+//! writer meeting readers (or a reader meeting a writer) is busy, never incompatible. A waiting
+//! writer marks its intent (`prefix:{name}:writer`, one second, renewed at each of its
+//! attempts) and no new reader enters while it lives, so writers are not starved by a stream of
+//! readers, and a writer that went away holds readers up for a second at most. A read inside a
+//! read re-enters (no second share), a read inside a write re-enters the write, a write inside
+//! a read is [`Error::WriteInsideRead`]. Over [`Config::redlock`] shared holds are refused
+//! ([`Error::InvalidConfig`]) until they are built there.
+//!
 //! ## What the fault suite checks
 //!
 //! The repository's reliability suite (`cargo test --test reliability`) runs these against real

@@ -23,12 +23,14 @@ mod kw {
     syn::custom_keyword!(min_replicas);
     syn::custom_keyword!(all);
     syn::custom_keyword!(permits);
+    syn::custom_keyword!(read);
 }
 
 /// Every option's name.
-const OPTIONS: [&str; 11] = [
+const OPTIONS: [&str; 12] = [
     "key",
     "permits",
+    "read",
     "ttl",
     "renew",
     "wait",
@@ -41,7 +43,7 @@ const OPTIONS: [&str; 11] = [
 ];
 
 const VALID_OPTIONS: &str =
-    "`key`, `permits`, `ttl`, `renew`, `wait`, `skip`, `min_hold`, `fenced`, `min_replicas`, `client` and `crate`";
+    "`key`, `permits`, `read`, `ttl`, `renew`, `wait`, `skip`, `min_hold`, `fenced`, `min_replicas`, `client` and `crate`";
 
 /// The options as written, each with the span of its name for later errors.
 #[derive(Default)]
@@ -50,6 +52,8 @@ pub(crate) struct LockArgs {
     pub(crate) key: Option<LitStr>,
     /// `permits = N` or `permits = CONST`: a semaphore of that many permits.
     pub(crate) permits: Option<PermitsArg>,
+    /// `read`: a shared (read) hold; the span of the flag.
+    pub(crate) read: Option<Span>,
     /// `ttl = "..."` or `ttl = CONST`.
     pub(crate) ttl: Option<DurationArg>,
     /// `renew`: the span of the flag.
@@ -139,6 +143,10 @@ impl LockArgs {
             let name = input.parse::<kw::renew>()?;
             no_value(input, "renew", name.span)?;
             set_once(&mut self.renew, name.span, "renew", name.span, errors);
+        } else if input.peek(kw::read) {
+            let name = input.parse::<kw::read>()?;
+            no_value(input, "read", name.span)?;
+            set_once(&mut self.read, name.span, "read", name.span, errors);
         } else if input.peek(kw::skip) {
             let name = input.parse::<kw::skip>()?;
             no_value(input, "skip", name.span)?;
@@ -214,6 +222,7 @@ fn unknown_option_message(name: &Ident) -> String {
         "replicas" | "min_replicas_to_write" | "wait_replicas" | "acks" | "durable" => {
             " (did you mean `min_replicas`?)"
         }
+        "shared" | "readonly" | "read_only" | "reader" | "rw" => " (did you mean `read`?)",
         "semaphore" | "limit" | "concurrency" | "max_concurrent" | "slots" | "count" => {
             " (did you mean `permits`?)"
         }
@@ -318,7 +327,7 @@ fn string_value(input: ParseStream<'_>, what: &str) -> syn::Result<LitStr> {
     }
 }
 
-/// Rejects `flag = value` for the flags `renew` and `skip`.
+/// Rejects `flag = value` for the flags `renew`, `read` and `skip`.
 fn no_value(input: ParseStream<'_>, name: &str, name_span: Span) -> syn::Result<()> {
     if input.peek(Token![=]) {
         return Err(syn::Error::new(
@@ -687,7 +696,7 @@ mod tests {
     fn unknown_options() {
         assert_eq!(
             error(r#"key = "a", foo = 1"#),
-            "unknown option `foo`; valid options are `key`, `permits`, `ttl`, `renew`, `wait`, `skip`, `min_hold`, `fenced`, `min_replicas`, `client` and `crate`"
+            "unknown option `foo`; valid options are `key`, `permits`, `read`, `ttl`, `renew`, `wait`, `skip`, `min_hold`, `fenced`, `min_replicas`, `client` and `crate`"
         );
         assert!(
             error("timeout = \"1s\"").starts_with("unknown option `timeout` (did you mean `ttl`?)")
@@ -734,6 +743,14 @@ mod tests {
             "`permits` set multiple times"
         );
         assert!(error("concurrency = 5").contains("(did you mean `permits`?)"));
+    }
+
+    #[test]
+    fn read() {
+        assert!(parse(r#"key = "a", read"#).unwrap().read.is_some());
+        assert!(error("read = true").starts_with("`read` is a flag and takes no value"));
+        assert_eq!(error("read, read"), "`read` set multiple times");
+        assert!(error("shared").contains("(did you mean `read`?)"));
     }
 
     #[test]

@@ -214,7 +214,8 @@ fn private_call(model: &LockModel, name: &str, args: TokenStream, span: Span) ->
 /// key). With `skip`, `lock_skipping(key)`: a busy lock counts as skipped.
 ///
 /// With `permits`, `__private::semaphore(key, n)` (`semaphore_skipping` with `skip`); a
-/// constant `n` is checked (at least 1) where it is evaluated, at compile time.
+/// constant `n` is checked (at least 1) where it is evaluated, at compile time. With `read`,
+/// the builder's `.read()`: a shared hold.
 fn builder(model: &LockModel, key: &Ident) -> TokenStream {
     let krate = &model.krate;
     let label = Literal::string(&model.key.template);
@@ -250,6 +251,9 @@ fn builder(model: &LockModel, key: &Ident) -> TokenStream {
         }
     };
     let mut builder = quote!(#start.label(#label));
+    if model.read {
+        builder.extend(quote!(.read()));
+    }
     let duration = |arg: &DurationArg, check: &str| match arg {
         DurationArg::Millis(millis) => {
             let millis = Literal::u64_suffixed(*millis);
@@ -490,6 +494,15 @@ mod tests {
         let out = expand_str(r#"key = "api:<t>", permits = Self::N, skip"#, f);
         assert!(out.contains(
             "__private :: semaphore_skipping (__distlock_key , const { let __distlock_permits : u32 = Self :: N ; :: distlock :: __private :: permits_const (__distlock_permits) })"
+        ), "{out}");
+    }
+
+    #[test]
+    fn read_takes_a_shared_hold() {
+        let f = "async fn f(t: u8) -> Result<(), E> { Ok(()) }";
+        let out = expand_str(r#"key = "doc:<t>", read, skip"#, f);
+        assert!(out.contains(
+            "match :: distlock :: __private :: lock_skipping (__distlock_key) . label (\"doc:<t>\") . read () . run"
         ), "{out}");
     }
 

@@ -56,6 +56,7 @@ use proc_macro::TokenStream;
 /// | --- | --- | --- |
 /// | `key` | key template (required) | — |
 /// | `permits` | at most this many bodies at once, fleet-wide (one of a semaphore's permits, `distlock::semaphore`): an integer literal ≥ 1 or a `u32` constant | a lock: one body at a time |
+/// | `read` | flag: a shared (read) hold — any number of `read` bodies at once, excluded by (and excluding) the lock itself; not with `permits` | exclusive |
 /// | `ttl` | lease length: a duration | the client's `Config::default_ttl` (30 s unless configured) |
 /// | `renew` | flag: extend the lease while the body runs | off |
 /// | `wait` | how long to wait for a busy lock: a duration | don't wait |
@@ -257,6 +258,23 @@ use proc_macro::TokenStream;
 /// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
 /// #[distributed_lock(key = "api:<tenant>", permits = 5, ttl = "10s", renew, wait = "2s")]
 /// async fn call_partner(tenant: &str) -> Result<(), AppError> { Ok(()) }
+/// # fn main() {}
+/// ```
+///
+/// ## `read`
+///
+/// Take a shared (read) hold of the lock (`distlock::lock(name).read()` by hand): any number of
+/// `read` bodies run at once; a function on the same key without `read` (the write) waits for
+/// them, and while it waits no new reader enters (writers do not starve). Each read hold is its
+/// own lease, renewed, released and lost as a lock is; every option of a lock applies. `read`
+/// with `permits` is an error.
+///
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # #[derive(Debug)] pub struct AppError;
+/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
+/// #[distributed_lock(key = "doc:<id>", read, ttl = "10s", renew, wait = "2s")]
+/// async fn render(id: u64) -> Result<(), AppError> { Ok(()) }
 /// # fn main() {}
 /// ```
 ///

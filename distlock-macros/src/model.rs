@@ -21,6 +21,8 @@ pub(crate) struct LockModel {
     pub(crate) client: Option<LitStr>,
     /// `permits = N`: one of a semaphore's permits instead of the lock.
     pub(crate) permits: Option<PermitsArg>,
+    /// `read`: a shared (read) hold of the lock.
+    pub(crate) read: bool,
     /// `None`: the client's `default_ttl` applies.
     pub(crate) ttl: Option<DurationArg>,
     pub(crate) renew: bool,
@@ -117,6 +119,12 @@ pub(crate) fn build(args: syn::Result<LockArgs>, item: &LockFn) -> syn::Result<L
                 "missing `key`: name the lock, e.g. `#[distributed_lock(key = \"order:<id>\")]`",
             )),
         }
+        if let (Some(read), Some(_)) = (args.read, &args.permits) {
+            errors.push(syn::Error::new(
+                read,
+                "`read` cannot be combined with `permits`: `read` shares the lock among readers (and excludes writers), `permits` limits how many bodies run at once; remove one of them",
+            ));
+        }
         if let (Some(skip), Some(_)) = (args.skip, &args.wait) {
             errors.push(syn::Error::new(
                 skip,
@@ -134,6 +142,7 @@ pub(crate) fn build(args: syn::Result<LockArgs>, item: &LockFn) -> syn::Result<L
         krate: args.krate.unwrap_or_else(|| syn::parse_quote!(::distlock)),
         client: args.client,
         permits: args.permits,
+        read: args.read.is_some(),
         ttl: args.ttl,
         renew: args.renew.is_some(),
         wait: args.wait,

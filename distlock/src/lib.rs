@@ -69,6 +69,7 @@
 //! | --- | --- | --- |
 //! | `key = "order:<id>"` | the lock name template (required) | — |
 //! | `permits = 5` | at most this many bodies at once, fleet-wide: one of a semaphore's permits instead of the lock ([`semaphore`]; an integer literal ≥ 1 or a `u32` constant, checked at compile time); combines with every other option | a lock: one body at a time |
+//! | `read` | a shared (read) hold instead of the lock ([`LockBuilder::read`]): any number of `read` bodies at once, while a body holding the lock itself (no `read`: the write) excludes them and is excluded by them; a waiting writer stops new readers, so writers do not starve; not with `permits` (a compile error) | exclusive: one body at a time |
 //! | `ttl = "10s"` | lease length, 100 ms ([`MIN_TTL`]) to 30 days ([`MAX_TTL`]), checked at compile time | the client's `Config::default_ttl` (30 s) |
 //! | `renew` | watchdog: extend the lease every ttl/3 while the body runs | off |
 //! | `wait = "2s"` | wait this long for a busy lock (woken by the holder's release); transient failures (a reset connection, a timeout, a failover) are retried within it, and the last one is returned when it runs out | fail at once with [`Error::Busy`] (or the first error) |
@@ -133,6 +134,19 @@
 //! /// dies frees its permit at its own ttl.
 //! #[distributed_lock(key = "api:<tenant>", permits = 5, ttl = "10s", renew, wait = "2s")]
 //! async fn call_partner(tenant: &str) -> Result<(), AppError> { Ok(()) }
+//! ```
+//!
+//! ```no_run
+//! # use distlock::distributed_lock;
+//! # #[derive(Debug)] struct AppError;
+//! # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
+//! /// Any number of readers of one document at once; `save` (the same key, no `read`) waits
+//! /// for them to leave, and new readers wait for it.
+//! #[distributed_lock(key = "doc:<id>", read, ttl = "10s", renew, wait = "2s")]
+//! async fn render(id: u64) -> Result<String, AppError> { Ok(String::new()) }
+//!
+//! #[distributed_lock(key = "doc:<id>", ttl = "10s", wait = "5s")]
+//! async fn save(id: u64, text: String) -> Result<(), AppError> { Ok(()) }
 //! ```
 //!
 //! ## Key templates
@@ -252,6 +266,25 @@
 //! one name exclude each other ([`Error::Incompatible`]). Over [`Config::redlock`] semaphores
 //! are not supported yet ([`Error::InvalidConfig`]); one server, a Redis Cluster and Sentinel
 //! serve them.
+//!
+//! **Shared holds** ([`LockBuilder::read`], `read`): while you believe you hold a read, no
+//! writer (an exclusive hold of the name) does, and while you believe you hold the write,
+//! nobody else holds anything of the name; when that can no longer be guaranteed, you are
+//! told. Each reader's share is its own lease (a reader that dies frees its share at its own
+//! ttl), renewed on its own, released on every exit path (a release wakes waiting writers and
+//! readers); loss cancels the body and gives `Err(Lost)`; fencing tokens strictly increase per
+//! name across readers and writers. A writer meeting readers, or a reader meeting a writer, is
+//! busy (it waits with `wait`), never [`Error::Incompatible`]. **Writers do not starve**: a
+//! waiting writer marks its intent (a key next to the lock, in the same hash slot, that it
+//! renews while it waits) and no new reader enters while it lives, so the writer waits only
+//! for the readers already inside; a writer that went away holds new readers up for one second
+//! at most. Re-entry: a read inside a read takes no second share, a read inside a write
+//! re-enters the write, a write inside a read is [`Error::WriteInsideRead`] at once (a read
+//! hold is never upgraded). Since a waiting writer stops new readers, a body holding a read must
+//! not wait for another task that reads the same name (it could wait behind the writer that
+//! waits for it; each gives up at its `wait`). A semaphore and readers of one name are
+//! [`Error::Incompatible`]; over [`Config::redlock`] shared holds are not supported yet
+//! ([`Error::InvalidConfig`]).
 //!
 //! The reliability suite's stall row checks exactly this: holders in separate processes are
 //! `SIGSTOP`ped inside their critical sections for longer than their lease while others take

@@ -20,10 +20,12 @@ use crate::lock::fence;
 use crate::lock::guard::{Acquisition, Hold, LockGuard, ReleaseOnDrop};
 use crate::lock::permits::{self, Kind};
 use crate::lock::queue::{self, QueueEntry};
+use crate::lock::shared;
 use crate::metrics::{self, Attempt, Held, Waiting};
 use crate::registry;
 use crate::wire::calls::{
     AcquireCall, Acquired, FencedAcquireCall, QueuedAcquireCall, RenewCall, RenewItem, Renewed,
+    Side,
 };
 use crate::wire::keys::LockKeys;
 
@@ -67,6 +69,8 @@ pub struct LockBuilder {
     skip: bool,
     /// A lock, or one of a semaphore's permits.
     kind: Kind,
+    /// `.read()`: a shared hold (checked against the kind when the acquire starts).
+    read: bool,
 }
 
 /// Starts building a lock on `name` through the default client (see [`crate::init`]).
@@ -84,6 +88,7 @@ pub fn lock(name: impl Into<String>) -> LockBuilder {
         label: metrics::UNLABELED,
         skip: false,
         kind: Kind::Mutex,
+        read: false,
     }
 }
 
@@ -214,6 +219,12 @@ impl LockBuilder {
         self
     }
 
+    /// A shared (read) hold (see [`LockBuilder::read`]).
+    pub(crate) fn reading(mut self) -> Self {
+        self.read = true;
+        self
+    }
+
     /// Use the client installed under `name` with [`crate::Config::install_as`].
     pub fn client(mut self, name: impl Into<String>) -> Self {
         self.client = ClientChoice::Named(name.into());
@@ -286,9 +297,13 @@ impl LockBuilder {
                 ),
             });
         }
-        permits::check(&self.name, self.kind, &client)?;
+        let kind = match self.read {
+            true => shared::read_kind(&self.name, self.kind)?,
+            false => self.kind,
+        };
+        permits::check(&self.name, kind, &client)?;
         let terms = Terms {
-            kind: self.kind,
+            kind,
             ttl,
             renew: self.renew,
             wait: self.wait,
@@ -349,6 +364,8 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
         false => 0,
     };
     let mut queued: Option<QueueEntry> = None;
+    // A write that met readers: this and every later attempt goes as `ACQUIRE_WRITE`.
+    let mut met_readers = false;
     loop {
         let mut pttl = None;
         // RedLock: release wakes to let pass (the waiters queued ahead take those turns).
@@ -369,24 +386,25 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
             }
             let sent_at = Instant::now();
             let switches = client.switches();
-            let (attempt, acked) = match try_acquire(&hold, &terms, (ticket, queue)).await {
-                // A waiter tries again, after a pause, until its wait runs out. (RedLock's
-                // `NoQuorum` included: a split vote, masters that did not answer.)
-                Err(error) if give_up.is_some() && error.is_transient() => {
-                    failed = Some(error);
-                    (
-                        Acquired::Busy {
-                            pttl: None,
-                            pass: 0,
-                        },
-                        None,
-                    )
-                }
-                other => {
-                    failed = None;
-                    other?
-                }
-            };
+            let (attempt, acked) =
+                match try_acquire(&hold, &terms, (ticket, queue), &mut met_readers).await {
+                    // A waiter tries again, after a pause, until its wait runs out. (RedLock's
+                    // `NoQuorum` included: a split vote, masters that did not answer.)
+                    Err(error) if give_up.is_some() && error.is_transient() => {
+                        failed = Some(error);
+                        (
+                            Acquired::Busy {
+                                pttl: None,
+                                pass: 0,
+                            },
+                            None,
+                        )
+                    }
+                    other => {
+                        failed = None;
+                        other?
+                    }
+                };
             let attempt = match attempt {
                 // RedLock: a token above every earlier holder's (failing, the lock is released).
                 Acquired::Taken { token: Some(taken) } if client.is_quorum() => Acquired::Taken {
@@ -659,27 +677,66 @@ fn into_guard(
 
 /// One acquire round trip (two if the connection dropped): a plain `SET NX PX GET`, or the
 /// fenced script, with the `WAIT` of `min_replicas`; over a RedLock quorum the queued script
-/// (plain or fenced), with the waiter's `ticket` (and whether to queue it). `terms.wait`: the
+/// (plain or fenced), with the waiter's `ticket` (and whether to queue it); a permit's or a
+/// read hold's own script; a write that meets readers (or met them in an earlier attempt,
+/// `met_readers`) is sent (again) as `ACQUIRE_WRITE` (see `shared`). `terms.wait`: the
 /// caller waits when the lock is busy, so ask for its ttl too. Returns what it found and, when
 /// replicas were asked for, how many acknowledged and how many the `WAIT` required
 /// (`ALL_REPLICAS` resolved).
 async fn try_acquire(
     hold: &Hold,
     terms: &Terms,
-    (ticket, queue): (u64, bool),
+    queued: (u64, bool),
+    met_readers: &mut bool,
 ) -> Result<(Acquired, Option<(usize, usize)>), Error> {
     let client = &hold.client;
-    let name = hold.keys.name();
+    let replicas = client.replica_wait(terms.min_replicas);
+    let readers = *met_readers;
     let id = client.new_request_id();
+    let mut found = send_acquire(hold, terms, queued, id.as_bytes(), readers).await?;
+    // A write whose plain or fenced acquire met a key that is not a string (readers, maybe):
+    // asked again, and from now on, as a write where readers may hold the lock.
+    if terms.kind == Kind::Mutex
+        && !readers
+        && found.0 == Acquired::Incompatible
+        && !client.is_quorum()
+    {
+        *met_readers = true;
+        let id = client.new_request_id();
+        found = send_acquire(hold, terms, queued, id.as_bytes(), true).await?;
+    }
+    let (found, acked) = found;
+    let required = replicas.map_or(0, |w| w.replicas);
+    Ok((found, replicas.map(|_| (acked.unwrap_or(0), required))))
+}
+
+/// One acquire request of [`try_acquire`] (`readers`: a write that met readers, see
+/// `shared`), retried once with the same request if the connection dropped.
+async fn send_acquire(
+    hold: &Hold,
+    terms: &Terms,
+    (ticket, queue): (u64, bool),
+    id: &[u8],
+    readers: bool,
+) -> Result<(Acquired, Option<usize>), Error> {
+    let client = &hold.client;
+    let name = hold.keys.name();
     let replicas = client.replica_wait(terms.min_replicas);
     let send = || async {
         if let Kind::Permits(permits) = terms.kind {
-            permits::try_acquire(hold, terms, permits, (id.as_bytes(), replicas)).await
+            permits::try_acquire(hold, terms, permits, (id, replicas)).await
+        } else if terms.kind == Kind::Read {
+            shared::try_acquire(hold, terms, Side::Read, (id, replicas)).await
+        } else if readers {
+            let write = Side::Write {
+                waits: terms.wait.is_some(),
+            };
+            shared::try_acquire(hold, terms, write, (id, replicas)).await
         } else if client.is_quorum() {
             let call = QueuedAcquireCall {
                 keys: &hold.keys,
                 value: hold.value.as_bytes(),
-                id: id.as_bytes(),
+                id,
                 ttl: terms.ttl,
                 fenced: terms.fenced.then_some(client.config().fence_retention),
                 ticket,
@@ -690,7 +747,7 @@ async fn try_acquire(
             let call = FencedAcquireCall {
                 keys: &hold.keys,
                 value: hold.value.as_bytes(),
-                id: id.as_bytes(),
+                id,
                 ttl: terms.ttl,
                 retention: client.config().fence_retention,
                 wait: replicas,
@@ -700,7 +757,7 @@ async fn try_acquire(
             let call = AcquireCall {
                 keys: &hold.keys,
                 owner: &hold.value,
-                id: id.as_bytes(),
+                id,
                 ttl: terms.ttl,
                 want_pttl: terms.wait.is_some(),
                 wait: replicas,
@@ -712,13 +769,11 @@ async fn try_acquire(
     // value so a reply lost after the lock was taken reads as our own take. A timeout is not
     // retried (the caller's bound is one response timeout); the caller's cleanup releases the
     // lock in case the request was applied.
-    let (found, acked) = match send().await {
+    match send().await {
         Err(error) if error.is_connection_failure() => {
             tracing::debug!(%error, "acquire reply lost; retrying with the same value");
             send().await
         }
         other => other,
-    }?;
-    let required = replicas.map_or(0, |w| w.replicas);
-    Ok((found, replicas.map(|_| (acked.unwrap_or(0), required))))
+    }
 }

@@ -318,7 +318,15 @@ impl LockGuard {
         match self.hold().kind {
             Kind::Mutex => None,
             Kind::Permits(n) => Some(n),
+            Kind::Read => None,
         }
+    }
+
+    /// True if this guard holds a shared (read) hold ([`LockBuilder::read`](crate::LockBuilder::read));
+    /// false for a lock (also for a read that re-entered a write: it holds the write) or a
+    /// permit.
+    pub fn is_shared(&self) -> bool {
+        self.hold().kind == Kind::Read
     }
 
     /// True if this guard re-entered a lock its call chain already held.

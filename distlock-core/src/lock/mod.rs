@@ -1,7 +1,8 @@
 //! One lock, from the caller's side: the builder and the acquire/wait loop (`acquire`, with its
 //! `backoff` and, over RedLock, the waiter's `queue` entry and the `fence`), the guard and its
-//! hold (`guard`), a semaphore's permits as a kind of lock (`permits`), the body under a lock (`run`), the task-local chain of held locks
-//! (`context`) and `assert_locked!` (`lock_assert`).
+//! hold (`guard`), a semaphore's permits and shared (read) holds as kinds of lock (`permits`,
+//! `shared`), the body under a lock (`run`), the task-local chain of held locks (`context`) and
+//! `assert_locked!` (`lock_assert`).
 
 pub(crate) mod acquire;
 pub(crate) mod backoff;
@@ -12,3 +13,4 @@ pub(crate) mod lock_assert;
 pub(crate) mod permits;
 pub(crate) mod queue;
 pub(crate) mod run;
+pub(crate) mod shared;

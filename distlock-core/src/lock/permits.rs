@@ -17,6 +17,8 @@ pub(crate) enum Kind {
     Mutex,
     /// One permit of a semaphore of this many.
     Permits(u32),
+    /// A shared (read) hold of the lock (see `shared`).
+    Read,
 }
 
 /// Starts building the acquisition of one of the `permits` permits of the semaphore `name`
@@ -69,7 +71,7 @@ impl Client {
 }
 
 /// The checks of an acquisition's kind against its client: at least one permit, and no
-/// semaphore over a RedLock quorum (not built yet).
+/// semaphore or read hold over a RedLock quorum (not built yet).
 pub(crate) fn check(name: &str, kind: Kind, client: &Client) -> Result<(), Error> {
     let reason = match kind {
         Kind::Mutex => return Ok(()),
@@ -80,11 +82,16 @@ pub(crate) fn check(name: &str, kind: Kind, client: &Client) -> Result<(), Error
             "semaphore `{name}`: semaphores are not supported over `Config::redlock` yet; use one server, a Redis Cluster or Sentinel"
         ),
         Kind::Permits(_) => return Ok(()),
+        Kind::Read if client.is_quorum() => format!(
+            "lock `{name}`: shared (read) holds are not supported over `Config::redlock` yet; use one server, a Redis Cluster or Sentinel"
+        ),
+        Kind::Read => return Ok(()),
     };
     Err(Error::InvalidConfig { reason })
 }
 
-/// A re-entry must take what its outer hold took: the same kind, the same count.
+/// A re-entry must take what its outer hold took: the same kind, the same count; a read
+/// re-enters a write, a write never re-enters a read.
 pub(crate) fn check_reentry(name: &str, outer: Kind, inner: Kind) -> Result<(), Error> {
     match (outer, inner) {
         (Kind::Permits(held), Kind::Permits(asked)) if held != asked => {
@@ -94,12 +101,19 @@ pub(crate) fn check_reentry(name: &str, outer: Kind, inner: Kind) -> Result<(), 
                 held,
             })
         }
-        (Kind::Mutex, Kind::Permits(_)) | (Kind::Permits(_), Kind::Mutex) => {
-            Err(Error::Incompatible {
-                key: name.to_owned(),
-            })
-        }
-        _ => Ok(()),
+        // A read hold is never upgraded in place (two readers upgrading would deadlock).
+        (Kind::Read, Kind::Mutex) => Err(Error::WriteInsideRead {
+            key: name.to_owned(),
+        }),
+        (Kind::Mutex, Kind::Permits(_))
+        | (Kind::Permits(_), Kind::Mutex | Kind::Read)
+        | (Kind::Read, Kind::Permits(_)) => Err(Error::Incompatible {
+            key: name.to_owned(),
+        }),
+        // A read inside a write re-enters the write: the exclusive hold covers reading.
+        (Kind::Mutex, Kind::Mutex | Kind::Read)
+        | (Kind::Read, Kind::Read)
+        | (Kind::Permits(_), Kind::Permits(_)) => Ok(()),
     }
 }
 

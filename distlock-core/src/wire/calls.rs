@@ -11,10 +11,10 @@ use crate::wire::ids::ShortId;
 use crate::wire::keys::LockKeys;
 use crate::wire::request::{
     echoes, finish_pipeline, Call, ReplicaWait, Request, ACQUIRE_FENCED_SCRIPT,
-    ACQUIRE_PERMIT_SCRIPT, ACQUIRE_QUEUED_SCRIPT, FENCE_FLOOR_SCRIPT, LEAVE_QUEUE_SCRIPT,
-    RELEASE_MANY_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT,
+    ACQUIRE_PERMIT_SCRIPT, ACQUIRE_QUEUED_SCRIPT, ACQUIRE_READ_SCRIPT, ACQUIRE_WRITE_SCRIPT,
+    FENCE_FLOOR_SCRIPT, LEAVE_QUEUE_SCRIPT, RELEASE_MANY_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT,
 };
-use crate::wire::scripts::{TURN_GRACE, VERSION_TAG};
+use crate::wire::scripts::{TURN_GRACE, VERSION_TAG, WRITER_INTENT};
 
 /// What an acquire found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -250,6 +250,82 @@ impl Call for PermitAcquireCall<'_> {
             }
             _ => return None,
         }))
+    }
+}
+
+/// Which side of a shared lock an [`RwAcquireCall`] takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// A shared (read) hold: [`ACQUIRE_READ`].
+    Read,
+    /// The lock, where readers may hold it: [`ACQUIRE_WRITE`]; `waits`: the caller waits, and
+    /// marks its intent while busy (for [`WRITER_INTENT`]).
+    Write { waits: bool },
+}
+
+/// [`ACQUIRE_READ`] or [`ACQUIRE_WRITE`]: a read hold, or a write hold that met readers.
+pub(crate) struct RwAcquireCall<'a> {
+    pub(crate) keys: &'a LockKeys,
+    /// `d2:<owner>`.
+    pub(crate) value: &'a [u8],
+    /// The request id (unique within the client).
+    pub(crate) id: &'a [u8],
+    pub(crate) ttl: Duration,
+    pub(crate) side: Side,
+    /// The fence floor's retention if the acquire hands out a fencing token.
+    pub(crate) fenced: Option<Duration>,
+    /// Replicas that must acknowledge the take (`min_replicas`).
+    pub(crate) wait: Option<ReplicaWait>,
+}
+
+impl Call for RwAcquireCall<'_> {
+    type Raw = (i64, i64);
+    type Reply = Acquired;
+
+    fn request(&self) -> Request {
+        let script = match self.side {
+            Side::Read => &ACQUIRE_READ_SCRIPT,
+            Side::Write { .. } => &ACQUIRE_WRITE_SCRIPT,
+        };
+        let mut cmd = script.evalsha();
+        let retention = self.fenced.map_or(0, |r| millis_ceil(r.max(self.ttl)));
+        cmd.arg(3)
+            .arg(self.keys.lock())
+            .arg(self.keys.fence())
+            .arg(self.keys.writer())
+            .arg(self.value)
+            .arg(millis_ceil(self.ttl))
+            .arg(retention)
+            .arg(self.id);
+        if let Side::Write { waits } = self.side {
+            cmd.arg(if waits { millis_ceil(WRITER_INTENT) } else { 0 });
+        }
+        Request::Script(script, cmd)
+    }
+
+    fn request_id(&self) -> &[u8] {
+        self.id
+    }
+
+    fn replica_wait(&self) -> Option<ReplicaWait> {
+        self.wait
+    }
+
+    fn decode(&self, (status, value): (i64, i64)) -> Option<Acquired> {
+        Some(match status {
+            1 => Acquired::Taken {
+                token: match self.fenced {
+                    Some(_) => Some(u64::try_from(value).ok()?),
+                    None => None,
+                },
+            },
+            0 => Acquired::Busy {
+                pttl: Some(value),
+                pass: 0,
+            },
+            2 => Acquired::Incompatible,
+            _ => return None,
+        })
     }
 }
 

@@ -8,7 +8,9 @@
 //! how long each entry lasts, see `scripts::ACQUIRE_QUEUED`). A semaphore of the same name
 //! (`distlock::semaphore`) lies at the lock key itself, as a sorted set of its holders, with the
 //! same fence key and release channel, so a lock and a semaphore of one name meet and exclude
-//! each other (see `scripts`, "Permits"). Redis Cluster hashes only the text
+//! each other (see `scripts`, "Permits"); shared (read) holds lie there too, and a writer
+//! waiting for them marks its intent at `distlock:{order:42}:writer` (see `scripts`, "Shared
+//! holds"). Redis Cluster hashes only the text
 //! between the first `{` and the next `}`; the prefix may not contain braces and the name may
 //! not contain `}`, so that text is exactly the lock name for all of them: they always share
 //! one hash slot, and nothing in the name can move one of them to another slot.
@@ -70,6 +72,11 @@ impl LockKeys {
     /// The fencing floor key, `prefix:{name}:fence`.
     pub(crate) fn fence(&self) -> String {
         self.with_suffix(":fence")
+    }
+
+    /// A waiting writer's intent, `prefix:{name}:writer` (see `scripts`, "Shared holds").
+    pub(crate) fn writer(&self) -> String {
+        self.with_suffix(":writer")
     }
 
     /// The RedLock waiters' tickets, `prefix:{name}:queue` (a sorted set).

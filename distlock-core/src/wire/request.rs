@@ -10,8 +10,8 @@ use redis::{Cmd, ErrorKind, FromRedisValue, Pipeline, RedisResult, ServerErrorKi
 
 use crate::lease::millis_ceil;
 use crate::wire::scripts::{
-    ACQUIRE_FENCED, ACQUIRE_PERMIT, ACQUIRE_QUEUED, FENCE_FLOOR, LEAVE_QUEUE, RELEASE,
-    RELEASE_MANY, RENEW,
+    ACQUIRE_FENCED, ACQUIRE_PERMIT, ACQUIRE_QUEUED, ACQUIRE_READ, ACQUIRE_WRITE, FENCE_FLOOR,
+    LEAVE_QUEUE, RELEASE, RELEASE_MANY, RENEW,
 };
 
 /// A Lua script; its SHA1 is computed on first use.
@@ -73,9 +73,11 @@ pub(crate) static FENCE_FLOOR_SCRIPT: Lua = Lua::new(FENCE_FLOOR);
 pub(crate) static ACQUIRE_QUEUED_SCRIPT: Lua = Lua::new(ACQUIRE_QUEUED);
 pub(crate) static LEAVE_QUEUE_SCRIPT: Lua = Lua::new(LEAVE_QUEUE);
 pub(crate) static ACQUIRE_PERMIT_SCRIPT: Lua = Lua::new(ACQUIRE_PERMIT);
+pub(crate) static ACQUIRE_READ_SCRIPT: Lua = Lua::new(ACQUIRE_READ);
+pub(crate) static ACQUIRE_WRITE_SCRIPT: Lua = Lua::new(ACQUIRE_WRITE);
 
 /// Every script, for preloading at connect.
-pub(crate) static ALL: [&Lua; 8] = [
+pub(crate) static ALL: [&Lua; 10] = [
     &ACQUIRE_FENCED_SCRIPT,
     &RELEASE_SCRIPT,
     &RELEASE_MANY_SCRIPT,
@@ -84,6 +86,8 @@ pub(crate) static ALL: [&Lua; 8] = [
     &ACQUIRE_QUEUED_SCRIPT,
     &LEAVE_QUEUE_SCRIPT,
     &ACQUIRE_PERMIT_SCRIPT,
+    &ACQUIRE_READ_SCRIPT,
+    &ACQUIRE_WRITE_SCRIPT,
 ];
 
 /// What goes on the wire for one call.

@@ -49,6 +49,29 @@
 //!   `permit_prelude!`), so the watchdog's batches, the re-entry check, the group commit and the
 //!   Sentinel confirmations serve both kinds unchanged. A release publishes on `:released`.
 //!
+//! ### Shared holds (`distlock::lock(name).read()`)
+//!
+//! Readers lie at the lock key too, as a sorted set like a semaphore's (one member per reader
+//! scored by its lease deadline, expired readers removed by every script that touches it, the
+//! key's expiry kept at the latest deadline), marked by the member `d2:readers` scored `-1`
+//! instead of a count. Next to it, `prefix:{name}:writer` holds the value of a writer waiting
+//! for the readers (its intent), with a short expiry (`WRITER_INTENT`, 1 s) that the writer renews
+//! at each attempt.
+//!
+//! * **Read acquire** (`ReadAcquireCall`, `ACQUIRE_READ`): a share if no writer holds the lock
+//!   (a `d2` string) and no writer's intent lives; a replay finds our member and extends it.
+//!   Fenced, the token comes from the lock's fence floor.
+//! * **Write acquire**: a lock's plain or fenced acquire; one that meets readers (`WRONGTYPE`,
+//!   or the fenced script's "not a string") is sent again as `ACQUIRE_WRITE`
+//!   (`WriteAcquireCall`), and so is every later attempt of that acquire: busy while readers
+//!   live, a waiting writer marks its intent (so no new reader enters: writers do not starve)
+//!   and takes the lock when the last reader left, removing its intent.
+//! * **Renewal, release**: `RENEW`, `RELEASE` and `RELEASE_MANY`, as for a permit (a key that
+//!   is not a string is a set of holders, `permit_prelude!`); a reader's release publishes.
+//!
+//! A semaphore and a set of readers of one name are incompatible with each other, as is a
+//! distlock of an earlier protocol (its `SET ... GET` meets `WRONGTYPE`).
+//!
 //! The kinds exclude each other: a lock's `SET ... GET` on a semaphore's key is `WRONGTYPE`,
 //! and a semaphore's acquire on a lock's key finds a string; both report it as incompatible,
 //! as does a distlock of an earlier protocol.
@@ -70,8 +93,8 @@ pub const VERSION_TAG: &str = "d2:";
 /// The member of a semaphore's sorted set that holds its permit count (as the score `-n`).
 pub const PERMITS_MEMBER: &str = "d2:permits";
 
-/// The Lua functions on a semaphore's sorted set shared by [`ACQUIRE_PERMIT`], [`RENEW`],
-/// [`RELEASE`] and [`RELEASE_MANY`] (a macro, so that `concat!` makes each script one constant
+/// The Lua functions on a semaphore's or readers' sorted set shared by [`ACQUIRE_PERMIT`],
+/// [`ACQUIRE_READ`], [`RENEW`], [`RELEASE`] and [`RELEASE_MANY`] (a macro, so that `concat!` makes each script one constant
 /// string). Deadlines are the server's clock in ms; the count member's score is `-n`, below
 /// every deadline. The lock scripts define them inside their branch for a key that is not a
 /// string, so a lock's renewal and release never pay for making them.
@@ -101,8 +124,14 @@ local function permit_settle(key, now)
     redis.call('PEXPIRE', key, string.format('%d', at - now))
   end
 end
+local function permit_set(key)
+  if redis.call('TYPE', key)['ok'] ~= 'zset' then
+    return false
+  end
+  return redis.call('ZSCORE', key, 'd2:permits') or redis.call('ZSCORE', key, 'd2:readers')
+end
 local function permit_renew(key, value, ttl)
-  if not permit_count(key) then
+  if not permit_set(key) then
     return -2
   end
   local now = permit_now()
@@ -118,7 +147,7 @@ local function permit_renew(key, value, ttl)
   return 0
 end
 local function permit_release(key, value, keep)
-  if not permit_count(key) then
+  if not permit_set(key) then
     return -3
   end
   local now = permit_now()
@@ -192,6 +221,153 @@ permit_settle(KEYS[1], now)
 return {ARGV[5], {1, token}}
 "#
 );
+
+/// How long a waiting writer's intent (`prefix:{name}:writer`, see the module docs, "Shared
+/// holds") stops new readers unless the writer renews it: a writer renews it at each attempt
+/// and attempts at least every third of it, so this bounds what a writer that went away costs
+/// the readers.
+pub(crate) const WRITER_INTENT: Duration = Duration::from_millis(1000);
+
+/// Acquire a shared (read) hold (see the module docs, "Shared holds").
+///
+/// KEYS: lock, fence, writer intent. ARGV: value (`d2:<owner>`), ttl ms, fence retention ms
+/// (0: no fencing token), request id. Returns `{id, {1, token}}` (a share taken, or a replay of
+/// our own take, extended to the ttl; token 0 when not fenced), `{id, {0, ms}}` (a writer holds
+/// the lock, for ms, or waits for it: its intent lasts ms more), or `{id, {2, 0}}` (the key
+/// holds something that is neither a `d2` lock nor a `d2` set of readers: a semaphore, another
+/// version's or another program's key).
+pub const ACQUIRE_READ: &str = concat!(
+    permit_prelude!(),
+    r#"
+local now = permit_now()
+local kind = redis.call('TYPE', KEYS[1])['ok']
+local replay = false
+if kind == 'string' then
+  local v = redis.call('GET', KEYS[1])
+  if string.sub(v, 1, 3) ~= 'd2:' then
+    return {ARGV[4], {2, 0}}
+  end
+  return {ARGV[4], {0, redis.call('PTTL', KEYS[1])}}
+elseif kind == 'zset' then
+  if not redis.call('ZSCORE', KEYS[1], 'd2:readers') then
+    return {ARGV[4], {2, 0}}
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, now)
+  replay = redis.call('ZSCORE', KEYS[1], ARGV[1]) ~= false
+elseif kind ~= 'none' then
+  return {ARGV[4], {2, 0}}
+end
+if not replay then
+  local intent = redis.call('PTTL', KEYS[3])
+  if intent ~= -2 then
+    if kind == 'zset' then
+      permit_settle(KEYS[1], now)
+    end
+    if intent < 0 then
+      intent = 1000
+    end
+    return {ARGV[4], {0, intent}}
+  end
+end
+local token = 0
+if tonumber(ARGV[3]) > 0 then
+  local t = redis.call('TIME')
+  token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local prev = redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3], 'GET')
+  local last = tonumber(prev or '0')
+  if last == nil then
+    redis.call('SET', KEYS[2], prev, 'PX', ARGV[3])
+    return redis.error_reply('ERR distlock: the fence key ' .. KEYS[2] .. ' does not hold a number; delete it to use this lock')
+  end
+  if token <= last then
+    token = last + 1
+    redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3])
+  end
+end
+redis.call('ZADD', KEYS[1], '-1', 'd2:readers')
+redis.call('ZADD', KEYS[1], 'GT', string.format('%d', now + tonumber(ARGV[2])), ARGV[1])
+permit_settle(KEYS[1], now)
+return {ARGV[4], {1, token}}
+"#
+);
+
+/// Acquire the lock (exclusive, plain or fenced) where readers may hold it: a writer whose
+/// plain acquire met a set of readers, and every later attempt of that acquire (see the module
+/// docs, "Shared holds").
+///
+/// KEYS: lock, fence, writer intent. ARGV: value (`d2:<owner>`), ttl ms, fence retention ms (0:
+/// no fencing token), request id, intent ms (0: the caller does not wait, and marks no intent).
+/// Returns `{id, {1, token}}` (taken, or a replay of our own take; token 0 when not fenced),
+/// `{id, {0, ms}}` (readers or another writer hold it: try again within ms) or `{id, {2, 0}}`
+/// (not a `d2` lock or set of readers).
+///
+/// Busy, a waiting writer (intent ms > 0) sets the intent to its own value for intent ms (new
+/// readers wait while it lasts) and is told to try again within a third of it, so it renews
+/// the intent while it waits; taking the lock removes the intent if it is still its own.
+pub const ACQUIRE_WRITE: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local mark = tonumber(ARGV[5])
+local function busy(ms)
+  if mark > 0 then
+    redis.call('SET', KEYS[3], ARGV[1], 'PX', mark)
+    ms = math.min(ms, math.max(math.floor(mark / 3), 1))
+  end
+  return {ARGV[4], {0, ms}}
+end
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'zset' then
+  if not redis.call('ZSCORE', KEYS[1], 'd2:readers') then
+    return {ARGV[4], {2, 0}}
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, now)
+  local first = redis.call('ZRANGE', KEYS[1], 1, 1, 'WITHSCORES')
+  if first[2] then
+    local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+    redis.call('PEXPIRE', KEYS[1], string.format('%d', tonumber(last[2]) - now))
+    return busy(math.max(tonumber(first[2]) - now, 1))
+  end
+  redis.call('DEL', KEYS[1])
+elseif kind == 'string' then
+  local v = redis.call('GET', KEYS[1])
+  if v == ARGV[1] then
+    local token = 0
+    if tonumber(ARGV[3]) > 0 then
+      token = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+    end
+    return {ARGV[4], {1, token}}
+  end
+  if string.sub(v, 1, 3) ~= 'd2:' then
+    return {ARGV[4], {2, 0}}
+  end
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl < 0 then
+    pttl = 1000
+  end
+  return busy(pttl)
+elseif kind ~= 'none' then
+  return {ARGV[4], {2, 0}}
+end
+local token = 0
+if tonumber(ARGV[3]) > 0 then
+  token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local prev = redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3], 'GET')
+  local last = tonumber(prev or '0')
+  if last == nil then
+    redis.call('SET', KEYS[2], prev, 'PX', ARGV[3])
+    return redis.error_reply('ERR distlock: the fence key ' .. KEYS[2] .. ' does not hold a number; delete it to use this lock')
+  end
+  if token <= last then
+    token = last + 1
+    redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3])
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if redis.call('GET', KEYS[3]) == ARGV[1] then
+  redis.call('DEL', KEYS[3])
+end
+return {ARGV[4], {1, token}}
+"#;
 
 /// Fenced acquire: take the lock and hand out a fencing token.
 ///

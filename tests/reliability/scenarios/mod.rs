@@ -46,6 +46,7 @@ pub(crate) fn all(settings: &Settings) -> Vec<Scenario> {
         registry_misuse::scenario(&s, heavy(40, 60)),
         stall::scenario(&s, heavy(60, 240)),
         stall::permits_scenario(&s, heavy(60, 240)),
+        stall::read_write_scenario(&s, heavy(60, 240)),
         sentinel_failover::scenario(&s, heavy(90, 120)),
         cluster_failover::scenario(&s, heavy(40, 120)),
         redlock_loss::scenario(&s, heavy(40, 120)),

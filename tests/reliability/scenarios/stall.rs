@@ -27,6 +27,13 @@
 //! at no instant more than `N` sections that returned `Ok` (and `N` reached, or the row proves
 //! nothing), every `Ok` section's fencing token distinct (tokens rise in acquire order, which
 //! concurrent holders do not record exactly), and no `Ok` section spanning a whole stall.
+//!
+//! Row `15r` is the same with shared holds: each section is a read (`lock(name).read()`) or,
+//! at [`WRITE_PERCENT`], a write (the lock itself). Its checks: no `Ok` write section overlaps
+//! any other `Ok` section (read or write), `Ok` reads overlap each other (at least 2 at once,
+//! or the row proves nothing), fencing tokens are distinct and every `Ok` write's token is
+//! above those of the `Ok` sections that ended before it began and below those that began
+//! after it ended, and no `Ok` section spans a whole stall.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -59,7 +66,7 @@ pub(crate) fn scenario(s: &Settings, budget: Duration) -> Scenario {
     );
     let seed = s.seed;
     Scenario::new("15", title, budget, move |t| {
-        run(t, (holders, 0), stalls, seed)
+        run(t, (holders, 0, 0), stalls, seed)
     })
 }
 
@@ -71,9 +78,24 @@ pub(crate) fn permits_scenario(s: &Settings, budget: Duration) -> Scenario {
     );
     let seed = s.seed;
     Scenario::new("15p", title, budget, move |t| {
-        run(t, (holders, PERMITS), stalls, seed)
+        run(t, (holders, PERMITS, 0), stalls, seed)
     })
 }
+
+/// Row `15r`: the stall row over shared holds, [`WRITE_PERCENT`] of the sections writes.
+pub(crate) fn read_write_scenario(s: &Settings, budget: Duration) -> Scenario {
+    let (holders, stalls) = s.pick((5, 10), (8, 40));
+    let title = format!(
+        "read/write stall: {holders} holders of reads and writes ({WRITE_PERCENT}% writes) SIGSTOPped inside run() past their ttl ({stalls} stalls)"
+    );
+    let seed = s.seed;
+    Scenario::new("15r", title, budget, move |t| {
+        run(t, (holders, 0, 100 - WRITE_PERCENT), stalls, seed)
+    })
+}
+
+/// Per cent of row `15r`'s sections that are writes (the rest are reads).
+const WRITE_PERCENT: u64 = 30;
 
 /// The permits of row `15p`'s semaphore.
 const PERMITS: u32 = 2;
@@ -105,6 +127,8 @@ struct Record {
     token: u64,
     outcome: String,
     renew: bool,
+    /// A read (row `15r`); every other section is exclusive.
+    read: bool,
 }
 
 impl Record {
@@ -117,6 +141,7 @@ impl Record {
             token: field_u64(line, "token"),
             outcome: f.get("outcome").copied().unwrap_or("?").to_owned(),
             renew: f.get("renew") == Some(&"1"),
+            read: f.get("read") == Some(&"1"),
         }
     }
 
@@ -135,18 +160,25 @@ impl Record {
     fn show(&self, base: u64) -> String {
         let at = |us: u64| us.saturating_sub(base) as f64 / 1000.0;
         format!(
-            "[pid {} token {}{} {:.1}..{:.1} ms]",
+            "[pid {} token {}{}{} {:.1}..{:.1} ms]",
             self.pid,
             self.token,
             if self.renew { " renewed" } else { "" },
+            if self.read { " read" } else { "" },
             at(self.start),
             at(self.end)
         )
     }
 }
 
-/// `permits`: 0 for the lock, else the semaphore's count.
-async fn run(t: Arc<Tally>, (holders, permits): (u64, u32), stalls: u64, seed: u64) {
+/// `permits`: 0 for the lock, else the semaphore's count; `read_percent`: the per cent of
+/// the lock's sections taken as reads (0: none).
+async fn run(
+    t: Arc<Tally>,
+    (holders, permits, read_percent): (u64, u32, u64),
+    stalls: u64,
+    seed: u64,
+) {
     let server = RedisServer::start();
     let mut conn = server.conn().await;
     let mut rng = Rng::new(seed);
@@ -164,6 +196,7 @@ async fn run(t: Arc<Tally>, (holders, permits): (u64, u32), stalls: u64, seed: u
                     ("hold_max_ms", (ttl_ms * 3 / 4).to_string()),
                     ("renew_percent", RENEW_PERCENT.to_string()),
                     ("permits", permits.to_string()),
+                    ("read_percent", read_percent.to_string()),
                     ("seed", rng.next_u64().to_string()),
                 ],
             )
@@ -253,9 +286,10 @@ async fn run(t: Arc<Tally>, (holders, permits): (u64, u32), stalls: u64, seed: u
         format!("{unentered} lock calls failed before their body ran (see the workers' stderr)")
     });
 
-    let (overlapped, out_of_order) = match permits {
-        0 => check_ok_sections(&t, &records),
-        n => check_ok_permits(&t, &records, n),
+    let (overlapped, out_of_order) = match (permits, read_percent) {
+        (0, 0) => check_ok_sections(&t, &records),
+        (0, _) => check_ok_reads_and_writes(&t, &records),
+        (n, _) => check_ok_permits(&t, &records, n),
     };
 
     // Which sections a stall froze from start to finish: their lease elapsed for sure.
@@ -301,7 +335,11 @@ async fn run(t: Arc<Tally>, (holders, permits): (u64, u32), stalls: u64, seed: u
         spanned.iter().filter(|r| r.outcome == "lost").count(),
         spanned.iter().filter(|r| r.outcome == "error").count(),
     ));
-    if permits == 0 {
+    if read_percent > 0 {
+        t.note(format!(
+            "{overlapped} Ok writes overlapped by another Ok section; {out_of_order} Ok sections with a token out of order around a write, or repeated"
+        ));
+    } else if permits == 0 {
         t.note(format!(
             "{overlapped} Ok sections overlapped by later Ok sections, {out_of_order} Ok sections with a token not above the previous one"
         ));
@@ -358,6 +396,81 @@ fn check_ok_permits(t: &Tally, records: &[Record], permits: u32) -> (usize, usiz
         format!("{repeated} Ok sections had a fencing token another Ok section had")
     });
     (usize::try_from(most).unwrap_or(0), repeated)
+}
+
+/// Row `15r`: no `Ok` write overlaps any other `Ok` section, `Ok` reads overlap each other (2
+/// at once reached), tokens distinct, and each `Ok` write's token above those of the `Ok`
+/// sections that ended before it began and below those that began after it ended. Returns the
+/// writes overlapped and the tokens out of order (or repeated).
+fn check_ok_reads_and_writes(t: &Tally, records: &[Record]) -> (usize, usize) {
+    let base = records.first().map_or(0, |r| r.start);
+    let ok: Vec<&Record> = records.iter().filter(|r| r.ok()).collect();
+    let (mut overlapped, mut out_of_order) = (0, 0);
+    for w in ok.iter().filter(|r| !r.read) {
+        let others = ok.iter().filter(|o| !std::ptr::eq(**o, *w));
+        let inside: Vec<&&Record> = others
+            .clone()
+            .filter(|o| o.start < w.end && o.end > w.start)
+            .collect();
+        if let Some(first) = inside.first() {
+            overlapped += 1;
+            if overlapped <= MAX_LISTED {
+                t.violation(format!(
+                    "Ok write {} overlaps {} other Ok section(s), the first {}",
+                    w.show(base),
+                    inside.len(),
+                    first.show(base)
+                ));
+            }
+        }
+        let wrong = others
+            .filter(|o| {
+                (o.end <= w.start && o.token >= w.token) || (o.start >= w.end && o.token <= w.token)
+            })
+            .count();
+        if wrong > 0 {
+            out_of_order += wrong;
+            if out_of_order <= MAX_LISTED {
+                t.violation(format!(
+                    "Ok write {}: {wrong} Ok section(s) before or after it with a token on the wrong side",
+                    w.show(base)
+                ));
+            }
+        }
+    }
+    if overlapped > MAX_LISTED {
+        t.violation(format!(
+            "... and {} more Ok writes overlapped",
+            overlapped - MAX_LISTED
+        ));
+    }
+    // Ends before starts at the same instant: reads that touch do not overlap.
+    let mut events: Vec<(u64, i64)> = ok
+        .iter()
+        .filter(|r| r.read)
+        .flat_map(|r| [(r.start, 1), (r.end, -1)])
+        .collect();
+    events.sort_unstable();
+    let (mut inside, mut most) = (0i64, 0i64);
+    for (_, step) in events {
+        inside += step;
+        most = most.max(inside);
+    }
+    t.check(most >= 2, || {
+        format!("Ok reads never overlapped (at most {most} at once): the reads were not shared")
+    });
+    let mut tokens: Vec<u64> = ok.iter().map(|r| r.token).collect();
+    tokens.sort_unstable();
+    let repeated = tokens.windows(2).filter(|w| w[0] == w[1]).count();
+    t.check(repeated == 0, || {
+        format!("{repeated} Ok sections had a fencing token another Ok section had")
+    });
+    t.note(format!(
+        "{} Ok reads ({most} at most at once), {} Ok writes",
+        ok.iter().filter(|r| r.read).count(),
+        ok.iter().filter(|r| !r.read).count()
+    ));
+    (overlapped, out_of_order + repeated)
 }
 
 /// Sections that returned `Ok` must be disjoint in time, with fencing tokens rising in start
@@ -432,6 +545,7 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
     let (hold_min, hold_max) = (ctx.num("hold_min_ms"), ctx.num("hold_max_ms"));
     let renew_percent = ctx.num("renew_percent");
     let permits = u32::try_from(ctx.num("permits")).map_err(|e| e.to_string())?;
+    let read_percent = ctx.num("read_percent");
     let mut rng = Rng::new(ctx.num("seed"));
     // The default (2 s) timeouts: no Redis faults here, and a reply that came in while this
     // process was frozen must not count as late.
@@ -457,6 +571,8 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
             }
         }
         let renew = rng.percent(renew_percent);
+        // Drawn only in row `15r`, so the other rows' seeds replay as before.
+        let read = read_percent > 0 && rng.percent(read_percent);
         let hold = rng.millis(hold_min, hold_max);
         let entered = Mutex::new(None::<Entered>);
         let body = async {
@@ -472,9 +588,10 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
                 e.end = Some(now_us());
             }
         };
-        let lock = match permits {
-            0 => distlock::lock(LOCK),
-            n => distlock::semaphore(LOCK, n),
+        let lock = match (permits, read) {
+            (0, false) => distlock::lock(LOCK),
+            (0, true) => distlock::lock(LOCK).read(),
+            (n, _) => distlock::semaphore(LOCK, n),
         };
         let result = lock
             .ttl(ttl)
@@ -508,10 +625,11 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
             return Err("a body run under a fenced lock saw no fencing token".to_owned());
         };
         let record = format!(
-            "pid={pid} start={} end={} token={token} outcome={outcome} renew={} finished={}",
+            "pid={pid} start={} end={} token={token} outcome={outcome} renew={} read={} finished={}",
             section.start,
             section.end.unwrap_or(returned),
             u8::from(renew),
+            u8::from(read),
             u8::from(section.end.is_some()),
         );
         let _: i64 = conn

@@ -15,7 +15,7 @@ use std::time::Duration;
 use crate::lease::LEASE_MARGIN;
 use crate::wire::calls::{
     AcquireCall, Acquired, FenceFloorCall, FencedAcquireCall, LeaveQueueCall, PermitAcquireCall,
-    PermitAcquired, QueuedAcquireCall, ReleaseCall, Released, RenewCall, Renewed,
+    PermitAcquired, QueuedAcquireCall, ReleaseCall, Released, RenewCall, Renewed, RwAcquireCall,
 };
 use crate::wire::request::Call;
 
@@ -203,6 +203,23 @@ impl Quorate for PermitAcquireCall<'_> {
         _silent: usize,
         _elapsed: Duration,
     ) -> Result<PermitAcquired, NoQuorum> {
+        Err(NoQuorum {
+            agreed: 0,
+            required: majority(nodes),
+        })
+    }
+}
+
+/// Never sent to a quorum: shared holds over RedLock are refused before any request
+/// (`InvalidConfig`), and a write acquire there never meets readers.
+impl Quorate for RwAcquireCall<'_> {
+    fn count(
+        &self,
+        _replies: &[Acquired],
+        nodes: usize,
+        _silent: usize,
+        _elapsed: Duration,
+    ) -> Result<Acquired, NoQuorum> {
         Err(NoQuorum {
             agreed: 0,
             required: majority(nodes),
