@@ -153,7 +153,10 @@ impl TestRedis {
     }
 
     /// True if the lock `name` (under the default key prefix `distlock`) is held right now, by
-    /// anyone: what a test asserts from outside the code under test.
+    /// anyone: what a test asserts from outside the code under test. It first waits for the
+    /// releases the default client has sent and not yet seen answered ([`crate::Client::settle`]):
+    /// `run` and `#[distributed_lock]` return without waiting for their release, and a test
+    /// that asks right after one returned must see the lock free.
     ///
     /// # Panics
     ///
@@ -169,6 +172,9 @@ impl TestRedis {
     ///
     /// As [`TestRedis::is_locked`].
     pub async fn is_locked_under(&self, prefix: &str, name: &str) -> bool {
+        if let Ok(client) = crate::registry::get(None) {
+            client.settle().await;
+        }
         let keys = LockKeys::new(prefix, name).unwrap_or_else(|e| panic!("distlock::testing: {e}"));
         let client = redis::Client::open(self.url.as_str())
             .unwrap_or_else(|e| panic!("distlock::testing: {e}"));
