@@ -347,16 +347,7 @@ async fn a_semaphore_over_redlock_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_at_most_n_bodies_at_once_and_waiters_wake() {
     let cluster = RedisCluster::start(3, 0);
-    let mut clients = Vec::new();
-    for _ in 0..3 {
-        clients.push(
-            Config::cluster(cluster.urls())
-                .response_timeout(Duration::from_secs(3))
-                .connect()
-                .await
-                .unwrap(),
-        );
-    }
+    let clients = cluster.clients(3).await;
     for name in ["api:c1", "api:c2", "api:c3"] {
         assert_eq!(race(&clients, 3, 5, name, 2).await, 2, "{name}");
     }

@@ -549,16 +549,7 @@ async fn a_read_hold_over_redlock_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_readers_overlap_and_writers_overlap_nobody() {
     let cluster = RedisCluster::start(3, 0);
-    let mut clients = Vec::new();
-    for _ in 0..3 {
-        clients.push(
-            Config::cluster(cluster.urls())
-                .response_timeout(Duration::from_secs(3))
-                .connect()
-                .await
-                .unwrap(),
-        );
-    }
+    let clients = cluster.clients(3).await;
     for name in ["doc:c1", "doc:c2", "doc:c3"] {
         let inside = race(&clients, (3, 1), 5, name).await;
         assert!(!inside.overlap.load(Ordering::SeqCst), "{name}: overlap");

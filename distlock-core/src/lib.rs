@@ -496,10 +496,9 @@
 //!
 //! A step back makes keys outlive their leases, which is safe, and is ignored. Keep servers'
 //! clocks slewed, not stepped, and persist Redis (`appendonly yes`) if a restart must keep its
-//! locks. The same check notices a suspend of *this* machine (a laptop's sleep, a suspended
-//! VM), which the monotonic clock leases are measured with does not count: to the client,
-//! every server's clock ran ahead by the length of the suspend (the observation
-//! `tests/clock_steps.rs` makes with a step), and its leases are confirmed at once.
+//! locks. By the same comparison, a suspend of *this* machine (which the monotonic clock
+//! leases are measured with does not count) looks like every server's clock running ahead, so
+//! it should trigger the same confirmation; that case is reasoned, not tested.
 //!
 //! ## Limits
 //!

@@ -97,6 +97,18 @@ impl RedisCluster {
         }
     }
 
+    /// `n` clients of this cluster (each its own connection, as separate processes have),
+    /// with a 3 s response timeout for the slower calls of a loaded machine.
+    pub async fn clients(&self, n: usize) -> Vec<distlock::Client> {
+        let mut clients = Vec::with_capacity(n);
+        for _ in 0..n {
+            let config = distlock::Config::cluster(self.urls())
+                .response_timeout(std::time::Duration::from_secs(3));
+            clients.push(config.connect().await.expect("connect to the cluster"));
+        }
+        clients
+    }
+
     /// `redis://127.0.0.1:<port>` of every node (seed nodes for a client; `rediss://` over TLS).
     pub fn urls(&self) -> Vec<String> {
         self.nodes
