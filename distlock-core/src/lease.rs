@@ -99,6 +99,10 @@ pub(crate) struct Lease {
     unreplicated: AtomicBool,
     /// `distlock_held` and `distlock_lost_total` (feature `metrics`; zero-sized without it).
     held: Held,
+    /// A set of locks held together (`lock::multi`): each lock's own deadline, renewed on its
+    /// own (in a cluster, in calls of their own); the lease's deadline is the earliest. Empty
+    /// for one lock (no allocation).
+    parts: Mutex<Box<[Instant]>>,
 }
 
 impl Lease {
@@ -113,7 +117,33 @@ impl Lease {
             refused: AtomicBool::new(false),
             unreplicated: AtomicBool::new(false),
             held,
+            parts: Mutex::new(Box::default()),
         }
+    }
+
+    /// The lease of a set of `parts` locks held together, each renewed on its own
+    /// ([`Lease::extend_part`]): guaranteed until the earliest of their deadlines.
+    pub(crate) fn with_parts(self, parts: usize) -> Self {
+        let deadline = self.deadline();
+        *sync::lock(&self.parts) = vec![deadline; parts].into_boxed_slice();
+        self
+    }
+
+    /// A renewal of part `part` (one lock of a set; for a lease of one lock, the lease)
+    /// reaches `deadline`: that part's deadline moves later (never earlier), and the lease's
+    /// deadline to the earliest of the parts'.
+    pub(crate) fn extend_part(&self, part: usize, deadline: Instant) {
+        let earliest = {
+            let mut parts = sync::lock(&self.parts);
+            match parts.get_mut(part) {
+                Some(at) => {
+                    *at = (*at).max(deadline);
+                    parts.iter().copied().min().unwrap_or(deadline)
+                }
+                None => deadline,
+            }
+        };
+        self.extend(earliest);
     }
 
     /// Moves the deadline later (never earlier); no effect once lost.

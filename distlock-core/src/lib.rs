@@ -117,6 +117,31 @@
 //! a read is [`Error::WriteInsideRead`]. Over [`Config::redlock`] shared holds are refused
 //! ([`Error::InvalidConfig`]) until they are built there.
 //!
+//! ## What a set of locks guarantees
+//!
+//! [`lock_all`] takes several locks at once, all or none: every guarantee above holds **for the
+//! set**. While the holder believes it holds the set, it holds every lock of it and nobody else
+//! holds any; when that can no longer be guaranteed for any one of them, it is told. Each lock
+//! of a set is an ordinary `d2` lock holding the set's one value (no new layout; the version
+//! stays `d2`). The names are sorted and deduplicated before anything is sent (`from == to` is
+//! one lock), and a caller never waits while holding part of a set, so callers naming the
+//! same locks in any order never deadlock. One script takes the whole set or nothing on one
+//! server, through Sentinel and on each RedLock master (a quorum's set is held when a majority
+//! granted all of it, otherwise what a minority granted is released); in a Redis Cluster the
+//! set is taken one hash slot group at a time in a fixed order (slot, then name), and a busy
+//! later group releases the earlier ones before waiting (one round trip per slot group; see
+//! `lock::multi`). One lease for the set, until the earliest of its locks' deadlines (each
+//! renewed on its own); renewal extends every lock, and a renewal that finds any lock not ours
+//! loses the whole set (the body of `run` cancelled, [`Error::Lost`]). A cancelled acquire
+//! leaves nothing of the set held; a dropped guard releases every lock. Fenced, each lock gets
+//! its own token from its own fence floor ([`LockGuard::token_of`], [`fencing_token_of`]),
+//! strictly increasing per name. A set is exclusive only (with `read` or a semaphore:
+//! [`Error::InvalidConfig`]); a lock of it held by readers is busy, a semaphore's key
+//! incompatible. Inside a body holding the whole set in one hold a set re-enters; holding only
+//! some of it, taking the set is [`Error::InvalidConfig`]. Over [`Config::redlock`] fenced sets
+//! are refused ([`Error::InvalidConfig`]) and a waiting set takes no place in the masters'
+//! queue.
+//!
 //! ## What the fault suite checks
 //!
 //! The repository's reliability suite (`cargo test --test reliability`) runs these against real
@@ -537,8 +562,9 @@ pub use config::{Config, ALL_REPLICAS};
 pub use error::{Error, LossReason, Operation, Result};
 pub use lease::{LEASE_MARGIN, MAX_TTL, MIN_TTL};
 pub use lock::acquire::{lock, LockBuilder};
-pub use lock::context::fencing_token;
+pub use lock::context::{fencing_token, fencing_token_of};
 pub use lock::guard::LockGuard;
+pub use lock::multi::lock_all;
 pub use lock::permits::semaphore;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]

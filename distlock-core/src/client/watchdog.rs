@@ -94,6 +94,8 @@ pub(crate) struct Renewal {
     /// The hold cap (`max_hold`): the last renewal reaches exactly this far.
     pub(crate) hold_until: Option<Instant>,
     pub(crate) lease: Arc<Lease>,
+    /// Which lock of a set held together this is (see `Lease::extend_part`; 0 for one lock).
+    pub(crate) part: usize,
 }
 
 /// Handle to a client's renewal task; dropping it stops the task.
@@ -441,7 +443,8 @@ async fn renew_chunk(
                     Renewed::Yes => {
                         metrics::renewal(RenewalOutcome::Ok);
                         r.lease.set_unreplicated(false);
-                        r.lease.extend(guaranteed_until(sent_at, item.ttl));
+                        r.lease
+                            .extend_part(r.part, guaranteed_until(sent_at, item.ttl));
                         continue;
                     }
                     // RedLock: this lock's majority could not be heard (the rest of its batch

@@ -10,6 +10,7 @@ use crate::config::{ALL_NEEDS_SENTINEL, ALL_REPLICAS, MAX_REPLICAS};
 use crate::error::Error;
 use crate::lease::{check_ttl, millis_ceil, MAX_TTL};
 use crate::lock::guard::LockGuard;
+use crate::lock::multi;
 use crate::lock::permits::{self, Kind};
 use crate::lock::shared;
 use crate::lock::waiting;
@@ -59,6 +60,8 @@ pub struct LockBuilder {
     kind: Kind,
     /// `.read()`: a shared hold (checked against the kind when the acquire starts).
     read: bool,
+    /// [`crate::lock_all`]: the set's other names (`name` is its first); `None` for one lock.
+    others: Option<Vec<String>>,
 }
 
 /// Starts building a lock on `name` through the default client (see [`crate::init`]).
@@ -77,6 +80,7 @@ pub fn lock(name: impl Into<String>) -> LockBuilder {
         skip: false,
         kind: Kind::Mutex,
         read: false,
+        others: None,
     }
 }
 
@@ -203,6 +207,12 @@ impl LockBuilder {
         self
     }
 
+    /// The other names of a set taken together (see [`crate::lock_all`]).
+    pub(crate) fn with_others(mut self, others: Vec<String>) -> Self {
+        self.others = Some(others);
+        self
+    }
+
     /// A shared (read) hold (see [`LockBuilder::read`]).
     pub(crate) fn reading(mut self) -> Self {
         self.read = true;
@@ -231,18 +241,49 @@ impl LockBuilder {
     pub async fn acquire(self) -> Result<LockGuard, Error> {
         let attempt = Attempt::new(self.label, self.skip, self.wait.is_some());
         let result = match self.terms() {
-            Ok((client, keys, terms)) => {
-                let span = tracing::debug_span!("distlock.acquire", key = %keys.name(), ttl_ms = millis_ceil(terms.ttl));
-                if span.is_disabled() {
-                    waiting::acquire(client, keys, terms).await
-                } else {
-                    waiting::acquire(client, keys, terms).instrument(span).await
+            Ok((client, keys, terms)) => match &self.others {
+                None => {
+                    let span = tracing::debug_span!("distlock.acquire", key = %keys.name(), ttl_ms = millis_ceil(terms.ttl));
+                    if span.is_disabled() {
+                        waiting::acquire(client, keys, terms).await
+                    } else {
+                        waiting::acquire(client, keys, terms).instrument(span).await
+                    }
                 }
-            }
+                Some(others) => self.acquire_set(client, others, terms).await,
+            },
             Err(error) => Err(error),
         };
         attempt.done(result.as_ref().map(LockGuard::is_reentry));
         result
+    }
+
+    /// A set's acquire ([`crate::lock_all`]): its locks in canonical order, one lock's acquire
+    /// when they are one name.
+    async fn acquire_set(
+        &self,
+        client: Client,
+        others: &[String],
+        terms: Terms,
+    ) -> Result<LockGuard, Error> {
+        let prefix = &client.config().key_prefix;
+        let mut set = multi::canonical(prefix, &self.name, others, client.sharded_pubsub())?;
+        let span = tracing::debug_span!(
+            "distlock.acquire",
+            key = tracing::field::Empty,
+            ttl_ms = millis_ceil(terms.ttl)
+        );
+        if !span.is_disabled() {
+            let names: Vec<&str> = set.iter().map(LockKeys::name).collect();
+            span.record("key", names.join(", "));
+        }
+        match set.len() {
+            1 => {
+                let keys = set.remove(0);
+                waiting::acquire(client, keys, terms).instrument(span).await
+            }
+            _ => multi::acquire(client, set, terms).instrument(span).await,
+        }
     }
 
     /// The client, the key layout and the checked terms of this acquisition.
@@ -286,6 +327,9 @@ impl LockBuilder {
             false => self.kind,
         };
         permits::check(&self.name, kind, &client)?;
+        if self.others.is_some() {
+            multi::check(&self.name, kind, self.fenced, &client)?;
+        }
         let terms = Terms {
             kind,
             ttl,

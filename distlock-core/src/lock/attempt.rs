@@ -51,35 +51,51 @@ pub(crate) fn into_guard(
     if let (false, Some(min)) = (reentry, terms.min_hold) {
         hold.keep_until(deadline_after(sent_at, min));
     }
-    let lease = Arc::new(Lease::new(
+    let lease = Lease::new(
         guaranteed_until(sent_at, terms.ttl),
         terms.renew,
         Held::new(terms.label, !reentry),
-    ));
+    );
+    // A set's lease: one part per lock, each renewed on its own.
+    let lease = Arc::new(match hold.set.len() {
+        0 => lease,
+        parts => lease.with_parts(parts),
+    });
     // Where masters switch (Sentinel) or server clocks are watched for steps, every outermost
     // lease is also confirmed on the server after a switch or a step (see `watchdog`).
     let confirm = !reentry && hold.client.follows_switches();
-    let renewal = (terms.renew || confirm).then(|| {
-        hold.client.start_renewal(Renewal {
-            item: RenewItem {
-                key: hold.keys.lock().into(),
-                value: hold.value.as_str().into(),
-                ttl: terms.ttl,
-            },
-            renew: terms.renew,
-            switches,
-            name: hold.keys.name().into(),
-            replicas: terms.min_replicas,
-            hold_until: terms.max_hold.map(|cap| deadline_after(sent_at, cap)),
-            lease: lease.clone(),
-        })
-    });
+    let mut renewals = Vec::new();
+    let mut renewal = None;
+    if terms.renew || confirm {
+        // One renewal per lock (a set's each extend their own part of the lease).
+        for (part, keys) in hold.all_keys().iter().enumerate() {
+            let id = hold.client.start_renewal(Renewal {
+                item: RenewItem {
+                    key: keys.lock().into(),
+                    value: hold.value.as_str().into(),
+                    ttl: terms.ttl,
+                },
+                renew: terms.renew,
+                switches,
+                name: keys.name().into(),
+                replicas: terms.min_replicas,
+                hold_until: terms.max_hold.map(|cap| deadline_after(sent_at, cap)),
+                lease: lease.clone(),
+                part,
+            });
+            match renewal {
+                None => renewal = Some(id),
+                Some(_) => renewals.push(id),
+            }
+        }
+    }
     LockGuard::new(Acquisition {
         hold,
         token,
         reentry,
         lease,
         renewal,
+        renewals,
         acquired_at: sent_at,
     })
 }

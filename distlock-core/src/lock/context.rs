@@ -94,7 +94,7 @@ pub(crate) fn reentry(client: usize, name: &str) -> Option<Outer> {
     let innermost = current();
     let mut cursor = innermost.as_ref();
     while let Some(Frame(data)) = cursor {
-        if data.client == client && data.hold.keys.name() == name {
+        if data.client == client && data.hold.covers(name) {
             return Some(Outer {
                 hold: data.hold.clone(),
                 token: data.token,
@@ -116,6 +116,27 @@ pub(crate) fn reentry(client: usize, name: &str) -> Option<Outer> {
 /// [`LockBuilder::fenced`](crate::LockBuilder::fenced) and the attribute's `fenced`).
 pub fn fencing_token() -> Option<u64> {
     current().and_then(|frame| frame.0.token)
+}
+
+/// The fencing token of the lock `name` held by this call chain (the innermost hold of it), or
+/// `None` if the call chain does not hold `name` or took it without a fencing token.
+///
+/// For a set of locks taken together ([`lock_all`](crate::lock_all), `key = [...]`) each lock
+/// has its own token, strictly increasing per name: pass each resource the token of its own
+/// lock. For one lock this is [`fencing_token`] when `name` is the innermost lock.
+pub fn fencing_token_of(name: &str) -> Option<u64> {
+    let innermost = current();
+    let mut cursor = innermost.as_ref();
+    while let Some(Frame(data)) = cursor {
+        if data.hold.covers(name) {
+            return match data.hold.set.is_empty() {
+                true => data.token,
+                false => data.hold.token_of(name),
+            };
+        }
+        cursor = data.parent.as_ref();
+    }
+    None
 }
 
 /// `Some` inside a body run under a lock, holding the innermost lock's fencing token (if it has

@@ -12,6 +12,7 @@ use crate::client::Client;
 use crate::error::{Error, LossReason};
 use crate::lease::{millis_ceil, Lease};
 use crate::lock::backoff::Backoff;
+use crate::lock::multi;
 use crate::lock::permits::Kind;
 use crate::wire::calls::ReleaseCall;
 pub(crate) use crate::wire::calls::Released;
@@ -36,6 +37,11 @@ pub(crate) struct HoldState {
     /// the outer hold).
     keep_until: OnceLock<Instant>,
     holds: AtomicUsize,
+    /// A set of locks held together (`lock::multi`): every lock's keys, in the set's order
+    /// (`keys` is the first's); empty for one lock.
+    pub(crate) set: Box<[LockKeys]>,
+    /// A fenced set's tokens, one per lock of `set` (set once, by its acquire).
+    pub(crate) tokens: OnceLock<Box<[u64]>>,
 }
 
 impl std::ops::Deref for Hold {
@@ -56,7 +62,43 @@ impl Hold {
             kind,
             keep_until: OnceLock::new(),
             holds: AtomicUsize::new(1),
+            set: Box::default(),
+            tokens: OnceLock::new(),
         }))
+    }
+
+    /// A new acquisition of a set of locks held together (`set`, in the set's order, at least
+    /// one) with one hold.
+    pub(crate) fn new_set(client: Client, set: Vec<LockKeys>, value: ShortId) -> Self {
+        Hold(Arc::new(HoldState {
+            client,
+            keys: set[0].clone(),
+            value,
+            kind: Kind::Mutex,
+            keep_until: OnceLock::new(),
+            holds: AtomicUsize::new(1),
+            set: set.into_boxed_slice(),
+            tokens: OnceLock::new(),
+        }))
+    }
+
+    /// The keys of every lock this hold holds: the set's, or the one lock's.
+    pub(crate) fn all_keys(&self) -> &[LockKeys] {
+        match self.set.is_empty() {
+            true => std::slice::from_ref(&self.keys),
+            false => &self.set,
+        }
+    }
+
+    /// True if this hold holds the lock `name` (alone or in its set).
+    pub(crate) fn covers(&self, name: &str) -> bool {
+        self.all_keys().iter().any(|k| k.name() == name)
+    }
+
+    /// The fencing token of the lock `name` of a fenced set.
+    pub(crate) fn token_of(&self, name: &str) -> Option<u64> {
+        let at = self.set.iter().position(|k| k.name() == name)?;
+        self.tokens.get()?.get(at).copied()
     }
 
     /// Sets the `min_hold` instant (the first call wins).
@@ -97,13 +139,16 @@ impl Hold {
     }
 
     /// How long the lock must still be kept for `min_hold` (zero: release now).
-    fn keep(&self) -> Duration {
+    pub(crate) fn keep(&self) -> Duration {
         self.0.keep_until.get().map_or(Duration::ZERO, |until| {
             until.saturating_duration_since(Instant::now())
         })
     }
 
     async fn release_once(&self) -> Result<Released, Error> {
+        if !self.set.is_empty() {
+            return multi::release(self).await;
+        }
         let id = self.client.new_request_id();
         let call = ReleaseCall {
             keys: &self.keys,
@@ -263,6 +308,8 @@ pub struct LockGuard {
     lease: Arc<Lease>,
     /// The watchdog's id for this lease, while it is being renewed.
     renewal: Option<u64>,
+    /// A set's: the watchdog's ids of its other locks (empty for one lock).
+    renewals: Vec<u64>,
     acquired_at: Instant,
 }
 
@@ -273,6 +320,8 @@ pub(crate) struct Acquisition {
     pub(crate) reentry: bool,
     pub(crate) lease: Arc<Lease>,
     pub(crate) renewal: Option<u64>,
+    /// A set's: the watchdog's ids of its other locks.
+    pub(crate) renewals: Vec<u64>,
     pub(crate) acquired_at: Instant,
 }
 
@@ -284,6 +333,7 @@ impl LockGuard {
             reentry: a.reentry,
             lease: a.lease,
             renewal: a.renewal,
+            renewals: a.renewals,
             acquired_at: a.acquired_at,
         }
     }
@@ -300,7 +350,8 @@ impl LockGuard {
         &self.lease
     }
 
-    /// The lock's name, as passed to [`crate::lock()`].
+    /// The lock's name, as passed to [`crate::lock()`]; for a set taken with
+    /// [`crate::lock_all`], its first name ([`LockGuard::names`] lists them all).
     pub fn name(&self) -> &str {
         self.hold().keys.name()
     }
@@ -308,8 +359,28 @@ impl LockGuard {
     /// The fencing token, if the lock was taken with [`LockBuilder::fenced`](crate::LockBuilder::fenced):
     /// strictly greater than every token previously handed out for this name while its fence
     /// floor lives (a re-entry shares its outer hold's token). `None` for an unfenced lock.
+    /// For a fenced set ([`crate::lock_all`]) the token of its first lock: each lock of a set
+    /// has its own ([`LockGuard::token_of`]).
     pub fn token(&self) -> Option<u64> {
         self.token
+    }
+
+    /// The names of every lock this guard holds: the one lock's, or every lock of a set taken
+    /// with [`crate::lock_all`] (in the set's order: sorted, duplicates removed; in a Redis
+    /// Cluster grouped by hash slot).
+    pub fn names(&self) -> impl Iterator<Item = &str> + '_ {
+        self.hold().all_keys().iter().map(LockKeys::name)
+    }
+
+    /// The fencing token of the lock `name` of this guard ([`LockGuard::token`] for one lock;
+    /// each lock of a fenced set has its own, from its own fence floor). `None` if the guard
+    /// does not hold `name` or was taken without fencing.
+    pub fn token_of(&self, name: &str) -> Option<u64> {
+        let hold = self.hold();
+        match hold.set.is_empty() {
+            true => self.token.filter(|_| hold.keys.name() == name),
+            false => hold.token_of(name),
+        }
     }
 
     /// The number of permits of the semaphore this guard holds one of
@@ -445,6 +516,11 @@ impl LockGuard {
             return;
         };
         let (client, lease) = (hold.client.clone(), self.lease.clone());
+        if !hold.set.is_empty() {
+            // A set's release (one call per hash slot), sent by the first poll.
+            client.spawn_started(confirm_sent(hold, lease, None));
+            return;
+        }
         let id = client.new_request_id();
         let call = ReleaseCall {
             keys: &hold.keys,
@@ -476,8 +552,10 @@ impl LockGuard {
     }
 
     fn stop_renewal(&mut self) {
-        if let Some(id) = self.renewal.take() {
-            if let Some(hold) = self.cleanup.hold() {
+        let ids = self.renewal.take().into_iter();
+        let ids = ids.chain(std::mem::take(&mut self.renewals));
+        if let Some(hold) = self.cleanup.hold() {
+            for id in ids {
                 hold.client.stop_renewal(id);
             }
         }

@@ -8,6 +8,7 @@ use crate::lock::acquire::Terms;
 use crate::lock::attempt::into_guard;
 use crate::lock::context::Outer;
 use crate::lock::guard::LockGuard;
+use crate::lock::multi;
 use crate::lock::permits;
 use crate::wire::calls::{RenewCall, RenewItem, Renewed};
 
@@ -36,36 +37,16 @@ pub(crate) async fn reenter(
         });
     }
     let client = &outer.hold.client;
-    let items = [RenewItem {
-        key: outer.hold.keys.lock().into(),
-        value: outer.hold.value.as_str().into(),
-        ttl: terms.ttl,
-    }];
-    let id = client.new_request_id();
-    let call = RenewCall {
-        id: id.as_bytes(),
-        items: &items,
-        wait: client.replica_wait(terms.min_replicas),
-    };
-    // What the `WAIT` requires (`ALL_REPLICAS` resolved as it is sent).
-    let required = call.wait.map_or(0, |w| w.replicas);
     let sent_at = Instant::now();
     let switches = client.switches();
-    // The check changes nothing but the expiry (only ever later), so it is safe to repeat.
-    let (found, acked) = match client.call_acked(Operation::Acquire, name, &call).await {
-        Err(error) if error.is_connection_failure() => {
-            tracing::debug!(%error, "re-entry check reply lost; retrying");
-            client.call_acked(Operation::Acquire, name, &call).await?
-        }
-        other => other?,
-    };
-    let reason = match found.first() {
+    let (found, acked, required) = check_outer(&outer, terms).await?;
+    let reason = match found {
         // The outer hold stays as it was (its own acquire was acknowledged); only this
         // extension is not durable enough.
-        Some(Renewed::Yes) if acked.unwrap_or(0) < required => {
+        Some(Renewed::Yes) if acked < required => {
             return Err(Error::Unreplicated {
                 key: name.to_owned(),
-                acknowledged: acked.unwrap_or(0),
+                acknowledged: acked,
                 required,
             });
         }
@@ -100,4 +81,55 @@ pub(crate) async fn reenter(
         key: name.to_owned(),
         reason,
     })
+}
+
+/// The re-entry check of every lock of the outer hold (one call, or one per hash slot of a set
+/// in a cluster): the first status that is not [`Renewed::Yes`] (else `Yes`), the fewest
+/// replicas that acknowledged a call and what the `WAIT` required.
+async fn check_outer(
+    outer: &Outer,
+    terms: &Terms,
+) -> Result<(Option<Renewed>, usize, usize), Error> {
+    let hold = &outer.hold;
+    let (client, name) = (&hold.client, hold.keys.name());
+    let keys = hold.all_keys();
+    let mut found = Some(Renewed::Yes);
+    let (mut acked_min, mut required) = (usize::MAX, 0);
+    for group in multi::slot_groups(keys, client.sharded_pubsub()) {
+        let items: Vec<RenewItem> = keys[group]
+            .iter()
+            .map(|keys| RenewItem {
+                key: keys.lock().into(),
+                value: hold.value.as_str().into(),
+                ttl: terms.ttl,
+            })
+            .collect();
+        let id = client.new_request_id();
+        let call = RenewCall {
+            id: id.as_bytes(),
+            items: &items,
+            wait: client.replica_wait(terms.min_replicas),
+        };
+        // What the `WAIT` requires (`ALL_REPLICAS` resolved as it is sent).
+        required = call.wait.map_or(0, |w| w.replicas);
+        // The check changes nothing but the expiry (only ever later), so it is safe to repeat.
+        let (statuses, acked) = match client.call_acked(Operation::Acquire, name, &call).await {
+            Err(error) if error.is_connection_failure() => {
+                tracing::debug!(%error, "re-entry check reply lost; retrying");
+                client.call_acked(Operation::Acquire, name, &call).await?
+            }
+            other => other?,
+        };
+        acked_min = acked_min.min(acked.unwrap_or(0));
+        if statuses.len() != items.len() {
+            found = None;
+        }
+        if let Some(bad) = statuses.into_iter().find(|s| *s != Renewed::Yes) {
+            found = Some(bad);
+        }
+        if found != Some(Renewed::Yes) {
+            break;
+        }
+    }
+    Ok((found, acked_min, required))
 }

@@ -25,7 +25,7 @@ use crate::wire::keys::LockKeys;
 
 /// How often a waiter looks again at a lock whose key has no expiry (someone created it by
 /// hand): such a holder never publishes a release and has no ttl to wait out.
-const NO_EXPIRY_RECHECK: Duration = Duration::from_secs(1);
+pub(crate) const NO_EXPIRY_RECHECK: Duration = Duration::from_secs(1);
 
 pub(crate) async fn acquire(
     client: Client,
@@ -207,7 +207,7 @@ pub(crate) async fn acquire(
 
 /// A waiter's pause after an attempt (or a subscription) that failed with a transient error:
 /// the next attempt is made when it ends, if the wait has not run out by then.
-async fn pause(
+pub(crate) async fn pause(
     backoff: &mut Backoff,
     error: &Error,
     label: &'static str,

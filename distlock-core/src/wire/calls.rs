@@ -515,7 +515,7 @@ impl Call for ReleaseCall<'_> {
 }
 
 /// The meaning of a release script's code.
-fn released(code: i64) -> Option<Released> {
+pub(crate) fn released(code: i64) -> Option<Released> {
     Some(match code {
         0 => Released::Yes,
         -1 => Released::OtherOwner,

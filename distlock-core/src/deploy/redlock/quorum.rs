@@ -18,6 +18,7 @@ use crate::wire::calls::{
     PermitAcquired, QueuedAcquireCall, ReleaseCall, Released, RenewCall, Renewed, RwAcquireCall,
 };
 use crate::wire::request::Call;
+use crate::wire::sets::{SetAcquireCall, SetAcquired, SetReleaseCall};
 
 /// Masters a majority of `nodes` needs.
 pub(crate) fn majority(nodes: usize) -> usize {
@@ -224,6 +225,60 @@ impl Quorate for RwAcquireCall<'_> {
             agreed: 0,
             required: majority(nodes),
         })
+    }
+}
+
+/// A set's acquire (`lock::multi`): each master grants all of the set or none, so the set is
+/// taken when a majority granted it (within the validity time), as one lock is; busy at the
+/// first lock a master found held. Fenced sets are refused over RedLock before any request.
+impl Quorate for SetAcquireCall<'_> {
+    fn ordered_by(&self) -> Option<&[u8]> {
+        Some(self.value)
+    }
+
+    fn count(
+        &self,
+        replies: &[SetAcquired],
+        nodes: usize,
+        silent: usize,
+        elapsed: Duration,
+    ) -> Result<SetAcquired, NoQuorum> {
+        let found: Vec<Acquired> = replies.iter().map(|r| r.found).collect();
+        let found = acquired(&found, nodes, silent, self.ttl, elapsed)?;
+        let at = replies
+            .iter()
+            .find(|r| !matches!(r.found, Acquired::Taken { .. }))
+            .map_or(0, |r| r.at);
+        Ok(SetAcquired {
+            found,
+            at,
+            tokens: Vec::new(),
+        })
+    }
+
+    fn gives_up_on_down(&self) -> bool {
+        true
+    }
+}
+
+/// A set's release: released where a majority released every lock of it.
+impl Quorate for SetReleaseCall<'_> {
+    fn ordered_by(&self) -> Option<&[u8]> {
+        Some(self.owner.as_bytes())
+    }
+
+    fn count(
+        &self,
+        replies: &[Released],
+        nodes: usize,
+        silent: usize,
+        _elapsed: Duration,
+    ) -> Result<Released, NoQuorum> {
+        released(replies, nodes, silent)
+    }
+
+    fn gives_up_on_down(&self) -> bool {
+        true
     }
 }
 

@@ -1,0 +1,160 @@
+//! The typed calls of a set of locks taken together (`distlock::lock_all`; see `scripts`,
+//! "Sets of locks"): the all-or-none acquire and the set's release, each over the locks of one
+//! call (the whole set, or in a cluster the set's locks of one hash slot).
+
+use std::time::Duration;
+
+use crate::lease::millis_ceil;
+use crate::wire::calls::{released, Acquired, Released};
+use crate::wire::ids::ShortId;
+use crate::wire::keys::LockKeys;
+use crate::wire::request::{Call, ReplicaWait, Request, ACQUIRE_ALL_SCRIPT, RELEASE_MANY_SCRIPT};
+
+/// What a set's acquire found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SetAcquired {
+    /// Taken (every lock of the call), busy or incompatible (at lock `at`); a taken set's
+    /// tokens are in `tokens`, not in `found`.
+    pub(crate) found: Acquired,
+    /// The lock of the call (0-based, in the call's order) that was busy or incompatible.
+    pub(crate) at: usize,
+    /// One fencing token per lock of the call, in its order (empty when not fenced).
+    pub(crate) tokens: Vec<u64>,
+}
+
+/// [`ACQUIRE_ALL`](crate::wire::scripts::ACQUIRE_ALL): every lock of `keys`, or none.
+pub(crate) struct SetAcquireCall<'a> {
+    pub(crate) keys: &'a [LockKeys],
+    /// `d2:<owner>`: the set's one value.
+    pub(crate) value: &'a [u8],
+    /// The request id (unique within the client).
+    pub(crate) id: &'a [u8],
+    pub(crate) ttl: Duration,
+    /// The fence floors' retention if the acquire hands out fencing tokens.
+    pub(crate) fenced: Option<Duration>,
+    /// Replicas that must acknowledge the take (`min_replicas`).
+    pub(crate) wait: Option<ReplicaWait>,
+}
+
+impl Call for SetAcquireCall<'_> {
+    type Raw = Vec<i64>;
+    type Reply = SetAcquired;
+
+    fn request(&self) -> Request {
+        let mut cmd = ACQUIRE_ALL_SCRIPT.evalsha();
+        let retention = self.fenced.map_or(0, |r| millis_ceil(r.max(self.ttl)));
+        cmd.arg(self.keys.len() * 2);
+        for keys in self.keys {
+            cmd.arg(keys.lock()).arg(keys.fence());
+        }
+        cmd.arg(self.value)
+            .arg(millis_ceil(self.ttl))
+            .arg(retention)
+            .arg(self.id);
+        Request::Script(&ACQUIRE_ALL_SCRIPT, cmd)
+    }
+
+    fn request_id(&self) -> &[u8] {
+        self.id
+    }
+
+    fn replica_wait(&self) -> Option<ReplicaWait> {
+        self.wait
+    }
+
+    fn decode(&self, raw: Vec<i64>) -> Option<SetAcquired> {
+        let at = |i: i64| {
+            let at = usize::try_from(i).ok()?.checked_sub(1)?;
+            (at < self.keys.len()).then_some(at)
+        };
+        Some(match raw.as_slice() {
+            [1, tokens @ ..] if tokens.len() == self.keys.len() => SetAcquired {
+                found: Acquired::Taken { token: None },
+                at: 0,
+                tokens: match self.fenced {
+                    Some(_) => tokens
+                        .iter()
+                        .map(|&t| u64::try_from(t).ok())
+                        .collect::<Option<_>>()?,
+                    None => Vec::new(),
+                },
+            },
+            &[0, pttl, i] => SetAcquired {
+                found: Acquired::Busy {
+                    pttl: Some(pttl),
+                    pass: 0,
+                },
+                at: at(i)?,
+                tokens: Vec::new(),
+            },
+            &[2, _, i] => SetAcquired {
+                found: Acquired::Incompatible,
+                at: at(i)?,
+                tokens: Vec::new(),
+            },
+            _ => return None,
+        })
+    }
+}
+
+/// `RELEASE_MANY` of the locks of a set (or of its locks of one hash slot): each compared
+/// with the set's value and deleted (or left to expire at `keep`), its waiters woken.
+pub(crate) struct SetReleaseCall<'a> {
+    pub(crate) keys: &'a [LockKeys],
+    /// `d2:<owner>`: the set's one value.
+    pub(crate) owner: &'a ShortId,
+    /// The request id (unique within the client).
+    pub(crate) id: &'a [u8],
+    /// `min_hold` not reached yet: leave the locks to expire after this long (zero: delete).
+    pub(crate) keep: Duration,
+    /// Notify waiters through sharded pub/sub (a cluster).
+    pub(crate) sharded: bool,
+}
+
+impl Call for SetReleaseCall<'_> {
+    type Raw = Vec<i64>;
+    /// What the release found, the worst of its locks: released only if every lock was ours.
+    type Reply = Released;
+
+    fn request(&self) -> Request {
+        let mut cmd = RELEASE_MANY_SCRIPT.evalsha();
+        cmd.arg(self.keys.len() * 2);
+        for keys in self.keys {
+            cmd.arg(keys.lock()).arg(keys.channel());
+        }
+        cmd.arg(self.id).arg(if self.sharded { "s" } else { "-" });
+        let keep = millis_ceil(self.keep);
+        for _ in self.keys {
+            cmd.arg(self.owner.as_bytes()).arg(keep);
+        }
+        Request::Script(&RELEASE_MANY_SCRIPT, cmd)
+    }
+
+    fn request_id(&self) -> &[u8] {
+        self.id
+    }
+
+    fn decode(&self, codes: Vec<i64>) -> Option<Released> {
+        if codes.len() != self.keys.len() {
+            return None;
+        }
+        let found = codes
+            .into_iter()
+            .map(released)
+            .collect::<Option<Vec<_>>>()?;
+        Some(worst(&found))
+    }
+}
+
+/// What a release of several locks found, as one answer: released if every lock was ours;
+/// otherwise another owner's (one was taken from under us), not a lock, or gone, in that order.
+pub(crate) fn worst(found: &[Released]) -> Released {
+    [
+        Released::OtherOwner,
+        Released::Incompatible,
+        Released::Absent,
+    ]
+    .into_iter()
+    .find(|bad| found.contains(bad))
+    .unwrap_or(Released::Yes)
+}

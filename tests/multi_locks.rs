@@ -1,0 +1,747 @@
+//! Sets of locks taken together (`distlock::lock_all`, `key = [...]`) against real servers:
+//! all or none (a busy lock leaves the others free), one value on every lock, ledger
+//! transfers between accounts in random key order (and `from == to`) conserving the total
+//! without deadlock across tasks, clients and processes, on one server, a Redis Cluster (locks
+//! on different slots) and a RedLock quorum; the loss of any lock cancels the body; renewal
+//! extends every lock; a cancelled acquire leaves nothing held; fenced tokens per lock;
+//! re-entry; the kinds; `min_hold`; a `SIGKILL`ed holder's locks free within its ttl, a
+//! `SIGSTOP`ped holder told `Lost`.
+//!
+//! The process tests start this test binary again (`MULTI_CHILD`: a holder; `MULTI_RACE`: a
+//! racer of transfers), which a test `SIGKILL`s or `SIGSTOP`s.
+
+use std::collections::HashMap;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use distlock::{Client, Config, Error};
+use redis::AsyncCommands;
+use testkit::{quick_client as client, RedisCluster, RedisServer};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::time::Instant;
+
+fn key(name: &str) -> String {
+    format!("distlock:{{{name}}}")
+}
+
+/// A tiny random source (no dependency): xorshift seeded per task.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// Balances kept in this process, read and written with a yield in between: a transfer that
+/// ran without exclusion over both accounts loses money.
+type Ledger = Arc<Mutex<HashMap<u64, i64>>>;
+
+const ACCOUNTS: u64 = 5;
+const START: i64 = 1000;
+
+fn ledger() -> Ledger {
+    Arc::new(Mutex::new((0..ACCOUNTS).map(|a| (a, START)).collect()))
+}
+
+/// `tasks` tasks per client each make `rounds` transfers between random accounts (naming the
+/// two locks in random order, `from == to` now and then) under `lock_all`; returns how many
+/// were made.
+async fn transfers(
+    clients: &[Client],
+    tasks: usize,
+    rounds: usize,
+    ledger: &Ledger,
+    prefix: &str,
+) -> usize {
+    let mut handles = Vec::new();
+    for (c, client) in clients.iter().enumerate() {
+        for t in 0..tasks {
+            let (client, ledger, prefix) = (client.clone(), ledger.clone(), prefix.to_owned());
+            let mut rng = Rng(0x9e37_79b9 + (c * 100 + t) as u64 * 7919);
+            handles.push(tokio::spawn(async move {
+                let mut done = 0;
+                for _ in 0..rounds {
+                    let from = rng.below(ACCOUNTS);
+                    let to = rng.below(ACCOUNTS);
+                    let amount = rng.below(50) as i64;
+                    let (a, b) = (format!("{prefix}:{from}"), format!("{prefix}:{to}"));
+                    let names = match rng.below(2) {
+                        0 => [a, b],
+                        _ => [b, a],
+                    };
+                    let ledger = ledger.clone();
+                    client
+                        .lock_all(names)
+                        .ttl(Duration::from_secs(5))
+                        .wait(Duration::from_secs(60))
+                        .run(async move {
+                            let (f, t) = {
+                                let l = ledger.lock().unwrap();
+                                (l[&from], l[&to])
+                            };
+                            tokio::task::yield_now().await;
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                            let mut l = ledger.lock().unwrap();
+                            if from == to {
+                                l.insert(from, f);
+                            } else {
+                                l.insert(from, f - amount);
+                                l.insert(to, t + amount);
+                            }
+                        })
+                        .await
+                        .expect("both accounts within the wait, held throughout");
+                    done += 1;
+                }
+                done
+            }));
+        }
+    }
+    let mut done = 0;
+    for handle in handles {
+        done += tokio::time::timeout(Duration::from_secs(120), handle)
+            .await
+            .expect("no deadlock: the transfers finish")
+            .expect("a transfer task panicked");
+    }
+    done
+}
+
+fn total(ledger: &Ledger) -> i64 {
+    ledger.lock().unwrap().values().sum()
+}
+
+#[tokio::test]
+async fn a_set_is_taken_whole_or_not_at_all() {
+    let server = RedisServer::start();
+    let (c, other) = (client(&server).await, client(&server).await);
+    let b = other.lock("acct:b").acquire().await.unwrap();
+    let err = c
+        .lock_all(["acct:a", "acct:b"])
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Busy { key, .. } if key == "acct:b"),
+        "{err}"
+    );
+    let mut conn = server.conn().await;
+    assert!(
+        !conn.exists::<_, bool>(key("acct:a")).await.unwrap(),
+        "a busy set leaves its free locks free"
+    );
+    b.release().await.unwrap();
+    let guard = c.lock_all(["acct:b", "acct:a"]).acquire().await.unwrap();
+    assert_eq!(guard.names().collect::<Vec<_>>(), ["acct:a", "acct:b"]);
+    let (va, vb): (String, String) = (
+        conn.get(key("acct:a")).await.unwrap(),
+        conn.get(key("acct:b")).await.unwrap(),
+    );
+    assert_eq!(va, vb, "one value for the whole set");
+    assert!(va.starts_with("d2:"), "{va}");
+    // Each lock of the set is a plain lock to everyone else.
+    assert!(other.lock("acct:a").acquire().await.unwrap_err().is_busy());
+    assert!(other.lock("acct:b").acquire().await.unwrap_err().is_busy());
+    guard.release().await.unwrap();
+    assert!(!conn.exists::<_, bool>(key("acct:a")).await.unwrap());
+    assert!(!conn.exists::<_, bool>(key("acct:b")).await.unwrap());
+}
+
+#[tokio::test]
+async fn the_same_name_twice_is_one_lock_and_sets_are_checked() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let guard = c.lock_all(["acct:s", "acct:s"]).acquire().await.unwrap();
+    assert_eq!(guard.names().collect::<Vec<_>>(), ["acct:s"]);
+    guard.release().await.unwrap();
+    let none: [&str; 0] = [];
+    let err = c.lock_all(none).acquire().await.unwrap_err();
+    assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
+    let err = c.lock_all(["x", "y"]).read().acquire().await.unwrap_err();
+    assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
+    // A semaphore of one of the names: not a lock.
+    let permit = c.semaphore("acct:sem", 2).acquire().await.unwrap();
+    let err = c
+        .lock_all(["acct:t", "acct:sem"])
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Incompatible { key } if key == "acct:sem"),
+        "{err}"
+    );
+    permit.release().await.unwrap();
+    // Readers of one of the names: busy, never incompatible.
+    let reader = c.lock("acct:r").read().acquire().await.unwrap();
+    let err = c
+        .lock_all(["acct:t", "acct:r"])
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_busy(), "{err}");
+    reader.release().await.unwrap();
+    let mut conn = server.conn().await;
+    assert!(!conn.exists::<_, bool>(key("acct:t")).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn transfers_conserve_the_total_without_deadlock() {
+    let server = RedisServer::start();
+    let clients = [client(&server).await, client(&server).await];
+    let ledger = ledger();
+    let started = Instant::now();
+    let done = transfers(&clients, 4, 40, &ledger, "acct").await;
+    eprintln!(
+        "{done} transfers over {ACCOUNTS} accounts in {:?}; total {}",
+        started.elapsed(),
+        total(&ledger)
+    );
+    assert_eq!(done, 2 * 4 * 40);
+    assert_eq!(total(&ledger), START * ACCOUNTS as i64);
+    for a in 0..ACCOUNTS {
+        testkit::eventually(Duration::from_secs(2), "every lock released", || async {
+            let mut conn = server.conn().await;
+            let held: bool = conn.exists(key(&format!("acct:{a}"))).await.unwrap();
+            (!held).then_some(())
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn a_waiting_set_is_woken_by_the_release() {
+    let server = RedisServer::start();
+    let (c, other) = (client(&server).await, client(&server).await);
+    let b = other
+        .lock("acct:w2")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        let started = Instant::now();
+        let guard = c
+            .lock_all(["acct:w1", "acct:w2"])
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap();
+        (started.elapsed(), guard)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut conn = server.conn().await;
+    assert!(
+        !conn.exists::<_, bool>(key("acct:w1")).await.unwrap(),
+        "a waiting set holds nothing"
+    );
+    let released = Instant::now();
+    b.release().await.unwrap();
+    let (waited, guard) = waiter.await.unwrap();
+    let after = released.elapsed();
+    eprintln!("set waiter took the locks {after:?} after the release (waited {waited:?})");
+    assert!(
+        after < Duration::from_secs(2),
+        "woken, not polled: {after:?}"
+    );
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_cancelled_acquire_leaves_nothing_held() {
+    let server = RedisServer::start();
+    let (c, other) = (client(&server).await, client(&server).await);
+    let b = other.lock("acct:c2").acquire().await.unwrap();
+    let waiting = c
+        .lock_all(["acct:c1", "acct:c2", "acct:c3"])
+        .wait(Duration::from_secs(20))
+        .acquire();
+    assert!(tokio::time::timeout(Duration::from_millis(200), waiting)
+        .await
+        .is_err());
+    b.release().await.unwrap();
+    c.settle().await;
+    let mut conn = server.conn().await;
+    for name in ["acct:c1", "acct:c2", "acct:c3"] {
+        assert!(!conn.exists::<_, bool>(key(name)).await.unwrap(), "{name}");
+    }
+    // And dropped right after sending its attempt (the attempt may be applied).
+    for _ in 0..20 {
+        let fut = c.lock_all(["acct:c1", "acct:c3"]).acquire();
+        let _ = tokio::time::timeout(Duration::from_micros(50), fut).await;
+    }
+    testkit::eventually(Duration::from_secs(3), "nothing left held", || async {
+        let mut conn = server.conn().await;
+        let a: bool = conn.exists(key("acct:c1")).await.unwrap();
+        let b: bool = conn.exists(key("acct:c3")).await.unwrap();
+        (!a && !b).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_loss_of_any_lock_cancels_the_body() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let mut conn = server.conn().await;
+    let deleter = {
+        let mut conn = server.conn().await;
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let _: () = conn.del(key("acct:l2")).await.unwrap();
+        })
+    };
+    let started = Instant::now();
+    let result = c
+        .lock_all(["acct:l1", "acct:l2"])
+        .ttl(Duration::from_millis(600))
+        .renew(true)
+        .run(async {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+        })
+        .await;
+    deleter.await.unwrap();
+    assert!(
+        matches!(result, Err(Error::Lost { .. })),
+        "{result:?} after {:?}",
+        started.elapsed()
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+    c.settle().await;
+    assert!(!conn.exists::<_, bool>(key("acct:l1")).await.unwrap());
+}
+
+#[tokio::test]
+async fn renewal_extends_every_lock_and_a_stall_is_lost() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let ttl = Duration::from_millis(600);
+    let guard = c
+        .lock_all(["acct:r1", "acct:r2", "acct:r3"])
+        .ttl(ttl)
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(ttl * 3).await;
+    guard.ensure_held().unwrap();
+    let mut conn = server.conn().await;
+    for name in ["acct:r1", "acct:r2", "acct:r3"] {
+        let pttl: i64 = conn.pttl(key(name)).await.unwrap();
+        assert!(pttl > 0, "{name}: {pttl}");
+    }
+    guard.release().await.unwrap();
+    // Without renewal the set's lease ends at its ttl.
+    let result = c
+        .lock_all(["acct:r1", "acct:r2"])
+        .ttl(Duration::from_millis(300))
+        .run(tokio::time::sleep(Duration::from_secs(2)))
+        .await;
+    assert!(matches!(result, Err(Error::Lost { .. })), "{result:?}");
+}
+
+#[tokio::test]
+async fn fenced_sets_have_a_token_per_lock_strictly_increasing() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let mut last: HashMap<&str, u64> = HashMap::new();
+    for round in 0..5 {
+        let names = match round % 2 {
+            0 => ["acct:f1", "acct:f2"],
+            _ => ["acct:f2", "acct:f1"],
+        };
+        let guard = c.lock_all(names).fenced(true).acquire().await.unwrap();
+        for name in ["acct:f1", "acct:f2"] {
+            let token = guard.token_of(name).expect("a token per lock");
+            if let Some(&before) = last.get(name) {
+                assert!(token > before, "{name}: {token} after {before}");
+            }
+            last.insert(name, token);
+        }
+        assert_eq!(guard.token(), guard.token_of("acct:f1"));
+        guard.release().await.unwrap();
+        // A lock of one of the names alone continues the same sequence.
+        let one = c.lock("acct:f2").fenced(true).acquire().await.unwrap();
+        assert!(one.token().unwrap() > last["acct:f2"]);
+        last.insert("acct:f2", one.token().unwrap());
+        one.release().await.unwrap();
+    }
+    let tokens = c
+        .lock_all(["acct:f1", "acct:f2"])
+        .fenced(true)
+        .run(async {
+            (
+                distlock::fencing_token_of("acct:f1"),
+                distlock::fencing_token_of("acct:f2"),
+                distlock::fencing_token_of("acct:other"),
+            )
+        })
+        .await
+        .unwrap();
+    assert!(tokens.0.unwrap() > last["acct:f1"] && tokens.1.unwrap() > last["acct:f2"]);
+    assert_eq!(tokens.2, None);
+}
+
+#[tokio::test]
+async fn re_entry_inside_a_set() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let inner = c.clone();
+    c.lock_all(["acct:e1", "acct:e2"])
+        .run(async move {
+            let one = inner.lock("acct:e2").acquire().await.unwrap();
+            assert!(one.is_reentry());
+            one.release().await.unwrap();
+            let same = inner
+                .lock_all(["acct:e2", "acct:e1"])
+                .acquire()
+                .await
+                .unwrap();
+            assert!(same.is_reentry());
+            same.release().await.unwrap();
+            let err = inner
+                .lock_all(["acct:e1", "acct:e3"])
+                .acquire()
+                .await
+                .unwrap_err();
+            assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
+        })
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn min_hold_keeps_every_lock() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let guard = c
+        .lock_all(["acct:m1", "acct:m2"])
+        .min_hold(Duration::from_secs(2))
+        .acquire()
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    let err = c
+        .lock_all(["acct:m2", "acct:m1"])
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_busy(), "{err}");
+    let mut conn = server.conn().await;
+    let pttl: i64 = conn.pttl(key("acct:m1")).await.unwrap();
+    assert!(pttl > 1000, "{pttl}");
+}
+
+// --- Cluster and RedLock ----------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_a_cluster_sets_across_slots_conserve_the_total_without_deadlock() {
+    let cluster = RedisCluster::start(3, 0);
+    let clients = cluster.clients(2).await;
+    // The accounts' names hash to different slots (and masters).
+    let slots: Vec<u16> = (0..ACCOUNTS)
+        .map(|a| distlock::hash_slot(format!("distlock:{{cacct:{a}}}").as_bytes()))
+        .collect();
+    assert!(slots.windows(2).any(|w| w[0] != w[1]), "{slots:?}");
+    let ledger = ledger();
+    let started = Instant::now();
+    let done = transfers(&clients, 3, 20, &ledger, "cacct").await;
+    eprintln!(
+        "cluster: {done} transfers in {:?}; total {}",
+        started.elapsed(),
+        total(&ledger)
+    );
+    assert_eq!(done, 2 * 3 * 20);
+    assert_eq!(total(&ledger), START * ACCOUNTS as i64);
+    // A busy later group releases the earlier ones: nothing of the set is left held.
+    let c = &clients[0];
+    let names: Vec<String> = (0..ACCOUNTS).map(|a| format!("cacct:{a}")).collect();
+    let last = {
+        let guard = c.lock_all(names.clone()).acquire().await.unwrap();
+        let last = guard.names().last().unwrap().to_owned();
+        guard.release().await.unwrap();
+        last
+    };
+    let held = clients[1].lock(last.as_str()).acquire().await.unwrap();
+    let err = c.lock_all(names.clone()).acquire().await.unwrap_err();
+    assert!(
+        matches!(&err, Error::Busy { key, .. } if *key == last),
+        "{err}"
+    );
+    for name in names.iter().filter(|n| **n != last) {
+        let one = clients[1].lock(name.as_str()).acquire().await;
+        assert!(one.is_ok(), "{name} left held: {one:?}");
+        one.unwrap().release().await.unwrap();
+    }
+    held.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn over_redlock_sets_conserve_the_total_and_are_all_or_none() {
+    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let connect = || async {
+        Config::redlock(masters.iter().map(RedisServer::url))
+            .connect()
+            .await
+            .unwrap()
+    };
+    let clients = [connect().await, connect().await];
+    let ledger = ledger();
+    let done = transfers(&clients, 3, 15, &ledger, "racct").await;
+    assert_eq!(done, 2 * 3 * 15);
+    assert_eq!(total(&ledger), START * ACCOUNTS as i64);
+    let held = clients[1].lock("racct:1").acquire().await.unwrap();
+    let err = clients[0]
+        .lock_all(["racct:0", "racct:1"])
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_busy(), "{err}");
+    for master in &masters {
+        let mut conn = master.conn().await;
+        assert!(!conn.exists::<_, bool>(key("racct:0")).await.unwrap());
+    }
+    held.release().await.unwrap();
+    let err = clients[0]
+        .lock_all(["racct:0", "racct:1"])
+        .fenced(true)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
+}
+
+// --- Holders and racers in other processes ------------------------------------------------------
+
+/// The holder process: when `MULTI_CHILD` is set (`a,b,ttl ms,url`), takes the set `[a, b]`
+/// with renewal, prints `held`, and runs a body that never ends; if the set is lost it prints
+/// `lost: <reason>`.
+#[tokio::test]
+async fn child_holder() {
+    let Ok(spec) = std::env::var("MULTI_CHILD") else {
+        return;
+    };
+    let parts: Vec<&str> = spec.split(',').collect();
+    let (a, b, ttl, url) = (parts[0], parts[1], parts[2], parts[3]);
+    let client = Config::new(url).connect().await.unwrap();
+    let result = client
+        .lock_all([a, b])
+        .ttl(Duration::from_millis(ttl.parse().unwrap()))
+        .renew(true)
+        .run(async {
+            println!("held");
+            std::future::pending::<()>().await
+        })
+        .await;
+    match result {
+        Err(Error::Lost { reason, .. }) => println!("lost: {reason}"),
+        other => println!("ended: {other:?}"),
+    }
+}
+
+/// A holder process of a set; killed when dropped.
+struct Holder {
+    child: tokio::process::Child,
+    pid: u32,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Holder {
+    async fn start(server: &RedisServer, names: [&str; 2], ttl: Duration) -> Holder {
+        let mut child = tokio::process::Command::new(std::env::current_exe().unwrap());
+        child
+            .args(["--exact", "child_holder", "--nocapture", "--test-threads=1"])
+            .env(
+                "MULTI_CHILD",
+                format!(
+                    "{},{},{},{}",
+                    names[0],
+                    names[1],
+                    ttl.as_millis(),
+                    server.url()
+                ),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        let mut child = child.spawn().unwrap();
+        let pid = child.id().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut holder = Holder {
+            child,
+            pid,
+            lines: BufReader::new(stdout).lines(),
+        };
+        holder.expect("held", Duration::from_secs(20)).await;
+        holder
+    }
+
+    async fn expect(&mut self, prefix: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let line = tokio::time::timeout_at(deadline, self.lines.next_line())
+                .await
+                .unwrap_or_else(|_| panic!("no `{prefix}` from the holder within {within:?}"))
+                .unwrap()
+                .unwrap_or_else(|| panic!("the holder ended before `{prefix}`"));
+            if line.contains(prefix) {
+                return line;
+            }
+        }
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), self.pid.to_string()])
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success() || signal == "CONT");
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        self.signal("CONT");
+        let _ = self.child.start_kill();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holders_locks_are_free_within_its_ttl() {
+    let server = RedisServer::start();
+    let ttl = Duration::from_millis(1500);
+    let holder = Holder::start(&server, ["acct:k1", "acct:k2"], ttl).await;
+    let c = client(&server).await;
+    assert!(c.lock("acct:k1").acquire().await.unwrap_err().is_busy());
+    assert!(c.lock("acct:k2").acquire().await.unwrap_err().is_busy());
+    let killed = Instant::now();
+    holder.signal("KILL");
+    let guard = c
+        .lock_all(["acct:k2", "acct:k1"])
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the killed holder's locks come free");
+    let freed = killed.elapsed();
+    eprintln!("a SIGKILLed set holder's locks (ttl {ttl:?}) were taken {freed:?} after the kill");
+    assert!(
+        freed <= ttl + Duration::from_millis(300),
+        "free after {freed:?}"
+    );
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_holder_is_told_lost_and_its_locks_go_to_another() {
+    let server = RedisServer::start();
+    let ttl = Duration::from_millis(1000);
+    let mut holder = Holder::start(&server, ["acct:p1", "acct:p2"], ttl).await;
+    holder.signal("STOP");
+    let c = client(&server).await;
+    let guard = c
+        .lock_all(["acct:p2", "acct:p1"])
+        .ttl(Duration::from_secs(10))
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the stalled holder's locks expire");
+    holder.signal("CONT");
+    let line = holder.expect("lost", Duration::from_secs(5)).await;
+    assert!(line.contains("lease") || line.contains("expired"), "{line}");
+    guard.ensure_held().unwrap();
+    guard.release().await.unwrap();
+}
+
+/// Racers in several processes: while `MULTI_RACE` is set (`prefix,rounds,url`), three tasks
+/// make transfers between accounts kept in Redis (`bal:<n>`, read and written with a pause in
+/// between), naming the two locks in random order, `from == to` included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_racer() {
+    let Ok(spec) = std::env::var("MULTI_RACE") else {
+        return;
+    };
+    let parts: Vec<&str> = spec.split(',').collect();
+    let (prefix, rounds, url) = (parts[0], parts[1], parts[2]);
+    let client = Config::new(url).connect().await.unwrap();
+    let store = redis::Client::open(url).unwrap();
+    let mut tasks = Vec::new();
+    for t in 0..3u64 {
+        let (client, store, prefix) = (client.clone(), store.clone(), prefix.to_owned());
+        let rounds: usize = rounds.parse().unwrap();
+        let mut rng = Rng(std::process::id() as u64 * 31 + t * 7 + 1);
+        tasks.push(tokio::spawn(async move {
+            let mut conn = store.get_multiplexed_async_connection().await.unwrap();
+            for _ in 0..rounds {
+                let (from, to) = (rng.below(ACCOUNTS), rng.below(ACCOUNTS));
+                let amount = rng.below(50) as i64;
+                let (a, b) = (format!("{prefix}:{from}"), format!("{prefix}:{to}"));
+                let names = match rng.below(2) {
+                    0 => [a, b],
+                    _ => [b, a],
+                };
+                let guard = client
+                    .lock_all(names)
+                    .ttl(Duration::from_secs(5))
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await
+                    .unwrap();
+                let f: i64 = conn.get(format!("bal:{from}")).await.unwrap();
+                let t: i64 = conn.get(format!("bal:{to}")).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                if from != to {
+                    let _: () = conn.set(format!("bal:{from}"), f - amount).await.unwrap();
+                    let _: () = conn.set(format!("bal:{to}"), t + amount).await.unwrap();
+                }
+                let _: i64 = conn.incr("transfers", 1).await.unwrap();
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    println!("done");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transfers_across_processes_conserve_the_total() {
+    let server = RedisServer::start();
+    let mut conn = server.conn().await;
+    for a in 0..ACCOUNTS {
+        let _: () = conn.set(format!("bal:{a}"), START).await.unwrap();
+    }
+    let mut children = Vec::new();
+    for _ in 0..4 {
+        let mut child = tokio::process::Command::new(std::env::current_exe().unwrap());
+        child
+            .args(["--exact", "child_racer", "--nocapture", "--test-threads=1"])
+            .env("MULTI_RACE", format!("pacct,20,{}", server.url()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        children.push(child.spawn().unwrap());
+    }
+    for child in children {
+        let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+            .await
+            .expect("the racers finish: no deadlock")
+            .unwrap();
+        assert!(out.status.success());
+        assert!(String::from_utf8_lossy(&out.stdout).contains("done"));
+    }
+    let mut sum = 0;
+    for a in 0..ACCOUNTS {
+        let b: i64 = conn.get(format!("bal:{a}")).await.unwrap();
+        sum += b;
+    }
+    let transfers: i64 = conn.get("transfers").await.unwrap();
+    eprintln!("{transfers} transfers across 4 processes; total {sum}");
+    assert_eq!(transfers, 4 * 3 * 20);
+    assert_eq!(sum, START * ACCOUNTS as i64);
+}
