@@ -41,6 +41,21 @@ pub fn lock_skipping(name: String) -> LockBuilder {
     lock(name).skipping()
 }
 
+/// `key = [...]`: the locks taken together ([`crate::lock_all`]).
+pub fn lock_all<const N: usize>(names: [String; N]) -> LockBuilder {
+    set(Vec::from(names))
+}
+
+/// [`lock_all`] for a `skip` function (see [`lock_skipping`]).
+pub fn lock_all_skipping<const N: usize>(names: [String; N]) -> LockBuilder {
+    set(Vec::from(names)).skipping()
+}
+
+/// The set's builder, compiled once (not per list length).
+fn set(names: Vec<String>) -> LockBuilder {
+    crate::lock::multi::lock_all(names)
+}
+
 /// `semaphore(name, n)` for a `skip` function (see [`lock_skipping`]).
 pub fn semaphore_skipping(name: String, permits: u32) -> LockBuilder {
     semaphore(name, permits).skipping()

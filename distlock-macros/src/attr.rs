@@ -48,10 +48,12 @@ const VALID_OPTIONS: &str =
 /// The options as written, each with the span of its name for later errors.
 #[derive(Default)]
 pub(crate) struct LockArgs {
-    /// `key = "..."`: the template literal.
-    pub(crate) key: Option<LitStr>,
+    /// `key = "..."` (the template literal) or `key = ["...", "..."]` (a set of locks).
+    pub(crate) key: Option<KeyArg>,
     /// `permits = N` or `permits = CONST`: a semaphore of that many permits.
     pub(crate) permits: Option<PermitsArg>,
+    /// The span of the `permits` name, when given.
+    pub(crate) permits_span: Option<Span>,
     /// `read`: a shared (read) hold; the span of the flag.
     pub(crate) read: Option<Span>,
     /// `ttl = "..."` or `ttl = CONST`.
@@ -83,6 +85,26 @@ pub(crate) enum DurationArg {
     /// `Duration`, and the generated code checks its value against the runtime's limits when
     /// the constant is evaluated.
     Const(ExprPath),
+}
+
+/// The value of `key`.
+#[derive(Debug, Clone)]
+pub(crate) enum KeyArg {
+    /// `key = "order:<id>"`: one lock.
+    One(LitStr),
+    /// `key = ["account:<from>", "account:<to>"]`: several locks taken together (checked here:
+    /// at least two templates, no two the same).
+    List(Vec<LitStr>),
+}
+
+impl KeyArg {
+    /// Every template, in the order written.
+    pub(crate) fn templates(&self) -> &[LitStr] {
+        match self {
+            KeyArg::One(lit) => std::slice::from_ref(lit),
+            KeyArg::List(templates) => templates,
+        }
+    }
 }
 
 /// The value of `permits`.
@@ -123,12 +145,13 @@ impl LockArgs {
     fn parse_option(&mut self, input: ParseStream<'_>, errors: &mut Errors) -> syn::Result<()> {
         if input.peek(kw::key) {
             let name = input.parse::<kw::key>()?;
-            let value = string_value(input, "the lock key, e.g. `key = \"order:<id>\"`")?;
+            let value = key_value(input, errors)?;
             set_once(&mut self.key, value, "key", name.span, errors);
         } else if input.peek(kw::permits) {
             let name = input.parse::<kw::permits>()?.span;
             if let Some(value) = permits_value(input, errors)? {
                 set_once(&mut self.permits, value, "permits", name, errors);
+                self.permits_span.get_or_insert(name);
             }
         } else if input.peek(kw::ttl) {
             let name = input.parse::<kw::ttl>()?.span;
@@ -327,6 +350,60 @@ fn string_value(input: ParseStream<'_>, what: &str) -> syn::Result<LitStr> {
     }
 }
 
+/// `key = "..."` or `key = ["...", "..."]`; a list of fewer than two templates, or with one
+/// twice, is an error at the brackets or at the repeated template (the value is still kept, so
+/// the templates are checked too).
+fn key_value(input: ParseStream<'_>, errors: &mut Errors) -> syn::Result<KeyArg> {
+    const WHAT: &str = "the lock key, e.g. `key = \"order:<id>\"`, or several locks taken together, e.g. `key = [\"account:<from>\", \"account:<to>\"]`";
+    if !input.peek(Token![=]) {
+        return Err(input.error(format!("expected `=` and {WHAT}")));
+    }
+    input.parse::<Token![=]>()?;
+    if input.peek(LitStr) {
+        return Ok(KeyArg::One(input.parse()?));
+    }
+    if !input.peek(syn::token::Bracket) {
+        return Err(input.error(format!("expected a string literal: {WHAT}")));
+    }
+    let content;
+    let bracket = syn::bracketed!(content in input);
+    let list = content.parse_terminated(
+        |item: ParseStream<'_>| {
+            item.parse::<LitStr>().map_err(|_| {
+                item.error("expected a string literal: each lock of a key list is a key template, e.g. `\"account:<from>\"`")
+            })
+        },
+        Token![,],
+    )?;
+    let templates: Vec<LitStr> = list.into_iter().collect();
+    match templates.as_slice() {
+        [] => errors.push(syn::Error::new(
+            bracket.span.join(),
+            "the key list is empty: name at least two locks, e.g. `key = [\"account:<from>\", \"account:<to>\"]`, or one with `key = \"...\"`",
+        )),
+        [one] => errors.push(syn::Error::new(
+            one.span(),
+            format!(
+                "a key list of one lock: use `key = {:?}`; a list takes several locks together",
+                one.value()
+            ),
+        )),
+        _ => {}
+    }
+    for (i, lit) in templates.iter().enumerate() {
+        if templates[..i].iter().any(|t| t.value() == lit.value()) {
+            errors.push(syn::Error::new(
+                lit.span(),
+                format!(
+                    "`{}` is in the key list twice: name each lock once (two parameters with equal values, such as `from == to`, are fine: the set takes that lock once)",
+                    lit.value()
+                ),
+            ));
+        }
+    }
+    Ok(KeyArg::List(templates))
+}
+
 /// Rejects `flag = value` for the flags `renew`, `read` and `skip`.
 fn no_value(input: ParseStream<'_>, name: &str, name_span: Span) -> syn::Result<()> {
     if input.peek(Token![=]) {
@@ -500,271 +577,4 @@ impl Errors {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(tokens: &str) -> syn::Result<LockArgs> {
-        syn::parse_str(tokens)
-    }
-
-    fn error(tokens: &str) -> String {
-        match parse(tokens) {
-            Ok(_) => panic!("`{tokens}` parsed"),
-            Err(error) => error
-                .into_iter()
-                .map(|e| e.to_string())
-                .collect::<Vec<_>>()
-                .join("\n"),
-        }
-    }
-
-    fn millis(ms: u64) -> Result<u64, DurationError> {
-        Ok(ms)
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("500ms"), millis(500));
-        assert_eq!(parse_duration("10s"), millis(10_000));
-        assert_eq!(parse_duration("5m"), millis(300_000));
-        assert_eq!(parse_duration("1h"), millis(3_600_000));
-        assert_eq!(parse_duration("1m30s"), millis(90_000));
-        assert_eq!(parse_duration("1m 30s"), millis(90_000));
-        assert_eq!(parse_duration("1.5s"), millis(1_500));
-        assert_eq!(parse_duration("007s"), millis(7_000));
-        assert_eq!(parse_duration("30d"), millis(MAX_TTL_MS));
-        assert_eq!(parse_duration("2000us"), millis(2));
-    }
-
-    #[test]
-    fn malformed_durations() {
-        for text in [
-            "",
-            "10",
-            "s",
-            "ms",
-            "-1s",
-            "+1s",
-            "10S",
-            "1_000ms",
-            "10 parsecs",
-            "１s",
-            "1.s",
-        ] {
-            assert!(
-                matches!(parse_duration(text), Err(DurationError::Malformed(_))),
-                "{text:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn zero_sub_millisecond_and_overflowing_durations() {
-        assert_eq!(parse_duration("0s"), Err(DurationError::Zero));
-        assert_eq!(parse_duration("000ms"), Err(DurationError::Zero));
-        assert_eq!(parse_duration("250us"), Err(DurationError::SubMillisecond));
-        assert_eq!(
-            parse_duration("1.0005s"),
-            Err(DurationError::SubMillisecond)
-        );
-        assert_eq!(
-            parse_duration("100000000000y"),
-            Err(DurationError::TooLarge)
-        );
-    }
-
-    /// The attribute and the runtime read duration texts alike: same values, same refusals.
-    #[test]
-    fn durations_agree_with_the_runtime() {
-        use distlock_core::DurationError as Runtime;
-        for text in [
-            "500ms",
-            "10s",
-            "5m",
-            "1h",
-            "1m30s",
-            "1m 30s",
-            "1.5s",
-            " 2h ",
-            "1d",
-            "2000us",
-            "250us",
-            "1.0005s",
-            "0s",
-            "0",
-            "",
-            "10",
-            "-1s",
-            "10 parsecs",
-            "1_000ms",
-            "100000000000y",
-            "18446744073709551615ms",
-        ] {
-            let ours = parse_duration(text).map_err(|error| match error {
-                DurationError::Malformed(_) => "malformed",
-                DurationError::Zero => "zero",
-                DurationError::SubMillisecond => "sub-millisecond",
-                DurationError::TooLarge => "too large",
-            });
-            let runtime = distlock_core::parse_duration(text)
-                .map(|duration| u64::try_from(duration.as_millis()).unwrap())
-                .map_err(|error| match error {
-                    Runtime::Malformed { .. } => "malformed",
-                    Runtime::Zero => "zero",
-                    Runtime::SubMillisecond => "sub-millisecond",
-                    Runtime::TooLarge => "too large",
-                    _ => "unknown",
-                });
-            assert_eq!(ours, runtime, "{text:?}");
-        }
-    }
-
-    #[test]
-    fn limits_agree_with_the_runtime() {
-        assert_eq!(u128::from(MIN_TTL_MS), distlock_core::MIN_TTL.as_millis());
-        assert_eq!(u128::from(MAX_TTL_MS), distlock_core::MAX_TTL.as_millis());
-    }
-
-    #[test]
-    fn constant_durations() {
-        let args = parse(
-            "key = \"a\", ttl = ORDER_TTL, wait = Self::WAIT, min_hold = <T as Settings>::HOLD",
-        )
-        .unwrap();
-        let path = |arg: Option<DurationArg>| match arg {
-            Some(DurationArg::Const(path)) => quote::quote!(#path).to_string(),
-            _ => panic!("not a path"),
-        };
-        assert_eq!(path(args.ttl), "ORDER_TTL");
-        assert_eq!(path(args.wait), "Self :: WAIT");
-        assert_eq!(path(args.min_hold), "< T as Settings > :: HOLD");
-        assert!(error("ttl = 10").starts_with("a duration needs a unit: write `ttl = \"10s\"`"));
-        assert!(error("wait = 1.5").contains("`wait = \"1.5s\"`"));
-        assert!(error("ttl = Duration::from_secs(10)").contains(
-            "define a constant (`const ORDER_TTL: Duration = ...;`) and write `ttl = ORDER_TTL`"
-        ));
-        assert!(error("ttl = [1]").starts_with("expected a duration"));
-    }
-
-    #[test]
-    fn all_options() {
-        let args = parse(
-            r#"key = "user:<self.tenant>", ttl = "500ms", renew, wait = "2s", min_hold = "1m", fenced, min_replicas = 2, client = "payments", crate = "my::distlock","#,
-        )
-        .unwrap();
-        assert_eq!(args.key.unwrap().value(), "user:<self.tenant>");
-        assert_eq!(args.ttl, Some(DurationArg::Millis(500)));
-        assert!(args.renew.is_some());
-        assert_eq!(args.wait, Some(DurationArg::Millis(2_000)));
-        assert_eq!(args.min_hold, Some(DurationArg::Millis(60_000)));
-        assert!(args.skip.is_none());
-        assert!(args.fenced.is_some());
-        assert_eq!(
-            args.min_replicas.map(|n| match n {
-                Replicas::Count(n) => n.base10_parse::<u64>().unwrap(),
-                Replicas::All => u64::MAX,
-            }),
-            Some(2)
-        );
-        assert_eq!(args.client.unwrap().value(), "payments");
-        let krate = args.krate.unwrap();
-        assert_eq!(quote::quote!(#krate).to_string(), "my :: distlock");
-    }
-
-    #[test]
-    fn empty_arguments_parse() {
-        let args = parse("").unwrap();
-        assert!(args.key.is_none());
-    }
-
-    #[test]
-    fn duplicates() {
-        assert_eq!(
-            error(r#"key = "a", ttl = "1s", ttl = "2s""#),
-            "`ttl` set multiple times"
-        );
-        assert_eq!(error("skip, skip"), "`skip` set multiple times");
-    }
-
-    #[test]
-    fn independent_mistakes_are_all_reported() {
-        let message = error(r#"key = "a", key = "b", wait = "0s""#);
-        assert!(message.starts_with("`key` set multiple times\n`wait = \"0s\"` waits for nothing"));
-    }
-
-    #[test]
-    fn unknown_options() {
-        assert_eq!(
-            error(r#"key = "a", foo = 1"#),
-            "unknown option `foo`; valid options are `key`, `permits`, `read`, `ttl`, `renew`, `wait`, `skip`, `min_hold`, `fenced`, `min_replicas`, `client` and `crate`"
-        );
-        assert!(
-            error("timeout = \"1s\"").starts_with("unknown option `timeout` (did you mean `ttl`?)")
-        );
-        assert!(error("123").starts_with("expected an option"));
-    }
-
-    #[test]
-    fn value_shapes() {
-        assert!(error(r#""order:<id>""#).contains("write `key = \"...\"`"));
-        assert!(error("key").contains("expected `=` and the lock key"));
-        assert!(error("renew = true").starts_with("`renew` is a flag and takes no value"));
-        assert!(error("fenced = true").starts_with("`fenced` is a flag and takes no value"));
-        assert!(error("fencing").starts_with("unknown option `fencing` (did you mean `fenced`?)"));
-        assert!(error("min_replicas = 1001")
-            .starts_with("`min_replicas = 1001` is not a replica count"));
-        assert!(error("min_replicas = \"1\"").starts_with("expected an integer literal"));
-        assert!(error("replicas = 1")
-            .starts_with("unknown option `replicas` (did you mean `min_replicas`?)"));
-        assert!(error(r#"key = "a" ttl = "1s""#).contains("expected `,`"));
-        assert!(error(r#"client = """#).starts_with("the client name is empty"));
-        assert!(error(r#"crate = "not a path""#).contains("is not a path"));
-    }
-
-    #[test]
-    fn permits() {
-        let count = |text: &str| match parse(text).unwrap().permits {
-            Some(PermitsArg::Count(n)) => n,
-            other => panic!("{other:?}"),
-        };
-        assert_eq!(count("permits = 5"), 5);
-        assert_eq!(count("permits = 1u32"), 1);
-        assert!(matches!(
-            parse("permits = Self::PERMITS").unwrap().permits,
-            Some(PermitsArg::Const(_))
-        ));
-        assert!(error("permits = 0").starts_with("`permits = 0` lets no body run"));
-        assert!(error("permits = 5u8").starts_with("`permits = 5u8` is not a number of permits"));
-        assert!(error("permits = 4294967296").contains("is not a number of permits"));
-        assert!(error("permits = n()").contains("define a constant"));
-        assert!(error("permits = \"5\"").starts_with("expected the number of permits"));
-        assert_eq!(
-            error("permits = 2, permits = 3"),
-            "`permits` set multiple times"
-        );
-        assert!(error("concurrency = 5").contains("(did you mean `permits`?)"));
-    }
-
-    #[test]
-    fn read() {
-        assert!(parse(r#"key = "a", read"#).unwrap().read.is_some());
-        assert!(error("read = true").starts_with("`read` is a flag and takes no value"));
-        assert_eq!(error("read, read"), "`read` set multiple times");
-        assert!(error("shared").contains("(did you mean `read`?)"));
-    }
-
-    #[test]
-    fn duration_messages() {
-        assert_eq!(
-            error(r#"ttl = "10""#),
-            "invalid duration \"10\" for `ttl`: time unit needed, for example 10sec or 10ms; write numbers with units, e.g. \"500ms\", \"10s\", \"1m30s\", \"1.5h\""
-        );
-        assert!(error(r#"ttl = "0ms""#).starts_with("`ttl` must be longer than zero"));
-        assert!(error(r#"wait = "250us""#)
-            .starts_with("`wait = \"250us\"` is not a whole number of milliseconds"));
-        assert!(error(r#"wait = "100000000000y""#).contains("too large"));
-        assert!(error(r#"ttl = "99ms""#).contains("shorter than the minimum lease of 100ms"));
-        assert!(error(r#"min_hold = "31d""#).contains("longer than the maximum of 30 days"));
-        assert!(error(r#"ttl"#).contains("expected `=` and a duration"));
-    }
-}
+mod tests;

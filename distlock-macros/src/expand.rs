@@ -15,7 +15,7 @@ use syn::{Block, Expr, FnArg, Ident, Pat, Stmt, Type};
 
 use crate::attr::{DurationArg, PermitsArg, Replicas};
 use crate::item::{async_trait_body, Body, LockFn};
-use crate::model::{KeyPart, LockModel, ResultType, Shape};
+use crate::model::{Key, KeyPart, LockModel, ResultType, Shape};
 
 /// Capacity reserved per placeholder value when building the key.
 const VALUE_CAPACITY: usize = 16;
@@ -55,7 +55,8 @@ pub(crate) fn expand(item: LockFn, model: LockModel) -> TokenStream {
             let before = &block.stmts[..block.stmts.len() - 1];
             let mut future = (**future).clone();
             if let Expr::Async(future) = &mut future {
-                allow_unused_moves(&mut future.block, &model.key.params);
+                let params: Vec<Ident> = model.keys.iter().flat_map(|k| k.params.clone()).collect();
+                allow_unused_moves(&mut future.block, &params);
             }
             let locked = locked(&model, &builder, future.into_token_stream());
             quote! {
@@ -218,8 +219,18 @@ fn private_call(model: &LockModel, name: &str, args: TokenStream, span: Span) ->
 /// the builder's `.read()`: a shared hold.
 fn builder(model: &LockModel, key: &Ident) -> TokenStream {
     let krate = &model.krate;
-    let label = Literal::string(&model.key.template);
+    let label = Literal::string(&model.label);
     let start = match &model.permits {
+        // `key = [...]`: the locks taken together (`lock_all`).
+        None if model.key_list => {
+            let lock = if model.skip {
+                "lock_all_skipping"
+            } else {
+                "lock_all"
+            };
+            let lock = Ident::new(lock, Span::call_site());
+            quote!(#krate::__private::#lock(#key))
+        }
         None => {
             let lock = if model.skip { "lock_skipping" } else { "lock" };
             let lock = Ident::new(lock, Span::call_site());
@@ -311,12 +322,23 @@ fn builder(model: &LockModel, key: &Ident) -> TokenStream {
     builder
 }
 
+/// The key: one [`one_key`] call, or with `key = [...]` an array of them (`[key(..), key(..)]`).
+fn key_block(model: &LockModel) -> TokenStream {
+    match model.key_list {
+        false => one_key(model, &model.keys[0]),
+        true => {
+            let keys = model.keys.iter().map(|key| one_key(model, key));
+            quote!([#(#keys),*])
+        }
+    }
+}
+
 /// `key(N, "order:", &[part(&(id), ":"), …])`: the leading literal text, then each value with
 /// the literal text that follows it (whose first character is the value's terminator); one call.
-fn key_block(model: &LockModel) -> TokenStream {
+fn one_key(model: &LockModel, key: &Key) -> TokenStream {
     let krate = &model.krate;
-    let at_key = model.key.span;
-    let parts = &model.key.parts;
+    let at_key = key.span;
+    let parts = &key.parts;
     let mut capacity = 0;
     let mut lead = "";
     let mut values = Vec::new();

@@ -54,7 +54,7 @@ use proc_macro::TokenStream;
 ///
 /// | option | value | default |
 /// | --- | --- | --- |
-/// | `key` | key template (required) | — |
+/// | `key` | key template (required); or a list of them, `key = ["account:<from>", "account:<to>"]`: several locks taken together, all or none | — |
 /// | `permits` | at most this many bodies at once, fleet-wide (one of a semaphore's permits, `distlock::semaphore`): an integer literal ≥ 1 or a `u32` constant | a lock: one body at a time |
 /// | `read` | flag: a shared (read) hold — any number of `read` bodies at once, excluded by (and excluding) the lock itself; not with `permits` | exclusive |
 /// | `ttl` | lease length: a duration | the client's `Config::default_ttl` (30 s unless configured) |
@@ -275,6 +275,24 @@ use proc_macro::TokenStream;
 /// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
 /// #[distributed_lock(key = "doc:<id>", read, ttl = "10s", renew, wait = "2s")]
 /// async fn render(id: u64) -> Result<(), AppError> { Ok(()) }
+/// # fn main() {}
+/// ```
+///
+/// ## `key = [...]`
+///
+/// Take several locks at once, all or none (`distlock::lock_all([..])` by hand): the body runs
+/// holding every one of them. The rendered names are sorted and deduplicated before anything
+/// is sent, so two calls naming the same locks in any order never deadlock, and `from == to`
+/// takes that one lock. At least two templates, none twice, each checked as a single `key`;
+/// not with `permits` or `read`. With `fenced` each lock gets its own token
+/// (`distlock::fencing_token_of(name)`).
+///
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # #[derive(Debug)] pub struct AppError;
+/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
+/// #[distributed_lock(key = ["account:<from>", "account:<to>"], ttl = "5s", wait = "2s")]
+/// async fn transfer(from: u64, to: u64, cents: i64) -> Result<(), AppError> { Ok(()) }
 /// # fn main() {}
 /// ```
 ///

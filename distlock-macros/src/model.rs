@@ -9,7 +9,7 @@ use syn::{
     Expr, FnArg, Ident, LitStr, Pat, Path, PathArguments, ReturnType, Signature, Token, Type,
 };
 
-use crate::attr::{DurationArg, Errors, LockArgs, PermitsArg};
+use crate::attr::{DurationArg, Errors, KeyArg, LockArgs, PermitsArg};
 use crate::item::{async_trait_body, future_output, LockFn};
 use crate::similar;
 use crate::template::{Field, KeyTemplate, Placeholder, Segment, TemplateError};
@@ -34,7 +34,12 @@ pub(crate) struct LockModel {
     /// `min_replicas = N` or `= all`: replicas that must acknowledge the acquire and each
     /// renewal.
     pub(crate) min_replicas: Option<crate::attr::Replicas>,
-    pub(crate) key: Key,
+    /// The lock key; several with `key = [...]` (a set of locks taken together).
+    pub(crate) keys: Vec<Key>,
+    /// `key = [...]`: the locks are taken together (`lock_all`), even if one remained.
+    pub(crate) key_list: bool,
+    /// The metrics label: the key template as written (`[a, b]` for a list).
+    pub(crate) label: String,
     /// The function's return type as written.
     pub(crate) ret: ResultType,
     pub(crate) shape: Shape,
@@ -113,7 +118,17 @@ pub(crate) fn build(args: syn::Result<LockArgs>, item: &LockFn) -> syn::Result<L
     let mut key = None;
     if let Some(args) = &args {
         match &args.key {
-            Some(lit) => key = errors.check(resolve_key(lit, &params, &item.sig)),
+            Some(arg) => {
+                let keys: Vec<Option<Key>> = arg
+                    .templates()
+                    .iter()
+                    .map(|lit| errors.check(resolve_key(lit, &params, &item.sig)))
+                    .collect();
+                key = keys.into_iter().collect::<Option<Vec<Key>>>();
+                if let KeyArg::List(_) = arg {
+                    check_key_list(args, &mut errors);
+                }
+            }
             None => errors.push(syn::Error::new(
                 Span::call_site(),
                 "missing `key`: name the lock, e.g. `#[distributed_lock(key = \"order:<id>\")]`",
@@ -135,8 +150,16 @@ pub(crate) fn build(args: syn::Result<LockArgs>, item: &LockFn) -> syn::Result<L
     errors.finish()?;
 
     // `finish` returned early if any of these is missing: each miss pushed an error.
-    let (Some(args), Some(shape), Some(ret), Some(key)) = (args, shape, ret, key) else {
+    let (Some(args), Some(shape), Some(ret), Some(keys)) = (args, shape, ret, key) else {
         unreachable!("a missing part always records an error");
+    };
+    let key_list = matches!(args.key, Some(KeyArg::List(_)));
+    let label = match key_list {
+        true => {
+            let templates: Vec<&str> = keys.iter().map(|k| k.template.as_str()).collect();
+            format!("[{}]", templates.join(", "))
+        }
+        false => keys[0].template.clone(),
     };
     Ok(LockModel {
         krate: args.krate.unwrap_or_else(|| syn::parse_quote!(::distlock)),
@@ -150,10 +173,29 @@ pub(crate) fn build(args: syn::Result<LockArgs>, item: &LockFn) -> syn::Result<L
         skip: args.skip.is_some(),
         fenced: args.fenced.is_some(),
         min_replicas: args.min_replicas,
-        key,
+        keys,
+        key_list,
+        label,
         ret,
         shape,
     })
+}
+
+/// A key list takes exclusive locks only: `permits` and `read` next to it are an error each, at
+/// its name.
+fn check_key_list(args: &LockArgs, errors: &mut Errors) {
+    if let Some(span) = args.permits_span {
+        errors.push(syn::Error::new(
+            span,
+            "`permits` cannot be combined with a key list: a set of locks is taken exclusively, all or none; use one key with `permits`, or remove `permits`",
+        ));
+    }
+    if let Some(read) = args.read {
+        errors.push(syn::Error::new(
+            read,
+            "`read` cannot be combined with a key list: a set of locks is taken exclusively, all or none; use one key with `read`, or remove `read`",
+        ));
+    }
 }
 
 /// Checks `const`, `async` and the return type; finds the async-trait shape.

@@ -68,6 +68,7 @@
 //! | option | meaning | default |
 //! | --- | --- | --- |
 //! | `key = "order:<id>"` | the lock name template (required) | — |
+//! | `key = ["account:<from>", "account:<to>"]` | several locks taken together, all or none ([`lock_all`]): sorted and deduplicated before anything is sent (`from == to` is one lock), so callers naming them in any order never deadlock; at least two templates, none twice; not with `permits` or `read` (compile errors); `fenced`: a token per lock ([`fencing_token_of`]) | one lock |
 //! | `permits = 5` | at most this many bodies at once, fleet-wide: one of a semaphore's permits instead of the lock ([`semaphore`]; an integer literal ≥ 1 or a `u32` constant, checked at compile time); combines with every other option | a lock: one body at a time |
 //! | `read` | a shared (read) hold instead of the lock ([`LockBuilder::read`]): any number of `read` bodies at once, while a body holding the lock itself (no `read`: the write) excludes them and is excluded by them; a waiting writer stops new readers, so writers do not starve; not with `permits` (a compile error) | exclusive: one body at a time |
 //! | `ttl = "10s"` | lease length, 100 ms ([`MIN_TTL`]) to 30 days ([`MAX_TTL`]), checked at compile time | the client's `Config::default_ttl` (30 s) |
@@ -147,6 +148,16 @@
 //!
 //! #[distributed_lock(key = "doc:<id>", ttl = "10s", wait = "5s")]
 //! async fn save(id: u64, text: String) -> Result<(), AppError> { Ok(()) }
+//! ```
+//!
+//! ```no_run
+//! # use distlock::distributed_lock;
+//! # #[derive(Debug)] struct AppError;
+//! # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
+//! /// Both accounts, all or none: two transfers naming them in opposite orders never deadlock,
+//! /// and `from == to` takes the one lock once.
+//! #[distributed_lock(key = ["account:<from>", "account:<to>"], ttl = "5s", wait = "2s")]
+//! async fn transfer(from: u64, to: u64, cents: i64) -> Result<(), AppError> { Ok(()) }
 //! ```
 //!
 //! ## Key templates
@@ -285,6 +296,35 @@
 //! waits for it; each gives up at its `wait`). A semaphore and readers of one name are
 //! [`Error::Incompatible`]; over [`Config::redlock`] shared holds are not supported yet
 //! ([`Error::InvalidConfig`]).
+//!
+//! **Sets of locks** ([`lock_all`], `key = [...]`): while you believe you hold a set, you hold
+//! every lock of it and nobody else holds any; when that can no longer be guaranteed for any
+//! one of them, you are told. A set is taken **all or none**: on one server, through Sentinel
+//! and on each RedLock master by one script that checks every lock and then takes all of them
+//! (the set is held when a majority of the masters granted all of it); a lock found busy, and
+//! the set waits (woken by that lock's release) holding nothing. **No deadlock**, whatever
+//! order callers name the locks in (or the same lock twice): the names are sorted and
+//! deduplicated before anything is sent, and a caller never waits while holding part of a set.
+//! In a **Redis Cluster**, where one script cannot span hash slots, the set is taken one slot
+//! group at a time in a fixed global order (slot, then name); a later group found busy first
+//! releases the groups already taken, then waits: it costs one round trip per slot group
+//! (plus a release per group taken when a later one is busy), and a set waiting for several
+//! busy locks can be overtaken by single-lock callers. One lease for the set: until the
+//! earliest of its locks' deadlines; renewal extends every lock, and a renewal that finds any
+//! lock gone or another owner's is the loss of the set (`Err(Lost)`, the body cancelled), as is
+//! a stall past the lease. A cancelled acquire leaves none of the set held (what it may have
+//! taken is released in the background), a dropped guard releases all of it, `skip` and
+//! `min_hold` apply to the set, and each lock is an ordinary lock to everyone else (the CLI
+//! shows each, with the other locks of its set). `fenced`: each lock gets its own token from its
+//! own fence floor, strictly increasing per name as for a lock ([`LockGuard::token_of`],
+//! [`fencing_token_of`]; [`LockGuard::token`] is the first lock's). A set is taken inside a
+//! body that holds the whole set in one hold by re-entry, and refused ([`Error::InvalidConfig`])
+//! inside a body that holds only some of it (waiting for the rest while holding those could
+//! deadlock). Sets are exclusive locks only (with `read` or a semaphore: [`Error::InvalidConfig`]
+//! at run time, a compile error in the attribute); a lock of the set held by readers is busy, a
+//! semaphore's key [`Error::Incompatible`]. Over [`Config::redlock`] fenced sets are not
+//! supported yet ([`Error::InvalidConfig`]), and a waiting set takes no place in the masters'
+//! queue (it retries at each release).
 //!
 //! The reliability suite's stall row checks exactly this: holders in separate processes are
 //! `SIGSTOP`ped inside their critical sections for longer than their lease while others take

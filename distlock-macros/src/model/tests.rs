@@ -21,8 +21,7 @@ fn one_error(args: &str, item: &str) -> String {
 }
 
 fn rendered(model: &LockModel) -> Vec<String> {
-    model
-        .key
+    model.keys[0]
         .parts
         .iter()
         .map(|part| match part {
@@ -53,7 +52,7 @@ fn resolves_placeholders_and_options() {
     );
     assert_eq!(model.ttl, Some(DurationArg::Millis(500)));
     assert_eq!(model.wait, Some(DurationArg::Millis(2_000)));
-    assert_eq!(model.key.params, ["req"]);
+    assert_eq!(model.keys[0].params, ["req"]);
     assert!(!model.renew && !model.skip && !model.fenced);
     assert_eq!(model.client.unwrap().value(), "payments");
     assert_eq!(model.krate.to_token_stream().to_string(), ":: distlock");
@@ -76,7 +75,7 @@ fn defaults() {
 fn parameter_patterns() {
     let item = "async fn f(mut id: u64, ref name: String, whole @ (x, _): (u8, u8), r#type: u8) -> Result<(), E> { Ok(()) }";
     let model = build_str(r#"key = "<id>/<name>/<whole.0>/<r#type>""#, item).unwrap();
-    assert_eq!(model.key.parts.len(), 7);
+    assert_eq!(model.keys[0].parts.len(), 7);
     assert!(one_error(r#"key = "<x>""#, item).contains("bound by a destructuring pattern"));
 }
 
