@@ -70,6 +70,36 @@ pub(crate) struct Lock {
     /// A shared (read) holder: the readers holding the lock (`None`: not a reader).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) readers: Option<u32>,
+    /// A lock of a set taken together (`lock_all`, `key = [...]`): the names of every lock of
+    /// the set (the locks held with this one's owner value), sorted; empty for a lock alone.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) set: Vec<String>,
+}
+
+/// Marks the locks of `locks` that belong to a set taken together: a set's locks are plain
+/// locks holding one owner value (see the wire protocol's "Sets of locks"), so the locks of
+/// `all` (every lock held) with a lock's owner are its set.
+pub(crate) fn mark_sets(locks: &mut [Lock], all: &[Lock]) {
+    let mut by_owner: HashMap<&str, Vec<String>> = HashMap::new();
+    for lock in all
+        .iter()
+        .filter(|l| l.permits.is_none() && l.readers.is_none())
+    {
+        by_owner
+            .entry(&lock.owner)
+            .or_default()
+            .push(lock.name.clone());
+    }
+    for lock in locks
+        .iter_mut()
+        .filter(|l| l.permits.is_none() && l.readers.is_none())
+    {
+        if let Some(names) = by_owner.get(lock.owner.as_str()).filter(|n| n.len() > 1) {
+            let mut names = names.clone();
+            names.sort();
+            lock.set = names;
+        }
+    }
 }
 
 /// The permits of a semaphore one holder belongs to.
@@ -393,6 +423,7 @@ impl Layout {
             waiting_clients: numsub.get(&self.channel(name)).copied().unwrap_or(0),
             permits: None,
             readers: None,
+            set: Vec::new(),
         }))
     }
 
@@ -440,6 +471,7 @@ impl Layout {
                 waiting_clients: numsub.get(&self.channel(name)).copied().unwrap_or(0),
                 permits: of.map(|of| Permits { in_use, of }),
                 readers: of.is_none().then_some(in_use),
+                set: Vec::new(),
             })
             .collect();
         Some(Entry::Semaphore(holders))

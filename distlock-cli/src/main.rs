@@ -146,9 +146,20 @@ async fn list(
     let pattern = pattern_or_all(pattern)?;
     let mut server = Server::connect(target).await?;
     let explain = server.explain.clone();
-    let (locks, not_locks) = explain
+    let (mut locks, not_locks) = explain
         .call(layout.read_matching(&mut server.conn, &pattern))
         .await?;
+    // Sets taken together: each lock's set, from every lock held (not only those matching).
+    let all = match pattern.as_str() {
+        "*" => locks.clone(),
+        _ => {
+            explain
+                .call(layout.read_matching(&mut server.conn, "*"))
+                .await?
+                .0
+        }
+    };
+    layout::mark_sets(&mut locks, &all);
     if as_json {
         render::print(&render::json(
             &Listing {
@@ -218,7 +229,17 @@ async fn show(target: &Target, layout: &Layout, name: &str, as_json: bool) -> Re
     check_name(name)
         .map_err(|reason| Failure::usage(format!("invalid lock name `{name}`: {reason}")))?;
     let mut server = Server::connect(target).await?;
-    let holders = one_lock(&mut server, layout, name).await?;
+    let mut holders = one_lock(&mut server, layout, name).await?;
+    if let [lock] = &holders[..] {
+        if lock.permits.is_none() && lock.readers.is_none() {
+            // Whether it is one lock of a set taken together: every lock held with its owner.
+            let explain = server.explain.clone();
+            let (all, _) = explain
+                .call(layout.read_matching(&mut server.conn, "*"))
+                .await?;
+            layout::mark_sets(&mut holders, &all);
+        }
+    }
     match &holders[..] {
         [lock] if lock.permits.is_none() && lock.readers.is_none() && as_json => {
             render::print(&render::json(lock, true))

@@ -70,6 +70,9 @@ pub(crate) fn lock_cells(lock: &Lock) -> Vec<String> {
     let name = match (lock.permits, lock.readers) {
         (Some(p), _) => format!("{} [{}/{}]", lock.name, p.in_use, p.of),
         (None, Some(n)) => format!("{} [read {n}]", lock.name),
+        (None, None) if !lock.set.is_empty() => {
+            format!("{} [set of {}]", lock.name, lock.set.len())
+        }
         (None, None) => lock.name.clone(),
     };
     vec![
@@ -116,6 +119,15 @@ pub(crate) fn detail(lock: &Lock, prefix: &str) -> String {
         rows.push((
             "readers",
             format!("{n} holding it for reading (a shared hold; this holder is one)"),
+        ));
+    }
+    if !lock.set.is_empty() {
+        rows.push((
+            "set",
+            format!(
+                "taken together with its other locks, all or none: {} (release --force frees one lock of the set; its holder is told Lost)",
+                lock.set.join(", ")
+            ),
         ));
     }
     if let Some(p) = lock.permits {

@@ -733,3 +733,57 @@ async fn readers_show_as_a_shared_hold_and_are_released_by_force() {
     assert!(first.release().await.is_err());
     assert!(second.release().await.is_err());
 }
+
+#[tokio::test]
+async fn a_set_shows_every_lock_and_each_is_released_by_force() {
+    let redis = TestRedis::start().unwrap();
+    let url = redis.url();
+    let holder = client(&redis).await;
+    let set = holder
+        .lock_all(["account:7", "account:3"])
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let _alone = hold(&holder, "account:9").await;
+
+    let out = run(&["--url", url, "list"]).await;
+    out.status(0);
+    assert!(
+        out.stdout.contains("account:3 [set of 2]"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("account:7 [set of 2]"),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("account:9 [set"), "{}", out.stdout);
+    // A pattern that matches one lock of the set still shows its set.
+    let out = run(&["--url", url, "list", "account:3", "--json"]).await;
+    out.status(0);
+    assert!(
+        out.stdout.contains(r#""account:3","#) && out.stdout.contains(r#""account:7""#),
+        "{}",
+        out.stdout
+    );
+
+    let out = run(&["--url", url, "show", "account:7"]).await;
+    out.status(0);
+    assert!(
+        out.stdout.contains("account:3, account:7"),
+        "{}",
+        out.stdout
+    );
+
+    // One lock of the set released by force: the holder finds the set lost.
+    let out = run(&["--url", url, "release", "account:7", "--force", "--yes"]).await;
+    out.status(0);
+    assert!(!redis.is_locked("account:7").await);
+    assert!(redis.is_locked("account:3").await);
+    let out = run(&["--url", url, "release", "account:3", "--force", "--yes"]).await;
+    out.status(0);
+    assert!(!redis.is_locked("account:3").await);
+    assert!(set.release().await.is_err());
+}

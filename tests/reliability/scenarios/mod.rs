@@ -8,6 +8,7 @@ mod connection_faults;
 mod failover_belief;
 mod holder_faults;
 mod long_hold;
+mod multi_stall;
 mod mutex;
 mod partition;
 mod proxy_faults;
@@ -47,6 +48,7 @@ pub(crate) fn all(settings: &Settings) -> Vec<Scenario> {
         stall::scenario(&s, heavy(60, 240)),
         stall::permits_scenario(&s, heavy(60, 240)),
         stall::read_write_scenario(&s, heavy(60, 240)),
+        multi_stall::scenario(&s, heavy(60, 240)),
         sentinel_failover::scenario(&s, heavy(90, 120)),
         cluster_failover::scenario(&s, heavy(40, 120)),
         redlock_loss::scenario(&s, heavy(40, 120)),
@@ -67,6 +69,7 @@ pub(crate) async fn worker_role(role: &str, ctx: Ctx) -> Result<(), String> {
         "storm" => cancel_storm::worker(ctx).await,
         "registry" => registry_misuse::worker(ctx).await,
         "stall" => stall::worker(ctx).await,
+        "multi-stall" => multi_stall::worker(ctx).await,
         other => Err(format!("unknown worker role `{other}`")),
     }
 }
