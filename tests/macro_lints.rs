@@ -59,6 +59,13 @@ mod shapes {
     #[distributed_lock(key = "sweep:<shard>", ttl = "5m", skip, min_hold = "1m")]
     async fn sweep(shard: u8) -> Result<Option<u8>, AppError> { Ok(None) }
 
+    // A key list: several locks taken together, a parameter read only by the keys.
+    #[distributed_lock(key = ["account:<from>", "account:<to>"], ttl = "5s", fenced)]
+    async fn transfer(from: u64, to: u64) -> Result<u8, AppError> { Ok(3) }
+
+    #[distributed_lock(key = ["x:<id>", "y:<id>", "z"], skip)]
+    async fn three(id: u64) -> Result<(), AppError> { Ok(()) }
+
     #[distributed_lock(key = "pay:<id>", ttl = ORDER_TTL, client = "payments")]
     async fn payout(id: u64) -> Result<u64, AppError> { Ok(id) }
 
@@ -169,6 +176,8 @@ mod shapes {
             not_initialized(generic("k", 1).await);
             not_initialized(opaque("t").await.map(|value| value.to_string()));
             not_initialized(traced(1).await);
+            not_initialized(transfer(1, 2).await);
+            not_initialized(three(1).await);
             match payout(1).await {
                 Err(AppError::Lock(distlock::Error::UnknownClient { name })) => {
                     assert_eq!(name, "payments");

@@ -745,3 +745,66 @@ async fn transfers_across_processes_conserve_the_total() {
     assert_eq!(transfers, 4 * 3 * 20);
     assert_eq!(sum, START * ACCOUNTS as i64);
 }
+
+// --- The attribute --------------------------------------------------------------------------
+
+#[derive(Debug)]
+enum LedgerError {
+    /// Read by the test's `expect` (through `Debug`).
+    #[allow(dead_code)]
+    Lock(Error),
+}
+
+impl From<Error> for LedgerError {
+    fn from(error: Error) -> Self {
+        LedgerError::Lock(error)
+    }
+}
+
+static BOOK: Mutex<Vec<i64>> = Mutex::new(Vec::new());
+
+#[distlock::distributed_lock(key = ["book:<from>", "book:<to>"], ttl = "5s", wait = "30s", fenced, client = "multi-attr")]
+async fn book_transfer(from: usize, to: usize, amount: i64) -> Result<(u64, u64), LedgerError> {
+    let (f, t) = {
+        let book = BOOK.lock().unwrap();
+        (book[from], book[to])
+    };
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    {
+        let mut book = BOOK.lock().unwrap();
+        if from != to {
+            book[from] = f - amount;
+            book[to] = t + amount;
+        }
+    }
+    let token = |n: usize| distlock::fencing_token_of(&format!("book:{n}")).unwrap();
+    Ok((token(from), token(to)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_attribute_takes_a_key_list() {
+    let server = RedisServer::start();
+    Config::new(server.url())
+        .install_as("multi-attr")
+        .await
+        .unwrap();
+    *BOOK.lock().unwrap() = vec![100; 4];
+    let mut tasks = Vec::new();
+    for t in 0..6u64 {
+        tasks.push(tokio::spawn(async move {
+            let mut rng = Rng(t * 977 + 3);
+            for _ in 0..15 {
+                let (from, to) = (rng.below(4) as usize, rng.below(4) as usize);
+                let (a, b) = book_transfer(from, to, 7).await.expect("transferred");
+                assert!(a > 0 && b > 0);
+                if from == to {
+                    assert_eq!(a, b, "from == to is one lock, one token");
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(BOOK.lock().unwrap().iter().sum::<i64>(), 400);
+}
