@@ -384,6 +384,27 @@ async fn fenced_sets_have_a_token_per_lock_strictly_increasing() {
         .unwrap();
     assert!(tokens.0.unwrap() > last["acct:f1"] && tokens.1.unwrap() > last["acct:f2"]);
     assert_eq!(tokens.2, None);
+    // One lock of a fenced set re-entered alone has that lock's own token (its floor raised
+    // far above the other's, so the two differ).
+    let mut conn = server.conn().await;
+    let high = tokens.1.unwrap() + 1_000_000_000;
+    let _: () = conn
+        .set(format!("{}:fence", key("acct:f2")), high)
+        .await
+        .unwrap();
+    let inner = c.clone();
+    c.lock_all(["acct:f1", "acct:f2"])
+        .fenced(true)
+        .run(async move {
+            let one = inner.lock("acct:f2").fenced(true).acquire().await.unwrap();
+            assert!(one.is_reentry());
+            assert_eq!(one.token(), distlock::fencing_token_of("acct:f2"));
+            assert!(one.token().unwrap() > high);
+            assert!(distlock::fencing_token_of("acct:f1").unwrap() < high);
+            one.release().await.unwrap();
+        })
+        .await
+        .unwrap();
 }
 
 #[tokio::test]

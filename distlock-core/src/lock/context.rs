@@ -97,7 +97,11 @@ pub(crate) fn reentry(client: usize, name: &str) -> Option<Outer> {
         if data.client == client && data.hold.covers(name) {
             return Some(Outer {
                 hold: data.hold.clone(),
-                token: data.token,
+                // A set's lock `name`: its own token.
+                token: match data.hold.set.is_empty() {
+                    true => data.token,
+                    false => data.hold.token_of(name),
+                },
                 lease: data.lease.clone(),
             });
         }
