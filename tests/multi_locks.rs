@@ -498,7 +498,28 @@ async fn on_a_cluster_sets_across_slots_conserve_the_total_without_deadlock() {
         assert!(one.is_ok(), "{name} left held: {one:?}");
         one.unwrap().release().await.unwrap();
     }
+    // A waiting acquire cancelled (its earlier slot groups taken and released again while it
+    // waits), and acquires dropped at random points of their slot groups: nothing left held.
+    let waiting = c
+        .lock_all(names.clone())
+        .wait(Duration::from_secs(20))
+        .acquire();
+    assert!(tokio::time::timeout(Duration::from_millis(300), waiting)
+        .await
+        .is_err());
     held.release().await.unwrap();
+    for i in 0..30u64 {
+        let fut = c.lock_all(names.clone()).acquire();
+        let _ = tokio::time::timeout(Duration::from_micros(100 + i * 37), fut).await;
+    }
+    c.settle().await;
+    for name in &names {
+        let one = testkit::eventually(Duration::from_secs(3), "nothing left held", || async {
+            clients[1].lock(name.as_str()).acquire().await.ok()
+        })
+        .await;
+        one.release().await.unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
