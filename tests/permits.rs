@@ -330,20 +330,6 @@ async fn fenced_permits_hand_out_strictly_increasing_tokens() {
     }
 }
 
-#[tokio::test]
-async fn a_semaphore_over_redlock_is_refused() {
-    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-    let client = Config::redlock(masters.iter().map(RedisServer::url))
-        .connect()
-        .await
-        .unwrap();
-    let err = client.semaphore("api:q", 2).acquire().await.unwrap_err();
-    assert!(
-        matches!(&err, Error::InvalidConfig { reason } if reason.contains("redlock")),
-        "{err}"
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_at_most_n_bodies_at_once_and_waiters_wake() {
     let cluster = RedisCluster::start(3, 0);

@@ -532,20 +532,6 @@ async fn fenced_reads_and_writes_hand_out_strictly_increasing_tokens() {
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
 }
 
-#[tokio::test]
-async fn a_read_hold_over_redlock_is_refused() {
-    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-    let client = Config::redlock(masters.iter().map(RedisServer::url))
-        .connect()
-        .await
-        .unwrap();
-    let err = client.lock("doc:q").read().acquire().await.unwrap_err();
-    assert!(
-        matches!(&err, Error::InvalidConfig { reason } if reason.contains("redlock")),
-        "{err}"
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_readers_overlap_and_writers_overlap_nobody() {
     let cluster = RedisCluster::start(3, 0);

@@ -301,7 +301,7 @@ impl LockBuilder {
             true => shared::read_kind(&self.name, self.kind)?,
             false => self.kind,
         };
-        permits::check(&self.name, kind, &client)?;
+        permits::check(&self.name, kind)?;
         let terms = Terms {
             kind,
             ttl,
@@ -356,10 +356,11 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
     // attempt (same value) reads such a take as its own; giving up, or being dropped, releases
     // it in the background (owner-checked: another owner's lock is left alone).
     let mut unanswered: Option<ReleaseOnDrop> = None;
-    // RedLock: a waiter's place in the masters' queues (0: it does not wait), and its entry
+    // RedLock: a waiter's place in the masters' queues (0: it does not wait, or it takes a
+    // permit or a read hold, which retry without a queue: see `permits`), and its entry
     // there once it queued (from its first attempt after subscribing: an acquire that takes
     // the lock at once never queues), taken out again when the acquire ends.
-    let ticket = match client.is_quorum() && give_up.is_some() {
+    let ticket = match client.is_quorum() && give_up.is_some() && hold.kind == Kind::Mutex {
         true => queue::ticket(),
         false => 0,
     };
@@ -567,6 +568,7 @@ async fn reenter(outer: Outer, terms: &Terms, started: Instant) -> Result<LockGu
         key: outer.hold.keys.lock().into(),
         value: outer.hold.value.as_str().into(),
         ttl: terms.ttl,
+        permits: outer.hold.kind.permits(),
     }];
     let id = client.new_request_id();
     let call = RenewCall {
@@ -656,6 +658,7 @@ fn into_guard(
                 key: hold.keys.lock().into(),
                 value: hold.value.as_str().into(),
                 ttl: terms.ttl,
+                permits: hold.kind.permits(),
             },
             renew: terms.renew,
             switches,
@@ -696,11 +699,7 @@ async fn try_acquire(
     let mut found = send_acquire(hold, terms, queued, id.as_bytes(), readers).await?;
     // A write whose plain or fenced acquire met a key that is not a string (readers, maybe):
     // asked again, and from now on, as a write where readers may hold the lock.
-    if terms.kind == Kind::Mutex
-        && !readers
-        && found.0 == Acquired::Incompatible
-        && !client.is_quorum()
-    {
+    if terms.kind == Kind::Mutex && !readers && found.0 == Acquired::Incompatible {
         *met_readers = true;
         let id = client.new_request_id();
         found = send_acquire(hold, terms, queued, id.as_bytes(), true).await?;
