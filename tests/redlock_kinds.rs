@@ -571,3 +571,38 @@ async fn fenced_permits_and_reads_get_increasing_tokens_across_holders() {
     assert!(write.token().unwrap() > read_token);
     write.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn permits_taken_at_once_never_share_a_fencing_token() {
+    let masters = masters(5);
+    let all = clients(&masters, 3).await;
+    let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut handles = Vec::new();
+    for client in &all {
+        for _ in 0..3 {
+            let (client, tokens) = (client.clone(), tokens.clone());
+            handles.push(tokio::spawn(async move {
+                for _ in 0..5 {
+                    let guard = client
+                        .semaphore("fence:many", 3)
+                        .fenced(true)
+                        .wait(Duration::from_secs(30))
+                        .acquire()
+                        .await
+                        .expect("a permit within the wait");
+                    tokens.lock().unwrap().push(guard.token().expect("fenced"));
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    for handle in handles {
+        handle.await.unwrap();
+    }
+    let mut tokens = tokens.lock().unwrap().clone();
+    assert_eq!(tokens.len(), 3 * 3 * 5);
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 3 * 3 * 5, "two permits got the same token");
+}

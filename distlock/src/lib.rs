@@ -269,7 +269,7 @@
 //! than `n` holders could each find enough of them. One permit needs a majority, 2 permits
 //! over 5 masters need 4 (one master down is tolerated, not two: [`Error::NoQuorum`]), many
 //! permits nearly every master. Waiters there retry on releases (the FIFO queue is the lock's
-//! only), and two permits whose acquires overlapped may get the same fencing token.
+//! only); fencing tokens stay unique and increasing per name.
 //!
 //! **Shared holds** ([`LockBuilder::read`], `read`): while you believe you hold a read, no
 //! writer (an exclusive hold of the name) does, and while you believe you hold the write,

@@ -25,8 +25,9 @@
 //!   is told, as for a lock renewed by less than a majority).
 //! * **Fencing**: the token comes from the quorum's fence floors as a lock's (`fence`): read
 //!   from a majority after the acquire, raised on a majority before it is handed out. A token
-//!   is strictly above every token handed out before its acquire started; two permits whose
-//!   acquires overlapped in time may get the same token (one server's permits never do).
+//!   is strictly above every token handed out before its acquire started, and no two permits
+//!   get the same token even when their acquires overlap (a raise counts only where it found
+//!   every floor of its majority below its token; see `fence`).
 //! * **Waiting**: a waiter is woken by each release on any master and otherwise looks again
 //!   when the first lease it met runs out; there is no FIFO queue (the RedLock queue,
 //!   `ACQUIRE_QUEUED`, is the lock's only), so a waiter may be overtaken.
@@ -79,9 +80,9 @@ pub(crate) enum Kind {
 /// permit needs a majority, 2 of 5 masters need 4, many permits nearly every master. So a
 /// semaphore tolerates fewer masters down than a lock (2 permits over 5 masters: one down,
 /// not two; with more down the acquire fails with [`Error::NoQuorum`], or waits). Waiters
-/// there retry on each release and on the first lease's end, without the lock's FIFO queue;
-/// fencing tokens of two acquires that overlapped in time may be equal (each is above every
-/// token handed out before its acquire started).
+/// there retry on each release and on the first lease's end, without the lock's FIFO queue.
+/// Fencing tokens stay unique per name there too, each above every token handed out before
+/// its acquire started.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), distlock_core::Error> {

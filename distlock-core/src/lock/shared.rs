@@ -20,8 +20,8 @@
 //! (ordered after any late grant, `stragglers`), and so is what a cancelled acquire may have
 //! been granted. Waiting readers, and writers that met readers, retry on each release and at
 //! the first lease's (or intent's) end: the RedLock FIFO queue is the lock's only. Fencing
-//! tokens come from the quorum's fence floors (`fence`); two readers whose acquires overlapped
-//! in time may get the same token.
+//! tokens come from the quorum's fence floors (`fence`): unique, and above every token handed
+//! out before the acquire started.
 
 use crate::error::{Error, Operation};
 use crate::lock::acquire::{LockBuilder, Terms};
@@ -60,8 +60,7 @@ impl LockBuilder {
     /// fails with [`Error::InvalidConfig`]). Over a RedLock quorum ([`crate::Config::redlock`])
     /// a read and a write each count when a majority of the masters granted them (any two such
     /// majorities share a master, which granted only one); readers and writers that wait there
-    /// retry on releases, without the lock's FIFO queue, and two readers whose acquires
-    /// overlapped may get the same fencing token.
+    /// retry on releases, without the lock's FIFO queue.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), distlock_core::Error> {

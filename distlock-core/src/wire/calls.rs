@@ -441,7 +441,7 @@ pub(crate) struct FenceFloorCall<'a> {
 
 impl Call for FenceFloorCall<'_> {
     type Raw = i64;
-    /// The floor (after the raise).
+    /// The floor before the raise (the floor, when only read).
     type Reply = u64;
 
     fn request(&self) -> Request {
