@@ -1,7 +1,8 @@
 //! Semaphores and shared (read) holds over RedLock (`Config::redlock`), against independent
 //! `redis-server`s started by the testkit: at most `n` permit holders at once and `n` reached
-//! (over 3 and 5 masters), the permit quorum `⌊n·m/(n+1)⌋ + 1` (2 permits over 5 masters: one
-//! master down works, two fail with `NoQuorum`, and a renewal by fewer masters is a loss), a
+//! (over 3 and 5 masters), the permit quorum `⌊n·m/(n+1)⌋ + 1` (2 permits over 5 masters: a
+//! majority with room is not enough, one master down works, two fail with `NoQuorum`, and a
+//! renewal by fewer masters is a loss), a
 //! permit renewed past several ttls, readers overlapping and writers overlapping nobody, a
 //! writer not starved by a stream of readers, one master of 3 down, acquires cancelled at any
 //! point leaving nothing on any master, another count on one master as `PermitsMismatch`, and
@@ -607,4 +608,45 @@ async fn permits_taken_at_once_never_share_a_fencing_token() {
     tokens.sort_unstable();
     tokens.dedup();
     assert_eq!(tokens.len(), 3 * 3 * 5, "two permits got the same token");
+}
+
+#[tokio::test]
+async fn a_permit_granted_by_a_majority_only_is_not_taken() {
+    // 2 permits over 5 masters, two holders spread as a majority rule would have let them in:
+    // one on masters 0, 1, 2, the other on 0, 1, 3. Masters 2, 3 and 4 still have room, a
+    // majority: a third holder there would make 3 holders of 2 permits. It needs 4.
+    let masters = masters(5);
+    let key = "distlock:{api:spread}";
+    for (i, master) in masters.iter().enumerate() {
+        let holders: &[&str] = match i {
+            0 | 1 => &["d2:h1", "d2:h2"],
+            2 => &["d2:h1"],
+            3 => &["d2:h2"],
+            _ => &[],
+        };
+        if holders.is_empty() {
+            continue;
+        }
+        let mut conn = master.conn().await;
+        let (secs, _): (String, String) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+        let until = secs.parse::<i64>().unwrap() * 1000 + 60_000;
+        let mut members = vec![(-2, "d2:permits")];
+        members.extend(holders.iter().map(|h| (until, *h)));
+        let _: () = conn.zadd_multiple(key, &members).await.unwrap();
+        let _: () = conn.pexpire(key, 60_000).await.unwrap();
+    }
+    let c = client(&masters).await;
+    let found = c.semaphore("api:spread", 2).acquire().await;
+    assert!(matches!(found, Err(Error::Busy { .. })), "{found:?}");
+    // What masters 2, 3 and 4 granted is released again.
+    testkit::at_rest(&[&c], SETTLED).await;
+    nothing_left(&[&masters[4]], "api:spread").await;
+    for master in &masters[2..4] {
+        let members: Vec<String> = master.conn().await.zrange(key, 0, -1).await.unwrap();
+        assert_eq!(
+            members.len(),
+            2,
+            "the count and the one holder: {members:?}"
+        );
+    }
 }
