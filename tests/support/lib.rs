@@ -6,6 +6,7 @@
 #![deny(missing_docs)]
 
 pub mod belief;
+mod child;
 mod cli;
 mod clock;
 mod cluster;
@@ -21,6 +22,7 @@ mod replicas;
 mod sentinel;
 mod server;
 
+pub use child::ChildTest;
 pub use clock::{step_round, ShiftedClock, Stepped};
 pub use cluster::RedisCluster;
 pub use fairness::{fairness_run, jain, Fairness, FairnessRun};
