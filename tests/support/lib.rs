@@ -23,7 +23,7 @@ mod sentinel;
 mod server;
 
 pub use child::ChildTest;
-pub use clock::{step_round, ShiftedClock, Stepped};
+pub use clock::{step_round, step_round_of, ShiftedClock, Stepped};
 pub use cluster::RedisCluster;
 pub use fairness::{fairness_run, jain, Fairness, FairnessRun};
 pub use inspect::{all_keys, command_calls, eventually, lock_keys, pubsub_channels};

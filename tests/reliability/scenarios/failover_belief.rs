@@ -253,6 +253,7 @@ async fn cluster_round(fault: Fault) -> Timeline {
         run: Duration::from_secs(12),
         contender_from: Duration::ZERO,
         probe: Some(probe),
+        kind: belief::Kind::Lock,
     };
     let faulty = cluster.clone();
     let (timeline, _guard) = belief::round(round, move || match fault {
