@@ -8,8 +8,9 @@
 //! until the next scheduled renewal, ~2 s). The faults: `SENTINEL FAILOVER` (planned: the lock
 //! is kept, except where every replica must acknowledge), the master `SIGKILL`ed, and the
 //! master `SIGSTOP`ped past `down-after-milliseconds` (it resumes still believing it is
-//! master), with the contender connecting during the freeze. The kill and the freeze are also
-//! run with a semaphore's permit (a semaphore of 1) and with a read hold against a writer.
+//! master), with the contender connecting during the freeze. The kill is also run with a
+//! semaphore's permit (a semaphore of 1) and with a read hold against a writer (reliability
+//! row 18 runs every fault with every kind of hold, in turns).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -173,17 +174,6 @@ async fn master_killed(replicas: usize, kind: Kind) -> Timeline {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn master_frozen_through_a_failover_never_two_holders() {
     master_frozen(Kind::Lock).await;
-}
-
-/// The same with a read hold against a writer, and with a semaphore's permit.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn master_frozen_through_a_failover_never_a_writer_while_a_reader_believes() {
-    master_frozen(Kind::Read).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn master_frozen_through_a_failover_never_two_holders_of_a_permit() {
-    master_frozen(Kind::Permit).await;
 }
 
 async fn master_frozen(kind: Kind) {
