@@ -13,7 +13,8 @@
 //! check the renewed holder believed for 982 ms (until its next renewal), the holder without
 //! renewal for the rest of its lease. A semaphore's permit and a read hold keep their
 //! deadlines as scores in the server's time, so a step forward frees them to the next acquire
-//! too: their holders are told the same way.
+//! too: their holders are told the same way (over RedLock too: a step on a majority of the
+//! masters is told, one on a minority keeps the hold).
 
 use std::time::Duration;
 
@@ -117,6 +118,36 @@ async fn a_step_back_keeps_a_permit_and_a_read_hold() {
             Stepped::Server,
             (secs(3), true, RUN),
             (false, secs(60)),
+        )
+        .await
+        .assert_kept();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_a_step_on_a_majority_tells_a_permit_holder_and_a_reader() {
+    let secs = Duration::from_secs;
+    for kind in [Kind::Permit, Kind::Read] {
+        step_round_of(
+            kind,
+            Stepped::Quorum { stepped: 2 },
+            (secs(6), true, RUN),
+            (true, secs(60)),
+        )
+        .await
+        .assert_told_within(TOLD_WITHIN);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_a_step_on_a_minority_keeps_a_permit_and_a_read_hold() {
+    let secs = Duration::from_secs;
+    for kind in [Kind::Permit, Kind::Read] {
+        step_round_of(
+            kind,
+            Stepped::Quorum { stepped: 1 },
+            (secs(6), true, RUN),
+            (true, secs(60)),
         )
         .await
         .assert_kept();
