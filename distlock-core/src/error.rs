@@ -133,12 +133,14 @@ pub enum Error {
         required: usize,
     },
     /// A RedLock quorum (see [`crate::Config::redlock`]) could not be reached: fewer masters than
-    /// a majority agreed (answered in time and granted, released or renewed the lock). An
+    /// a majority agreed (answered in time and granted, released or renewed the lock; for a
+    /// semaphore's permit, fewer than its quorum, `⌊n·m/(n+1)⌋ + 1` of the `m` masters: see
+    /// [`crate::semaphore`]). An
     /// acquire that fails this way has released whatever it took (in the background if a
     /// master does not answer; it expires at its ttl otherwise). An acquire with a `wait` tries
     /// again meanwhile (two acquires can split the masters between them while some do not
     /// answer) and fails with this only if the last attempt before its wait ran out did.
-    #[error("{op} of lock `{key}` did not reach a quorum: {agreed} of the {required} masters a majority needs agreed in time (check that a majority of the RedLock masters is up and reachable)")]
+    #[error("{op} of lock `{key}` did not reach a quorum: {agreed} of the {required} masters it needs agreed in time (check that enough RedLock masters are up and reachable: a majority, more for a semaphore's permit)")]
     NoQuorum {
         /// What was attempted.
         op: Operation,
@@ -146,7 +148,7 @@ pub enum Error {
         key: String,
         /// Masters that agreed (granted, released or renewed) in time.
         agreed: usize,
-        /// Masters a majority needs.
+        /// Masters it needs: a majority (a semaphore's permit: its quorum).
         required: usize,
     },
     /// No client was installed before the first lock.
