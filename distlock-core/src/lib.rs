@@ -470,6 +470,9 @@
 //!   channel keeps enough masters (the holder's pttl covers it).
 //! - The CLI reads one master at a time (`--url`): every master holds every client's identity
 //!   record, and a forced release there deletes that master's copy only.
+//! - Permits and read holds: no FIFO queue (a waiter may be overtaken), and a release counts
+//!   by majority as a lock's (freeing never lets a holder in early; a permit's loss below its
+//!   quorum is what its renewal reports). No reliability row runs them over a quorum yet.
 //!
 //! **TLS.** With the `tls` feature, `rediss://` URLs connect through rustls (ring as its
 //! crypto provider unless the application installed another): the server's certificate is
