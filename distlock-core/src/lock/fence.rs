@@ -38,7 +38,7 @@ use crate::wire::keys::LockKeys;
 /// masters' clocks in µs): more than a round trip and the masters' clock differences, so the
 /// fenced grants meanwhile (which take the larger of their clock and the floor + 1) stay
 /// below it. Tokens only need to increase; each lost raise moves them this much further ahead
-/// of the clocks. Measured: 45 fenced permits (3 of 5 masters' semaphore, 9 tasks taking one
+/// of the clocks. Measured: 45 fenced permits (3 permits over 5 masters, 9 tasks taking one
 /// again as soon as they left) lost 18–30 raises in 0.3 s, one extra round trip each; a lock
 /// (one holder at a time) loses one only to a contender's minority grant.
 const AHEAD: u64 = 1_000_000;
