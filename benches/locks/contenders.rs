@@ -7,8 +7,11 @@
 //!   `release().await`, which waits for the release's answer; `run`, which does not) and
 //!   through `#[distributed_lock]` (which is `run`).
 //! * peers: `rslock` and `async-redis-lock`, as published on crates.io.
+//!
+//! A target's [`Hold`] says what is taken: the lock (B1–B3), or a semaphore's permit or a read
+//! hold (S1/S2, whose floor and Redisson-style semaphore are in `semaphores`).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -93,16 +96,44 @@ impl Kind {
     }
 }
 
+/// What one acquisition takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Hold {
+    /// The lock (exclusive).
+    Lock,
+    /// One permit of a semaphore of this many.
+    Permits(u32),
+    /// A shared (read) hold of the lock.
+    Read,
+}
+
+impl Hold {
+    /// How many holders may be inside at once.
+    pub(crate) fn capacity(self) -> u32 {
+        match self {
+            Hold::Lock => 1,
+            Hold::Permits(n) => n,
+            Hold::Read => u32::MAX,
+        }
+    }
+}
+
 /// One lock as each contender names it. distlock (and the floor) use the lock name
 /// `bench:<id>`, so its keys are `distlock:{bench:<id>}`, `...:fence` and `...:released`.
 pub(crate) struct Target {
     id: String,
-    name: String,
-    lock: String,
-    /// The Redisson-style floor's hash key (another key: it is not a d2 lock).
-    redisson_lock: String,
-    channel: String,
-    owner: String,
+    pub(crate) name: String,
+    pub(crate) lock: String,
+    /// The Redisson-style floor's hash key (another key: it is not a d2 lock); the
+    /// Redisson-style semaphore's keys start with it too.
+    pub(crate) redisson_lock: String,
+    pub(crate) channel: String,
+    /// The fence floor and a waiting writer's intent (`ACQUIRE_PERMIT`, `ACQUIRE_READ`).
+    pub(crate) fence: String,
+    pub(crate) writer: String,
+    pub(crate) owner: String,
+    /// What is taken (the lock unless [`Target::holding`] says otherwise).
+    pub(crate) hold: Hold,
 }
 
 impl Target {
@@ -113,12 +144,21 @@ impl Target {
         let lock = format!("distlock:{{{name}}}");
         Target {
             channel: format!("{lock}:released"),
+            fence: format!("{lock}:fence"),
+            writer: format!("{lock}:writer"),
             redisson_lock: format!("{lock}:redisson"),
             owner: format!("{}floor-owner-{id}-{task}", distlock::scripts::VERSION_TAG),
             id,
             name,
             lock,
+            hold: Hold::Lock,
         }
+    }
+
+    /// The same target, taking `hold` instead of the lock.
+    pub(crate) fn holding(mut self, hold: Hold) -> Self {
+        self.hold = hold;
+        self
     }
 
     /// The lock name given to distlock (`bench:<id>`).
@@ -135,11 +175,13 @@ impl Target {
     }
 }
 
-/// Records B3's critical sections: when each was entered, when its release returned, by
-/// which task, and whether two ever overlapped.
+/// Records B3's (and S2's) critical sections: when each was entered, when its release
+/// returned, by which task, and whether more than `capacity` (one for a lock, n for a
+/// semaphore of n) were ever inside at once.
 pub(crate) struct Handoffs {
     origin: Instant,
-    in_section: AtomicBool,
+    capacity: u32,
+    inside: AtomicU32,
     violations: AtomicU64,
     events: Mutex<Vec<Section>>,
 }
@@ -154,10 +196,11 @@ pub(crate) struct Section {
 }
 
 impl Handoffs {
-    pub(crate) fn new(origin: Instant) -> Self {
+    pub(crate) fn new(origin: Instant, capacity: u32) -> Self {
         Handoffs {
             origin,
-            in_section: AtomicBool::new(false),
+            capacity,
+            inside: AtomicU32::new(0),
             violations: AtomicU64::new(0),
             events: Mutex::new(Vec::with_capacity(1 << 16)),
         }
@@ -193,9 +236,9 @@ impl<'a> Recorder<'a> {
     }
 
     /// Called right after the lock is acquired.
-    fn enter(&self) {
+    pub(crate) fn enter(&self) {
         let entered = self.log.now();
-        if self.log.in_section.swap(true, Ordering::AcqRel) {
+        if self.log.inside.fetch_add(1, Ordering::AcqRel) >= self.log.capacity {
             self.log.violations.fetch_add(1, Ordering::Relaxed);
         }
         let mut events = self.log.events.lock().unwrap_or_else(|e| e.into_inner());
@@ -208,8 +251,8 @@ impl<'a> Recorder<'a> {
     }
 
     /// Called right before the lock is released.
-    fn leave(&self) {
-        self.log.in_section.store(false, Ordering::Release);
+    pub(crate) fn leave(&self) {
+        self.log.inside.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Called when the release returned.
@@ -224,20 +267,23 @@ impl<'a> Recorder<'a> {
 }
 
 /// redis-rs and the distlock protocol, nothing else.
-struct Floor {
-    conn: ConnectionManager,
+pub(crate) struct Floor {
+    pub(crate) conn: ConnectionManager,
     release_sha: String,
+    /// `ACQUIRE_PERMIT` and `ACQUIRE_READ` (S1/S2, see `semaphores`).
+    pub(crate) permit_sha: String,
+    pub(crate) read_sha: String,
 }
 
 impl Floor {
     async fn connect(url: &str) -> BenchResult<Floor> {
-        let mut conn = ConnectionManager::new(redis::Client::open(url)?).await?;
-        let release_sha: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(distlock::scripts::RELEASE)
-            .query_async(&mut conn)
-            .await?;
-        Ok(Floor { conn, release_sha })
+        let conn = ConnectionManager::new(redis::Client::open(url)?).await?;
+        Ok(Floor {
+            release_sha: load_script(&conn, distlock::scripts::RELEASE).await?,
+            permit_sha: load_script(&conn, distlock::scripts::ACQUIRE_PERMIT).await?,
+            read_sha: load_script(&conn, distlock::scripts::ACQUIRE_READ).await?,
+            conn,
+        })
     }
 
     /// One acquire: `SET NX PX GET` and `ECHO`, pipelined; true if taken.
@@ -257,8 +303,9 @@ impl Floor {
         Ok(previous.is_none_or(|v| v == t.owner))
     }
 
-    /// One RELEASE. Replies are `{id, code}`: 0 released, negative if not held.
-    async fn release(&self, t: &Target) -> BenchResult<()> {
+    /// One RELEASE (of a lock, a permit or a read hold). Replies are `{id, code}`: 0
+    /// released, negative if not held.
+    pub(crate) async fn release(&self, t: &Target) -> BenchResult<()> {
         let (_, code): (String, i64) = redis::cmd("EVALSHA")
             .arg(&self.release_sha)
             .arg(2)
@@ -322,22 +369,21 @@ struct Redisson {
     release_sha: String,
 }
 
+/// `SCRIPT LOAD`: the script's SHA1 for EVALSHA.
+pub(crate) async fn load_script(conn: &ConnectionManager, source: &str) -> BenchResult<String> {
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(source)
+        .query_async(&mut conn.clone())
+        .await?;
+    Ok(sha)
+}
+
 impl Redisson {
     async fn connect(url: &str) -> BenchResult<Redisson> {
         let conn = ConnectionManager::new(redis::Client::open(url)?).await?;
-        let load = |source: &'static str| {
-            let mut conn = conn.clone();
-            async move {
-                let sha: String = redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(source)
-                    .query_async(&mut conn)
-                    .await?;
-                BenchResult::Ok(sha)
-            }
-        };
-        let acquire_sha = load(REDISSON_ACQUIRE).await?;
-        let release_sha = load(REDISSON_RELEASE).await?;
+        let acquire_sha = load_script(&conn, REDISSON_ACQUIRE).await?;
+        let release_sha = load_script(&conn, REDISSON_RELEASE).await?;
         Ok(Redisson {
             conn,
             acquire_sha,
@@ -376,9 +422,11 @@ impl Redisson {
 
 /// Every contender, connected to one server.
 pub(crate) struct Contenders {
-    floor: Floor,
+    pub(crate) floor: Floor,
     redisson: Redisson,
-    client: distlock::Client,
+    /// The Redisson-style expirable semaphore (S1/S2).
+    pub(crate) semaphore: crate::semaphores::RedissonSemaphore,
+    pub(crate) client: distlock::Client,
     rslock: rslock::LockManager,
     arl: async_redis_lock::Locker,
     arl_options: async_redis_lock::Options,
@@ -391,6 +439,7 @@ impl Contenders {
         let client = distlock::init(url).await?;
         let floor = Floor::connect(url).await?;
         let redisson = Redisson::connect(url).await?;
+        let semaphore = crate::semaphores::RedissonSemaphore::connect(url).await?;
         let mut rslock = rslock::LockManager::new(vec![url]);
         rslock.set_retry(3, RSLOCK_RETRY_DELAY);
         let arl = async_redis_lock::Locker::from_redis_url(url).await?;
@@ -402,6 +451,7 @@ impl Contenders {
         Ok(Contenders {
             floor,
             redisson,
+            semaphore,
             client,
             rslock,
             arl,
@@ -417,6 +467,9 @@ impl Contenders {
 
     /// One uncontended acquire + release.
     pub(crate) async fn cycle(&self, kind: Kind, t: &Target) -> BenchResult<()> {
+        if t.hold != Hold::Lock {
+            return crate::semaphores::cycle(self, kind, t).await;
+        }
         match kind {
             Kind::Ping => Ok(redis::cmd("PING")
                 .exec_async(&mut self.floor.conn.clone())
@@ -468,6 +521,11 @@ impl Contenders {
         t: &Target,
         rec: &Recorder<'_>,
     ) -> BenchResult<()> {
+        if t.hold != Hold::Lock {
+            crate::semaphores::section(self, kind, t, rec).await?;
+            rec.released();
+            return Ok(());
+        }
         match kind {
             Kind::Ping => return Err("PING has no critical section".into()),
             Kind::Floor => {
