@@ -277,7 +277,7 @@ pub(crate) struct Floor {
 
 impl Floor {
     async fn connect(url: &str) -> BenchResult<Floor> {
-        let conn = ConnectionManager::new(redis::Client::open(url)?).await?;
+        let conn = connection(url).await?;
         Ok(Floor {
             release_sha: load_script(&conn, distlock::scripts::RELEASE).await?,
             permit_sha: load_script(&conn, distlock::scripts::ACQUIRE_PERMIT).await?,
@@ -369,6 +369,17 @@ struct Redisson {
     release_sha: String,
 }
 
+/// How long the hand-written contenders' connections wait for a reply: long, so that a stall
+/// of the loaded machine is not mistaken for a failure (redis-rs's default is 500 ms).
+pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A redis-rs connection of the floor and the Redisson-style contenders.
+pub(crate) async fn connection(url: &str) -> BenchResult<ConnectionManager> {
+    let config =
+        redis::aio::ConnectionManagerConfig::new().set_response_timeout(Some(RESPONSE_TIMEOUT));
+    Ok(ConnectionManager::new_with_config(redis::Client::open(url)?, config).await?)
+}
+
 /// `SCRIPT LOAD`: the script's SHA1 for EVALSHA.
 pub(crate) async fn load_script(conn: &ConnectionManager, source: &str) -> BenchResult<String> {
     let sha: String = redis::cmd("SCRIPT")
@@ -381,7 +392,7 @@ pub(crate) async fn load_script(conn: &ConnectionManager, source: &str) -> Bench
 
 impl Redisson {
     async fn connect(url: &str) -> BenchResult<Redisson> {
-        let conn = ConnectionManager::new(redis::Client::open(url)?).await?;
+        let conn = connection(url).await?;
         let acquire_sha = load_script(&conn, REDISSON_ACQUIRE).await?;
         let release_sha = load_script(&conn, REDISSON_RELEASE).await?;
         Ok(Redisson {

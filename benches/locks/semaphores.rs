@@ -103,7 +103,7 @@ pub(crate) struct RedissonSemaphore {
 
 impl RedissonSemaphore {
     pub(crate) async fn connect(url: &str) -> BenchResult<RedissonSemaphore> {
-        let conn = ConnectionManager::new(redis::Client::open(url)?).await?;
+        let conn = crate::contenders::connection(url).await?;
         let latches: Latches = Arc::default();
         let info = redis::Client::open(url)?.get_connection_info().clone();
         let settings = info
@@ -118,7 +118,9 @@ impl RedissonSemaphore {
         };
         let subscriber = client
             .get_multiplexed_async_connection_with_config(
-                &AsyncConnectionConfig::new().set_push_sender(pushes),
+                &AsyncConnectionConfig::new()
+                    .set_response_timeout(Some(crate::contenders::RESPONSE_TIMEOUT))
+                    .set_push_sender(pushes),
             )
             .await?;
         Ok(RedissonSemaphore {
