@@ -149,7 +149,7 @@ impl Report {
         let _ = writeln!(header, "# distlock benchmarks\n");
         let _ = writeln!(
             header,
-            "Reproduce: `cargo bench --bench locks` (full, ~8 min) or `BENCH_QUICK=1 cargo bench --bench locks` (~1 min). \
+            "Reproduce: `cargo bench --bench locks` (full, ~10 min) or `BENCH_QUICK=1 cargo bench --bench locks` (~1 min). \
              The harness starts its own `redis-server` on a loopback port; see `benches/locks/main.rs`.\n"
         );
         let _ = writeln!(header, "| | |\n| --- | --- |");
