@@ -9,7 +9,9 @@
 //! * peers: `rslock` and `async-redis-lock`, as published on crates.io.
 //!
 //! A target's [`Hold`] says what is taken: the lock (B1–B3), or a semaphore's permit or a read
-//! hold (S1/S2, whose floor and Redisson-style semaphore are in `semaphores`).
+//! hold (S1/S2). For those the floor sends `ACQUIRE_PERMIT` / `ACQUIRE_READ` and `RELEASE`
+//! (spinning when busy, as for the lock), the Redisson-style contender is the expirable
+//! semaphore of `semaphores`, and distlock is `Client::semaphore` / `lock(..).read()`.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -18,6 +20,8 @@ use std::time::Duration;
 use distlock::distributed_lock;
 use redis::aio::ConnectionManager;
 use tokio::time::Instant;
+
+use crate::semaphores::RedissonSemaphore;
 
 /// Any failure inside the harness.
 pub(crate) type BenchError = Box<dyn std::error::Error + Send + Sync>;
@@ -122,18 +126,18 @@ impl Hold {
 /// `bench:<id>`, so its keys are `distlock:{bench:<id>}`, `...:fence` and `...:released`.
 pub(crate) struct Target {
     id: String,
-    pub(crate) name: String,
-    pub(crate) lock: String,
+    name: String,
+    lock: String,
     /// The Redisson-style floor's hash key (another key: it is not a d2 lock); the
     /// Redisson-style semaphore's keys start with it too.
-    pub(crate) redisson_lock: String,
-    pub(crate) channel: String,
+    redisson_lock: String,
+    channel: String,
     /// The fence floor and a waiting writer's intent (`ACQUIRE_PERMIT`, `ACQUIRE_READ`).
-    pub(crate) fence: String,
-    pub(crate) writer: String,
-    pub(crate) owner: String,
+    fence: String,
+    writer: String,
+    owner: String,
     /// What is taken (the lock unless [`Target::holding`] says otherwise).
-    pub(crate) hold: Hold,
+    hold: Hold,
 }
 
 impl Target {
@@ -236,7 +240,7 @@ impl<'a> Recorder<'a> {
     }
 
     /// Called right after the lock is acquired.
-    pub(crate) fn enter(&self) {
+    fn enter(&self) {
         let entered = self.log.now();
         if self.log.inside.fetch_add(1, Ordering::AcqRel) >= self.log.capacity {
             self.log.violations.fetch_add(1, Ordering::Relaxed);
@@ -251,7 +255,7 @@ impl<'a> Recorder<'a> {
     }
 
     /// Called right before the lock is released.
-    pub(crate) fn leave(&self) {
+    fn leave(&self) {
         self.log.inside.fetch_sub(1, Ordering::AcqRel);
     }
 
@@ -267,12 +271,12 @@ impl<'a> Recorder<'a> {
 }
 
 /// redis-rs and the distlock protocol, nothing else.
-pub(crate) struct Floor {
-    pub(crate) conn: ConnectionManager,
+struct Floor {
+    conn: ConnectionManager,
     release_sha: String,
-    /// `ACQUIRE_PERMIT` and `ACQUIRE_READ` (S1/S2, see `semaphores`).
-    pub(crate) permit_sha: String,
-    pub(crate) read_sha: String,
+    /// `ACQUIRE_PERMIT` and `ACQUIRE_READ` (S1/S2).
+    permit_sha: String,
+    read_sha: String,
 }
 
 impl Floor {
@@ -305,7 +309,7 @@ impl Floor {
 
     /// One RELEASE (of a lock, a permit or a read hold). Replies are `{id, code}`: 0
     /// released, negative if not held.
-    pub(crate) async fn release(&self, t: &Target) -> BenchResult<()> {
+    async fn release(&self, t: &Target) -> BenchResult<()> {
         let (_, code): (String, i64) = redis::cmd("EVALSHA")
             .arg(&self.release_sha)
             .arg(2)
@@ -371,17 +375,17 @@ struct Redisson {
 
 /// How long the hand-written contenders' connections wait for a reply: long, so that a stall
 /// of the loaded machine is not mistaken for a failure (redis-rs's default is 500 ms).
-pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A redis-rs connection of the floor and the Redisson-style contenders.
-pub(crate) async fn connection(url: &str) -> BenchResult<ConnectionManager> {
+async fn connection(url: &str) -> BenchResult<ConnectionManager> {
     let config =
         redis::aio::ConnectionManagerConfig::new().set_response_timeout(Some(RESPONSE_TIMEOUT));
     Ok(ConnectionManager::new_with_config(redis::Client::open(url)?, config).await?)
 }
 
 /// `SCRIPT LOAD`: the script's SHA1 for EVALSHA.
-pub(crate) async fn load_script(conn: &ConnectionManager, source: &str) -> BenchResult<String> {
+async fn load_script(conn: &ConnectionManager, source: &str) -> BenchResult<String> {
     let sha: String = redis::cmd("SCRIPT")
         .arg("LOAD")
         .arg(source)
@@ -433,11 +437,11 @@ impl Redisson {
 
 /// Every contender, connected to one server.
 pub(crate) struct Contenders {
-    pub(crate) floor: Floor,
+    floor: Floor,
     redisson: Redisson,
     /// The Redisson-style expirable semaphore (S1/S2).
-    pub(crate) semaphore: crate::semaphores::RedissonSemaphore,
-    pub(crate) client: distlock::Client,
+    semaphore: RedissonSemaphore,
+    client: distlock::Client,
     rslock: rslock::LockManager,
     arl: async_redis_lock::Locker,
     arl_options: async_redis_lock::Options,
@@ -450,7 +454,8 @@ impl Contenders {
         let client = distlock::init(url).await?;
         let floor = Floor::connect(url).await?;
         let redisson = Redisson::connect(url).await?;
-        let semaphore = crate::semaphores::RedissonSemaphore::connect(url).await?;
+        let semaphore =
+            RedissonSemaphore::connect(connection(url).await?, url, RESPONSE_TIMEOUT).await?;
         let mut rslock = rslock::LockManager::new(vec![url]);
         rslock.set_retry(3, RSLOCK_RETRY_DELAY);
         let arl = async_redis_lock::Locker::from_redis_url(url).await?;
@@ -479,7 +484,7 @@ impl Contenders {
     /// One uncontended acquire + release.
     pub(crate) async fn cycle(&self, kind: Kind, t: &Target) -> BenchResult<()> {
         if t.hold != Hold::Lock {
-            return crate::semaphores::cycle(self, kind, t).await;
+            return hold_cycle(self, kind, t).await;
         }
         match kind {
             Kind::Ping => Ok(redis::cmd("PING")
@@ -533,7 +538,7 @@ impl Contenders {
         rec: &Recorder<'_>,
     ) -> BenchResult<()> {
         if t.hold != Hold::Lock {
-            crate::semaphores::section(self, kind, t, rec).await?;
+            hold_section(self, kind, t, rec).await?;
             rec.released();
             return Ok(());
         }
@@ -600,4 +605,127 @@ impl Contenders {
         rec.released();
         Ok(())
     }
+}
+
+/// The floor's acquire of a permit or a read hold (S1/S2); true if taken.
+async fn floor_try_acquire(c: &Contenders, t: &Target) -> BenchResult<bool> {
+    let floor = &c.floor;
+    let mut cmd = redis::cmd("EVALSHA");
+    match t.hold {
+        Hold::Permits(n) => cmd
+            .arg(&floor.permit_sha)
+            .arg(2)
+            .arg(&t.lock)
+            .arg(&t.fence)
+            .arg(&t.owner)
+            .arg(TTL.as_millis() as u64)
+            .arg(n)
+            .arg(0)
+            .arg("r1"),
+        Hold::Read => cmd
+            .arg(&floor.read_sha)
+            .arg(3)
+            .arg(&t.lock)
+            .arg(&t.fence)
+            .arg(&t.writer)
+            .arg(&t.owner)
+            .arg(TTL.as_millis() as u64)
+            .arg(0)
+            .arg("r1"),
+        Hold::Lock => return Err("the lock's floor is `Floor::try_acquire`".into()),
+    };
+    let (_, (status, _)): (String, (i64, i64)) = cmd.query_async(&mut floor.conn.clone()).await?;
+    match status {
+        1 => Ok(true),
+        0 => Ok(false),
+        other => Err(format!("floor: {:?} acquire answered status {other}", t.hold).into()),
+    }
+}
+
+/// distlock's builder for `t`'s hold.
+fn builder(c: &Contenders, t: &Target) -> distlock::LockBuilder {
+    let b = match t.hold {
+        Hold::Permits(n) => c.client.semaphore(t.name.as_str(), n),
+        Hold::Read => c.client.lock(t.name.as_str()).read(),
+        Hold::Lock => c.client.lock(t.name.as_str()),
+    };
+    b.ttl(TTL)
+}
+
+fn permits(t: &Target) -> BenchResult<u32> {
+    match t.hold {
+        Hold::Permits(n) => Ok(n),
+        other => Err(format!("the Redisson-style semaphore has no {other:?} hold").into()),
+    }
+}
+
+/// One uncontended acquire + release of `t`'s permit or read hold.
+async fn hold_cycle(c: &Contenders, kind: Kind, t: &Target) -> BenchResult<()> {
+    match kind {
+        Kind::Floor => {
+            if !floor_try_acquire(c, t).await? {
+                return Err("floor: permit unexpectedly busy".into());
+            }
+            c.floor.release(t).await
+        }
+        Kind::Redisson => {
+            let (base, id) = (&t.redisson_lock, &t.owner);
+            if (c.semaphore.try_acquire(base, id, permits(t)?, TTL).await?).is_some() {
+                return Err("redisson-style semaphore: unexpectedly full".into());
+            }
+            c.semaphore.release(base, id).await
+        }
+        Kind::Manual => {
+            builder(c, t).acquire().await?.release().await?;
+            Ok(())
+        }
+        Kind::ManualRun => Ok(builder(c, t).run(async {}).await?),
+        other => Err(format!("{} has no permits or read holds", other.label()).into()),
+    }
+}
+
+/// Waits for a permit (or read hold) of `t`, runs an empty critical section, releases.
+async fn hold_section(
+    c: &Contenders,
+    kind: Kind,
+    t: &Target,
+    rec: &Recorder<'_>,
+) -> BenchResult<()> {
+    match kind {
+        Kind::Floor => {
+            // No waiting logic in the floor: spin on the script.
+            while !floor_try_acquire(c, t).await? {
+                tokio::task::yield_now().await;
+            }
+            rec.enter();
+            rec.leave();
+            c.floor.release(t).await?;
+        }
+        Kind::Redisson => {
+            let (base, id) = (&t.redisson_lock, &t.owner);
+            c.semaphore
+                .acquire_waiting((base, id), permits(t)?, TTL, WAIT)
+                .await?;
+            rec.enter();
+            rec.leave();
+            c.semaphore.release(base, id).await?;
+        }
+        Kind::Manual => {
+            let guard = builder(c, t).wait(WAIT).acquire().await?;
+            rec.enter();
+            rec.leave();
+            guard.release().await?;
+        }
+        Kind::ManualRun => {
+            builder(c, t)
+                .wait(WAIT)
+                .run(async {
+                    rec.enter();
+                    rec.leave();
+                })
+                .await?;
+        }
+        other => return Err(format!("{} has no permits or read holds", other.label()).into()),
+    }
+    Ok(())
 }

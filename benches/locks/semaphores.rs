@@ -1,15 +1,9 @@
-//! S1/S2's contenders for a semaphore's permit and a read hold:
-//!
-//! * floor: redis-rs sending distlock's own `ACQUIRE_PERMIT` (or `ACQUIRE_READ`) and `RELEASE`
-//!   scripts by EVALSHA with precomputed keys, spinning on a full semaphore (as B3's floor spins
-//!   on a held lock): what any library built on this protocol must pay at the least;
-//! * Redisson-style: an expirable semaphore written here after the idea of Redisson's
-//!   `RPermitExpirableSemaphore` (a counter of free permits next to a sorted set of permit ids
-//!   scored by their expiry; taking a permit first returns the expired ones; a release
-//!   publishes the free count, and waiters wait for that message, or the first expiry, on one
-//!   subscription per client and name);
-//! * distlock: `Client::semaphore(name, n)` (or `Client::lock(name).read()`), `acquire` +
-//!   `release().await` (manual) or `run` (manual run).
+//! The Redisson-style expirable semaphore of S1/S2, written for the harness after the idea of
+//! Redisson's `RPermitExpirableSemaphore` (our code): a counter of free permits next to a
+//! sorted set of permit ids scored by their expiry (the client's clock); taking a permit first
+//! returns the expired ones; a release publishes the free count, and waiters wait for that
+//! message, or the first expiry, on one subscription per client and name. redis-rs alone: no
+//! fencing, no type checks. `contenders` runs it (and S1/S2's floor and distlock rows).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,10 +13,8 @@ use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, PushInfo, PushKind, Value};
 use tokio::sync::Semaphore;
 
-use crate::contenders::{load_script, BenchResult, Contenders, Hold, Kind, Recorder, Target, TTL};
-
-/// How long a waiter may wait for a permit in S2 (never reached in practice).
-const WAIT: Duration = Duration::from_secs(60);
+/// Any failure of the semaphore (as the harness's `BenchError`).
+type Failure = Box<dyn std::error::Error + Send + Sync>;
 
 /// Take a permit (the Redisson idea, our code). KEYS: free count, permit expiries (sorted
 /// set), channel. ARGV: permits `n` (sets the count if there is none yet, as Redisson's
@@ -67,9 +59,8 @@ end
 return 1
 "#;
 
-/// The keys of a target's Redisson-style semaphore: free count, permit expiries, channel.
-fn semaphore_keys(t: &Target) -> [String; 3] {
-    let base = &t.redisson_lock;
+/// The keys of the semaphore at `base`: free count, permit expiries, channel.
+fn semaphore_keys(base: &str) -> [String; 3] {
     [
         format!("{base}:free"),
         format!("{base}:expiries"),
@@ -102,8 +93,13 @@ pub(crate) struct RedissonSemaphore {
 }
 
 impl RedissonSemaphore {
-    pub(crate) async fn connect(url: &str) -> BenchResult<RedissonSemaphore> {
-        let conn = crate::contenders::connection(url).await?;
+    /// The semaphore's client: `conn` for its scripts, a RESP3 subscriber to `url` (replies
+    /// within `response_timeout`) for the releases' messages.
+    pub(crate) async fn connect(
+        conn: ConnectionManager,
+        url: &str,
+        response_timeout: Duration,
+    ) -> Result<RedissonSemaphore, Failure> {
         let latches: Latches = Arc::default();
         let info = redis::Client::open(url)?.get_connection_info().clone();
         let settings = info
@@ -119,22 +115,40 @@ impl RedissonSemaphore {
         let subscriber = client
             .get_multiplexed_async_connection_with_config(
                 &AsyncConnectionConfig::new()
-                    .set_response_timeout(Some(crate::contenders::RESPONSE_TIMEOUT))
+                    .set_response_timeout(Some(response_timeout))
                     .set_push_sender(pushes),
             )
             .await?;
+        let load = |source: &'static str| {
+            let mut conn = conn.clone();
+            async move {
+                let sha: String = redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(source)
+                    .query_async(&mut conn)
+                    .await?;
+                Ok::<_, Failure>(sha)
+            }
+        };
         Ok(RedissonSemaphore {
-            acquire_sha: load_script(&conn, SEMAPHORE_ACQUIRE).await?,
-            release_sha: load_script(&conn, SEMAPHORE_RELEASE).await?,
+            acquire_sha: load(SEMAPHORE_ACQUIRE).await?,
+            release_sha: load(SEMAPHORE_RELEASE).await?,
             conn,
             subscriber,
             latches,
         })
     }
 
-    /// One attempt: `None` when taken, else the ms until the first permit expires.
-    async fn try_acquire(&self, t: &Target, permits: u32) -> BenchResult<Option<u64>> {
-        let [free, expiries, channel] = semaphore_keys(t);
+    /// One attempt to take a permit of the semaphore at `base` (of `permits`) as `id`, for
+    /// `ttl`: `None` when taken, else the ms until the first permit expires.
+    pub(crate) async fn try_acquire(
+        &self,
+        base: &str,
+        id: &str,
+        permits: u32,
+        ttl: Duration,
+    ) -> Result<Option<u64>, Failure> {
+        let [free, expiries, channel] = semaphore_keys(base);
         let now = now_ms();
         let reply: i64 = redis::cmd("EVALSHA")
             .arg(&self.acquire_sha)
@@ -143,23 +157,24 @@ impl RedissonSemaphore {
             .arg(expiries)
             .arg(channel)
             .arg(permits)
-            .arg(&t.owner)
-            .arg(now + TTL.as_millis() as u64)
+            .arg(id)
+            .arg(now + ttl.as_millis() as u64)
             .arg(now)
             .query_async(&mut self.conn.clone())
             .await?;
         Ok((reply >= 0).then_some(reply as u64))
     }
 
-    async fn release(&self, t: &Target) -> BenchResult<()> {
-        let [free, expiries, channel] = semaphore_keys(t);
+    /// Returns `id`'s permit of the semaphore at `base`.
+    pub(crate) async fn release(&self, base: &str, id: &str) -> Result<(), Failure> {
+        let [free, expiries, channel] = semaphore_keys(base);
         let code: i64 = redis::cmd("EVALSHA")
             .arg(&self.release_sha)
             .arg(3)
             .arg(free)
             .arg(expiries)
             .arg(channel)
-            .arg(&t.owner)
+            .arg(id)
             .arg(now_ms())
             .query_async(&mut self.conn.clone())
             .await?;
@@ -169,9 +184,10 @@ impl RedissonSemaphore {
         Ok(())
     }
 
-    /// The latch of `t`'s channel, subscribing on first use (the subscription stays).
-    async fn latch(&self, t: &Target) -> BenchResult<Arc<Semaphore>> {
-        let [_, _, channel] = semaphore_keys(t);
+    /// The latch of the channel of the semaphore at `base`, subscribing on first use (the
+    /// subscription stays).
+    async fn latch(&self, base: &str) -> Result<Arc<Semaphore>, Failure> {
+        let [_, _, channel] = semaphore_keys(base);
         let (latch, new) = {
             let mut latches = self.latches.lock().unwrap_or_else(|e| e.into_inner());
             match latches.get(&channel) {
@@ -189,17 +205,24 @@ impl RedissonSemaphore {
         Ok(latch)
     }
 
-    /// Takes a permit, waiting as Redisson does: try; if none is free, wait for a release's
-    /// message (or the first permit's expiry) and try again.
-    async fn acquire_waiting(&self, t: &Target, permits: u32) -> BenchResult<()> {
-        if self.try_acquire(t, permits).await?.is_none() {
+    /// Takes a permit as [`RedissonSemaphore::try_acquire`] does, waiting as Redisson does (up
+    /// to `wait`): try; if none is free, wait for a release's message (or the first permit's
+    /// expiry) and try again.
+    pub(crate) async fn acquire_waiting(
+        &self,
+        (base, id): (&str, &str),
+        permits: u32,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<(), Failure> {
+        if self.try_acquire(base, id, permits, ttl).await?.is_none() {
             return Ok(());
         }
-        let latch = self.latch(t).await?;
-        let give_up = tokio::time::Instant::now() + WAIT;
+        let latch = self.latch(base).await?;
+        let give_up = tokio::time::Instant::now() + wait;
         loop {
             // Subscribed now: a release from here on leaves a wake-up in the latch.
-            let Some(first_expiry) = self.try_acquire(t, permits).await? else {
+            let Some(first_expiry) = self.try_acquire(base, id, permits, ttl).await? else {
                 return Ok(());
             };
             let left = give_up.saturating_duration_since(tokio::time::Instant::now());
@@ -236,123 +259,4 @@ fn wake(latches: &Latches, push: PushInfo) {
             .saturating_sub(latch.available_permits());
         latch.add_permits(add);
     }
-}
-
-/// The floor's acquire of a permit or a read hold; true if taken.
-async fn floor_try_acquire(c: &Contenders, t: &Target) -> BenchResult<bool> {
-    let floor = &c.floor;
-    let mut cmd = redis::cmd("EVALSHA");
-    match t.hold {
-        Hold::Permits(n) => cmd
-            .arg(&floor.permit_sha)
-            .arg(2)
-            .arg(&t.lock)
-            .arg(&t.fence)
-            .arg(&t.owner)
-            .arg(TTL.as_millis() as u64)
-            .arg(n)
-            .arg(0)
-            .arg("r1"),
-        Hold::Read => cmd
-            .arg(&floor.read_sha)
-            .arg(3)
-            .arg(&t.lock)
-            .arg(&t.fence)
-            .arg(&t.writer)
-            .arg(&t.owner)
-            .arg(TTL.as_millis() as u64)
-            .arg(0)
-            .arg("r1"),
-        Hold::Lock => return Err("the lock's floor is `Floor::try_acquire`".into()),
-    };
-    let (_, (status, _)): (String, (i64, i64)) = cmd.query_async(&mut floor.conn.clone()).await?;
-    match status {
-        1 => Ok(true),
-        0 => Ok(false),
-        other => Err(format!("floor: {:?} acquire answered status {other}", t.hold).into()),
-    }
-}
-
-/// distlock's builder for `t`'s hold.
-fn builder(c: &Contenders, t: &Target) -> distlock::LockBuilder {
-    let b = match t.hold {
-        Hold::Permits(n) => c.client.semaphore(t.name.as_str(), n),
-        Hold::Read => c.client.lock(t.name.as_str()).read(),
-        Hold::Lock => c.client.lock(t.name.as_str()),
-    };
-    b.ttl(TTL)
-}
-
-fn permits(t: &Target) -> BenchResult<u32> {
-    match t.hold {
-        Hold::Permits(n) => Ok(n),
-        other => Err(format!("the Redisson-style semaphore has no {other:?} hold").into()),
-    }
-}
-
-/// One uncontended acquire + release of `t`'s permit or read hold.
-pub(crate) async fn cycle(c: &Contenders, kind: Kind, t: &Target) -> BenchResult<()> {
-    match kind {
-        Kind::Floor => {
-            if !floor_try_acquire(c, t).await? {
-                return Err("floor: permit unexpectedly busy".into());
-            }
-            c.floor.release(t).await
-        }
-        Kind::Redisson => {
-            if c.semaphore.try_acquire(t, permits(t)?).await?.is_some() {
-                return Err("redisson-style semaphore: unexpectedly full".into());
-            }
-            c.semaphore.release(t).await
-        }
-        Kind::Manual => {
-            builder(c, t).acquire().await?.release().await?;
-            Ok(())
-        }
-        Kind::ManualRun => Ok(builder(c, t).run(async {}).await?),
-        other => Err(format!("{} has no permits or read holds", other.label()).into()),
-    }
-}
-
-/// Waits for a permit (or read hold) of `t`, runs an empty critical section, releases.
-pub(crate) async fn section(
-    c: &Contenders,
-    kind: Kind,
-    t: &Target,
-    rec: &Recorder<'_>,
-) -> BenchResult<()> {
-    match kind {
-        Kind::Floor => {
-            // No waiting logic in the floor: spin on the script.
-            while !floor_try_acquire(c, t).await? {
-                tokio::task::yield_now().await;
-            }
-            rec.enter();
-            rec.leave();
-            c.floor.release(t).await?;
-        }
-        Kind::Redisson => {
-            c.semaphore.acquire_waiting(t, permits(t)?).await?;
-            rec.enter();
-            rec.leave();
-            c.semaphore.release(t).await?;
-        }
-        Kind::Manual => {
-            let guard = builder(c, t).wait(WAIT).acquire().await?;
-            rec.enter();
-            rec.leave();
-            guard.release().await?;
-        }
-        Kind::ManualRun => {
-            builder(c, t)
-                .wait(WAIT)
-                .run(async {
-                    rec.enter();
-                    rec.leave();
-                })
-                .await?;
-        }
-        other => return Err(format!("{} has no permits or read holds", other.label()).into()),
-    }
-    Ok(())
 }
