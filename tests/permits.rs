@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{Client, Config, Error, LossReason};
+use distlock::{Client, Config, Error, HeldBy, LossReason};
 use redis::AsyncCommands;
 use testkit::{
     eventually, quick_client as client, ChildTest, RedisCluster, RedisSentinel, RedisServer,
@@ -183,7 +183,20 @@ async fn a_permit_is_leased_renewed_and_its_holders_are_bounded() {
         .unwrap();
     assert_eq!(holders(&mut conn, "api:lease").await.len(), 2);
     let err = b.semaphore("api:lease", 2).acquire().await.unwrap_err();
-    assert!(err.is_busy(), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Busy {
+                held_by: HeldBy::Permits { permits: 2 },
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "semaphore `api:lease` is busy: all 2 permits are in use (set `wait` to wait for a release, or retry later)"
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     let third = b.semaphore("api:lease", 2).acquire().await.unwrap();
     assert_eq!(holders(&mut conn, "api:lease").await.len(), 2);

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{distributed_lock, Client, Config, Error, LossReason};
+use distlock::{distributed_lock, Client, Config, Error, HeldBy, LossReason};
 use redis::AsyncCommands;
 use testkit::{quick_client as client, ChildTest, RedisCluster, RedisServer};
 use tokio::time::Instant;
@@ -172,7 +172,17 @@ async fn readers_and_a_writer_are_busy_for_each_other_never_incompatible() {
             .acquire()
             .await
             .unwrap_err();
-        assert!(err.is_busy(), "a writer meeting readers: {err}");
+        assert!(
+            matches!(
+                err,
+                Error::Busy {
+                    held_by: HeldBy::Readers,
+                    ..
+                }
+            ),
+            "a writer meeting readers: {err}"
+        );
+        assert!(err.to_string().contains("readers"), "{err}");
     }
     // A writer that does not wait marks no intent: readers still enter.
     let r3 = b.lock("doc:kinds").read().acquire().await.unwrap();
@@ -191,7 +201,17 @@ async fn readers_and_a_writer_are_busy_for_each_other_never_incompatible() {
             .acquire()
             .await
             .unwrap_err();
-        assert!(err.is_busy(), "a reader meeting a writer: {err}");
+        assert!(
+            matches!(
+                err,
+                Error::Busy {
+                    held_by: HeldBy::Writer,
+                    ..
+                }
+            ),
+            "a reader meeting a writer: {err}"
+        );
+        assert!(err.to_string().contains("a writer holds it"), "{err}");
     }
     writer.release().await.unwrap();
 

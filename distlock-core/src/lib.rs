@@ -552,7 +552,7 @@ pub use wire::scripts;
 pub use client::Client;
 pub use config::duration::{parse_duration, DurationError};
 pub use config::{Config, ALL_REPLICAS};
-pub use error::{Error, LossReason, Operation, Result};
+pub use error::{Error, HeldBy, LossReason, Operation, Result};
 pub use lease::{LEASE_MARGIN, MAX_TTL, MIN_TTL};
 pub use lock::acquire::{lock, LockBuilder};
 pub use lock::context::fencing_token;

@@ -417,8 +417,9 @@
 
 #[doc(inline)]
 pub use distlock_core::{
-    fencing_token, hash_slot, init, lock, semaphore, Client, Config, Error, LockBuilder, LockGuard,
-    LossReason, Operation, Result, ALL_REPLICAS, LEASE_MARGIN, MAX_NAME_LEN, MAX_TTL, MIN_TTL,
+    fencing_token, hash_slot, init, lock, semaphore, Client, Config, Error, HeldBy, LockBuilder,
+    LockGuard, LossReason, Operation, Result, ALL_REPLICAS, LEASE_MARGIN, MAX_NAME_LEN, MAX_TTL,
+    MIN_TTL,
 };
 
 #[doc(inline)]

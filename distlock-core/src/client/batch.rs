@@ -67,6 +67,8 @@ pub(crate) struct Batcher {
     next_id: AtomicU64,
     /// A group was answered (or dropped): requests waiting behind it may go.
     answered: Notify,
+    /// Told each time queued releases are handed to redis-rs (see [`Batcher::behind_releases`]).
+    releases_out: Notify,
 }
 
 #[derive(Default)]
@@ -83,6 +85,12 @@ struct State {
     unanswered: Vec<(u64, ShortId)>,
     /// Releases sent without waiting whose owner is in `unanswered`: queued when it is not.
     deferred: Vec<(ReleaseItem, ReleaseReply)>,
+    /// Releases ever queued, and how many of them are out of the queue: handed to redis-rs
+    /// (or dropped with a client that is gone). Releases leave the queue in order, so the
+    /// first `releases_out` queued are out; `building_releases` are in the group being handed.
+    releases_queued: u64,
+    releases_out: u64,
+    building_releases: u64,
 }
 
 impl State {
@@ -186,6 +194,30 @@ impl Batcher {
             timeout,
             next_id: AtomicU64::new(0),
             answered: Notify::new(),
+            releases_out: Notify::new(),
+        }
+    }
+
+    /// Waits until every release queued so far (by `run`, which does not wait for its answer)
+    /// is handed to redis-rs, so that a request sent outside the group commit on the same
+    /// connection (a permit's, a read hold's, a fenced or a `WAIT` acquire) reaches Redis after
+    /// them: the same client taking a permit again right after `run` returns finds it free.
+    /// Nothing queued: returns at once. Bounded by the response timeout.
+    pub(crate) async fn behind_releases(&self) {
+        let target = sync::lock(&self.state).releases_queued;
+        let wait = async {
+            loop {
+                let out = self.releases_out.notified();
+                let mut out = std::pin::pin!(out);
+                out.as_mut().enable();
+                if sync::lock(&self.state).releases_out >= target {
+                    return;
+                }
+                out.await;
+            }
+        };
+        if sync::lock(&self.state).releases_out < target {
+            let _ = tokio::time::timeout(self.timeout, wait).await;
         }
     }
 
@@ -242,6 +274,7 @@ impl Batcher {
         state
             .queue
             .push(Queued::Release(item, ReleaseReply::Sent(on_answer)));
+        state.releases_queued += 1;
         if state.in_flight < MAX_IN_FLIGHT && state.building.is_none() {
             state.in_flight += 1;
             drop(state);
@@ -280,7 +313,11 @@ impl Batcher {
         }
         let (reply, rx) = oneshot::channel();
         // Behind everything queued before it: a cancelled member's cleanup never overtakes it.
-        state.queue.push(queued(reply));
+        let queued = queued(reply);
+        if matches!(queued, Queued::Release(..)) {
+            state.releases_queued += 1;
+        }
+        state.queue.push(queued);
         if room {
             state.in_flight += 1;
             drop(state);
@@ -313,6 +350,7 @@ impl Batcher {
                 state.deferred.push((item, reply));
             } else {
                 state.queue.push(Queued::Release(item, reply));
+                state.releases_queued += 1;
             }
         }
         let start =
@@ -332,6 +370,9 @@ impl Batcher {
         let mut state = sync::lock(&self.state);
         if state.building == Some(sender) {
             state.building = None;
+            state.releases_out += std::mem::take(&mut state.building_releases);
+            drop(state);
+            self.releases_out.notify_waiters();
         }
     }
 
@@ -389,6 +430,10 @@ impl Batcher {
                     state.building = Some(sending.id);
                     let n = state.queue.len().min(MAX_GROUP);
                     let group: Vec<_> = state.queue.drain(..n).collect();
+                    state.building_releases = group
+                        .iter()
+                        .filter(|q| matches!(q, Queued::Release(..)))
+                        .count() as u64;
                     // Numbered here, under the lock: its owners' later requests wait for it.
                     let number = this.next_id.fetch_add(1, Ordering::Relaxed);
                     for q in &group {
@@ -540,7 +585,10 @@ impl Drop for Sending {
             // send; dropping the queue tells its members.
             let mut state = sync::lock(&self.batcher.state);
             state.queue.clear();
+            state.releases_out = state.releases_queued;
             state.in_flight -= 1;
+            drop(state);
+            self.batcher.releases_out.notify_waiters();
             return;
         }
         let spare = self.batcher.spare.clone();

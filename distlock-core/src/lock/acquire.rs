@@ -464,6 +464,7 @@ async fn acquire(client: Client, keys: LockKeys, terms: Terms) -> Result<LockGua
             Err(Error::Busy {
                 key: keys.name().to_owned(),
                 waited,
+                held_by: permits::held_by(terms.kind, met_readers),
             })
         };
         let Some(give_up) = give_up.filter(|&g| now < g) else {

@@ -35,7 +35,7 @@
 //!   master still holds runs out with its lease).
 
 use crate::client::Client;
-use crate::error::{Error, Operation};
+use crate::error::{Error, HeldBy, Operation};
 use crate::lock::acquire::{lock, LockBuilder, Terms};
 use crate::lock::guard::Hold;
 use crate::wire::calls::{Acquired, PermitAcquireCall, PermitAcquired};
@@ -153,6 +153,17 @@ pub(crate) fn check_reentry(name: &str, outer: Kind, inner: Kind) -> Result<(), 
         (Kind::Mutex, Kind::Mutex | Kind::Read)
         | (Kind::Read, Kind::Read)
         | (Kind::Permits(_), Kind::Permits(_)) => Ok(()),
+    }
+}
+
+/// What a busy acquisition of `kind` met (`met_readers`: a write that met readers and asks
+/// as `ACQUIRE_WRITE` since).
+pub(crate) fn held_by(kind: Kind, met_readers: bool) -> HeldBy {
+    match kind {
+        Kind::Mutex if met_readers => HeldBy::Readers,
+        Kind::Mutex => HeldBy::Owner,
+        Kind::Permits(permits) => HeldBy::Permits { permits },
+        Kind::Read => HeldBy::Writer,
     }
 }
 
