@@ -11,12 +11,15 @@
 //! on believing after the contender took the lock: the client reads the servers' clocks every
 //! `Config::server_check` (250 ms) and confirms every lease when one ran ahead. Without the
 //! check the renewed holder believed for 982 ms (until its next renewal), the holder without
-//! renewal for the rest of its lease.
+//! renewal for the rest of its lease. A semaphore's permit and a read hold keep their
+//! deadlines as scores in the server's time, so a step forward frees them to the next acquire
+//! too: their holders are told the same way (over RedLock too: a step on a majority of the
+//! masters is told, one on a minority keeps the hold).
 
 use std::time::Duration;
 
-use testkit::belief::Timeline;
-use testkit::{step_round, Stepped};
+use testkit::belief::{Kind, Timeline};
+use testkit::{step_round, step_round_of, Stepped};
 
 /// How long the holder may believe after the contender took the lock: the clock check's
 /// period (250 ms), a round trip to confirm, and the 25 ms between the holder's checks, with
@@ -78,4 +81,75 @@ async fn redlock_a_step_on_a_minority_of_masters_keeps_the_lock() {
     forward(Stepped::Quorum { stepped: 1 }, secs(6), true, secs(60))
         .await
         .assert_kept();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_holder_is_told_soon_after_a_step_forward_expired_its_permit() {
+    let secs = Duration::from_secs;
+    step_round_of(
+        Kind::Permit,
+        Stepped::Server,
+        (secs(6), true, RUN),
+        (true, secs(60)),
+    )
+    .await
+    .assert_told_within(TOLD_WITHIN);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_is_told_soon_after_a_step_forward_expired_its_share() {
+    let secs = Duration::from_secs;
+    step_round_of(
+        Kind::Read,
+        Stepped::Server,
+        (secs(8), false, RUN),
+        (true, secs(60)),
+    )
+    .await
+    .assert_told_within(TOLD_WITHIN);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_back_keeps_a_permit_and_a_read_hold() {
+    let secs = Duration::from_secs;
+    for kind in [Kind::Permit, Kind::Read] {
+        step_round_of(
+            kind,
+            Stepped::Server,
+            (secs(3), true, RUN),
+            (false, secs(60)),
+        )
+        .await
+        .assert_kept();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_a_step_on_a_majority_tells_a_permit_holder_and_a_reader() {
+    let secs = Duration::from_secs;
+    for kind in [Kind::Permit, Kind::Read] {
+        step_round_of(
+            kind,
+            Stepped::Quorum { stepped: 2 },
+            (secs(6), true, RUN),
+            (true, secs(60)),
+        )
+        .await
+        .assert_told_within(TOLD_WITHIN);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_a_step_on_a_minority_keeps_a_permit_and_a_read_hold() {
+    let secs = Duration::from_secs;
+    for kind in [Kind::Permit, Kind::Read] {
+        step_round_of(
+            kind,
+            Stepped::Quorum { stepped: 1 },
+            (secs(6), true, RUN),
+            (true, secs(60)),
+        )
+        .await
+        .assert_kept();
+    }
 }

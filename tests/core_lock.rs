@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use distlock::{Config, Error};
+use distlock::{Config, Error, HeldBy};
 use redis::AsyncCommands;
 use testkit::{
     all_keys, command_calls, lock_keys, quick_client as client, take_and_release, RedisServer,
@@ -37,10 +37,13 @@ async fn acquire_is_exclusive_and_release_frees() {
 
     let busy = b.lock("order:1").acquire().await.unwrap_err();
     assert!(
-        matches!(&busy, Error::Busy { key, .. } if key == "order:1"),
+        matches!(&busy, Error::Busy { key, held_by: HeldBy::Owner, .. } if key == "order:1"),
         "{busy}"
     );
-    assert!(busy.to_string().contains("order:1"));
+    assert_eq!(
+        busy.to_string(),
+        "lock `order:1` is busy: another owner holds it (set `wait` to wait for a release, or retry later)"
+    );
     // A different name is independent.
     take_and_release(&b, "order:2").await;
 

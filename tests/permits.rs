@@ -7,15 +7,15 @@
 //! The process tests start this test binary again as a holder (`PERMIT_CHILD` names the
 //! semaphore; see [`child_holder`]), which a test `SIGKILL`s or `SIGSTOP`s.
 
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{Client, Config, Error, LossReason};
+use distlock::{Client, Config, Error, HeldBy, LossReason};
 use redis::AsyncCommands;
-use testkit::{eventually, quick_client as client, RedisCluster, RedisSentinel, RedisServer};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use testkit::{
+    eventually, quick_client as client, ChildTest, RedisCluster, RedisSentinel, RedisServer,
+};
 use tokio::time::Instant;
 
 /// The semaphore's key and its count member (see the wire protocol's "Permits").
@@ -183,7 +183,20 @@ async fn a_permit_is_leased_renewed_and_its_holders_are_bounded() {
         .unwrap();
     assert_eq!(holders(&mut conn, "api:lease").await.len(), 2);
     let err = b.semaphore("api:lease", 2).acquire().await.unwrap_err();
-    assert!(err.is_busy(), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Busy {
+                held_by: HeldBy::Permits { permits: 2 },
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "semaphore `api:lease` is busy: all 2 permits are in use (set `wait` to wait for a release, or retry later)"
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     let third = b.semaphore("api:lease", 2).acquire().await.unwrap();
     assert_eq!(holders(&mut conn, "api:lease").await.len(), 2);
@@ -328,20 +341,6 @@ async fn fenced_permits_hand_out_strictly_increasing_tokens() {
     for guard in guards {
         guard.release().await.unwrap();
     }
-}
-
-#[tokio::test]
-async fn a_semaphore_over_redlock_is_refused() {
-    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-    let client = Config::redlock(masters.iter().map(RedisServer::url))
-        .connect()
-        .await
-        .unwrap();
-    let err = client.semaphore("api:q", 2).acquire().await.unwrap_err();
-    assert!(
-        matches!(&err, Error::InvalidConfig { reason } if reason.contains("redlock")),
-        "{err}"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -575,75 +574,20 @@ async fn child_holder() {
     }
 }
 
-/// A holder process of one permit; killed when dropped.
-struct Holder {
-    child: tokio::process::Child,
-    pid: u32,
-    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
-}
-
-impl Holder {
-    async fn start(server: &RedisServer, name: &str, permits: u32, ttl: Duration) -> Holder {
-        let mut child = tokio::process::Command::new(std::env::current_exe().unwrap());
-        child
-            .args(["--exact", "child_holder", "--nocapture", "--test-threads=1"])
-            .env(
-                "PERMIT_CHILD",
-                format!("{name},{permits},{},{}", ttl.as_millis(), server.url()),
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true);
-        let mut child = child.spawn().unwrap();
-        let pid = child.id().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut holder = Holder {
-            child,
-            pid,
-            lines: BufReader::new(stdout).lines(),
-        };
-        holder.expect("held", Duration::from_secs(20)).await;
-        holder
-    }
-
-    /// Waits for a line starting with `prefix`; returns it.
-    async fn expect(&mut self, prefix: &str, within: Duration) -> String {
-        let deadline = Instant::now() + within;
-        loop {
-            let line = tokio::time::timeout_at(deadline, self.lines.next_line())
-                .await
-                .unwrap_or_else(|_| panic!("no `{prefix}` from the holder within {within:?}"))
-                .unwrap()
-                .unwrap_or_else(|| panic!("the holder ended before `{prefix}`"));
-            if line.contains(prefix) {
-                return line;
-            }
-        }
-    }
-
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([format!("-{signal}"), self.pid.to_string()])
-            .stderr(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success() || signal == "CONT");
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        self.signal("CONT");
-        let _ = self.child.start_kill();
-    }
+/// A holder process of one permit (see [`child_holder`]): it has said `held`.
+async fn holder(server: &RedisServer, name: &str, permits: u32, ttl: Duration) -> ChildTest {
+    let spec = format!("{name},{permits},{},{}", ttl.as_millis(), server.url());
+    let mut child = ChildTest::spawn("child_holder", ("PERMIT_CHILD", spec));
+    child.expect("held", Duration::from_secs(20)).await;
+    child
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holders_permit_is_free_within_its_ttl() {
     let server = RedisServer::start();
     let ttl = Duration::from_millis(1500);
-    let first = Holder::start(&server, "api:kill", 2, ttl).await;
-    let _second = Holder::start(&server, "api:kill", 2, ttl).await;
+    let first = holder(&server, "api:kill", 2, ttl).await;
+    let _second = holder(&server, "api:kill", 2, ttl).await;
     let c = client(&server).await;
     let err = c.semaphore("api:kill", 2).acquire().await.unwrap_err();
     assert!(err.is_busy(), "{err}");
@@ -678,7 +622,7 @@ async fn a_killed_holders_permit_is_free_within_its_ttl() {
 async fn a_stalled_holder_is_told_lost_and_its_permit_goes_to_another() {
     let server = RedisServer::start();
     let ttl = Duration::from_millis(1000);
-    let mut holder = Holder::start(&server, "api:stall", 1, ttl).await;
+    let mut holder = holder(&server, "api:stall", 1, ttl).await;
     holder.signal("STOP");
     let c = client(&server).await;
     let guard = c
@@ -741,24 +685,12 @@ async fn child_racer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_most_n_bodies_at_once_across_processes() {
     let server = RedisServer::start();
-    let mut children = Vec::new();
-    for _ in 0..4 {
-        let mut child = tokio::process::Command::new(std::env::current_exe().unwrap());
-        child
-            .args(["--exact", "child_racer", "--nocapture", "--test-threads=1"])
-            .env("PERMIT_RACE", format!("api:procs,3,15,{}", server.url()))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true);
-        children.push(child.spawn().unwrap());
-    }
-    for child in children {
-        let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
-            .await
-            .expect("the racers finish")
-            .unwrap();
-        assert!(out.status.success());
-        assert!(String::from_utf8_lossy(&out.stdout).contains("done"));
+    let spec = format!("api:procs,3,15,{}", server.url());
+    let mut children: Vec<ChildTest> = (0..4)
+        .map(|_| ChildTest::spawn("child_racer", ("PERMIT_RACE", spec.clone())))
+        .collect();
+    for child in &mut children {
+        child.expect("done", Duration::from_secs(120)).await;
     }
     let mut conn = server.conn().await;
     // Every count of bodies inside that any body saw as it came in.

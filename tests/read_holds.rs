@@ -8,15 +8,13 @@
 //! The process test starts this test binary again as a reader (`READ_CHILD` names the lock;
 //! see [`child_reader`]), which the test `SIGKILL`s.
 
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{distributed_lock, Client, Config, Error, LossReason};
+use distlock::{distributed_lock, Client, Config, Error, HeldBy, LossReason};
 use redis::AsyncCommands;
-use testkit::{quick_client as client, RedisCluster, RedisServer};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use testkit::{quick_client as client, ChildTest, RedisCluster, RedisServer};
 use tokio::time::Instant;
 
 /// The lock's key (readers lie there as a sorted set; see the wire protocol's "Shared holds").
@@ -174,7 +172,17 @@ async fn readers_and_a_writer_are_busy_for_each_other_never_incompatible() {
             .acquire()
             .await
             .unwrap_err();
-        assert!(err.is_busy(), "a writer meeting readers: {err}");
+        assert!(
+            matches!(
+                err,
+                Error::Busy {
+                    held_by: HeldBy::Readers,
+                    ..
+                }
+            ),
+            "a writer meeting readers: {err}"
+        );
+        assert!(err.to_string().contains("readers"), "{err}");
     }
     // A writer that does not wait marks no intent: readers still enter.
     let r3 = b.lock("doc:kinds").read().acquire().await.unwrap();
@@ -193,7 +201,17 @@ async fn readers_and_a_writer_are_busy_for_each_other_never_incompatible() {
             .acquire()
             .await
             .unwrap_err();
-        assert!(err.is_busy(), "a reader meeting a writer: {err}");
+        assert!(
+            matches!(
+                err,
+                Error::Busy {
+                    held_by: HeldBy::Writer,
+                    ..
+                }
+            ),
+            "a reader meeting a writer: {err}"
+        );
+        assert!(err.to_string().contains("a writer holds it"), "{err}");
     }
     writer.release().await.unwrap();
 
@@ -532,20 +550,6 @@ async fn fenced_reads_and_writes_hand_out_strictly_increasing_tokens() {
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
 }
 
-#[tokio::test]
-async fn a_read_hold_over_redlock_is_refused() {
-    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-    let client = Config::redlock(masters.iter().map(RedisServer::url))
-        .connect()
-        .await
-        .unwrap();
-    let err = client.lock("doc:q").read().acquire().await.unwrap_err();
-    assert!(
-        matches!(&err, Error::InvalidConfig { reason } if reason.contains("redlock")),
-        "{err}"
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_readers_overlap_and_writers_overlap_nobody() {
     let cluster = RedisCluster::start(3, 0);
@@ -638,69 +642,20 @@ async fn child_reader() {
     println!("ended: {result:?}");
 }
 
-/// A reader process (see [`child_reader`]); killed when dropped.
-struct Reader {
-    child: tokio::process::Child,
-    pid: u32,
-    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
-}
-
-impl Reader {
-    async fn start(server: &RedisServer, name: &str, ttl: Duration) -> Reader {
-        let mut child = tokio::process::Command::new(std::env::current_exe().unwrap());
-        child
-            .args(["--exact", "child_reader", "--nocapture", "--test-threads=1"])
-            .env(
-                "READ_CHILD",
-                format!("{name},{},{}", ttl.as_millis(), server.url()),
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true);
-        let mut child = child.spawn().unwrap();
-        let pid = child.id().unwrap();
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut reader = Reader { child, pid, lines };
-        reader.expect("held", Duration::from_secs(20)).await;
-        reader
-    }
-
-    /// Waits for a line containing `text`; returns it.
-    async fn expect(&mut self, text: &str, within: Duration) -> String {
-        let deadline = Instant::now() + within;
-        loop {
-            let line = tokio::time::timeout_at(deadline, self.lines.next_line())
-                .await
-                .unwrap_or_else(|_| panic!("no `{text}` from the reader within {within:?}"))
-                .unwrap()
-                .unwrap_or_else(|| panic!("the reader ended before `{text}`"));
-            if line.contains(text) {
-                return line;
-            }
-        }
-    }
-
-    fn signal(&self, signal: &str) {
-        let _ = std::process::Command::new("kill")
-            .args([format!("-{signal}"), self.pid.to_string()])
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
-impl Drop for Reader {
-    fn drop(&mut self) {
-        self.signal("CONT");
-        let _ = self.child.start_kill();
-    }
+/// A reader process (see [`child_reader`]): it has said `held`.
+async fn reader_process(server: &RedisServer, name: &str, ttl: Duration) -> ChildTest {
+    let spec = format!("{name},{},{}", ttl.as_millis(), server.url());
+    let mut child = ChildTest::spawn("child_reader", ("READ_CHILD", spec));
+    child.expect("held", Duration::from_secs(20)).await;
+    child
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_readers_share_is_free_within_its_ttl() {
     let server = RedisServer::start();
     let ttl = Duration::from_millis(1500);
-    let first = Reader::start(&server, "doc:kill", ttl).await;
-    let second = Reader::start(&server, "doc:kill", ttl).await;
+    let first = reader_process(&server, "doc:kill", ttl).await;
+    let second = reader_process(&server, "doc:kill", ttl).await;
     let c = client(&server).await;
     let mut conn = server.conn().await;
     assert_eq!(readers(&mut conn, "doc:kill").await.len(), 2);
@@ -744,7 +699,7 @@ async fn a_killed_readers_share_is_free_within_its_ttl() {
 async fn a_stalled_reader_is_told_lost_and_a_writer_gets_the_lock() {
     let server = RedisServer::start();
     let ttl = Duration::from_millis(1000);
-    let mut reader = Reader::start(&server, "doc:stall", ttl).await;
+    let mut reader = reader_process(&server, "doc:stall", ttl).await;
     reader.signal("STOP");
     let c = client(&server).await;
     let guard = c

@@ -174,3 +174,40 @@ async fn settle_waits_for_the_releases_run_sent() {
         );
     }
 }
+
+/// The acquires that do not go through the group commit (a semaphore's permit, a fenced
+/// lock, a write after a read hold) also reach Redis after the release `run` sent just before:
+/// taking the same permit (of 1), fenced lock or lock again right after `run` returns is never
+/// `Busy`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_fenced_locks_and_writes_after_reads_too() {
+    let server = RedisServer::start();
+    let client = testkit::client_with(server.url(), Duration::from_secs(2)).await;
+    let ttl = Duration::from_secs(10);
+    for round in 0..ROUNDS {
+        let steps = [
+            ("a permit after a permit", client.semaphore("again:p", 1)),
+            ("a permit after a permit", client.semaphore("again:p", 1)),
+            (
+                "a fenced lock after a fenced lock",
+                client.lock("again:f").fenced(true),
+            ),
+            (
+                "a fenced lock after a fenced lock",
+                client.lock("again:f").fenced(true),
+            ),
+            ("a read hold", client.lock("again:rw").read()),
+            ("a write after a read hold", client.lock("again:rw")),
+        ];
+        for (what, builder) in steps {
+            match builder.ttl(ttl).run(async {}).await {
+                Ok(()) => {}
+                Err(Error::Busy { .. }) => {
+                    panic!("round {round}: {what}: run's release was overtaken by the next acquire")
+                }
+                Err(error) => panic!("round {round}: {what}: {error}"),
+            }
+        }
+    }
+    at_rest(&[&client], Duration::from_secs(5)).await;
+}

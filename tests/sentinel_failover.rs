@@ -8,13 +8,15 @@
 //! until the next scheduled renewal, ~2 s). The faults: `SENTINEL FAILOVER` (planned: the lock
 //! is kept, except where every replica must acknowledge), the master `SIGKILL`ed, and the
 //! master `SIGSTOP`ped past `down-after-milliseconds` (it resumes still believing it is
-//! master), with the contender connecting during the freeze.
+//! master), with the contender connecting during the freeze. The kill is also run with a
+//! semaphore's permit (a semaphore of 1) and with a read hold against a writer (reliability
+//! row 18 runs every fault with every kind of hold, in turns).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{Config, ALL_REPLICAS};
-use testkit::belief::{self, Round, Timeline};
+use testkit::belief::{self, Kind, Round, Timeline};
 use testkit::{RedisSentinel, SentinelOptions};
 
 const TTL: Duration = Duration::from_secs(6);
@@ -125,21 +127,34 @@ async fn every_replica_needs_sentinel() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn master_killed_never_two_holders() {
-    master_killed(1).await;
+    master_killed(1, Kind::Lock).await;
+}
+
+/// A semaphore's permit: the same invariant per permit (a semaphore of 1, so the contender's
+/// permit is the holder's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn master_killed_never_two_holders_of_a_permit() {
+    master_killed(1, Kind::Permit).await;
+}
+
+/// A read hold: no writer while the reader still believes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn master_killed_never_a_writer_while_a_reader_believes() {
+    master_killed(1, Kind::Read).await;
 }
 
 /// With `ALL_REPLICAS` the promoted replica has every renewal the holder counted: kept, and
 /// no deadline gap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn master_killed_with_every_replica_acknowledging_keeps_the_lock_with_no_gap() {
-    let timeline = master_killed(ALL_REPLICAS).await;
+    let timeline = master_killed(ALL_REPLICAS, Kind::Lock).await;
     assert!(timeline.lost.is_none(), "kept: {}", timeline.summary());
     assert_eq!(timeline.worst_gap, Duration::ZERO, "{}", timeline.summary());
 }
 
-async fn master_killed(replicas: usize) -> Timeline {
+async fn master_killed(replicas: usize, kind: Kind) -> Timeline {
     let group = group();
-    let round = round(&group, replicas, Duration::from_secs(12), Duration::ZERO);
+    let round = round(&group, replicas, Duration::from_secs(12), Duration::ZERO).of(kind);
     let (timeline, _guard) = belief::round(round, {
         let group = group.clone();
         move || {
@@ -148,7 +163,7 @@ async fn master_killed(replicas: usize) -> Timeline {
         }
     })
     .await;
-    let what = format!("master SIGKILL, min_replicas {}", shown(replicas));
+    let what = format!("{kind:?}: master SIGKILL, min_replicas {}", shown(replicas));
     assert_no_second_holder(&what, &timeline);
     timeline
 }
@@ -158,13 +173,18 @@ async fn master_killed(replicas: usize) -> Timeline {
 /// fix it bound to the resumed old master and took the lock there: 7.96 s of overlap).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn master_frozen_through_a_failover_never_two_holders() {
+    master_frozen(Kind::Lock).await;
+}
+
+async fn master_frozen(kind: Kind) {
     let group = group();
     let round = round(
         &group,
         1,
         Duration::from_secs(14),
         Duration::from_millis(1500),
-    );
+    )
+    .of(kind);
     let (timeline, _guard) = belief::round(round, {
         let group = group.clone();
         move || {
@@ -176,5 +196,5 @@ async fn master_frozen_through_a_failover_never_two_holders() {
         }
     })
     .await;
-    assert_no_second_holder("master SIGSTOP", &timeline);
+    assert_no_second_holder(&format!("{kind:?}: master SIGSTOP"), &timeline);
 }

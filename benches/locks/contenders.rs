@@ -7,14 +7,21 @@
 //!   `release().await`, which waits for the release's answer; `run`, which does not) and
 //!   through `#[distributed_lock]` (which is `run`).
 //! * peers: `rslock` and `async-redis-lock`, as published on crates.io.
+//!
+//! A target's [`Hold`] says what is taken: the lock (B1–B3), or a semaphore's permit or a read
+//! hold (S1/S2). For those the floor sends `ACQUIRE_PERMIT` / `ACQUIRE_READ` and `RELEASE`
+//! (spinning when busy, as for the lock), the Redisson-style contender is the expirable
+//! semaphore of `semaphores`, and distlock is `Client::semaphore` / `lock(..).read()`.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use distlock::distributed_lock;
 use redis::aio::ConnectionManager;
 use tokio::time::Instant;
+
+use crate::semaphores::RedissonSemaphore;
 
 /// Any failure inside the harness.
 pub(crate) type BenchError = Box<dyn std::error::Error + Send + Sync>;
@@ -93,16 +100,44 @@ impl Kind {
     }
 }
 
+/// What one acquisition takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Hold {
+    /// The lock (exclusive).
+    Lock,
+    /// One permit of a semaphore of this many.
+    Permits(u32),
+    /// A shared (read) hold of the lock.
+    Read,
+}
+
+impl Hold {
+    /// How many holders may be inside at once.
+    pub(crate) fn capacity(self) -> u32 {
+        match self {
+            Hold::Lock => 1,
+            Hold::Permits(n) => n,
+            Hold::Read => u32::MAX,
+        }
+    }
+}
+
 /// One lock as each contender names it. distlock (and the floor) use the lock name
 /// `bench:<id>`, so its keys are `distlock:{bench:<id>}`, `...:fence` and `...:released`.
 pub(crate) struct Target {
     id: String,
     name: String,
     lock: String,
-    /// The Redisson-style floor's hash key (another key: it is not a d2 lock).
+    /// The Redisson-style floor's hash key (another key: it is not a d2 lock); the
+    /// Redisson-style semaphore's keys start with it too.
     redisson_lock: String,
     channel: String,
+    /// The fence floor and a waiting writer's intent (`ACQUIRE_PERMIT`, `ACQUIRE_READ`).
+    fence: String,
+    writer: String,
     owner: String,
+    /// What is taken (the lock unless [`Target::holding`] says otherwise).
+    hold: Hold,
 }
 
 impl Target {
@@ -113,12 +148,21 @@ impl Target {
         let lock = format!("distlock:{{{name}}}");
         Target {
             channel: format!("{lock}:released"),
+            fence: format!("{lock}:fence"),
+            writer: format!("{lock}:writer"),
             redisson_lock: format!("{lock}:redisson"),
             owner: format!("{}floor-owner-{id}-{task}", distlock::scripts::VERSION_TAG),
             id,
             name,
             lock,
+            hold: Hold::Lock,
         }
+    }
+
+    /// The same target, taking `hold` instead of the lock.
+    pub(crate) fn holding(mut self, hold: Hold) -> Self {
+        self.hold = hold;
+        self
     }
 
     /// The lock name given to distlock (`bench:<id>`).
@@ -135,11 +179,13 @@ impl Target {
     }
 }
 
-/// Records B3's critical sections: when each was entered, when its release returned, by
-/// which task, and whether two ever overlapped.
+/// Records B3's (and S2's) critical sections: when each was entered, when its release
+/// returned, by which task, and whether more than `capacity` (one for a lock, n for a
+/// semaphore of n) were ever inside at once.
 pub(crate) struct Handoffs {
     origin: Instant,
-    in_section: AtomicBool,
+    capacity: u32,
+    inside: AtomicU32,
     violations: AtomicU64,
     events: Mutex<Vec<Section>>,
 }
@@ -154,10 +200,11 @@ pub(crate) struct Section {
 }
 
 impl Handoffs {
-    pub(crate) fn new(origin: Instant) -> Self {
+    pub(crate) fn new(origin: Instant, capacity: u32) -> Self {
         Handoffs {
             origin,
-            in_section: AtomicBool::new(false),
+            capacity,
+            inside: AtomicU32::new(0),
             violations: AtomicU64::new(0),
             events: Mutex::new(Vec::with_capacity(1 << 16)),
         }
@@ -195,7 +242,7 @@ impl<'a> Recorder<'a> {
     /// Called right after the lock is acquired.
     fn enter(&self) {
         let entered = self.log.now();
-        if self.log.in_section.swap(true, Ordering::AcqRel) {
+        if self.log.inside.fetch_add(1, Ordering::AcqRel) >= self.log.capacity {
             self.log.violations.fetch_add(1, Ordering::Relaxed);
         }
         let mut events = self.log.events.lock().unwrap_or_else(|e| e.into_inner());
@@ -209,7 +256,7 @@ impl<'a> Recorder<'a> {
 
     /// Called right before the lock is released.
     fn leave(&self) {
-        self.log.in_section.store(false, Ordering::Release);
+        self.log.inside.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Called when the release returned.
@@ -227,17 +274,20 @@ impl<'a> Recorder<'a> {
 struct Floor {
     conn: ConnectionManager,
     release_sha: String,
+    /// `ACQUIRE_PERMIT` and `ACQUIRE_READ` (S1/S2).
+    permit_sha: String,
+    read_sha: String,
 }
 
 impl Floor {
     async fn connect(url: &str) -> BenchResult<Floor> {
-        let mut conn = ConnectionManager::new(redis::Client::open(url)?).await?;
-        let release_sha: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(distlock::scripts::RELEASE)
-            .query_async(&mut conn)
-            .await?;
-        Ok(Floor { conn, release_sha })
+        let conn = connection(url).await?;
+        Ok(Floor {
+            release_sha: load_script(&conn, distlock::scripts::RELEASE).await?,
+            permit_sha: load_script(&conn, distlock::scripts::ACQUIRE_PERMIT).await?,
+            read_sha: load_script(&conn, distlock::scripts::ACQUIRE_READ).await?,
+            conn,
+        })
     }
 
     /// One acquire: `SET NX PX GET` and `ECHO`, pipelined; true if taken.
@@ -257,7 +307,8 @@ impl Floor {
         Ok(previous.is_none_or(|v| v == t.owner))
     }
 
-    /// One RELEASE. Replies are `{id, code}`: 0 released, negative if not held.
+    /// One RELEASE (of a lock, a permit or a read hold). Replies are `{id, code}`: 0
+    /// released, negative if not held.
     async fn release(&self, t: &Target) -> BenchResult<()> {
         let (_, code): (String, i64) = redis::cmd("EVALSHA")
             .arg(&self.release_sha)
@@ -322,22 +373,32 @@ struct Redisson {
     release_sha: String,
 }
 
+/// How long the hand-written contenders' connections wait for a reply: long, so that a stall
+/// of the loaded machine is not mistaken for a failure (redis-rs's default is 500 ms).
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A redis-rs connection of the floor and the Redisson-style contenders.
+async fn connection(url: &str) -> BenchResult<ConnectionManager> {
+    let config =
+        redis::aio::ConnectionManagerConfig::new().set_response_timeout(Some(RESPONSE_TIMEOUT));
+    Ok(ConnectionManager::new_with_config(redis::Client::open(url)?, config).await?)
+}
+
+/// `SCRIPT LOAD`: the script's SHA1 for EVALSHA.
+async fn load_script(conn: &ConnectionManager, source: &str) -> BenchResult<String> {
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(source)
+        .query_async(&mut conn.clone())
+        .await?;
+    Ok(sha)
+}
+
 impl Redisson {
     async fn connect(url: &str) -> BenchResult<Redisson> {
-        let conn = ConnectionManager::new(redis::Client::open(url)?).await?;
-        let load = |source: &'static str| {
-            let mut conn = conn.clone();
-            async move {
-                let sha: String = redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(source)
-                    .query_async(&mut conn)
-                    .await?;
-                BenchResult::Ok(sha)
-            }
-        };
-        let acquire_sha = load(REDISSON_ACQUIRE).await?;
-        let release_sha = load(REDISSON_RELEASE).await?;
+        let conn = connection(url).await?;
+        let acquire_sha = load_script(&conn, REDISSON_ACQUIRE).await?;
+        let release_sha = load_script(&conn, REDISSON_RELEASE).await?;
         Ok(Redisson {
             conn,
             acquire_sha,
@@ -378,6 +439,8 @@ impl Redisson {
 pub(crate) struct Contenders {
     floor: Floor,
     redisson: Redisson,
+    /// The Redisson-style expirable semaphore (S1/S2).
+    semaphore: RedissonSemaphore,
     client: distlock::Client,
     rslock: rslock::LockManager,
     arl: async_redis_lock::Locker,
@@ -391,6 +454,8 @@ impl Contenders {
         let client = distlock::init(url).await?;
         let floor = Floor::connect(url).await?;
         let redisson = Redisson::connect(url).await?;
+        let semaphore =
+            RedissonSemaphore::connect(connection(url).await?, url, RESPONSE_TIMEOUT).await?;
         let mut rslock = rslock::LockManager::new(vec![url]);
         rslock.set_retry(3, RSLOCK_RETRY_DELAY);
         let arl = async_redis_lock::Locker::from_redis_url(url).await?;
@@ -402,6 +467,7 @@ impl Contenders {
         Ok(Contenders {
             floor,
             redisson,
+            semaphore,
             client,
             rslock,
             arl,
@@ -417,6 +483,9 @@ impl Contenders {
 
     /// One uncontended acquire + release.
     pub(crate) async fn cycle(&self, kind: Kind, t: &Target) -> BenchResult<()> {
+        if t.hold != Hold::Lock {
+            return hold_cycle(self, kind, t).await;
+        }
         match kind {
             Kind::Ping => Ok(redis::cmd("PING")
                 .exec_async(&mut self.floor.conn.clone())
@@ -468,6 +537,11 @@ impl Contenders {
         t: &Target,
         rec: &Recorder<'_>,
     ) -> BenchResult<()> {
+        if t.hold != Hold::Lock {
+            hold_section(self, kind, t, rec).await?;
+            rec.released();
+            return Ok(());
+        }
         match kind {
             Kind::Ping => return Err("PING has no critical section".into()),
             Kind::Floor => {
@@ -531,4 +605,127 @@ impl Contenders {
         rec.released();
         Ok(())
     }
+}
+
+/// The floor's acquire of a permit or a read hold (S1/S2); true if taken.
+async fn floor_try_acquire(c: &Contenders, t: &Target) -> BenchResult<bool> {
+    let floor = &c.floor;
+    let mut cmd = redis::cmd("EVALSHA");
+    match t.hold {
+        Hold::Permits(n) => cmd
+            .arg(&floor.permit_sha)
+            .arg(2)
+            .arg(&t.lock)
+            .arg(&t.fence)
+            .arg(&t.owner)
+            .arg(TTL.as_millis() as u64)
+            .arg(n)
+            .arg(0)
+            .arg("r1"),
+        Hold::Read => cmd
+            .arg(&floor.read_sha)
+            .arg(3)
+            .arg(&t.lock)
+            .arg(&t.fence)
+            .arg(&t.writer)
+            .arg(&t.owner)
+            .arg(TTL.as_millis() as u64)
+            .arg(0)
+            .arg("r1"),
+        Hold::Lock => return Err("the lock's floor is `Floor::try_acquire`".into()),
+    };
+    let (_, (status, _)): (String, (i64, i64)) = cmd.query_async(&mut floor.conn.clone()).await?;
+    match status {
+        1 => Ok(true),
+        0 => Ok(false),
+        other => Err(format!("floor: {:?} acquire answered status {other}", t.hold).into()),
+    }
+}
+
+/// distlock's builder for `t`'s hold.
+fn builder(c: &Contenders, t: &Target) -> distlock::LockBuilder {
+    let b = match t.hold {
+        Hold::Permits(n) => c.client.semaphore(t.name.as_str(), n),
+        Hold::Read => c.client.lock(t.name.as_str()).read(),
+        Hold::Lock => c.client.lock(t.name.as_str()),
+    };
+    b.ttl(TTL)
+}
+
+fn permits(t: &Target) -> BenchResult<u32> {
+    match t.hold {
+        Hold::Permits(n) => Ok(n),
+        other => Err(format!("the Redisson-style semaphore has no {other:?} hold").into()),
+    }
+}
+
+/// One uncontended acquire + release of `t`'s permit or read hold.
+async fn hold_cycle(c: &Contenders, kind: Kind, t: &Target) -> BenchResult<()> {
+    match kind {
+        Kind::Floor => {
+            if !floor_try_acquire(c, t).await? {
+                return Err("floor: permit unexpectedly busy".into());
+            }
+            c.floor.release(t).await
+        }
+        Kind::Redisson => {
+            let (base, id) = (&t.redisson_lock, &t.owner);
+            if (c.semaphore.try_acquire(base, id, permits(t)?, TTL).await?).is_some() {
+                return Err("redisson-style semaphore: unexpectedly full".into());
+            }
+            c.semaphore.release(base, id).await
+        }
+        Kind::Manual => {
+            builder(c, t).acquire().await?.release().await?;
+            Ok(())
+        }
+        Kind::ManualRun => Ok(builder(c, t).run(async {}).await?),
+        other => Err(format!("{} has no permits or read holds", other.label()).into()),
+    }
+}
+
+/// Waits for a permit (or read hold) of `t`, runs an empty critical section, releases.
+async fn hold_section(
+    c: &Contenders,
+    kind: Kind,
+    t: &Target,
+    rec: &Recorder<'_>,
+) -> BenchResult<()> {
+    match kind {
+        Kind::Floor => {
+            // No waiting logic in the floor: spin on the script.
+            while !floor_try_acquire(c, t).await? {
+                tokio::task::yield_now().await;
+            }
+            rec.enter();
+            rec.leave();
+            c.floor.release(t).await?;
+        }
+        Kind::Redisson => {
+            let (base, id) = (&t.redisson_lock, &t.owner);
+            c.semaphore
+                .acquire_waiting((base, id), permits(t)?, TTL, WAIT)
+                .await?;
+            rec.enter();
+            rec.leave();
+            c.semaphore.release(base, id).await?;
+        }
+        Kind::Manual => {
+            let guard = builder(c, t).wait(WAIT).acquire().await?;
+            rec.enter();
+            rec.leave();
+            guard.release().await?;
+        }
+        Kind::ManualRun => {
+            builder(c, t)
+                .wait(WAIT)
+                .run(async {
+                    rec.enter();
+                    rec.leave();
+                })
+                .await?;
+        }
+        other => return Err(format!("{} has no permits or read holds", other.label()).into()),
+    }
+    Ok(())
 }

@@ -9,6 +9,8 @@
 //! * B3 8 and 32 tasks waiting for one key: handoff gap and fairness;
 //! * B4 10,000 held locks renewed by the watchdog: Redis work and the smallest remaining ttl;
 //! * B5 the marketplace of "Redis in Action" ch. 6 (WATCH vs coarse lock vs per-item locks);
+//! * S1 B1 for a semaphore's permit and a read hold, S2 B3 for permits (8 tasks, 2 permits),
+//!   against their raw floor and a hand-written Redisson-style semaphore;
 //! * C1/C2 B1/B2's distlock loop on a Redis Cluster (1 and 3 masters) and a RedLock quorum (3 and
 //!   5 masters) against one server.
 //!
@@ -16,25 +18,27 @@
 //! plots (`docs/benchmarks/*.svg`).
 //!
 //! Environment: `BENCH_QUICK=1` for a short run (under a minute); `BENCH_REPS`, `BENCH_SECS`
-//! (measured seconds per run), `BENCH_ONLY=B1,B3` to pick scenarios (`C1`, `C2`: the cluster and RedLock rows), `BENCH_WORKERS` (tokio
+//! (measured seconds per run), `BENCH_ONLY=B1,B3` to pick scenarios (`S1`, `S2`: permits and read holds; `C1`, `C2`: the cluster and RedLock rows), `BENCH_WORKERS` (tokio
 //! worker threads, default: the number of CPUs), `BENCH_NO_WRITE=1` to leave BENCHMARKS.md and
 //! the plots alone.
 
 mod contenders;
 mod deployments;
+mod holds;
 mod market;
 mod plan;
 mod plots;
 mod probe;
 mod report;
 mod scenarios;
+mod semaphores;
 mod stats;
 
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::Arc;
 
-use contenders::{BenchResult, Contenders, Kind};
+use contenders::{BenchResult, Contenders, Hold, Kind};
 use market::Variant;
 use plan::{env_f64, env_flag, Plan};
 use probe::Probe;
@@ -126,6 +130,9 @@ async fn run(plan: Plan) -> BenchResult<()> {
     if plan.runs("B5") {
         bench.b5(&mut report).await?;
     }
+    if plan.runs("S1") || plan.runs("S2") {
+        report.holds = holds::run(&plan, &mut bench.runner, &mut bench.admin).await?;
+    }
     if plan.runs("C1") || plan.runs("C2") {
         report.deployments = deployments::run(&plan, &url).await?;
     }
@@ -174,7 +181,10 @@ impl Bench<'_> {
             self.plan.reps,
             |rep| rotated(kinds, rep),
             async |rep, kind| {
-                let row = runner.cycles(kind, scenario, tasks).await?.row();
+                let row = runner
+                    .cycles(kind, scenario, tasks, Hold::Lock)
+                    .await?
+                    .row();
                 progress(rep, kind, &row);
                 Ok(row)
             },
@@ -239,7 +249,7 @@ impl Bench<'_> {
                 |rep| rotated(kinds, rep),
                 async |rep, kind| {
                     let mut r = runner
-                        .handoffs(kind, &format!("b3-{tasks}-{rep}"), tasks)
+                        .handoffs(kind, &format!("b3-{tasks}-{rep}"), tasks, Hold::Lock)
                         .await?;
                     let row = r.row();
                     eprintln!(

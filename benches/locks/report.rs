@@ -105,6 +105,8 @@ pub(crate) struct Report {
     pub(crate) per_rep: HashMap<String, HashMap<Kind, Vec<f64>>>,
     pub(crate) b4: Vec<(Renewer, RenewRun)>,
     pub(crate) b5: Vec<B5Row>,
+    /// S1/S2: permits and read holds.
+    pub(crate) holds: crate::holds::Holds,
     /// C1/C2: the cluster and RedLock rows.
     pub(crate) deployments: Vec<crate::deployments::Row>,
 }
@@ -147,7 +149,7 @@ impl Report {
         let _ = writeln!(header, "# distlock benchmarks\n");
         let _ = writeln!(
             header,
-            "Reproduce: `cargo bench --bench locks` (full, ~8 min) or `BENCH_QUICK=1 cargo bench --bench locks` (~1 min). \
+            "Reproduce: `cargo bench --bench locks` (full, ~10 min) or `BENCH_QUICK=1 cargo bench --bench locks` (~1 min). \
              The harness starts its own `redis-server` on a loopback port; see `benches/locks/main.rs`.\n"
         );
         let _ = writeln!(header, "| | |\n| --- | --- |");
@@ -185,6 +187,7 @@ impl Report {
             per_rep: HashMap::new(),
             b4: Vec::new(),
             b5: Vec::new(),
+            holds: Default::default(),
             deployments: Vec::new(),
         })
     }
@@ -229,6 +232,16 @@ impl Report {
         self.render_b3(&mut out, &mut targets);
         self.render_b4(&mut out, &mut targets);
         self.render_b5(&mut out, &mut targets);
+        if let Some(overlaps) = crate::holds::render(&self.holds, &mut out) {
+            targets.push(Target {
+                what: format!(
+                    "S2 permits: never more than {} holders inside at once (all implementations)",
+                    crate::holds::PERMITS
+                ),
+                measured: format!("{overlaps} overlaps"),
+                pass: overlaps == 0,
+            });
+        }
         crate::deployments::render(&self.deployments, &mut out);
         self.render_peer_targets(&mut targets);
 

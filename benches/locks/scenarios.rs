@@ -8,7 +8,9 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
-use crate::contenders::{BenchError, BenchResult, Contenders, Handoffs, Kind, Recorder, Target};
+use crate::contenders::{
+    BenchError, BenchResult, Contenders, Handoffs, Hold, Kind, Recorder, Target,
+};
 use crate::probe::{measured_window, Probe, Work};
 use crate::stats::{jain, CycleRow, HandoffRow, Samples};
 
@@ -102,12 +104,14 @@ impl Runner {
         }
     }
 
-    /// B1/B2: `tasks` tasks, each on its own key, acquire + release in a loop.
+    /// B1/B2 (and S1): `tasks` tasks, each on its own key, acquire + release of `hold` in a
+    /// loop.
     pub(crate) async fn cycles(
         &mut self,
         kind: Kind,
         scenario: &str,
         tasks: usize,
+        hold: Hold,
     ) -> BenchResult<CycleRun> {
         let (c, warmup, measure) = (&self.contenders, self.warmup, self.measure);
         let start = Instant::now() + warmup;
@@ -115,7 +119,7 @@ impl Runner {
         let mut handles = Vec::with_capacity(tasks);
         for i in 0..tasks {
             let c = c.clone();
-            let target = Target::new(scenario, kind, i, i);
+            let target = Target::new(scenario, kind, i, i).holding(hold);
             handles.push(tokio::spawn(async move {
                 let mut latency = Samples::with_capacity(1 << 14);
                 loop {
@@ -143,23 +147,25 @@ impl Runner {
         })
     }
 
-    /// B3: `tasks` tasks on one key, each waiting for it, in a loop.
+    /// B3 (and S2): `tasks` tasks on one key, each waiting for `hold` (one of its permits:
+    /// S2), in a loop.
     pub(crate) async fn handoffs(
         &mut self,
         kind: Kind,
         scenario: &str,
         tasks: usize,
+        hold: Hold,
     ) -> BenchResult<HandoffRun> {
         let (c, warmup, measure) = (&self.contenders, self.warmup, self.measure);
         let origin = Instant::now();
         let start = origin + warmup;
         let end = start + measure;
-        let log = Arc::new(Handoffs::new(origin));
+        let log = Arc::new(Handoffs::new(origin, hold.capacity()));
         let mut handles = Vec::with_capacity(tasks);
         for task in 0..tasks {
             let c = c.clone();
             let log = log.clone();
-            let target = Target::new(scenario, kind, 0, task);
+            let target = Target::new(scenario, kind, 0, task).holding(hold);
             handles.push(tokio::spawn(async move {
                 let rec = Recorder::new(&log, task as u32);
                 while Instant::now() < end {
@@ -179,17 +185,26 @@ impl Runner {
         let mut per_task = vec![0u64; tasks];
         let mut gaps = Samples::with_capacity(sections.len());
         let mut counted = 0u64;
+        // With at most `n` holders inside, the i-th section (in entry order) entered once at
+        // least i + 1 - n sections had left: its handoff is from the (i - n)-th release in time
+        // order (for a lock, n = 1: the previous section's release).
+        let n = hold.capacity().min(tasks as u32) as usize;
+        let mut releases: Vec<u64> = sections
+            .iter()
+            .map(|s| s.released)
+            .filter(|&r| r > 0)
+            .collect();
+        releases.sort_unstable();
         for (i, s) in sections.iter().enumerate() {
             if s.entered < lo || s.entered >= hi {
                 continue;
             }
             counted += 1;
             per_task[s.task as usize] += 1;
-            if i > 0 {
-                let prev = sections[i - 1];
-                if prev.released > 0 && prev.entered >= lo {
+            if let Some(j) = i.checked_sub(n) {
+                if let (true, Some(&released)) = (sections[j].entered >= lo, releases.get(j)) {
                     // A release observed after the next acquire (scheduling) counts as no gap.
-                    gaps.push_nanos(s.entered.saturating_sub(prev.released));
+                    gaps.push_nanos(s.entered.saturating_sub(released));
                 }
             }
         }

@@ -25,6 +25,25 @@ pub enum LossReason {
     Unreplicated,
 }
 
+/// What an acquire found in its way when it was busy ([`Error::Busy`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HeldBy {
+    /// Another owner holds the lock.
+    Owner,
+    /// Every permit of the semaphore is held (`distlock::semaphore(name, permits)`).
+    Permits {
+        /// The semaphore's count.
+        permits: u32,
+    },
+    /// A write (the lock itself) met shared (read) holders, or another writer took the lock
+    /// first.
+    Readers,
+    /// A read hold met a writer that holds the lock, or waits for it (its intent keeps new
+    /// readers out so that writers do not starve).
+    Writer,
+}
+
 impl fmt::Display for LossReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -68,13 +87,16 @@ impl fmt::Display for Operation {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The lock is held by someone else and was not released within the wait time.
-    #[error("{}", busy_message(key, .waited))]
+    /// The lock is held by someone else (or every permit of the semaphore is) and was not
+    /// released within the wait time; `held_by` says what stood in the way.
+    #[error("{}", busy_message(key, .waited, .held_by))]
     Busy {
-        /// The lock's name.
+        /// The lock's (or semaphore's) name.
         key: String,
         /// How long this caller waited before giving up (zero when `wait` was not set).
         waited: Duration,
+        /// What held it: another owner, every permit, readers or a writer.
+        held_by: HeldBy,
     },
     /// A lock this caller held is no longer guaranteed to be held.
     #[error("lock `{key}` was lost: {reason}; the protected work must not be trusted to have run exclusively")]
@@ -133,12 +155,14 @@ pub enum Error {
         required: usize,
     },
     /// A RedLock quorum (see [`crate::Config::redlock`]) could not be reached: fewer masters than
-    /// a majority agreed (answered in time and granted, released or renewed the lock). An
+    /// a majority agreed (answered in time and granted, released or renewed the lock; for a
+    /// semaphore's permit, fewer than its quorum, `⌊n·m/(n+1)⌋ + 1` of the `m` masters: see
+    /// [`crate::semaphore`]). An
     /// acquire that fails this way has released whatever it took (in the background if a
     /// master does not answer; it expires at its ttl otherwise). An acquire with a `wait` tries
     /// again meanwhile (two acquires can split the masters between them while some do not
     /// answer) and fails with this only if the last attempt before its wait ran out did.
-    #[error("{op} of lock `{key}` did not reach a quorum: {agreed} of the {required} masters a majority needs agreed in time (check that a majority of the RedLock masters is up and reachable)")]
+    #[error("{op} of lock `{key}` did not reach a quorum: {agreed} of the {required} masters it needs agreed in time (check that enough RedLock masters are up and reachable: a majority, more for a semaphore's permit)")]
     NoQuorum {
         /// What was attempted.
         op: Operation,
@@ -146,7 +170,7 @@ pub enum Error {
         key: String,
         /// Masters that agreed (granted, released or renewed) in time.
         agreed: usize,
-        /// Masters a majority needs.
+        /// Masters it needs: a majority (a semaphore's permit: its quorum).
         required: usize,
     },
     /// No client was installed before the first lock.
@@ -228,11 +252,33 @@ pub enum Error {
     },
 }
 
-fn busy_message(key: &str, waited: &Duration) -> String {
+fn busy_message(key: &str, waited: &Duration, held_by: &HeldBy) -> String {
+    let (what, now, then) = match held_by {
+        HeldBy::Owner => (
+            "lock",
+            "another owner holds it".to_owned(),
+            "another owner held it".to_owned(),
+        ),
+        HeldBy::Permits { permits } => (
+            "semaphore",
+            format!("all {permits} permits are in use"),
+            format!("all {permits} permits stayed in use"),
+        ),
+        HeldBy::Readers => (
+            "lock",
+            "readers (shared holds) or another writer hold it".to_owned(),
+            "readers (shared holds) or another writer held it".to_owned(),
+        ),
+        HeldBy::Writer => (
+            "lock",
+            "a writer holds it or waits for it, so no new reader enters".to_owned(),
+            "a writer held it or waited for it".to_owned(),
+        ),
+    };
     if waited.is_zero() {
-        format!("lock `{key}` is busy: another owner holds it (set `wait` to wait for its release, or retry later)")
+        format!("{what} `{key}` is busy: {now} (set `wait` to wait for a release, or retry later)")
     } else {
-        format!("lock `{key}` is busy: another owner held it for the whole {waited:?} this caller waited (raise `wait` or retry later)")
+        format!("{what} `{key}` is busy: {then} for the whole {waited:?} this caller waited (raise `wait` or retry later)")
     }
 }
 
@@ -244,7 +290,7 @@ fn already_initialized_message(client: Option<&str>) -> String {
 }
 
 impl Error {
-    /// True for [`Error::Busy`]: the lock was held by someone else.
+    /// True for [`Error::Busy`]: the lock (or every permit) was held by someone else.
     pub fn is_busy(&self) -> bool {
         matches!(self, Error::Busy { .. })
     }
@@ -329,6 +375,47 @@ mod tests {
             key: "k".to_owned(),
             source: redis::make_extension_error(code.to_owned(), Some("detail".to_owned())),
         }
+    }
+
+    #[test]
+    fn busy_says_what_held_it() {
+        let busy = |held_by, waited| Error::Busy {
+            key: "k".to_owned(),
+            waited,
+            held_by,
+        };
+        let cases = [
+            (HeldBy::Owner, "lock `k` is busy: another owner holds it ("),
+            (
+                HeldBy::Permits { permits: 3 },
+                "semaphore `k` is busy: all 3 permits are in use (",
+            ),
+            (
+                HeldBy::Readers,
+                "lock `k` is busy: readers (shared holds) or another writer hold it (",
+            ),
+            (
+                HeldBy::Writer,
+                "lock `k` is busy: a writer holds it or waits for it, so no new reader enters (",
+            ),
+        ];
+        for (held_by, start) in cases {
+            let text = busy(held_by, Duration::ZERO).to_string();
+            assert!(text.starts_with(start), "{text}");
+            assert!(text.ends_with("set `wait` to wait for a release, or retry later)"));
+            let text = busy(held_by, Duration::from_secs(2)).to_string();
+            assert!(
+                text.contains("for the whole 2s this caller waited"),
+                "{text}"
+            );
+            assert!(
+                !text.contains("holds it") && !text.contains("in use ("),
+                "{text}"
+            );
+        }
+        assert!(busy(HeldBy::Permits { permits: 3 }, Duration::from_secs(2))
+            .to_string()
+            .starts_with("semaphore `k` is busy: all 3 permits stayed in use for the whole 2s"));
     }
 
     #[test]

@@ -446,7 +446,22 @@
 //! larger (as long as the fence floors live: [`Config::fence_retention`]); tested with a
 //! master whose floor is far ahead of the others' clocks and then killed. Tested with five real servers (`tests/redlock.rs`): an exact counter race, two masters killed
 //! (locks still work, a renewed lock stays held), three killed (`NoQuorum`, the live masters'
-//! grants released; a renewed lock is lost within its lease).
+//! grants released; a renewed lock is lost within its lease). The floors' raise counts only
+//! if every floor of its majority was below the token (else it tries again, higher), so two
+//! holders at once (permits, readers) never get the same token.
+//!
+//! Semaphores and shared holds over a quorum. A read hold and a write each count when a
+//! majority granted them (two majorities share a master, which granted only one of them), and
+//! a waiting writer marks its intent on every master where readers are, so writers do not
+//! starve. A semaphore's permit is not a majority: each master grants at most `n`, so `h`
+//! holders of `q` masters each need `h·q ≤ n·m`, and at most `n` holders needs
+//! `q = ⌊n·m/(n+1)⌋ + 1` of the `m` masters, for the acquire and each renewal (a majority for
+//! one permit; 2 permits over 5 masters need 4, so one master down is tolerated, not two).
+//! Their waiters retry on releases and at the first lease's end: the FIFO queue above is the
+//! lock's only. Tested in `tests/redlock_kinds.rs` (at most `n` holders and `n` reached over 3
+//! and 5 masters; a majority with room refused for 2 permits over 5; 2 of 5 masters down:
+//! `NoQuorum`; a renewal by a majority but fewer than `q`: lost; readers overlapping, writers
+//! alone and not starved; cancelled acquires leave nothing on any master).
 //!
 //! What RedLock does not buy (Martin Kleppmann's critique, "How to do distributed locking",
 //! 2016, holds here as it does for every lease): safety rests on timing assumptions, that
@@ -480,6 +495,9 @@
 //!   channel keeps enough masters (the holder's pttl covers it).
 //! - The CLI reads one master at a time (`--url`): every master holds every client's identity
 //!   record, and a forced release there deletes that master's copy only.
+//! - Permits and read holds: no FIFO queue (a waiter may be overtaken), and a release counts
+//!   by majority as a lock's (freeing never lets a holder in early; a permit's loss below its
+//!   quorum is what its renewal reports). No reliability row runs them over a quorum yet.
 //!
 //! **TLS.** With the `tls` feature, `rediss://` URLs connect through rustls (ring as its
 //! crypto provider unless the application installed another): the server's certificate is
@@ -559,7 +577,7 @@ pub use wire::scripts;
 pub use client::Client;
 pub use config::duration::{parse_duration, DurationError};
 pub use config::{Config, ALL_REPLICAS};
-pub use error::{Error, LossReason, Operation, Result};
+pub use error::{Error, HeldBy, LossReason, Operation, Result};
 pub use lease::{LEASE_MARGIN, MAX_TTL, MIN_TTL};
 pub use lock::acquire::{lock, LockBuilder};
 pub use lock::context::{fencing_token, fencing_token_of};

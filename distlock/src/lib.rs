@@ -274,9 +274,13 @@
 //! keeps the highest token seen serves the latest holder, not all `n`: fence per holder if
 //! several must write), re-entry takes no second permit. Every user of a name must agree on
 //! `n` ([`Error::PermitsMismatch`] otherwise, never a resize), and a lock and a semaphore of
-//! one name exclude each other ([`Error::Incompatible`]). Over [`Config::redlock`] semaphores
-//! are not supported yet ([`Error::InvalidConfig`]); one server, a Redis Cluster and Sentinel
-//! serve them.
+//! one name exclude each other ([`Error::Incompatible`]). Every deployment serves them. Over
+//! [`Config::redlock`] a permit is taken and renewed by `⌊n·m/(n+1)⌋ + 1` of the `m` masters,
+//! not by a majority: each master grants at most `n`, and with fewer masters per holder more
+//! than `n` holders could each find enough of them. One permit needs a majority, 2 permits
+//! over 5 masters need 4 (one master down is tolerated, not two: [`Error::NoQuorum`]), many
+//! permits nearly every master. Waiters there retry on releases (the FIFO queue is the lock's
+//! only); fencing tokens stay unique and increasing per name.
 //!
 //! **Shared holds** ([`LockBuilder::read`], `read`): while you believe you hold a read, no
 //! writer (an exclusive hold of the name) does, and while you believe you hold the write,
@@ -294,8 +298,9 @@
 //! hold is never upgraded). Since a waiting writer stops new readers, a body holding a read must
 //! not wait for another task that reads the same name (it could wait behind the writer that
 //! waits for it; each gives up at its `wait`). A semaphore and readers of one name are
-//! [`Error::Incompatible`]; over [`Config::redlock`] shared holds are not supported yet
-//! ([`Error::InvalidConfig`]).
+//! [`Error::Incompatible`]. Over [`Config::redlock`] a read and a write each count when a
+//! majority of the masters granted them (two majorities share a master, which granted only
+//! one of them); a waiting writer marks its intent on every master where readers are.
 //!
 //! **Sets of locks** ([`lock_all`], `key = [...]`): while you believe you hold a set, you hold
 //! every lock of it and nobody else holds any; when that can no longer be guaranteed for any
@@ -453,8 +458,8 @@
 #[doc(inline)]
 pub use distlock_core::{
     fencing_token, fencing_token_of, hash_slot, init, lock, lock_all, semaphore, Client, Config,
-    Error, LockBuilder, LockGuard, LossReason, Operation, Result, ALL_REPLICAS, LEASE_MARGIN,
-    MAX_NAME_LEN, MAX_TTL, MIN_TTL,
+    Error, HeldBy, LockBuilder, LockGuard, LossReason, Operation, Result, ALL_REPLICAS,
+    LEASE_MARGIN, MAX_NAME_LEN, MAX_TTL, MIN_TTL,
 };
 
 #[doc(inline)]

@@ -1,9 +1,11 @@
 //! The holder's belief against a contender, through a fault: the test of "while the caller
 //! believes it holds a lock nobody else does".
 //!
-//! A holder takes a fenced lock (renewed, unless the round says otherwise) and asks `ensure_held()` every 25 ms, recording each
-//! `Ok`; a contender (its own client, connected when the round says) tries to take the same
-//! lock every 10 ms and keeps whatever it wins, recording when. The fault runs off the
+//! A holder takes a fenced lock (renewed, unless the round says otherwise) and asks
+//! `ensure_held()` every 25 ms, recording each `Ok`; a contender (its own client, connected
+//! when the round says) tries to take the same lock every 10 ms and keeps whatever it wins,
+//! recording when. The hold is of the round's [`Kind`]: the lock, the one permit of a
+//! semaphore of 1, or a read hold against a writer. The fault runs off the
 //! runtime's threads 1 s after the lock was taken. Afterwards, [`Timeline::worst_overlap`] is
 //! how long the holder went on believing after the contender took the lock (it must be zero),
 //! and, where the round can ask which node serves the lock ([`Probe`]), how long and by how
@@ -14,7 +16,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock::{Client, LockGuard};
+use distlock::{Client, LockBuilder, LockGuard};
 use tokio::time::Instant;
 
 /// The lock every round contends for (`distlock:{belief}` in Redis).
@@ -26,6 +28,37 @@ pub type Connect = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Client> + Send>> 
 /// The port of the node that serves [`BELIEF_LOCK`] now (the one the next acquirer reaches);
 /// `None` when nobody can say.
 pub type Probe = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Option<u16>> + Send>> + Send + Sync>;
+
+/// What the holder holds, and what the contender tries to take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Kind {
+    /// The lock, against the lock.
+    #[default]
+    Lock,
+    /// The one permit of a semaphore of 1, against the same.
+    Permit,
+    /// A read hold, against a writer (the lock itself).
+    Read,
+}
+
+impl Kind {
+    /// The holder's acquisition of [`BELIEF_LOCK`] through `client`.
+    fn holder(self, client: &Client) -> LockBuilder {
+        match self {
+            Kind::Lock => client.lock(BELIEF_LOCK),
+            Kind::Permit => client.semaphore(BELIEF_LOCK, 1),
+            Kind::Read => client.lock(BELIEF_LOCK).read(),
+        }
+    }
+
+    /// The contender's acquisition: whatever excludes the holder.
+    fn contender(self, client: &Client) -> LockBuilder {
+        match self {
+            Kind::Lock | Kind::Read => client.lock(BELIEF_LOCK),
+            Kind::Permit => client.semaphore(BELIEF_LOCK, 1),
+        }
+    }
+}
 
 /// One round's settings.
 pub struct Round {
@@ -44,6 +77,8 @@ pub struct Round {
     pub contender_from: Duration,
     /// Which node serves the lock, for the deadline gap.
     pub probe: Option<Probe>,
+    /// What the holder holds (the lock unless [`Round::of`] says otherwise).
+    pub kind: Kind,
 }
 
 /// What the holder and the contender saw in one round.
@@ -147,7 +182,13 @@ impl Round {
             run,
             contender_from: Duration::ZERO,
             probe: None,
+            kind: Kind::Lock,
         }
+    }
+
+    /// The same round over a hold of `kind`.
+    pub fn of(self, kind: Kind) -> Round {
+        Round { kind, ..self }
     }
 }
 
@@ -155,8 +196,9 @@ impl Round {
 /// Returns what was seen and the holder's guard (still held, or lost).
 pub async fn round(round: Round, fault: impl FnOnce() + Send + 'static) -> (Timeline, LockGuard) {
     let holder = (round.connect)().await;
-    let guard = holder
-        .lock(BELIEF_LOCK)
+    let guard = round
+        .kind
+        .holder(&holder)
         .ttl(round.ttl)
         .renew(round.renew)
         .fenced(true)
@@ -168,11 +210,12 @@ pub async fn round(round: Round, fault: impl FnOnce() + Send + 'static) -> (Time
     let end = Instant::now() + round.run;
     let contending = tokio::spawn({
         let (timeline, connect, ttl) = (timeline.clone(), round.connect.clone(), round.ttl);
+        let kind = round.kind;
         async move {
             tokio::time::sleep(round.contender_from).await;
             let contender = connect().await;
             while Instant::now() < end {
-                if let Ok(g) = contender.lock(BELIEF_LOCK).ttl(ttl).acquire().await {
+                if let Ok(g) = kind.contender(&contender).ttl(ttl).acquire().await {
                     timeline.lock().unwrap().taken.push(Instant::now());
                     // Kept: the holder must find out it lost the lock.
                     std::mem::forget(g);
@@ -244,17 +287,18 @@ async fn gap(probe: &Probe, deadline: Instant) -> Duration {
     deadline.saturating_duration_since(expires)
 }
 
-/// One round (a fenced lock of `ttl`, renewed if `renew`, held for `run`) on a fresh server
-/// that is killed (`SIGKILL`) and started again on the same port 1 s in: it comes back
-/// without the lock (no persistence), as a server restarted from a snapshot older than the
-/// lock does.
-pub async fn restart_round(ttl: Duration, renew: bool, run: Duration) -> Timeline {
+/// One round (a fenced hold of `kind` of `ttl`, renewed if `renew`, held for `run`) on a
+/// fresh server that is killed (`SIGKILL`) and started again on the same port 1 s in: it comes
+/// back without the lock (no persistence), as a server restarted from a snapshot older than
+/// the lock does.
+pub async fn restart_round(kind: Kind, ttl: Duration, renew: bool, run: Duration) -> Timeline {
     let server = tokio::task::spawn_blocking(crate::server::RedisServer::start)
         .await
         .expect("start the server");
     let url = server.url();
     let server = Arc::new(Mutex::new(server));
-    let round = Round::with_config(move || distlock::Config::new(url.clone()), ttl, renew, run);
+    let round =
+        Round::with_config(move || distlock::Config::new(url.clone()), ttl, renew, run).of(kind);
     let restarting = server.clone();
     let (timeline, _guard) = self::round(round, move || restarting.lock().unwrap().restart()).await;
     timeline

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use distlock::Config;
 
-use crate::belief::{self, Round, Timeline};
+use crate::belief::{self, Kind, Round, Timeline};
 use crate::cluster::RedisCluster;
 use crate::server::{RedisServer, ServerOptions};
 
@@ -133,6 +133,16 @@ pub enum Stepped {
 /// deployment whose servers' wall clock steps by `step` (forward if `forward`) 1 s in.
 pub async fn step_round(
     on: Stepped,
+    lease: (Duration, bool, Duration),
+    step: (bool, Duration),
+) -> Timeline {
+    step_round_of(Kind::Lock, on, lease, step).await
+}
+
+/// [`step_round`] over a hold of `kind` (a semaphore's permit, a read hold against a writer).
+pub async fn step_round_of(
+    kind: Kind,
+    on: Stepped,
     (ttl, renew, run): (Duration, bool, Duration),
     (forward, step): (bool, Duration),
 ) -> Timeline {
@@ -163,7 +173,7 @@ pub async fn step_round(
         Stepped::Cluster => Config::cluster(urls.clone()),
         Stepped::Quorum { .. } => Config::redlock(urls.clone()),
     };
-    let round = Round::with_config(config, ttl, renew, run);
+    let round = Round::with_config(config, ttl, renew, run).of(kind);
     let (timeline, _guard) = belief::round(round, move || match forward {
         true => clock.step_forward(step),
         false => clock.step_back(step),

@@ -6,6 +6,7 @@
 #![deny(missing_docs)]
 
 pub mod belief;
+mod child;
 mod cli;
 mod clock;
 mod cluster;
@@ -21,7 +22,8 @@ mod replicas;
 mod sentinel;
 mod server;
 
-pub use clock::{step_round, ShiftedClock, Stepped};
+pub use child::ChildTest;
+pub use clock::{step_round, step_round_of, ShiftedClock, Stepped};
 pub use cluster::RedisCluster;
 pub use fairness::{fairness_run, jain, Fairness, FairnessRun};
 pub use inspect::{all_keys, command_calls, eventually, lock_keys, pubsub_channels};

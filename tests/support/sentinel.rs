@@ -145,6 +145,7 @@ impl RedisSentinel {
             run,
             contender_from,
             probe: Some(self.probe()),
+            kind: crate::belief::Kind::Lock,
         }
     }
 

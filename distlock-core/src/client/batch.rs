@@ -17,6 +17,14 @@
 //! out) before its group is sent is left out of it, and its cleanup (the release of a possibly
 //! taken lock) always reaches Redis after the request it cleans up. A release is sent even if
 //! its caller stopped waiting for it (it may be the cleanup of a lock that is held).
+//!
+//! A group's sender outlives the members' callers, so a member's request may still be on its
+//! way into redis-rs (a full send queue, a connection being made) after its caller left and
+//! queued the cleanup: "handed to redis-rs" is not observable from here. So every later
+//! request of an owner whose acquire is in a group not answered yet waits for that group's
+//! answer (or its end): the cleanup of an acquire never overtakes it, whatever redis-rs does
+//! with the order of its waiting senders. Sends are polled outside tokio's cooperative budget,
+//! so a sender's first poll always queues its request in redis-rs.
 //! Used for standalone Redis only (a cluster routes each key to its own node).
 
 use std::future::Future;
@@ -27,7 +35,7 @@ use std::time::Duration;
 
 use redis::Value;
 use tokio::runtime::Handle;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
 use crate::deploy::connection::Connection;
 use crate::deploy::CallError;
@@ -57,6 +65,10 @@ pub(crate) struct Batcher {
     timeout: Duration,
     /// Ids of groups (`g<hex n>`, unique within the client) and of the tasks sending them.
     next_id: AtomicU64,
+    /// A group was answered (or dropped): requests waiting behind it may go.
+    answered: Notify,
+    /// Told each time queued releases are handed to redis-rs (see [`Batcher::behind_releases`]).
+    releases_out: Notify,
 }
 
 #[derive(Default)]
@@ -68,6 +80,25 @@ struct State {
     /// the member's own request).
     building: Option<u64>,
     queue: Vec<Queued>,
+    /// The owners whose acquire is in a group not answered yet, with the group's number: a
+    /// later request of one of them waits for that answer (see the module docs).
+    unanswered: Vec<(u64, ShortId)>,
+    /// Releases sent without waiting whose owner is in `unanswered`: queued when it is not.
+    deferred: Vec<(ReleaseItem, ReleaseReply)>,
+    /// Releases ever queued, and how many of them are out of the queue: handed to redis-rs
+    /// (or dropped with a client that is gone). Releases leave the queue in order, so the
+    /// first `releases_out` queued are out; `building_releases` are in the group being handed.
+    releases_queued: u64,
+    releases_out: u64,
+    building_releases: u64,
+}
+
+impl State {
+    fn is_unanswered(&self, owner: &ShortId) -> bool {
+        self.unanswered
+            .iter()
+            .any(|(_, o)| o.as_bytes() == owner.as_bytes())
+    }
 }
 
 /// Where a queued request's reply goes: typed, so a member only ever gets its own kind.
@@ -162,6 +193,31 @@ impl Batcher {
             spare,
             timeout,
             next_id: AtomicU64::new(0),
+            answered: Notify::new(),
+            releases_out: Notify::new(),
+        }
+    }
+
+    /// Waits until every release queued so far (by `run`, which does not wait for its answer)
+    /// is handed to redis-rs, so that a request sent outside the group commit on the same
+    /// connection (a permit's, a read hold's, a fenced or a `WAIT` acquire) reaches Redis after
+    /// them: the same client taking a permit again right after `run` returns finds it free.
+    /// Nothing queued: returns at once. Bounded by the response timeout.
+    pub(crate) async fn behind_releases(&self) {
+        let target = sync::lock(&self.state).releases_queued;
+        let wait = async {
+            loop {
+                let out = self.releases_out.notified();
+                let mut out = std::pin::pin!(out);
+                out.as_mut().enable();
+                if sync::lock(&self.state).releases_out >= target {
+                    return;
+                }
+                out.await;
+            }
+        };
+        if sync::lock(&self.state).releases_out < target {
+            let _ = tokio::time::timeout(self.timeout, wait).await;
         }
     }
 
@@ -180,7 +236,7 @@ impl Batcher {
             };
             Queued::Acquire(acquire, reply)
         };
-        self.submit(call, queued).await
+        self.submit(call, call.owner, queued).await
     }
 
     /// A release: alone if nothing is in flight, else in the next group.
@@ -196,7 +252,7 @@ impl Batcher {
             };
             Queued::Release(item, ReleaseReply::Waiting(reply))
         };
-        self.submit(call, queued).await
+        self.submit(call, call.owner, queued).await
     }
 
     /// A release queued now, whose caller does not wait for it (`run`): it goes out in the
@@ -210,9 +266,15 @@ impl Batcher {
             keep: call.keep,
         };
         let mut state = sync::lock(&self.state);
+        if state.is_unanswered(&item.value) {
+            // Its acquire's group is not answered yet: queued when it is.
+            state.deferred.push((item, ReleaseReply::Sent(on_answer)));
+            return;
+        }
         state
             .queue
             .push(Queued::Release(item, ReleaseReply::Sent(on_answer)));
+        state.releases_queued += 1;
         if state.in_flight < MAX_IN_FLIGHT && state.building.is_none() {
             state.in_flight += 1;
             drop(state);
@@ -220,16 +282,19 @@ impl Batcher {
         }
     }
 
-    /// Sends `call` alone (a turn), or queues the request `queued` makes (with where its
-    /// reply goes) and waits for its group.
+    /// Sends `call` (of lock owner `owner`) alone (a turn), or queues the request `queued`
+    /// makes (with where its reply goes) and waits for its group; first, if `owner`'s acquire
+    /// is in a group not answered yet, waits for that answer.
     async fn submit<C: Call>(
         self: &Arc<Self>,
         call: &C,
+        owner: &ShortId,
         queued: impl FnOnce(ReplyTo<C::Reply>) -> Queued,
     ) -> Result<C::Reply, CallError> {
+        self.behind_own_group(owner).await;
         match self.enter(queued) {
             Entry::Turn(turn) => {
-                let reply = self.conn.call(call, self.timeout).await;
+                let reply = tokio::task::unconstrained(self.conn.call(call, self.timeout)).await;
                 drop(turn);
                 reply.map(|(reply, _)| reply)
             }
@@ -248,7 +313,11 @@ impl Batcher {
         }
         let (reply, rx) = oneshot::channel();
         // Behind everything queued before it: a cancelled member's cleanup never overtakes it.
-        state.queue.push(queued(reply));
+        let queued = queued(reply);
+        if matches!(queued, Queued::Release(..)) {
+            state.releases_queued += 1;
+        }
+        state.queue.push(queued);
         if room {
             state.in_flight += 1;
             drop(state);
@@ -257,11 +326,53 @@ impl Batcher {
         Entry::Queued(rx)
     }
 
+    /// Returns once no group that is not answered yet holds an acquire of `owner`.
+    async fn behind_own_group(&self, owner: &ShortId) {
+        loop {
+            let answered = self.answered.notified();
+            let mut answered = std::pin::pin!(answered);
+            answered.as_mut().enable();
+            if !sync::lock(&self.state).is_unanswered(owner) {
+                return;
+            }
+            answered.await;
+        }
+    }
+
+    /// Group `group` was answered (or its sender dropped): its owners' later requests may go;
+    /// releases deferred behind it are queued (and a sender started if there is room).
+    fn group_answered(self: &Arc<Self>, group: u64) {
+        let mut state = sync::lock(&self.state);
+        state.unanswered.retain(|&(g, _)| g != group);
+        let deferred = std::mem::take(&mut state.deferred);
+        for (item, reply) in deferred {
+            if state.is_unanswered(&item.value) {
+                state.deferred.push((item, reply));
+            } else {
+                state.queue.push(Queued::Release(item, reply));
+                state.releases_queued += 1;
+            }
+        }
+        let start =
+            !state.queue.is_empty() && state.in_flight < MAX_IN_FLIGHT && state.building.is_none();
+        if start {
+            state.in_flight += 1;
+        }
+        drop(state);
+        self.answered.notify_waiters();
+        if start {
+            self.spawn_groups(&self.current_or_spare());
+        }
+    }
+
     /// The sender `sender` has handed its group to redis-rs (or is gone): new requests may go.
     fn built(&self, sender: u64) {
         let mut state = sync::lock(&self.state);
         if state.building == Some(sender) {
             state.building = None;
+            state.releases_out += std::mem::take(&mut state.building_releases);
+            drop(state);
+            self.releases_out.notify_waiters();
         }
     }
 
@@ -318,7 +429,19 @@ impl Batcher {
                     }
                     state.building = Some(sending.id);
                     let n = state.queue.len().min(MAX_GROUP);
-                    state.queue.drain(..n).collect::<Vec<_>>()
+                    let group: Vec<_> = state.queue.drain(..n).collect();
+                    state.building_releases = group
+                        .iter()
+                        .filter(|q| matches!(q, Queued::Release(..)))
+                        .count() as u64;
+                    // Numbered here, under the lock: its owners' later requests wait for it.
+                    let number = this.next_id.fetch_add(1, Ordering::Relaxed);
+                    for q in &group {
+                        if let Queued::Acquire(a, _) = q {
+                            state.unanswered.push((number, a.owner));
+                        }
+                    }
+                    (number, group)
                 };
                 this.send_group(group, sending.id).await;
             }
@@ -328,8 +451,11 @@ impl Batcher {
 
     /// Sends one group (taken from the queue by the sender `sender`) and hands each member its
     /// reply.
-    async fn send_group(&self, group: Vec<Queued>, sender: u64) {
-        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+    async fn send_group(self: &Arc<Self>, (n, group): (u64, Vec<Queued>), sender: u64) {
+        // However this ends (answered, failed, or dropped with its runtime), the owners of its
+        // acquires may send again: from before its members hear their answers (a member that
+        // took its lock may release it at once, and that release must not wait).
+        let answered = GroupAnswered(self.clone(), n);
         let id = ShortId::with_counter("", b'g', n);
         let (mut acquires, mut acquire_replies) = (Vec::new(), Vec::new());
         let (mut releases, mut release_replies) = (Vec::new(), Vec::new());
@@ -354,10 +480,11 @@ impl Batcher {
             acquires: &acquires,
         };
         let (acquired, released) = {
-            let sent = self.conn.call(&call, self.timeout);
+            let sent = tokio::task::unconstrained(self.conn.call(&call, self.timeout));
             let mut sent = std::pin::pin!(sent);
-            // The first poll puts the group in redis-rs's send queue; only then may a new
-            // request go out alone (see `State::building`).
+            // The first poll puts the group in redis-rs's send queue (or among its waiting
+            // senders, in order); only then may a new request go out alone (see
+            // `State::building`).
             let first = std::future::poll_fn(|cx| Poll::Ready(sent.as_mut().poll(cx))).await;
             self.built(sender);
             match first {
@@ -379,6 +506,7 @@ impl Batcher {
                 .await
                 .map(|(r, _)| r),
         };
+        drop(answered);
         deliver(acquire_replies, acquired);
         match released {
             Ok(released) => {
@@ -408,6 +536,16 @@ fn deliver<T>(replies: Vec<ReplyTo<T>>, results: Result<Vec<T>, CallError>) {
                 let _ = reply.send(Err(error.clone()));
             }
         }
+    }
+}
+
+/// Ends a group's hold on its owners' later requests when dropped (see
+/// [`Batcher::group_answered`]).
+struct GroupAnswered(Arc<Batcher>, u64);
+
+impl Drop for GroupAnswered {
+    fn drop(&mut self) {
+        self.0.group_answered(self.1);
     }
 }
 
@@ -447,7 +585,10 @@ impl Drop for Sending {
             // send; dropping the queue tells its members.
             let mut state = sync::lock(&self.batcher.state);
             state.queue.clear();
+            state.releases_out = state.releases_queued;
             state.in_flight -= 1;
+            drop(state);
+            self.batcher.releases_out.notify_waiters();
             return;
         }
         let spare = self.batcher.spare.clone();

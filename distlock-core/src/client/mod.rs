@@ -326,6 +326,10 @@ impl Client {
         call: &C,
     ) -> Result<(C::Reply, Option<usize>), Error> {
         let after = self.inner.config.response_timeout;
+        // Sent outside the group commit: behind the releases `run` queued there.
+        if let Some(batcher) = &self.inner.batcher {
+            batcher.behind_releases().await;
+        }
         self.inner
             .deployment
             .call(call, after)

@@ -477,7 +477,7 @@ async fn renew_chunk(
                 Some(CallError::Redis(e)) => e.to_string(),
                 Some(CallError::Timeout) => format!("no reply within {timeout:?}"),
                 Some(CallError::NoQuorum { agreed, required }) => {
-                    format!("only {agreed} of the {required} RedLock masters a majority needs renewed it")
+                    format!("only {agreed} of the {required} RedLock masters it needs renewed it")
                 }
             };
             let retry = Instant::now() + RETRY_AFTER_ERROR;

@@ -121,7 +121,10 @@ impl Config {
     /// the lease margin), renewed and released by majority, and released again everywhere
     /// when no majority was reached (which fails with [`Error::NoQuorum`] if too few masters
     /// answered). A fenced lock's token is strictly larger than every earlier quorum holder's
-    /// (two more rounds: see the crate docs). [`Config::connect`] succeeds while a majority of
+    /// (two more rounds: see the crate docs). Shared (read) holds count by majority too; a
+    /// semaphore's permit of `n` needs `⌊n·m/(n+1)⌋ + 1` of the `m` masters (acquire and
+    /// renewal: see [`crate::semaphore`]), so 2 permits over 5 masters need 4 of them up.
+    /// [`Config::connect`] succeeds while a majority of
     /// the masters answers (a minority may be down; they are used when they are back) and
     /// fails with [`Error::Connect`] or [`Error::ConnectTimeout`] otherwise. See the crate
     /// docs, "Deployments", for what this guarantees and what it does not.

@@ -326,7 +326,7 @@ impl LockBuilder {
             true => shared::read_kind(&self.name, self.kind)?,
             false => self.kind,
         };
-        permits::check(&self.name, kind, &client)?;
+        permits::check(&self.name, kind)?;
         if self.others.is_some() {
             multi::check(&self.name, kind, self.fenced, &client)?;
         }

@@ -74,6 +74,7 @@ pub(crate) fn into_guard(
                     key: keys.lock().into(),
                     value: hold.value.as_str().into(),
                     ttl: terms.ttl,
+                    permits: hold.kind.permits(),
                 },
                 renew: terms.renew,
                 switches,
@@ -121,11 +122,7 @@ pub(crate) async fn try_acquire(
     let mut found = send_acquire(hold, terms, queued, id.as_bytes(), readers).await?;
     // A write whose plain or fenced acquire met a key that is not a string (readers, maybe):
     // asked again, and from now on, as a write where readers may hold the lock.
-    if terms.kind == Kind::Mutex
-        && !readers
-        && found.0 == Acquired::Incompatible
-        && !client.is_quorum()
-    {
+    if terms.kind == Kind::Mutex && !readers && found.0 == Acquired::Incompatible {
         *met_readers = true;
         let id = client.new_request_id();
         found = send_acquire(hold, terms, queued, id.as_bytes(), true).await?;

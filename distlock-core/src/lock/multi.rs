@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use crate::client::waiters::Subscription;
 use crate::client::Client;
-use crate::error::{Error, Operation};
+use crate::error::{Error, HeldBy, Operation};
 use crate::lease::{deadline_after, millis_ceil};
 use crate::lock::acquire::{lock, LockBuilder, Terms};
 use crate::lock::attempt::{into_guard, unreplicated};
@@ -304,6 +304,7 @@ fn busy(hold: &Hold, at: usize, terms: &Terms, started: Instant) -> Error {
     Error::Busy {
         key: hold.set[at].name().to_owned(),
         waited,
+        held_by: HeldBy::Owner,
     }
 }
 

@@ -2,9 +2,40 @@
 //! waited for, renewed, held, run and released by the lock's own machinery (`acquire`, `run`,
 //! `guard`, the watchdog, the waiters); what differs is the acquire request
 //! (`PermitAcquireCall`), the checks of the count, and re-entry across kinds.
+//!
+//! ## Over a RedLock quorum: not a majority
+//!
+//! Each master keeps its own semaphore and grants at most `n` holders. A permit counts when
+//! `q` of the `m` masters granted it within the validity time; `h` holders of `q` masters each
+//! need `h·q` grants, at most `n·m`, so `h ≤ n·m/q`. A majority is not enough (`n` = 3 over
+//! `m` = 5 masters with `q` = 3: 5 holders). At most `n` holders needs `(n+1)·q > n·m`:
+//!
+//! > **`q = ⌊n·m/(n+1)⌋ + 1`** (`quorum::permit_quorum`)
+//!
+//! One permit is a majority (a lock); 2 permits over 5 masters need 4; many permits tend to
+//! every master. The price is availability: a semaphore needs `q` masters up (2 permits over 5
+//! masters keep working with one master down, not two), where a lock needs a majority.
+//!
+//! * **Acquire**: `ACQUIRE_PERMIT` on every master, counted by `q` (`Quorate` for
+//!   `PermitAcquireCall`); a master whose live holders agreed on another count fails the
+//!   acquire with [`Error::PermitsMismatch`] at once. Busy (or undecided) attempts release
+//!   what a minority granted, ordered after any late grant (`stragglers`), as a lock's do.
+//! * **Renewal**: a permit's renewal counts only when `q` masters renewed it
+//!   (`RenewItem::permits`): renewed by fewer, its lease is no longer guaranteed (the holder
+//!   is told, as for a lock renewed by less than a majority).
+//! * **Fencing**: the token comes from the quorum's fence floors as a lock's (`fence`): read
+//!   from a majority after the acquire, raised on a majority before it is handed out. A token
+//!   is strictly above every token handed out before its acquire started, and no two permits
+//!   get the same token even when their acquires overlap (a raise counts only where it found
+//!   every floor of its majority below its token; see `fence`).
+//! * **Waiting**: a waiter is woken by each release on any master and otherwise looks again
+//!   when the first lease it met runs out; there is no FIFO queue (the RedLock queue,
+//!   `ACQUIRE_QUEUED`, is the lock's only), so a waiter may be overtaken.
+//! * **Release**: by majority, as a lock's (releasing never lets a holder in early; what a
+//!   master still holds runs out with its lease).
 
 use crate::client::Client;
-use crate::error::{Error, Operation};
+use crate::error::{Error, HeldBy, Operation};
 use crate::lock::acquire::{lock, LockBuilder, Terms};
 use crate::lock::guard::Hold;
 use crate::wire::calls::{Acquired, PermitAcquireCall, PermitAcquired};
@@ -41,9 +72,17 @@ pub(crate) enum Kind {
 /// expired, the next holder's count stands). A lock ([`crate::lock()`]) and a semaphore of the
 /// same name exclude each other: the second gets [`Error::Incompatible`].
 ///
-/// `permits` is at least 1 (0 fails the acquire with [`Error::InvalidConfig`]). Over a RedLock
-/// quorum ([`crate::Config::redlock`]) semaphores are not supported yet: the acquire fails with
-/// [`Error::InvalidConfig`].
+/// `permits` is at least 1 (0 fails the acquire with [`Error::InvalidConfig`]).
+///
+/// Over a RedLock quorum ([`crate::Config::redlock`]) a permit is taken, and renewed, by
+/// `⌊permits·masters/(permits+1)⌋ + 1` masters, not by a majority (each master grants at most
+/// `permits`; with fewer, more than `permits` holders could each find enough masters): one
+/// permit needs a majority, 2 of 5 masters need 4, many permits nearly every master. So a
+/// semaphore tolerates fewer masters down than a lock (2 permits over 5 masters: one down,
+/// not two; with more down the acquire fails with [`Error::NoQuorum`], or waits). Waiters
+/// there retry on each release and on the first lease's end, without the lock's FIFO queue.
+/// Fencing tokens stay unique per name there too, each above every token handed out before
+/// its acquire started.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), distlock_core::Error> {
@@ -70,24 +109,24 @@ impl Client {
     }
 }
 
-/// The checks of an acquisition's kind against its client: at least one permit, and no
-/// semaphore or read hold over a RedLock quorum (not built yet).
-pub(crate) fn check(name: &str, kind: Kind, client: &Client) -> Result<(), Error> {
-    let reason = match kind {
-        Kind::Mutex => return Ok(()),
-        Kind::Permits(0) => {
-            format!("semaphore `{name}` asks for 0 permits; it needs at least 1")
+/// The checks of an acquisition's kind against its client: at least one permit.
+pub(crate) fn check(name: &str, kind: Kind) -> Result<(), Error> {
+    match kind {
+        Kind::Permits(0) => Err(Error::InvalidConfig {
+            reason: format!("semaphore `{name}` asks for 0 permits; it needs at least 1"),
+        }),
+        Kind::Mutex | Kind::Permits(_) | Kind::Read => Ok(()),
+    }
+}
+
+impl Kind {
+    /// The semaphore's count of a permit; 0 for a lock and a read hold (see `RenewItem`).
+    pub(crate) fn permits(self) -> u32 {
+        match self {
+            Kind::Permits(n) => n,
+            Kind::Mutex | Kind::Read => 0,
         }
-        Kind::Permits(_) if client.is_quorum() => format!(
-            "semaphore `{name}`: semaphores are not supported over `Config::redlock` yet; use one server, a Redis Cluster or Sentinel"
-        ),
-        Kind::Permits(_) => return Ok(()),
-        Kind::Read if client.is_quorum() => format!(
-            "lock `{name}`: shared (read) holds are not supported over `Config::redlock` yet; use one server, a Redis Cluster or Sentinel"
-        ),
-        Kind::Read => return Ok(()),
-    };
-    Err(Error::InvalidConfig { reason })
+    }
 }
 
 /// A re-entry must take what its outer hold took: the same kind, the same count; a read
@@ -114,6 +153,17 @@ pub(crate) fn check_reentry(name: &str, outer: Kind, inner: Kind) -> Result<(), 
         (Kind::Mutex, Kind::Mutex | Kind::Read)
         | (Kind::Read, Kind::Read)
         | (Kind::Permits(_), Kind::Permits(_)) => Ok(()),
+    }
+}
+
+/// What a busy acquisition of `kind` met (`met_readers`: a write that met readers and asks
+/// as `ACQUIRE_WRITE` since).
+pub(crate) fn held_by(kind: Kind, met_readers: bool) -> HeldBy {
+    match kind {
+        Kind::Mutex if met_readers => HeldBy::Readers,
+        Kind::Mutex => HeldBy::Owner,
+        Kind::Permits(permits) => HeldBy::Permits { permits },
+        Kind::Read => HeldBy::Writer,
     }
 }
 

@@ -102,6 +102,7 @@ async fn check_outer(
                 key: keys.lock().into(),
                 value: hold.value.as_str().into(),
                 ttl: terms.ttl,
+                permits: hold.kind.permits(),
             })
             .collect();
         let id = client.new_request_id();

@@ -4,6 +4,24 @@
 //! request (`RwAcquireCall`: `ACQUIRE_READ` for a reader, `ACQUIRE_WRITE` for a writer that
 //! met readers, which marks its intent so that new readers wait and writers do not starve)
 //! and the re-entry rules across kinds.
+//!
+//! ## Over a RedLock quorum: majorities
+//!
+//! A read hold counts when a majority of the masters granted it (`ACQUIRE_READ` on each)
+//! within the validity time, and a write when a majority granted it, exactly as a lock's
+//! acquire (`quorum::acquired`). Any read majority and any write majority share a master,
+//! which granted only one of them (a master's key is either a writer's string or a set of
+//! readers): readers never overlap a writer, and writers never overlap each other. A writer
+//! whose queued acquire (`ACQUIRE_QUEUED`) met readers (their sets answer it as incompatible)
+//! is asked again as `ACQUIRE_WRITE` on every master, which marks its intent on each master
+//! where readers are, so new readers cannot make a majority while it waits (they meet the
+//! intent on a majority, or the writer's lock): writers do not starve there either. Renewal
+//! and release count by majority, as a lock's. A grant short of a majority is released again
+//! (ordered after any late grant, `stragglers`), and so is what a cancelled acquire may have
+//! been granted. Waiting readers, and writers that met readers, retry on each release and at
+//! the first lease's (or intent's) end: the RedLock FIFO queue is the lock's only. Fencing
+//! tokens come from the quorum's fence floors (`fence`): unique, and above every token handed
+//! out before the acquire started.
 
 use crate::error::{Error, Operation};
 use crate::lock::acquire::{LockBuilder, Terms};
@@ -39,8 +57,10 @@ impl LockBuilder {
     /// hold is never upgraded: two readers upgrading would wait for each other).
     ///
     /// `read` applies to a lock, not to a semaphore (taking a semaphore's permit with `read`
-    /// fails with [`Error::InvalidConfig`]); over a RedLock quorum ([`crate::Config::redlock`])
-    /// shared holds are not supported yet ([`Error::InvalidConfig`]).
+    /// fails with [`Error::InvalidConfig`]). Over a RedLock quorum ([`crate::Config::redlock`])
+    /// a read and a write each count when a majority of the masters granted them (any two such
+    /// majorities share a master, which granted only one); readers and writers that wait there
+    /// retry on releases, without the lock's FIFO queue.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), distlock_core::Error> {

@@ -17,6 +17,7 @@ use crate::lock::backoff::Backoff;
 use crate::lock::context;
 use crate::lock::fence;
 use crate::lock::guard::{Hold, LockGuard, ReleaseOnDrop};
+use crate::lock::permits::{self, Kind};
 use crate::lock::queue::{self, QueueEntry};
 use crate::lock::reenter::reenter;
 use crate::metrics::{self, Waiting};
@@ -54,10 +55,11 @@ pub(crate) async fn acquire(
     // attempt (same value) reads such a take as its own; giving up, or being dropped, releases
     // it in the background (owner-checked: another owner's lock is left alone).
     let mut unanswered: Option<ReleaseOnDrop> = None;
-    // RedLock: a waiter's place in the masters' queues (0: it does not wait), and its entry
+    // RedLock: a waiter's place in the masters' queues (0: it does not wait, or it takes a
+    // permit or a read hold, which retry without a queue: see `permits`), and its entry
     // there once it queued (from its first attempt after subscribing: an acquire that takes
     // the lock at once never queues), taken out again when the acquire ends.
-    let ticket = match client.is_quorum() && give_up.is_some() {
+    let ticket = match client.is_quorum() && give_up.is_some() && hold.kind == Kind::Mutex {
         true => queue::ticket(),
         false => 0,
     };
@@ -161,6 +163,7 @@ pub(crate) async fn acquire(
             Err(Error::Busy {
                 key: keys.name().to_owned(),
                 waited,
+                held_by: permits::held_by(terms.kind, met_readers),
             })
         };
         let Some(give_up) = give_up.filter(|&g| now < g) else {

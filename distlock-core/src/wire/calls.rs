@@ -441,7 +441,7 @@ pub(crate) struct FenceFloorCall<'a> {
 
 impl Call for FenceFloorCall<'_> {
     type Raw = i64;
-    /// The floor (after the raise).
+    /// The floor before the raise (the floor, when only read).
     type Reply = u64;
 
     fn request(&self) -> Request {
@@ -594,6 +594,10 @@ pub(crate) struct RenewItem {
     /// `d2:<owner>`.
     pub(crate) value: Arc<str>,
     pub(crate) ttl: Duration,
+    /// A permit's semaphore count (0: a lock or a read hold): over a RedLock quorum a permit's
+    /// renewal counts only when as many masters renewed it as its acquire needed
+    /// (`quorum::permit_quorum`), a lock's by majority. Not sent.
+    pub(crate) permits: u32,
 }
 
 /// [`RENEW`] of a batch of leases.

@@ -496,7 +496,8 @@ return {ARGV[4], out}
 /// it to at least a given token.
 ///
 /// KEYS: fence. ARGV: request id, token to raise the floor to (0: read only), retention ms.
-/// Returns `{id, floor}` (the floor after the raise).
+/// Returns `{id, floor}`, the floor before the raise: below the token, this call raised it
+/// (and no other raise to the same token can have, before or after it).
 pub const FENCE_FLOOR: &str = r#"
 local f = tonumber(redis.call('GET', KEYS[1]) or '0')
 if f == nil then
@@ -505,7 +506,6 @@ end
 local to = tonumber(ARGV[2])
 if to > f then
   redis.call('SET', KEYS[1], string.format('%d', to), 'PX', ARGV[3])
-  f = to
 end
 return {ARGV[1], f}
 "#;

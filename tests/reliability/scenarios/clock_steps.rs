@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use testkit::belief::restart_round;
+use testkit::belief::{restart_round, Kind};
 use testkit::{step_round, Stepped};
 
 use crate::common::Settings;
@@ -114,7 +114,7 @@ async fn run(t: Arc<Tally>) {
         let (timeline, within) = match case.fault {
             Fault::Step(on, step) => (step_round(on, (ttl, renew, run), step).await, TOLD_WITHIN),
             Fault::Restart => (
-                restart_round(ttl, renew, run).await,
+                restart_round(Kind::Lock, ttl, renew, run).await,
                 TOLD_AFTER_RESTART_WITHIN,
             ),
         };

@@ -11,6 +11,11 @@
 //! connects during the freeze); Cluster — `CLUSTER FAILOVER` on a replica of the lock's
 //! master, and that master `SIGSTOP`ped for 5 s.
 //!
+//! Rounds take turns over the kinds of hold (`belief::Kind`): the lock, a semaphore's permit
+//! (a semaphore of 1, against the same), a read hold (against a writer) — in the CI profile
+//! Sentinel's faults meet a read hold, the lock and a permit, and Cluster's the lock and a
+//! permit; the heavy profile runs each fault with each kind.
+//!
 //! Invariants: the contender never takes the lock while the holder still believes it holds it
 //! (overlap 0); a planned failover keeps the lock; with Sentinel, the holder's deadline
 //! outruns the named master's copy of the key for less than 1.2 s. The note counts rounds
@@ -20,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{hash_slot, Config};
-use testkit::belief::{self, Connect, Probe, Round, Timeline, BELIEF_LOCK};
+use testkit::belief::{self, Connect, Kind, Probe, Round, Timeline, BELIEF_LOCK};
 use testkit::{RedisCluster, RedisSentinel, SentinelOptions, ServerOptions};
 
 use crate::common::Settings;
@@ -68,7 +73,7 @@ pub(crate) fn sentinel(s: &Settings, budget: Duration) -> Scenario {
             rounds
         ),
         budget,
-        move |t| run(t, faults.to_vec(), rounds),
+        move |t| run(t, faults.to_vec(), rounds, 2),
     )
 }
 
@@ -82,9 +87,12 @@ pub(crate) fn cluster(s: &Settings, budget: Duration) -> Scenario {
             rounds
         ),
         budget,
-        move |t| run(t, faults.to_vec(), rounds),
+        move |t| run(t, faults.to_vec(), rounds, 0),
     )
 }
+
+/// The kinds of hold the rounds take turns over.
+const KINDS: [Kind; 3] = [Kind::Lock, Kind::Permit, Kind::Read];
 
 /// What the rounds of one fault add up to.
 #[derive(Default)]
@@ -99,18 +107,25 @@ struct Counts {
     longest_gap: Duration,
     /// Why each lost round was lost (distinct).
     why: Vec<String>,
+    /// The kinds of hold its rounds took.
+    kinds: Vec<Kind>,
 }
 
-async fn run(t: Arc<Tally>, faults: Vec<Fault>, rounds: usize) {
+/// `first`: the index in [`KINDS`] of the first round's kind (the rounds take turns).
+async fn run(t: Arc<Tally>, faults: Vec<Fault>, rounds: usize, first: usize) {
     let mut notes = Vec::new();
+    let mut turn = first;
     for fault in faults {
         let mut counts = Counts::default();
         for _ in 0..rounds {
+            let kind = KINDS[turn % KINDS.len()];
+            turn += 1;
+            counts.kinds.push(kind);
             let timeline = match fault {
                 Fault::SentinelFailover | Fault::SentinelKill | Fault::SentinelStop => {
-                    sentinel_round(fault).await
+                    sentinel_round(fault, kind).await
                 }
-                Fault::ClusterFailover | Fault::ClusterStop => cluster_round(fault).await,
+                Fault::ClusterFailover | Fault::ClusterStop => cluster_round(fault, kind).await,
             };
             t.faults(1);
             t.ops(timeline.held.len() as u64 + timeline.taken.len() as u64);
@@ -129,11 +144,15 @@ async fn run(t: Arc<Tally>, faults: Vec<Fault>, rounds: usize) {
             counts.worst_gap = counts.worst_gap.max(timeline.worst_gap);
             counts.longest_gap = counts.longest_gap.max(timeline.longest_gap);
             t.check(overlap == Duration::ZERO, || {
-                format!("{}: a second holder ({})", fault.name(), timeline.summary())
+                format!(
+                    "{} ({kind:?}): a second holder ({})",
+                    fault.name(),
+                    timeline.summary()
+                )
             });
             t.check(timeline.longest_gap < Duration::from_millis(1200), || {
                 format!(
-                    "{}: the holder believed beyond the serving master's copy ({})",
+                    "{} ({kind:?}): the holder believed beyond the serving master's copy ({})",
                     fault.name(),
                     timeline.summary()
                 )
@@ -141,7 +160,7 @@ async fn run(t: Arc<Tally>, faults: Vec<Fault>, rounds: usize) {
             if fault.planned() {
                 t.check(timeline.lost.is_none(), || {
                     format!(
-                        "{}: the lock was not kept ({})",
+                        "{} ({kind:?}): the lock was not kept ({})",
                         fault.name(),
                         timeline.summary()
                     )
@@ -149,8 +168,9 @@ async fn run(t: Arc<Tally>, faults: Vec<Fault>, rounds: usize) {
             }
         }
         notes.push(format!(
-            "{}: {} rounds, held {}, lost {}{}, contender wins {}, overlaps {} (worst {} ms), deadline gap {} ms for {} ms",
+            "{} ({:?}): {} rounds, held {}, lost {}{}, contender wins {}, overlaps {} (worst {} ms), deadline gap {} ms for {} ms",
             fault.name(),
+            counts.kinds,
             counts.rounds,
             counts.held,
             counts.lost,
@@ -169,7 +189,7 @@ async fn run(t: Arc<Tally>, faults: Vec<Fault>, rounds: usize) {
     t.note(notes.join("; "));
 }
 
-async fn sentinel_round(fault: Fault) -> Timeline {
+async fn sentinel_round(fault: Fault, kind: Kind) -> Timeline {
     let group = Arc::new(
         tokio::task::spawn_blocking(|| {
             RedisSentinel::start_with(SentinelOptions {
@@ -184,7 +204,9 @@ async fn sentinel_round(fault: Fault) -> Timeline {
         Fault::SentinelStop => Duration::from_millis(1500),
         _ => Duration::ZERO,
     };
-    let round = group.belief_round((TTL, 1), Duration::from_secs(12), contender_from);
+    let round = group
+        .belief_round((TTL, 1), Duration::from_secs(12), contender_from)
+        .of(kind);
     let faulty = group.clone();
     let (timeline, _guard) = belief::round(round, move || match fault {
         Fault::SentinelFailover => {
@@ -206,7 +228,7 @@ async fn sentinel_round(fault: Fault) -> Timeline {
     timeline
 }
 
-async fn cluster_round(fault: Fault) -> Timeline {
+async fn cluster_round(fault: Fault, kind: Kind) -> Timeline {
     let cluster = Arc::new(
         tokio::task::spawn_blocking(|| {
             RedisCluster::start_with(
@@ -253,6 +275,7 @@ async fn cluster_round(fault: Fault) -> Timeline {
         run: Duration::from_secs(12),
         contender_from: Duration::ZERO,
         probe: Some(probe),
+        kind,
     };
     let faulty = cluster.clone();
     let (timeline, _guard) = belief::round(round, move || match fault {

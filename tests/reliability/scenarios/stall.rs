@@ -20,6 +20,9 @@
 //! * the fencing tokens of `Ok` sections increase in start order;
 //! * a section that spanned a whole stall (its lease certainly elapsed: the stall is longer
 //!   than T and nothing renews a frozen process) did not return `Ok`;
+//! * a short section (its body at most T/2) of a process no stall touched, without renewal,
+//!   did not return `Lost` (its lease cannot have elapsed: a loss there is a theft, which the
+//!   `Ok`-only checks would not see when `run` reports it);
 //! * at least one stall landed inside a section, or the row proves nothing and fails.
 //!
 //! Row `15p` is the same with permits: the holders take one of the `N` permits of a semaphore
@@ -310,6 +313,7 @@ async fn run(
     t.check(!spanned.is_empty(), || {
         "no stall hit a critical section: the row proves nothing".to_owned()
     });
+    let (safe, unexplained) = check_unexplained_losses(&t, &records, &injected);
 
     let count = |outcome: &str| {
         let of: Vec<&Record> = records.iter().filter(|r| r.outcome == outcome).collect();
@@ -335,6 +339,9 @@ async fn run(
         spanned.iter().filter(|r| r.outcome == "lost").count(),
         spanned.iter().filter(|r| r.outcome == "error").count(),
     ));
+    t.note(format!(
+        "{unexplained} of {safe} short sections no stall touched lost their lease (each one a violation)"
+    ));
     if read_percent > 0 {
         t.note(format!(
             "{overlapped} Ok writes overlapped by another Ok section; {out_of_order} Ok sections with a token out of order around a write, or repeated"
@@ -348,6 +355,41 @@ async fn run(
             "at most {overlapped} Ok sections at once (permits {permits}); {out_of_order} Ok sections with a token another had"
         ));
     }
+}
+
+/// A section whose process no stall touched (from a lease before it began to its end), that
+/// renewed nothing and whose body took at most half the lease, cannot have outlived its
+/// lease: `Lost` there means another holder took what it held (exclusion broke, and `run`
+/// caught the theft afterwards), which the `Ok`-only checks alone would not see. Returns how
+/// many sections were so (short, untouched, not renewed) and how many of them were `Lost`, each
+/// a violation.
+fn check_unexplained_losses(t: &Tally, records: &[Record], stalls: &[Stall]) -> (usize, usize) {
+    let base = records.first().map_or(0, |r| r.start);
+    let ttl_us = TTL.as_micros() as u64;
+    let touched = |r: &Record| {
+        stalls.iter().any(|s| {
+            s.pid == r.pid && s.stopped < r.end && s.resumed > r.start.saturating_sub(ttl_us)
+        })
+    };
+    let safe: Vec<&Record> = records
+        .iter()
+        .filter(|r| !r.renew && r.end.saturating_sub(r.start) <= ttl_us / 2 && !touched(r))
+        .collect();
+    let unexplained: Vec<&&Record> = safe.iter().filter(|r| r.outcome == "lost").collect();
+    for r in unexplained.iter().take(MAX_LISTED) {
+        t.violation(format!(
+            "section {} lost its lease though no stall froze it and its body took under half the {} ms ttl: another holder took it",
+            r.show(base),
+            ms(TTL)
+        ));
+    }
+    if unexplained.len() > MAX_LISTED {
+        t.violation(format!(
+            "... and {} more sections lost without a stall",
+            unexplained.len() - MAX_LISTED
+        ));
+    }
+    (safe.len(), unexplained.len())
 }
 
 /// Row `15p`: at no instant more than `permits` sections that returned `Ok`, and `permits`

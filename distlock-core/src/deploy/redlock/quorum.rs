@@ -15,7 +15,8 @@ use std::time::Duration;
 use crate::lease::LEASE_MARGIN;
 use crate::wire::calls::{
     AcquireCall, Acquired, FenceFloorCall, FencedAcquireCall, LeaveQueueCall, PermitAcquireCall,
-    PermitAcquired, QueuedAcquireCall, ReleaseCall, Released, RenewCall, Renewed, RwAcquireCall,
+    PermitAcquired, QueuedAcquireCall, ReleaseCall, Released, RenewCall, RenewItem, Renewed,
+    RwAcquireCall,
 };
 use crate::wire::request::Call;
 use crate::wire::sets::{SetAcquireCall, SetAcquired, SetReleaseCall};
@@ -25,13 +26,29 @@ pub(crate) fn majority(nodes: usize) -> usize {
     nodes / 2 + 1
 }
 
+/// Masters that must grant (and renew) one of `permits` permits over `nodes` masters:
+/// `⌊permits·nodes/(permits+1)⌋ + 1`, the fewest `q` with `(permits+1)·q > permits·nodes`.
+/// Each master grants at most `permits` holders, so `h` holders of `q` masters each need
+/// `h·q ≤ permits·nodes`: with this `q`, `h ≤ permits`. One permit (or `permits` 0: a lock, a
+/// read hold) is a majority; more tend to every master (2 of 5 masters: 4).
+pub(crate) fn permit_quorum(nodes: usize, permits: u32) -> usize {
+    match permits {
+        0 => majority(nodes),
+        n => {
+            let n = n as usize;
+            // `n·nodes` cannot overflow for any real count of masters (u32 permits × a few).
+            n.saturating_mul(nodes) / n.saturating_add(1) + 1
+        }
+    }
+}
+
 /// Too few masters agreed for the call to count, and those that did not answer could still
 /// have made a majority.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct NoQuorum {
     /// Masters that agreed in time.
     pub(crate) agreed: usize,
-    /// Masters a majority needs.
+    /// Masters the call needs: a majority, or for a permit its [`permit_quorum`].
     pub(crate) required: usize,
 }
 
@@ -194,39 +211,40 @@ impl Quorate for ReleaseCall<'_> {
     }
 }
 
-/// Never sent to a quorum: a semaphore over RedLock is refused before any request
-/// (`InvalidConfig`). If it were, no count of the masters' replies would make a grant.
+/// A permit over `nodes` masters: taken by [`permit_quorum`] of them (not a majority: see
+/// `lock/permits`) within the validity time; another count among any master's live holders
+/// is a mismatch at once (nothing is taken: what a master granted meanwhile is released by the
+/// failed acquire). Ordered by the lock value, ended once only masters known to be down could
+/// still decide it, as a lock's acquire.
 impl Quorate for PermitAcquireCall<'_> {
+    fn ordered_by(&self) -> Option<&[u8]> {
+        Some(self.value)
+    }
+
     fn count(
         &self,
-        _replies: &[PermitAcquired],
+        replies: &[PermitAcquired],
         nodes: usize,
-        _silent: usize,
-        _elapsed: Duration,
+        silent: usize,
+        elapsed: Duration,
     ) -> Result<PermitAcquired, NoQuorum> {
-        Err(NoQuorum {
-            agreed: 0,
-            required: majority(nodes),
-        })
+        let mut found = Vec::with_capacity(replies.len());
+        for reply in replies {
+            match *reply {
+                PermitAcquired::Found(acquired) => found.push(acquired),
+                mismatch @ PermitAcquired::Mismatch { .. } => return Ok(mismatch),
+            }
+        }
+        let required = permit_quorum(nodes, self.permits);
+        acquired_by(&found, required, silent, self.ttl, elapsed).map(PermitAcquired::Found)
+    }
+
+    fn gives_up_on_down(&self) -> bool {
+        true
     }
 }
 
-/// Never sent to a quorum: shared holds over RedLock are refused before any request
-/// (`InvalidConfig`), and a write acquire there never meets readers.
-impl Quorate for RwAcquireCall<'_> {
-    fn count(
-        &self,
-        _replies: &[Acquired],
-        nodes: usize,
-        _silent: usize,
-        _elapsed: Duration,
-    ) -> Result<Acquired, NoQuorum> {
-        Err(NoQuorum {
-            agreed: 0,
-            required: majority(nodes),
-        })
-    }
-}
+quorate_acquire!(RwAcquireCall, |call| call.value);
 
 /// A set's acquire (`lock::multi`): each master grants all of the set or none, so the set is
 /// taken when a majority granted it (within the validity time), as one lock is; busy at the
@@ -293,7 +311,7 @@ impl Quorate for RenewCall<'_> {
         silent: usize,
         _elapsed: Duration,
     ) -> Result<Vec<Renewed>, NoQuorum> {
-        renewals(self.items.len(), replies, nodes, silent).collect()
+        renewals(self.items, replies, nodes, silent).collect()
     }
 
     /// The batch's outcome once nothing more will come: the undecided locks are
@@ -308,7 +326,7 @@ impl Quorate for RenewCall<'_> {
         _elapsed: Duration,
     ) -> Result<Vec<Renewed>, NoQuorum> {
         let silent = silent(replies, nodes, 0);
-        let outcomes: Vec<_> = renewals(self.items.len(), replies, nodes, silent).collect();
+        let outcomes: Vec<_> = renewals(self.items, replies, nodes, silent).collect();
         if !outcomes.iter().any(Result::is_ok) {
             if let Some(Err(no)) = outcomes.first() {
                 return Err(*no);
@@ -334,16 +352,18 @@ fn answered<R>(replies: &[R], nodes: usize) -> Result<&[R], NoQuorum> {
     }
 }
 
-/// Each lock's renewal over `nodes` masters: renewed by a majority; undecided while the
-/// masters that did not answer could still make a majority; otherwise the majority's finding.
-fn renewals(
-    items: usize,
-    replies: &[Vec<Renewed>],
+/// Each lock's renewal over `nodes` masters: renewed by a majority (a permit: by its
+/// [`permit_quorum`], as many as its acquire needed, or its lease is no longer guaranteed);
+/// undecided while the masters that did not answer could still make that count; otherwise
+/// what the others found.
+fn renewals<'a>(
+    items: &'a [RenewItem],
+    replies: &'a [Vec<Renewed>],
     nodes: usize,
     silent: usize,
-) -> impl Iterator<Item = Result<Renewed, NoQuorum>> + '_ {
-    let required = majority(nodes);
-    (0..items).map(move |i| {
+) -> impl Iterator<Item = Result<Renewed, NoQuorum>> + 'a {
+    items.iter().enumerate().map(move |(i, item)| {
+        let required = permit_quorum(nodes, item.permits);
         let column = replies.iter().filter_map(|r| r.get(i).copied());
         let yes = column.clone().filter(|&r| r == Renewed::Yes).count();
         if yes >= required {
@@ -382,7 +402,17 @@ fn acquired(
     ttl: Duration,
     elapsed: Duration,
 ) -> Result<Acquired, NoQuorum> {
-    let required = majority(nodes);
+    acquired_by(replies, majority(nodes), silent, ttl, elapsed)
+}
+
+/// [`acquired`] with `required` masters instead of a majority (a permit: [`permit_quorum`]).
+fn acquired_by(
+    replies: &[Acquired],
+    required: usize,
+    silent: usize,
+    ttl: Duration,
+    elapsed: Duration,
+) -> Result<Acquired, NoQuorum> {
     let tokens: Vec<Option<u64>> = replies
         .iter()
         .filter_map(|r| match r {
@@ -465,7 +495,6 @@ fn released(replies: &[Released], nodes: usize, silent: usize) -> Result<Release
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::calls::RenewItem;
 
     const TTL: Duration = Duration::from_secs(10);
     const FAST: Duration = Duration::from_millis(3);
@@ -542,6 +571,81 @@ mod tests {
     }
 
     #[test]
+    fn a_permit_needs_more_than_a_majority_when_several_are_shared() {
+        // (n+1)·q > n·m with the fewest q: at most n holders of q masters each.
+        for (nodes, permits, q) in [(5, 1, 3), (5, 2, 4), (5, 3, 4), (5, 4, 5), (3, 1, 2)] {
+            assert_eq!(permit_quorum(nodes, permits), q, "{permits} over {nodes}");
+        }
+        assert_eq!(permit_quorum(3, 2), 3);
+        assert_eq!(permit_quorum(1, 7), 1);
+        assert_eq!(permit_quorum(5, 0), 3, "a lock: a majority");
+        for nodes in 1..=9 {
+            for permits in 1..=20u32 {
+                let (n, q) = (permits as usize, permit_quorum(nodes, permits));
+                assert!(
+                    (n + 1) * q > n * nodes && n * q <= n * nodes,
+                    "{permits}/{nodes}"
+                );
+                assert!(q == 1 || (n + 1) * (q - 1) <= n * nodes, "the fewest");
+                assert!(q >= majority(nodes));
+            }
+        }
+    }
+
+    #[test]
+    fn a_permit_counts_by_its_quorum_and_a_mismatch_anywhere_decides() {
+        let keys = crate::wire::keys::LockKeys::new("distlock", "s").unwrap();
+        let call = PermitAcquireCall {
+            keys: &keys,
+            value: b"d2:o",
+            id: b"a",
+            ttl: TTL,
+            permits: 2,
+            fenced: None,
+            wait: None,
+        };
+        let found = |a| PermitAcquired::Found(a);
+        // 2 permits over 5 masters: 3 grants are a majority, not enough.
+        let three = [
+            found(taken()),
+            found(taken()),
+            found(taken()),
+            found(busy(50)),
+        ];
+        let no = Err(NoQuorum {
+            agreed: 3,
+            required: 4,
+        });
+        assert_eq!(call.tally(&three, 5, FAST), no);
+        let five = [&three[..], &[found(busy(40))]].concat();
+        assert_eq!(call.tally(&five, 5, FAST), Ok(found(busy(40))));
+        let four = [found(taken()); 4];
+        assert_eq!(call.tally(&four, 5, FAST), Ok(found(taken())));
+        let mismatch = [found(taken()), PermitAcquired::Mismatch { permits: 3 }];
+        assert_eq!(
+            call.tally(&mismatch, 5, FAST),
+            Ok(PermitAcquired::Mismatch { permits: 3 })
+        );
+        // A renewal of that permit: renewed by 3 of 5 is not renewed.
+        use Renewed::*;
+        let items = [RenewItem {
+            key: "s".into(),
+            value: "d2:o".into(),
+            ttl: TTL,
+            permits: 2,
+        }];
+        let renew = RenewCall {
+            id: b"r",
+            items: &items,
+            wait: None,
+        };
+        let short = [vec![Yes], vec![Yes], vec![Yes], vec![Gone], vec![Gone]];
+        assert_eq!(renew.tally(&short, 5, FAST), Ok(vec![Gone]));
+        let enough = [vec![Yes], vec![Yes], vec![Yes], vec![Yes], vec![Gone]];
+        assert_eq!(renew.tally(&enough, 5, FAST), Ok(vec![Yes]));
+    }
+
+    #[test]
     fn a_release_counts_by_majority() {
         use Released::*;
         assert_eq!(rel(&[Yes, Yes, Yes], 5), Ok(Yes));
@@ -566,6 +670,7 @@ mod tests {
             key: key.into(),
             value: "v".into(),
             ttl: TTL,
+            permits: 0,
         };
         let items = [item("a"), item("b")];
         let call = RenewCall {
