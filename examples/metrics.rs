@@ -87,15 +87,15 @@ mod tests {
         let scrape = runtime.block_on(super::scrape()).unwrap();
         print!("{scrape}");
         for series in [
-            r#"distlock_acquire_total{lock="order:<id>",outcome="acquired"} 3"#,
-            r#"distlock_acquire_total{lock="report:<day>",outcome="acquired"} 1"#,
-            r#"distlock_acquire_total{lock="report:<day>",outcome="skipped"} 1"#,
-            r#"distlock_acquire_total{lock="invoice:<id>",outcome="acquired"} 1"#,
-            r#"distlock_acquire_total{lock="invoice:<id>",outcome="timeout"} 1"#,
-            r#"distlock_held{lock="order:<id>"} 0"#,
-            r#"distlock_waiting{lock="order:<id>"} 0"#,
-            r#"distlock_wait_seconds_count{lock="order:<id>"} 1"#,
-            r#"distlock_hold_seconds_count{lock="order:<id>"} 3"#,
+            r#"distlock_acquire_total{lock="order:<id>",kind="lock",outcome="acquired"} 3"#,
+            r#"distlock_acquire_total{lock="report:<day>",kind="lock",outcome="acquired"} 1"#,
+            r#"distlock_acquire_total{lock="report:<day>",kind="lock",outcome="skipped"} 1"#,
+            r#"distlock_acquire_total{lock="invoice:<id>",kind="lock",outcome="acquired"} 1"#,
+            r#"distlock_acquire_total{lock="invoice:<id>",kind="lock",outcome="timeout"} 1"#,
+            r#"distlock_held{lock="order:<id>",kind="lock"} 0"#,
+            r#"distlock_waiting{lock="order:<id>",kind="lock"} 0"#,
+            r#"distlock_wait_seconds_count{lock="order:<id>",kind="lock"} 1"#,
+            r#"distlock_hold_seconds_count{lock="order:<id>",kind="lock"} 3"#,
         ] {
             assert!(
                 scrape.lines().any(|l| l == series),

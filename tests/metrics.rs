@@ -80,11 +80,17 @@ fn seen() -> std::sync::MutexGuard<'static, Seen> {
     seen
 }
 
+/// The series `name` with `labels`; one with a `lock` label and no `kind` is a lock's (kind
+/// `lock`), as every lock of the tests that do not say otherwise.
 fn series(name: &str, labels: &[(&str, &str)]) -> Series {
     let mut labels: Vec<(String, String)> = labels
         .iter()
         .map(|&(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
+    let has = |key: &str| labels.iter().any(|(k, _)| k == key);
+    if has("lock") && !has("kind") {
+        labels.push(("kind".to_owned(), "lock".to_owned()));
+    }
     labels.sort();
     (name.to_owned(), labels)
 }
@@ -742,6 +748,61 @@ async fn retried_transient_failures_are_counted() {
     guard.release().await.unwrap();
     waiter.await.unwrap().unwrap().release().await.unwrap();
     assert_eq!(retries(), refused, "no retry for a busy lock");
+}
+
+/// The `kind` label: a semaphore's permit, a read hold, a set of locks and a lock, each under
+/// its own `lock` label, counted in their own series (held back to 0, holds recorded).
+#[tokio::test]
+async fn each_kind_of_hold_is_labeled_with_its_kind() {
+    const KINDS: &str = "kinds:<id>";
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let permit = c
+        .semaphore("kinds:p", 2)
+        .label(KINDS)
+        .acquire()
+        .await
+        .unwrap();
+    let read = c
+        .lock("kinds:r")
+        .read()
+        .label(KINDS)
+        .acquire()
+        .await
+        .unwrap();
+    let set = c
+        .lock_all(["kinds:a", "kinds:b"])
+        .label(KINDS)
+        .acquire()
+        .await
+        .unwrap();
+    let lock = c.lock("kinds:l").label(KINDS).acquire().await.unwrap();
+    for kind in ["permit", "read", "set", "lock"] {
+        let labels = [("lock", KINDS), ("kind", kind)];
+        let acquired = [("lock", KINDS), ("kind", kind), ("outcome", "acquired")];
+        assert_eq!(counter("distlock_acquire_total", &acquired), 1, "{kind}");
+        let held = seen()
+            .gauges
+            .get(&series("distlock_held", &labels))
+            .copied();
+        assert_eq!(held, Some(1.0), "{kind}");
+    }
+    for guard in [permit, read, set, lock] {
+        guard.release().await.unwrap();
+    }
+    for kind in ["permit", "read", "set", "lock"] {
+        let labels = [("lock", KINDS), ("kind", kind)];
+        let held = seen()
+            .gauges
+            .get(&series("distlock_held", &labels))
+            .copied();
+        assert_eq!(held, Some(0.0), "{kind}");
+        assert_eq!(
+            histogram("distlock_hold_seconds", &labels).len(),
+            1,
+            "{kind}"
+        );
+    }
 }
 
 /// Every metric the runtime defines (`distlock-core/src/metrics.rs`) is in the "Metrics" table

@@ -9,7 +9,9 @@
 //!
 //! The `lock` label is the lock's *label* ([`crate::LockBuilder::label`]): the key template
 //! for `#[distributed_lock]` (`order:<id>`), or what the manual API passes, by default
-//! [`UNLABELED`]; never the rendered key, so the number of series stays bounded.
+//! [`UNLABELED`]; never the rendered key, so the number of series stays bounded. Every series
+//! with a `lock` label also has a `kind` label: what the acquisition takes (`lock`, `permit`,
+//! `read` or `set`, see [`Labels`]).
 
 #![cfg_attr(not(feature = "metrics"), allow(unused_variables, dead_code))]
 
@@ -23,26 +25,35 @@ use crate::error::{Error, LossReason};
 /// The `lock` label of a lock built without [`crate::LockBuilder::label`].
 pub(crate) const UNLABELED: &str = "unlabeled";
 
-/// `distlock_acquire_total{lock, outcome}`: acquire calls, by how they ended.
+/// The labels of one acquisition's series: `lock` (its label) and `kind`, what it takes —
+/// `lock` (the lock itself, the write of a read/write lock), `permit` (one of a semaphore's),
+/// `read` (a shared hold) or `set` (several locks at once, `lock_all`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Labels {
+    pub(crate) lock: &'static str,
+    pub(crate) kind: &'static str,
+}
+
+/// `distlock_acquire_total{lock, kind, outcome}`: acquire calls, by how they ended.
 pub(crate) const ACQUIRE_TOTAL: &str = "distlock_acquire_total";
-/// `distlock_acquire_retries_total{lock}`: transient failures that a waiting acquire retried.
+/// `distlock_acquire_retries_total{lock, kind}`: transient failures that a waiting acquire retried.
 pub(crate) const ACQUIRE_RETRIES_TOTAL: &str = "distlock_acquire_retries_total";
-/// `distlock_wait_seconds{lock}`: from the call to the acquire, for acquires that waited.
+/// `distlock_wait_seconds{lock, kind}`: from the call to the acquire, for acquires that waited.
 pub(crate) const WAIT_SECONDS: &str = "distlock_wait_seconds";
-/// `distlock_hold_seconds{lock}`: from the acquire to the release (or drop) of the guard.
+/// `distlock_hold_seconds{lock, kind}`: from the acquire to the release (or drop) of the guard.
 pub(crate) const HOLD_SECONDS: &str = "distlock_hold_seconds";
-/// `distlock_lost_total{lock, reason}`: held locks that were lost.
+/// `distlock_lost_total{lock, kind, reason}`: held locks that were lost.
 pub(crate) const LOST_TOTAL: &str = "distlock_lost_total";
 /// `distlock_renewals_total{outcome}`: lease renewals, by result.
 pub(crate) const RENEWALS_TOTAL: &str = "distlock_renewals_total";
 /// `distlock_renewal_batch_size`: leases per renewal round trip.
 pub(crate) const RENEWAL_BATCH_SIZE: &str = "distlock_renewal_batch_size";
-/// `distlock_sent_releases_total{lock, outcome}`: releases sent without waiting (`run`), by
+/// `distlock_sent_releases_total{lock, kind, outcome}`: releases sent without waiting (`run`), by
 /// what their confirmation found.
 pub(crate) const SENT_RELEASES_TOTAL: &str = "distlock_sent_releases_total";
-/// `distlock_held{lock}`: locks held now.
+/// `distlock_held{lock, kind}`: locks held now.
 pub(crate) const HELD: &str = "distlock_held";
-/// `distlock_waiting{lock}`: acquire calls waiting for a busy lock now.
+/// `distlock_waiting{lock, kind}`: acquire calls waiting for a busy lock now.
 pub(crate) const WAITING: &str = "distlock_waiting";
 
 /// Registers the unit and a description of every distlock metric with the installed recorder
@@ -54,12 +65,12 @@ pub fn describe_metrics() {
     describe_counter!(
         ACQUIRE_TOTAL,
         Unit::Count,
-        "Lock acquire calls by lock label and outcome (acquired, reentered, busy, skipped, timeout, error)."
+        "Lock acquire calls by lock label, kind (lock, permit, read, set) and outcome (acquired, reentered, busy, skipped, timeout, error)."
     );
     describe_counter!(
         ACQUIRE_RETRIES_TOTAL,
         Unit::Count,
-        "Transient failures (a reset connection, a timeout, NoQuorum, a failover) that waiting acquires retried, by lock label."
+        "Transient failures (a reset connection, a timeout, NoQuorum, a failover) that waiting acquires retried, by lock label and kind."
     );
     describe_histogram!(
         WAIT_SECONDS,
@@ -74,7 +85,7 @@ pub fn describe_metrics() {
     describe_counter!(
         LOST_TOTAL,
         Unit::Count,
-        "Held locks that were lost, by lock label and reason."
+        "Held locks that were lost, by lock label, kind and reason."
     );
     describe_counter!(
         RENEWALS_TOTAL,
@@ -153,7 +164,7 @@ pub(crate) fn reason_label(reason: LossReason) -> &'static str {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Attempt {
     #[cfg(feature = "metrics")]
-    label: &'static str,
+    labels: Labels,
     #[cfg(feature = "metrics")]
     skip: bool,
     #[cfg(feature = "metrics")]
@@ -163,10 +174,10 @@ pub(crate) struct Attempt {
 impl Attempt {
     /// `skip`: a busy lock skips the body (the attribute's `skip`); `waits`: `wait` was set.
     #[inline]
-    pub(crate) fn new(label: &'static str, skip: bool, waits: bool) -> Self {
+    pub(crate) fn new(labels: Labels, skip: bool, waits: bool) -> Self {
         Attempt {
             #[cfg(feature = "metrics")]
-            label,
+            labels,
             #[cfg(feature = "metrics")]
             skip,
             #[cfg(feature = "metrics")]
@@ -187,7 +198,8 @@ impl Attempt {
                 Err(e) if e.is_busy() => Outcome::Busy,
                 Err(_) => Outcome::Error,
             };
-            ::metrics::counter!(ACQUIRE_TOTAL, "lock" => self.label, "outcome" => outcome.as_str())
+            let Labels { lock, kind } = self.labels;
+            ::metrics::counter!(ACQUIRE_TOTAL, "lock" => lock, "kind" => kind, "outcome" => outcome.as_str())
                 .increment(1);
         }
     }
@@ -198,17 +210,18 @@ impl Attempt {
 #[derive(Debug, Default)]
 pub(crate) struct Waiting {
     #[cfg(feature = "metrics")]
-    label: Option<&'static str>,
+    labels: Option<Labels>,
 }
 
 impl Waiting {
     /// The call starts waiting (once; later calls change nothing).
     #[inline]
-    pub(crate) fn start(&mut self, label: &'static str) {
+    pub(crate) fn start(&mut self, labels: Labels) {
         #[cfg(feature = "metrics")]
-        if self.label.is_none() {
-            ::metrics::gauge!(WAITING, "lock" => label).increment(1.0);
-            self.label = Some(label);
+        if self.labels.is_none() {
+            let Labels { lock, kind } = labels;
+            ::metrics::gauge!(WAITING, "lock" => lock, "kind" => kind).increment(1.0);
+            self.labels = Some(labels);
         }
     }
 
@@ -216,9 +229,9 @@ impl Waiting {
     #[inline]
     pub(crate) fn acquired(&mut self, started: Instant) {
         #[cfg(feature = "metrics")]
-        if let Some(label) = self.label.take() {
-            ::metrics::gauge!(WAITING, "lock" => label).decrement(1.0);
-            ::metrics::histogram!(WAIT_SECONDS, "lock" => label)
+        if let Some(Labels { lock, kind }) = self.labels.take() {
+            ::metrics::gauge!(WAITING, "lock" => lock, "kind" => kind).decrement(1.0);
+            ::metrics::histogram!(WAIT_SECONDS, "lock" => lock, "kind" => kind)
                 .record(started.elapsed().as_secs_f64());
         }
     }
@@ -227,8 +240,8 @@ impl Waiting {
 #[cfg(feature = "metrics")]
 impl Drop for Waiting {
     fn drop(&mut self) {
-        if let Some(label) = self.label.take() {
-            ::metrics::gauge!(WAITING, "lock" => label).decrement(1.0);
+        if let Some(Labels { lock, kind }) = self.labels.take() {
+            ::metrics::gauge!(WAITING, "lock" => lock, "kind" => kind).decrement(1.0);
         }
     }
 }
@@ -241,7 +254,7 @@ impl Drop for Waiting {
 pub(crate) struct Held {
     /// `None`: a re-entry.
     #[cfg(feature = "metrics")]
-    label: Option<&'static str>,
+    labels: Option<Labels>,
     /// Counted in `distlock_held` now.
     #[cfg(feature = "metrics")]
     held: AtomicBool,
@@ -250,14 +263,15 @@ pub(crate) struct Held {
 impl Held {
     /// A lease just taken (`outer`), or a re-entry's (`!outer`: counts nothing).
     #[inline]
-    pub(crate) fn new(label: &'static str, outer: bool) -> Self {
+    pub(crate) fn new(labels: Labels, outer: bool) -> Self {
         #[cfg(feature = "metrics")]
         if outer {
-            ::metrics::gauge!(HELD, "lock" => label).increment(1.0);
+            let Labels { lock, kind } = labels;
+            ::metrics::gauge!(HELD, "lock" => lock, "kind" => kind).increment(1.0);
         }
         Held {
             #[cfg(feature = "metrics")]
-            label: outer.then_some(label),
+            labels: outer.then_some(labels),
             #[cfg(feature = "metrics")]
             held: AtomicBool::new(outer),
         }
@@ -267,8 +281,8 @@ impl Held {
     #[inline]
     pub(crate) fn lost(&self, reason: LossReason) {
         #[cfg(feature = "metrics")]
-        if let Some(label) = self.leave() {
-            ::metrics::counter!(LOST_TOTAL, "lock" => label, "reason" => reason_label(reason))
+        if let Some(Labels { lock, kind }) = self.leave() {
+            ::metrics::counter!(LOST_TOTAL, "lock" => lock, "kind" => kind, "reason" => reason_label(reason))
                 .increment(1);
         }
     }
@@ -277,8 +291,8 @@ impl Held {
     #[inline]
     pub(crate) fn end(&self, acquired_at: Instant) {
         #[cfg(feature = "metrics")]
-        if let Some(label) = self.label {
-            ::metrics::histogram!(HOLD_SECONDS, "lock" => label)
+        if let Some(Labels { lock, kind }) = self.labels {
+            ::metrics::histogram!(HOLD_SECONDS, "lock" => lock, "kind" => kind)
                 .record(acquired_at.elapsed().as_secs_f64());
             self.leave();
         }
@@ -290,24 +304,25 @@ impl Held {
     #[inline]
     pub(crate) fn sent_release(&self, found: Result<Option<LossReason>, ()>) {
         #[cfg(feature = "metrics")]
-        if let Some(label) = self.label {
+        if let Some(Labels { lock, kind }) = self.labels {
             let outcome = match found {
                 Ok(None) => "released",
                 Ok(Some(reason)) => reason_label(reason),
                 Err(()) => "failed",
             };
-            ::metrics::counter!(SENT_RELEASES_TOTAL, "lock" => label, "outcome" => outcome)
+            ::metrics::counter!(SENT_RELEASES_TOTAL, "lock" => lock, "kind" => kind, "outcome" => outcome)
                 .increment(1);
         }
     }
 
-    /// Out of `distlock_held`, if still in it: the label, the first time only.
+    /// Out of `distlock_held`, if still in it: the labels, the first time only.
     #[cfg(feature = "metrics")]
-    fn leave(&self) -> Option<&'static str> {
-        let label = self.label?;
+    fn leave(&self) -> Option<Labels> {
+        let labels = self.labels?;
         self.held.swap(false, Ordering::AcqRel).then(|| {
-            ::metrics::gauge!(HELD, "lock" => label).decrement(1.0);
-            label
+            let Labels { lock, kind } = labels;
+            ::metrics::gauge!(HELD, "lock" => lock, "kind" => kind).decrement(1.0);
+            labels
         })
     }
 }
@@ -319,11 +334,12 @@ impl Drop for Held {
     }
 }
 
-/// A waiting acquire of lock `label` failed transiently and tries again after a pause.
+/// A waiting acquire (of `labels`) failed transiently and tries again after a pause.
 #[inline]
-pub(crate) fn acquire_retry(label: &'static str) {
+pub(crate) fn acquire_retry(labels: Labels) {
     #[cfg(feature = "metrics")]
-    ::metrics::counter!(ACQUIRE_RETRIES_TOTAL, "lock" => label).increment(1);
+    ::metrics::counter!(ACQUIRE_RETRIES_TOTAL, "lock" => labels.lock, "kind" => labels.kind)
+        .increment(1);
 }
 
 /// What one lease's renewal found: the `outcome` of `distlock_renewals_total`.

@@ -420,25 +420,27 @@
 //!
 //! | name | kind | labels | what |
 //! | --- | --- | --- | --- |
-//! | `distlock_acquire_total` | counter | `lock`, `outcome` | acquire calls (every annotated call, `run`, `acquire`) by how they ended: `acquired` (at once or after waiting), `reentered` (a lock the call chain held), `busy` (no `wait`), `skipped` (busy on a `skip` function), `timeout` (busy until `wait` ran out), `error` (anything else: Redis, [`Error::Timeout`], configuration, a lost outer hold). A call dropped before it ends counts nothing. |
-//! | `distlock_acquire_retries_total` | counter | `lock` | transient failures (a reset connection, a timeout, `NoQuorum`, `LOADING`, `READONLY` in a failover, …) that acquires with a `wait` retried after a pause, within their wait; a failure that ends the wait is counted in `distlock_acquire_total` (`error`) instead |
-//! | `distlock_wait_seconds` | histogram, seconds | `lock` | from the call to the lock, only for acquires that waited for a busy lock |
-//! | `distlock_hold_seconds` | histogram, seconds | `lock` | from acquiring to releasing or dropping the guard (outer holds; re-entries add nothing) |
-//! | `distlock_lost_total` | counter | `lock`, `reason` | held locks lost, once each: `expired`, `stolen`, `unreachable`, `lease_elapsed`, `refused`, `unreplicated` (see [`LossReason`]); also a release waited for ([`LockGuard::release`], `run` over RedLock) that finds the lock gone (`expired`) or another owner's (`stolen`) |
-//! | `distlock_sent_releases_total` | counter | `lock`, `outcome` | releases `run` (and every annotated call) sent without waiting, by what their confirmation on the client's runtime found: `released`, `expired` (gone), `stolen` (another owner's), `failed` (no answer within the lease, retries included: the lock expires at its ttl) |
+//! | `distlock_acquire_total` | counter | `lock`, `kind`, `outcome` | acquire calls (every annotated call, `run`, `acquire`) by how they ended: `acquired` (at once or after waiting), `reentered` (a lock the call chain held), `busy` (no `wait`), `skipped` (busy on a `skip` function), `timeout` (busy until `wait` ran out), `error` (anything else: Redis, [`Error::Timeout`], configuration, a lost outer hold). A call dropped before it ends counts nothing. |
+//! | `distlock_acquire_retries_total` | counter | `lock`, `kind` | transient failures (a reset connection, a timeout, `NoQuorum`, `LOADING`, `READONLY` in a failover, …) that acquires with a `wait` retried after a pause, within their wait; a failure that ends the wait is counted in `distlock_acquire_total` (`error`) instead |
+//! | `distlock_wait_seconds` | histogram, seconds | `lock`, `kind` | from the call to the lock, only for acquires that waited for a busy lock |
+//! | `distlock_hold_seconds` | histogram, seconds | `lock`, `kind` | from acquiring to releasing or dropping the guard (outer holds; re-entries add nothing) |
+//! | `distlock_lost_total` | counter | `lock`, `kind`, `reason` | held locks lost, once each: `expired`, `stolen`, `unreachable`, `lease_elapsed`, `refused`, `unreplicated` (see [`LossReason`]); also a release waited for ([`LockGuard::release`], `run` over RedLock) that finds the lock gone (`expired`) or another owner's (`stolen`) |
+//! | `distlock_sent_releases_total` | counter | `lock`, `kind`, `outcome` | releases `run` (and every annotated call) sent without waiting, by what their confirmation on the client's runtime found: `released`, `expired` (gone), `stolen` (another owner's), `failed` (no answer within the lease, retries included: the lock expires at its ttl) |
 //! | `distlock_renewals_total` | counter | `outcome` | lease renewals by the watchdog, one per lease per attempt: `ok`, `failed` (no answer in time, an error reply, too few replicas; retried), `lost` (the lock was gone or another owner's) |
 //! | `distlock_renewal_batch_size` | histogram | — | leases per renewal round trip |
-//! | `distlock_held` | gauge | `lock` | locks held now: up at the acquire, down when the guard is released or dropped or the lock is lost, whichever comes first (re-entries are not counted again) |
-//! | `distlock_waiting` | gauge | `lock` | acquire calls waiting for a busy lock now: down when they take it, give up, fail or are dropped |
+//! | `distlock_held` | gauge | `lock`, `kind` | locks held now: up at the acquire, down when the guard is released or dropped or the lock is lost, whichever comes first (re-entries are not counted again) |
+//! | `distlock_waiting` | gauge | `lock`, `kind` | acquire calls waiting for a busy lock now: down when they take it, give up, fail or are dropped |
 //!
 //! **The `lock` label is the lock's template, never its key**, so the number of series stays
 //! bounded however many orders or users there are: `#[distributed_lock(key = "order:<id>")]`
 //! labels with `order:<id>` exactly as written; the manual API labels with
-//! [`LockBuilder::label`] (a `&'static str`), and without it with `"unlabeled"`.
+//! [`LockBuilder::label`] (a `&'static str`), and without it with `"unlabeled"`. The `kind`
+//! label says what the acquisition takes: `lock` (a lock, or the write of a read/write lock),
+//! `permit` (one of a semaphore's), `read` (a shared hold) or `set` (several locks at once).
 //!
 //! ```no_run
 //! # async fn demo(id: u64) -> Result<(), distlock::Error> {
-//! // distlock_acquire_total{lock="order:<id>",outcome="acquired"}, not {lock="order:42"}
+//! // distlock_acquire_total{lock="order:<id>",kind="lock",outcome="acquired"}, not {lock="order:42",…}
 //! let guard = distlock::lock(format!("order:{id}")).label("order:<id>").acquire().await?;
 //! guard.release().await?;
 //! # Ok(()) }

@@ -14,7 +14,7 @@ use crate::lock::multi;
 use crate::lock::permits::{self, Kind};
 use crate::lock::shared;
 use crate::lock::waiting;
-use crate::metrics::{self, Attempt};
+use crate::metrics::{self, Attempt, Labels};
 use crate::registry;
 use crate::wire::keys::LockKeys;
 
@@ -239,7 +239,7 @@ impl LockBuilder {
     /// count goes up and the guard shares the outer token. Dropping this future at any point
     /// never leaves the lock held: a possibly applied acquisition is released in the background.
     pub async fn acquire(self) -> Result<LockGuard, Error> {
-        let attempt = Attempt::new(self.label, self.skip, self.wait.is_some());
+        let attempt = Attempt::new(self.labels(), self.skip, self.wait.is_some());
         let result = match self.terms() {
             Ok((client, keys, terms)) => match &self.others {
                 None => {
@@ -283,6 +283,22 @@ impl LockBuilder {
                 waiting::acquire(client, keys, terms).instrument(span).await
             }
             _ => multi::acquire(client, set, terms).instrument(span).await,
+        }
+    }
+
+    /// The labels of this acquisition's metrics: its `lock` label, and its `kind` as the
+    /// builder says it (a set of one distinct name still counts as a set).
+    fn labels(&self) -> Labels {
+        let kind = if self.others.is_some() {
+            "set"
+        } else if self.read {
+            "read"
+        } else {
+            self.kind.label()
+        };
+        Labels {
+            lock: self.label,
+            kind,
         }
     }
 
@@ -339,7 +355,7 @@ impl LockBuilder {
             min_hold: self.min_hold,
             fenced: self.fenced,
             min_replicas,
-            label: self.label,
+            label: self.labels(),
         };
         let keys = LockKeys::new(&config.key_prefix, &self.name)?;
         Ok((client, keys, terms))
@@ -357,6 +373,6 @@ pub(crate) struct Terms {
     pub(crate) fenced: bool,
     /// Replicas that must acknowledge the acquire and each renewal (0: none).
     pub(crate) min_replicas: usize,
-    /// The `lock` label of the metrics.
-    pub(crate) label: &'static str,
+    /// The `lock` and `kind` labels of the metrics.
+    pub(crate) label: Labels,
 }

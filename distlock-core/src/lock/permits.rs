@@ -120,6 +120,15 @@ pub(crate) fn check(name: &str, kind: Kind) -> Result<(), Error> {
 }
 
 impl Kind {
+    /// The `kind` label of this acquisition's metrics (a set's is `set`, see `acquire`).
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Kind::Mutex => "lock",
+            Kind::Permits(_) => "permit",
+            Kind::Read => "read",
+        }
+    }
+
     /// The semaphore's count of a permit; 0 for a lock and a read hold (see `RenewItem`).
     pub(crate) fn permits(self) -> u32 {
         match self {

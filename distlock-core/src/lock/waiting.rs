@@ -20,7 +20,7 @@ use crate::lock::guard::{Hold, LockGuard, ReleaseOnDrop};
 use crate::lock::permits::{self, Kind};
 use crate::lock::queue::{self, QueueEntry};
 use crate::lock::reenter::reenter;
-use crate::metrics::{self, Waiting};
+use crate::metrics::{self, Labels, Waiting};
 use crate::wire::calls::Acquired;
 use crate::wire::keys::LockKeys;
 
@@ -213,11 +213,11 @@ pub(crate) async fn acquire(
 pub(crate) async fn pause(
     backoff: &mut Backoff,
     error: &Error,
-    label: &'static str,
+    labels: Labels,
     now: Instant,
     give_up: Instant,
 ) {
-    metrics::acquire_retry(label);
+    metrics::acquire_retry(labels);
     let retry_at = backoff.next(now, give_up);
     tracing::debug!(%error, retry_in_ms = millis_ceil(retry_at - now), "acquire failed transiently; retrying within the wait");
     tokio::time::sleep_until(retry_at).await;
