@@ -14,7 +14,8 @@ use std::time::Duration;
 use distlock::{Client, Config, Error, HeldBy, LossReason};
 use redis::AsyncCommands;
 use testkit::{
-    eventually, quick_client as client, ChildTest, RedisCluster, RedisSentinel, RedisServer,
+    eventually, permit_race, quick_client as client, ChildTest, RedisCluster, RedisSentinel,
+    RedisServer,
 };
 use tokio::time::Instant;
 
@@ -29,44 +30,6 @@ async fn holders(conn: &mut redis::aio::MultiplexedConnection, name: &str) -> Ve
     members.into_iter().filter(|m| m != "d2:permits").collect()
 }
 
-/// `tasks` tasks over `clients` each take a permit of `name` (`permits`) `rounds` times and
-/// stay inside for a few ms; returns the most bodies ever inside at once.
-async fn race(clients: &[Client], tasks: usize, rounds: usize, name: &str, permits: u32) -> usize {
-    let inside = Arc::new(AtomicUsize::new(0));
-    let most = Arc::new(AtomicUsize::new(0));
-    let mut handles = Vec::new();
-    for client in clients {
-        for _ in 0..tasks {
-            let (client, inside, most, name) = (
-                client.clone(),
-                inside.clone(),
-                most.clone(),
-                name.to_owned(),
-            );
-            handles.push(tokio::spawn(async move {
-                for _ in 0..rounds {
-                    client
-                        .semaphore(name.as_str(), permits)
-                        .ttl(Duration::from_secs(5))
-                        .wait(Duration::from_secs(60))
-                        .run(async {
-                            let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
-                            most.fetch_max(now, Ordering::SeqCst);
-                            tokio::time::sleep(Duration::from_millis(5)).await;
-                            inside.fetch_sub(1, Ordering::SeqCst);
-                        })
-                        .await
-                        .expect("a permit within the wait, held throughout");
-                }
-            }));
-        }
-    }
-    for handle in handles {
-        handle.await.expect("a racer panicked");
-    }
-    most.load(Ordering::SeqCst)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn at_most_n_bodies_at_once_across_clients_and_n_is_reached() {
     let server = RedisServer::start();
@@ -75,7 +38,7 @@ async fn at_most_n_bodies_at_once_across_clients_and_n_is_reached() {
         client(&server).await,
         client(&server).await,
     ];
-    let most = race(&clients, 4, 10, "api:race", 3).await;
+    let most = permit_race(&clients, (4, 10), ("api:race", 3), Duration::from_millis(5)).await;
     assert_eq!(most, 3, "never more than 3 inside, and 3 reached");
     let mut conn = server.conn().await;
     assert!(
@@ -83,7 +46,10 @@ async fn at_most_n_bodies_at_once_across_clients_and_n_is_reached() {
         "the last release deletes the semaphore"
     );
     // One permit is a mutex.
-    assert_eq!(race(&clients, 3, 5, "api:one", 1).await, 1);
+    assert_eq!(
+        permit_race(&clients, (3, 5), ("api:one", 1), Duration::from_millis(5)).await,
+        1
+    );
 }
 
 #[tokio::test]
@@ -348,7 +314,11 @@ async fn on_a_cluster_at_most_n_bodies_at_once_and_waiters_wake() {
     let cluster = RedisCluster::start(3, 0);
     let clients = cluster.clients(3).await;
     for name in ["api:c1", "api:c2", "api:c3"] {
-        assert_eq!(race(&clients, 3, 5, name, 2).await, 2, "{name}");
+        assert_eq!(
+            permit_race(&clients, (3, 5), (name, 2), Duration::from_millis(5)).await,
+            2,
+            "{name}"
+        );
     }
     // A waiter is woken by a release through sharded pub/sub.
     let held = clients[0]

@@ -14,7 +14,10 @@ use std::time::Duration;
 
 use distlock::{distributed_lock, Client, Config, Error, HeldBy, LossReason};
 use redis::AsyncCommands;
-use testkit::{quick_client as client, ChildTest, RedisCluster, RedisServer};
+use testkit::{
+    quick_client as client, read_write_race, writer_behind_readers, ChildTest, RedisCluster,
+    RedisServer,
+};
 use tokio::time::Instant;
 
 /// The lock's key (readers lie there as a sorted set; see the wire protocol's "Shared holds").
@@ -28,85 +31,8 @@ async fn readers(conn: &mut redis::aio::MultiplexedConnection, name: &str) -> Ve
     members.into_iter().filter(|m| m != "d2:readers").collect()
 }
 
-/// Who is inside the bodies of one name: readers and writers, and what was seen.
-#[derive(Default)]
-struct Inside {
-    readers: AtomicUsize,
-    writers: AtomicUsize,
-    most_readers: AtomicUsize,
-    reads: AtomicUsize,
-    writes: AtomicUsize,
-    /// A writer saw anyone else inside, or a reader saw a writer.
-    overlap: AtomicBool,
-}
-
-impl Inside {
-    async fn read(&self, hold: Duration) {
-        let now = self.readers.fetch_add(1, Ordering::SeqCst) + 1;
-        self.most_readers.fetch_max(now, Ordering::SeqCst);
-        if self.writers.load(Ordering::SeqCst) != 0 {
-            self.overlap.store(true, Ordering::SeqCst);
-        }
-        tokio::time::sleep(hold).await;
-        if self.writers.load(Ordering::SeqCst) != 0 {
-            self.overlap.store(true, Ordering::SeqCst);
-        }
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.readers.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    async fn write(&self, hold: Duration) {
-        let writers = self.writers.fetch_add(1, Ordering::SeqCst) + 1;
-        if writers != 1 || self.readers.load(Ordering::SeqCst) != 0 {
-            self.overlap.store(true, Ordering::SeqCst);
-        }
-        tokio::time::sleep(hold).await;
-        if self.readers.load(Ordering::SeqCst) != 0 {
-            self.overlap.store(true, Ordering::SeqCst);
-        }
-        self.writes.fetch_add(1, Ordering::SeqCst);
-        self.writers.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// Over `clients`, `readers` reader tasks and `writers` writer tasks per client each take
-/// `name` `rounds` times (readers stay inside 15 ms, writers 3 ms).
-async fn race(
-    clients: &[Client],
-    (readers, writers): (usize, usize),
-    rounds: usize,
-    name: &str,
-) -> Arc<Inside> {
-    let inside = Arc::new(Inside::default());
-    let mut handles = Vec::new();
-    for client in clients {
-        for task in 0..readers + writers {
-            let (client, inside, name) = (client.clone(), inside.clone(), name.to_owned());
-            let read = task < readers;
-            handles.push(tokio::spawn(async move {
-                for _ in 0..rounds {
-                    let lock = client
-                        .lock(name.as_str())
-                        .ttl(Duration::from_secs(5))
-                        .wait(Duration::from_secs(60));
-                    let result = match read {
-                        true => {
-                            lock.read()
-                                .run(inside.read(Duration::from_millis(15)))
-                                .await
-                        }
-                        false => lock.run(inside.write(Duration::from_millis(3))).await,
-                    };
-                    result.expect("the lock within the wait, held throughout");
-                }
-            }));
-        }
-    }
-    for handle in handles {
-        handle.await.expect("a racer panicked");
-    }
-    inside
-}
+/// Readers stay inside 15 ms, writers 3 ms.
+const HOLDS: (Duration, Duration) = (Duration::from_millis(15), Duration::from_millis(3));
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn readers_overlap_and_writers_overlap_nobody_across_clients() {
@@ -116,7 +42,7 @@ async fn readers_overlap_and_writers_overlap_nobody_across_clients() {
         client(&server).await,
         client(&server).await,
     ];
-    let inside = race(&clients, (4, 2), 10, "doc:race").await;
+    let inside = read_write_race(&clients, (4, 2), ("doc:race", 10), HOLDS).await;
     let most = inside.most_readers.load(Ordering::SeqCst);
     eprintln!(
         "{} reads and {} writes; at most {most} readers inside at once",
@@ -244,55 +170,8 @@ async fn readers_and_a_writer_are_busy_for_each_other_never_incompatible() {
 async fn a_waiting_writer_is_not_starved_by_a_stream_of_readers() {
     let server = RedisServer::start();
     let clients = [client(&server).await, client(&server).await];
-    let inside = Arc::new(Inside::default());
-    let stop = Arc::new(AtomicBool::new(false));
-    // Six readers, each taking the lock again as soon as it left (80 ms inside): the lock is
-    // never free of readers, so a writer without its intent would wait forever.
-    let mut readers = Vec::new();
-    for i in 0..6 {
-        let (client, inside, stop) = (clients[i % 2].clone(), inside.clone(), stop.clone());
-        readers.push(tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(15 * i as u64)).await;
-            while !stop.load(Ordering::SeqCst) {
-                client
-                    .lock("doc:stream")
-                    .read()
-                    .ttl(Duration::from_secs(5))
-                    .wait(Duration::from_secs(30))
-                    .run(inside.read(Duration::from_millis(80)))
-                    .await
-                    .expect("a reader gets in within its wait");
-            }
-        }));
-    }
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(inside.readers.load(Ordering::SeqCst) > 0);
     let writer = client(&server).await;
-    let mut waits = Vec::new();
-    for _ in 0..3 {
-        let started = Instant::now();
-        writer
-            .lock("doc:stream")
-            .ttl(Duration::from_secs(5))
-            .wait(Duration::from_secs(10))
-            .run(async {
-                waits.push(started.elapsed());
-                inside.write(Duration::from_millis(20)).await;
-            })
-            .await
-            .expect("the writer gets the lock");
-        // The readers come back in after the writer.
-        let reads = inside.reads.load(Ordering::SeqCst);
-        testkit::eventually(Duration::from_secs(5), "readers after the writer", || {
-            let done = inside.reads.load(Ordering::SeqCst) > reads + 3;
-            async move { done.then_some(()) }
-        })
-        .await;
-    }
-    stop.store(true, Ordering::SeqCst);
-    for reader in readers {
-        reader.await.unwrap();
-    }
+    let (waits, inside) = writer_behind_readers(&clients, &writer, "doc:stream").await;
     eprintln!("a writer behind a stream of readers (80 ms each) waited {waits:?}");
     assert!(
         !inside.overlap.load(Ordering::SeqCst),
@@ -555,7 +434,7 @@ async fn on_a_cluster_readers_overlap_and_writers_overlap_nobody() {
     let cluster = RedisCluster::start(3, 0);
     let clients = cluster.clients(3).await;
     for name in ["doc:c1", "doc:c2", "doc:c3"] {
-        let inside = race(&clients, (3, 1), 5, name).await;
+        let inside = read_write_race(&clients, (3, 1), (name, 5), HOLDS).await;
         assert!(!inside.overlap.load(Ordering::SeqCst), "{name}: overlap");
         assert!(inside.most_readers.load(Ordering::SeqCst) >= 2, "{name}");
         assert_eq!(inside.writes.load(Ordering::SeqCst), 3 * 5, "{name}");

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use distlock::{Client, Config, Error, LockGuard, LossReason};
 use redis::AsyncCommands;
-use testkit::RedisServer;
+use testkit::{permit_race, read_write_race, writer_behind_readers, RedisServer};
 use tokio::time::Instant;
 
 /// How long a call's requests to the other masters (and background releases) may go on once
@@ -68,57 +68,13 @@ async fn nothing_left(masters: &[&RedisServer], name: &str) {
     .await;
 }
 
-/// `tasks` tasks per client each take a permit of `name` (`permits`) `rounds` times and stay
-/// inside a few ms; returns the most bodies ever inside at once.
-async fn permit_race(
-    clients: &[Client],
-    tasks: usize,
-    rounds: usize,
-    name: &str,
-    permits: u32,
-) -> usize {
-    let inside = Arc::new(AtomicUsize::new(0));
-    let most = Arc::new(AtomicUsize::new(0));
-    let mut handles = Vec::new();
-    for client in clients {
-        for _ in 0..tasks {
-            let (client, inside, most, name) = (
-                client.clone(),
-                inside.clone(),
-                most.clone(),
-                name.to_owned(),
-            );
-            handles.push(tokio::spawn(async move {
-                for _ in 0..rounds {
-                    client
-                        .semaphore(name.as_str(), permits)
-                        .ttl(Duration::from_secs(5))
-                        .wait(Duration::from_secs(60))
-                        .run(async {
-                            let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
-                            most.fetch_max(now, Ordering::SeqCst);
-                            tokio::time::sleep(Duration::from_millis(15)).await;
-                            inside.fetch_sub(1, Ordering::SeqCst);
-                        })
-                        .await
-                        .expect("a permit within the wait, held throughout");
-                }
-            }));
-        }
-    }
-    for handle in handles {
-        handle.await.expect("a racer panicked");
-    }
-    most.load(Ordering::SeqCst)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn at_most_n_permit_holders_over_three_and_five_masters_and_n_reached() {
     for (nodes, permits) in [(3, 2), (5, 3)] {
         let masters = masters(nodes);
         let all = clients(&masters, 3).await;
         let name = format!("api:race{nodes}");
-        let most = permit_race(&all, 3, 6, &name, permits).await;
+        let most = permit_race(&all, (3, 6), (&name, permits), Duration::from_millis(15)).await;
         assert_eq!(
             most, permits as usize,
             "{nodes} masters: never more than {permits} inside, and {permits} reached"
@@ -231,80 +187,13 @@ async fn a_permit_is_renewed_past_several_ttls_and_lost_below_its_quorum() {
     lock.release().await.unwrap();
 }
 
-/// Who is inside the bodies of one name: readers and writers, and what was seen.
-#[derive(Default)]
-struct Inside {
-    readers: AtomicUsize,
-    writers: AtomicUsize,
-    most_readers: AtomicUsize,
-    reads: AtomicUsize,
-    writes: AtomicUsize,
-    /// A writer saw anyone else inside, or a reader saw a writer.
-    overlap: AtomicBool,
-}
-
-impl Inside {
-    async fn read(&self, hold: Duration) {
-        let now = self.readers.fetch_add(1, Ordering::SeqCst) + 1;
-        self.most_readers.fetch_max(now, Ordering::SeqCst);
-        if self.writers.load(Ordering::SeqCst) != 0 {
-            self.overlap.store(true, Ordering::SeqCst);
-        }
-        tokio::time::sleep(hold).await;
-        if self.writers.load(Ordering::SeqCst) != 0 {
-            self.overlap.store(true, Ordering::SeqCst);
-        }
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.readers.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    async fn write(&self, hold: Duration) {
-        let writers = self.writers.fetch_add(1, Ordering::SeqCst) + 1;
-        if writers != 1 || self.readers.load(Ordering::SeqCst) != 0 {
-            self.overlap.store(true, Ordering::SeqCst);
-        }
-        tokio::time::sleep(hold).await;
-        if self.readers.load(Ordering::SeqCst) != 0 {
-            self.overlap.store(true, Ordering::SeqCst);
-        }
-        self.writes.fetch_add(1, Ordering::SeqCst);
-        self.writers.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn readers_overlap_and_writers_overlap_nobody_over_three_masters() {
     let masters = masters(3);
     let all = clients(&masters, 3).await;
-    let inside = Arc::new(Inside::default());
     let (readers, writers, rounds) = (3, 1, 6);
-    let mut handles = Vec::new();
-    for client in &all {
-        for task in 0..readers + writers {
-            let (client, inside) = (client.clone(), inside.clone());
-            let read = task < readers;
-            handles.push(tokio::spawn(async move {
-                for _ in 0..rounds {
-                    let lock = client
-                        .lock("doc:race")
-                        .ttl(Duration::from_secs(5))
-                        .wait(Duration::from_secs(60));
-                    let result = match read {
-                        true => {
-                            lock.read()
-                                .run(inside.read(Duration::from_millis(30)))
-                                .await
-                        }
-                        false => lock.run(inside.write(Duration::from_millis(5))).await,
-                    };
-                    result.expect("the lock within the wait, held throughout");
-                }
-            }));
-        }
-    }
-    for handle in handles {
-        handle.await.expect("a racer panicked");
-    }
+    let holds = (Duration::from_millis(30), Duration::from_millis(5));
+    let inside = read_write_race(&all, (readers, writers), ("doc:race", rounds), holds).await;
     let most = inside.most_readers.load(Ordering::SeqCst);
     eprintln!("at most {most} readers inside at once");
     assert!(
@@ -322,54 +211,8 @@ async fn readers_overlap_and_writers_overlap_nobody_over_three_masters() {
 async fn a_waiting_writer_is_not_starved_by_a_stream_of_readers_over_redlock() {
     let masters = masters(3);
     let all = clients(&masters, 2).await;
-    let inside = Arc::new(Inside::default());
-    let stop = Arc::new(AtomicBool::new(false));
-    // Six readers, each taking the lock again as soon as it left (80 ms inside): the lock is
-    // never free of readers, so a writer without its intent would wait forever.
-    let mut readers = Vec::new();
-    for i in 0..6 {
-        let (client, inside, stop) = (all[i % 2].clone(), inside.clone(), stop.clone());
-        readers.push(tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(15 * i as u64)).await;
-            while !stop.load(Ordering::SeqCst) {
-                client
-                    .lock("doc:stream")
-                    .read()
-                    .ttl(Duration::from_secs(5))
-                    .wait(Duration::from_secs(30))
-                    .run(inside.read(Duration::from_millis(80)))
-                    .await
-                    .expect("a reader gets in within its wait");
-            }
-        }));
-    }
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(inside.readers.load(Ordering::SeqCst) > 0);
     let writer = client(&masters).await;
-    let mut waits = Vec::new();
-    for _ in 0..3 {
-        let started = Instant::now();
-        writer
-            .lock("doc:stream")
-            .ttl(Duration::from_secs(5))
-            .wait(Duration::from_secs(10))
-            .run(async {
-                waits.push(started.elapsed());
-                inside.write(Duration::from_millis(20)).await;
-            })
-            .await
-            .expect("the writer gets the lock");
-        let reads = inside.reads.load(Ordering::SeqCst);
-        testkit::eventually(Duration::from_secs(5), "readers after the writer", || {
-            let done = inside.reads.load(Ordering::SeqCst) > reads + 3;
-            async move { done.then_some(()) }
-        })
-        .await;
-    }
-    stop.store(true, Ordering::SeqCst);
-    for reader in readers {
-        reader.await.unwrap();
-    }
+    let (waits, inside) = writer_behind_readers(&all, &writer, "doc:stream").await;
     eprintln!("a writer behind a stream of readers (80 ms each) over 3 masters waited {waits:?}");
     assert!(
         !inside.overlap.load(Ordering::SeqCst),
