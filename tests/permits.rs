@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{Client, Config, Error, HeldBy, LossReason};
+use distlock::{Config, Error, HeldBy, LossReason};
 use redis::AsyncCommands;
 use testkit::{
     eventually, permit_race, quick_client as client, ChildTest, RedisCluster, RedisSentinel,

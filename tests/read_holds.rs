@@ -8,11 +8,10 @@
 //! The process test starts this test binary again as a reader (`READ_CHILD` names the lock;
 //! see [`child_reader`]), which the test `SIGKILL`s.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use distlock::{distributed_lock, Client, Config, Error, HeldBy, LossReason};
+use distlock::{distributed_lock, Config, Error, HeldBy, LossReason};
 use redis::AsyncCommands;
 use testkit::{
     quick_client as client, read_write_race, writer_behind_readers, ChildTest, RedisCluster,

@@ -8,7 +8,7 @@
 //! point leaving nothing on any master, another count on one master as `PermitsMismatch`, and
 //! fencing tokens increasing across holders.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
