@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use distlock::{Config, Error};
 use redis::AsyncCommands;
@@ -28,14 +28,14 @@ use crate::common::{lock_unpoisoned, ms, redis_conn, Rng, Settings};
 use crate::report::{Scenario, Tally};
 use crate::worker::{field_u64, fields, Ctx, Worker};
 
+use super::stall::{finish_workers, now_us, stall_holders, start_workers, Stall};
+
 /// The Redis list the workers append their section records to.
 const RECORDS: &str = "multi:sections";
 /// The accounts whose locks the sections take two at a time.
 const ACCOUNTS: u64 = 3;
 /// Lease length: short, so a stall of a second or so outlives it several times over.
 const TTL: Duration = Duration::from_millis(400);
-/// Per cent of the stalls aimed at a critical section.
-const AIMED_PERCENT: u64 = 75;
 /// Per cent of the sections taken with `renew(true)`.
 const RENEW_PERCENT: u64 = 30;
 /// Violations listed one by one.
@@ -48,20 +48,6 @@ pub(crate) fn scenario(s: &Settings, budget: Duration) -> Scenario {
     );
     let seed = s.seed;
     Scenario::new("15m", title, budget, move |t| run(t, holders, stalls, seed))
-}
-
-fn now_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
-}
-
-/// One stall: the victim was frozen for all of `[stopped, resumed]`.
-struct Stall {
-    pid: u64,
-    stopped: u64,
-    resumed: u64,
 }
 
 /// One section as a worker recorded it.
@@ -134,67 +120,11 @@ async fn run(t: Arc<Tally>, holders: u64, stalls: u64, seed: u64) {
             )
         })
         .collect();
-    let mut pids = Vec::new();
-    for w in &mut workers {
-        let ready = w.expect("READY", Duration::from_secs(20)).await;
-        pids.push(field_u64(&ready, "pid"));
-    }
-    for w in &mut workers {
-        w.send("GO").await;
-    }
-    let mut injected = Vec::new();
-    let mut aimed = 0;
-    for _ in 0..stalls {
-        tokio::time::sleep(rng.millis(100, 500)).await;
-        let victim = rng.below(holders) as usize;
-        for w in &mut workers {
-            while w.next_line(Duration::ZERO).await.is_some() {}
-        }
-        if rng.percent(AIMED_PERCENT) {
-            let deadline = tokio::time::Instant::now() + TTL * (holders as u32 + 4);
-            loop {
-                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                match workers[victim].next_line(left).await {
-                    Some(line) if line.starts_with("IN") => {
-                        aimed += 1;
-                        break;
-                    }
-                    Some(_) => continue,
-                    None => break,
-                }
-            }
-        }
-        let w = &workers[victim];
-        w.signal("STOP");
-        let stopped = now_us();
-        t.faults(1);
-        tokio::time::sleep(TTL.mul_f64(1.5 + rng.below(1001) as f64 * 1.5 / 1000.0)).await;
-        let resumed = now_us();
-        w.signal("CONT");
-        injected.push(Stall {
-            pid: pids[victim],
-            stopped,
-            resumed,
-        });
-    }
-    let (mut sections, mut unentered) = (0, 0);
-    for w in &mut workers {
-        w.send("FINISH").await;
-    }
-    for w in &mut workers {
-        // A worker stuck waiting for locks (a deadlock) never says DONE: the row fails here.
-        let done = w.expect("DONE", Duration::from_secs(30)).await;
-        sections += field_u64(&done, "sections");
-        unentered += field_u64(&done, "unentered");
-        let code = w.finish(Duration::from_secs(10)).await;
-        t.check(code == Some(0), || {
-            format!(
-                "worker {} exited with {code:?}: {}",
-                w.name(),
-                w.stderr_tail()
-            )
-        });
-    }
+    let pids = start_workers(&mut workers).await;
+    let (injected, aimed) = stall_holders(&t, &mut workers, &pids, (&mut rng, stalls, TTL)).await;
+    let done = finish_workers(&t, &mut workers).await;
+    let sum = |key: &str| done.iter().map(|line| field_u64(line, key)).sum::<u64>();
+    let (sections, unentered) = (sum("sections"), sum("unentered"));
     let lines: Vec<String> = conn.lrange(RECORDS, 0, -1).await.expect("LRANGE records");
     let mut records: Vec<Record> = lines.iter().map(|l| Record::parse(l)).collect();
     records.sort_by_key(|r| (r.start, r.pid));

@@ -105,7 +105,7 @@ const PERMITS: u32 = 2;
 
 /// Wall-clock microseconds since the epoch: comparable across the processes of one machine,
 /// unlike `Instant`.
-fn now_us() -> u64 {
+pub(crate) fn now_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as u64)
@@ -113,12 +113,12 @@ fn now_us() -> u64 {
 }
 
 /// One stall as the suite saw it: the victim was frozen for all of `[stopped, resumed]`.
-struct Stall {
-    pid: u64,
+pub(crate) struct Stall {
+    pub(crate) pid: u64,
     /// Taken after `kill -STOP` returned, so the victim is surely frozen from here on.
-    stopped: u64,
+    pub(crate) stopped: u64,
     /// Taken before `kill -CONT` is sent, so the victim is surely still frozen here.
-    resumed: u64,
+    pub(crate) resumed: u64,
 }
 
 /// One record a worker appended after `run` returned.
@@ -205,75 +205,12 @@ async fn run(
             )
         })
         .collect();
-    let mut pids = Vec::new();
-    for w in &mut workers {
-        let ready = w.expect("READY", Duration::from_secs(20)).await;
-        pids.push(field_u64(&ready, "pid"));
-    }
-    for w in &mut workers {
-        w.send("GO").await;
-    }
-
-    let mut injected = Vec::new();
-    let mut aimed = 0;
-    for _ in 0..stalls {
-        tokio::time::sleep(rng.millis(100, 500)).await;
-        let victim = rng.below(holders) as usize;
-        // Drop what every worker said so far: an aimed stall must react to a fresh `IN`.
-        for w in &mut workers {
-            while w.next_line(Duration::ZERO).await.is_some() {}
-        }
-        if rng.percent(AIMED_PERCENT) {
-            // The victim may queue behind every other holder first; give up after a few
-            // sections' worth and stall it wherever it is.
-            let within = TTL * (holders as u32 + 4);
-            let deadline = tokio::time::Instant::now() + within;
-            loop {
-                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                match workers[victim].next_line(left).await {
-                    Some(line) if line.starts_with("IN") => {
-                        aimed += 1;
-                        break;
-                    }
-                    Some(_) => continue,
-                    None => break,
-                }
-            }
-        }
-        let w = &workers[victim];
-        w.signal("STOP");
-        let stopped = now_us();
-        t.faults(1);
-        let pause = TTL.mul_f64(1.5 + rng.below(1001) as f64 * 1.5 / 1000.0);
-        tokio::time::sleep(pause).await;
-        let resumed = now_us();
-        w.signal("CONT");
-        injected.push(Stall {
-            pid: pids[victim],
-            stopped,
-            resumed,
-        });
-    }
-
+    let pids = start_workers(&mut workers).await;
+    let (injected, aimed) = stall_holders(&t, &mut workers, &pids, (&mut rng, stalls, TTL)).await;
     // Every victim runs again; each worker ends its current section, reports and exits.
-    let (mut sections, mut busy, mut unentered) = (0, 0, 0);
-    for w in &mut workers {
-        w.send("FINISH").await;
-    }
-    for w in &mut workers {
-        let done = w.expect("DONE", Duration::from_secs(30)).await;
-        sections += field_u64(&done, "sections");
-        busy += field_u64(&done, "busy");
-        unentered += field_u64(&done, "unentered");
-        let code = w.finish(Duration::from_secs(10)).await;
-        t.check(code == Some(0), || {
-            format!(
-                "worker {} exited with {code:?}: {}",
-                w.name(),
-                w.stderr_tail()
-            )
-        });
-    }
+    let done = finish_workers(&t, &mut workers).await;
+    let sum = |key: &str| done.iter().map(|line| field_u64(line, key)).sum::<u64>();
+    let (sections, busy, unentered) = (sum("sections"), sum("busy"), sum("unentered"));
 
     let lines: Vec<String> = conn.lrange(RECORDS, 0, -1).await.expect("LRANGE records");
     let mut records: Vec<Record> = lines.iter().map(|l| Record::parse(l)).collect();
@@ -390,6 +327,94 @@ fn check_unexplained_losses(t: &Tally, records: &[Record], stalls: &[Stall]) -> 
         ));
     }
     (safe.len(), unexplained.len())
+}
+
+/// Waits for every worker's `READY` and sends each `GO`; returns their pids.
+pub(crate) async fn start_workers(workers: &mut [Worker]) -> Vec<u64> {
+    let mut pids = Vec::new();
+    for w in workers.iter_mut() {
+        let ready = w.expect("READY", Duration::from_secs(20)).await;
+        pids.push(field_u64(&ready, "pid"));
+    }
+    for w in workers.iter_mut() {
+        w.send("GO").await;
+    }
+    pids
+}
+
+/// `stalls` times, a random holder of `workers` (pids `pids`) is `SIGSTOP`ped for 1.5–3× `ttl`
+/// and resumed: most stalls aimed at a section entry (the victim's `IN` line), the rest
+/// wherever it is. Returns the stalls and how many were aimed.
+pub(crate) async fn stall_holders(
+    t: &Tally,
+    workers: &mut [Worker],
+    pids: &[u64],
+    (rng, stalls, ttl): (&mut Rng, u64, Duration),
+) -> (Vec<Stall>, u64) {
+    let holders = workers.len() as u64;
+    let mut injected = Vec::new();
+    let mut aimed = 0;
+    for _ in 0..stalls {
+        tokio::time::sleep(rng.millis(100, 500)).await;
+        let victim = rng.below(holders) as usize;
+        // Drop what every worker said so far: an aimed stall must react to a fresh `IN`.
+        for w in workers.iter_mut() {
+            while w.next_line(Duration::ZERO).await.is_some() {}
+        }
+        if rng.percent(AIMED_PERCENT) {
+            // The victim may queue behind every other holder first; give up after a few
+            // sections' worth and stall it wherever it is.
+            let within = ttl * (holders as u32 + 4);
+            let deadline = tokio::time::Instant::now() + within;
+            loop {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                match workers[victim].next_line(left).await {
+                    Some(line) if line.starts_with("IN") => {
+                        aimed += 1;
+                        break;
+                    }
+                    Some(_) => continue,
+                    None => break,
+                }
+            }
+        }
+        let w = &workers[victim];
+        w.signal("STOP");
+        let stopped = now_us();
+        t.faults(1);
+        let pause = ttl.mul_f64(1.5 + rng.below(1001) as f64 * 1.5 / 1000.0);
+        tokio::time::sleep(pause).await;
+        let resumed = now_us();
+        w.signal("CONT");
+        injected.push(Stall {
+            pid: pids[victim],
+            stopped,
+            resumed,
+        });
+    }
+    (injected, aimed)
+}
+
+/// Tells every worker to `FINISH` and waits for its `DONE` line and a clean exit (a worker
+/// stuck waiting for a lock, a deadlock, never says `DONE`: the row fails there); returns the
+/// `DONE` lines.
+pub(crate) async fn finish_workers(t: &Tally, workers: &mut [Worker]) -> Vec<String> {
+    for w in workers.iter_mut() {
+        w.send("FINISH").await;
+    }
+    let mut done = Vec::new();
+    for w in workers.iter_mut() {
+        done.push(w.expect("DONE", Duration::from_secs(30)).await);
+        let code = w.finish(Duration::from_secs(10)).await;
+        t.check(code == Some(0), || {
+            format!(
+                "worker {} exited with {code:?}: {}",
+                w.name(),
+                w.stderr_tail()
+            )
+        });
+    }
+    done
 }
 
 /// Row `15p`: at no instant more than `permits` sections that returned `Ok`, and `permits`
