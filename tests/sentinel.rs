@@ -195,13 +195,16 @@ async fn a_renewed_holder_keeps_its_lock_across_sentinel_failover() {
     assert_eq!(stolen.load(Ordering::Acquire), 0, "no second holder");
     guard.release().await.expect("released on the new master");
     assert!(!lock_exists(&group, new_master, "failover").await);
-    // And the client keeps working against the new master.
-    let again = holder.lock("failover").min_replicas(1).acquire().await;
-    again
-        .expect("acquired on the new master")
-        .release()
-        .await
-        .unwrap();
+    // And the client keeps working against the new master, once a replica is attached to it
+    // again (Sentinel reconfigures the old master as its replica some time after the switch;
+    // until then `min_replicas(1)` is rightly refused as `Unreplicated`).
+    let again = testkit::eventually(
+        Duration::from_secs(20),
+        "a lock acknowledged by a replica of the new master",
+        || async { holder.lock("failover").min_replicas(1).acquire().await.ok() },
+    )
+    .await;
+    again.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
