@@ -184,6 +184,36 @@ end
     };
 }
 
+/// The fence raise shared by [`ACQUIRE_PERMIT`] and [`ACQUIRE_READ`] (a macro, so that
+/// `concat!` makes each script one constant string): with a retention above 0, the token is
+/// the server's time in µs, or one above the fence key's last token if that is not below it,
+/// and the key keeps it for the retention; a key that does not hold a number is left as it was
+/// and reported (`bad`). A retention of 0: no token (0).
+macro_rules! fence_prelude {
+    () => {
+        r#"
+local function fence_raise(key, retention)
+  if tonumber(retention) <= 0 then
+    return 0, false
+  end
+  local t = redis.call('TIME')
+  local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local prev = redis.call('SET', key, string.format('%d', token), 'PX', retention, 'GET')
+  local last = tonumber(prev or '0')
+  if last == nil then
+    redis.call('SET', key, prev, 'PX', retention)
+    return 0, true
+  end
+  if token <= last then
+    token = last + 1
+    redis.call('SET', key, string.format('%d', token), 'PX', retention)
+  end
+  return token, false
+end
+"#
+    };
+}
+
 /// Acquire a permit of a semaphore (see the module docs, "Permits").
 ///
 /// KEYS: semaphore, fence. ARGV: value (`d2:<owner>`), ttl ms, permits `n`, fence retention ms
@@ -197,6 +227,7 @@ end
 /// or left takes the `n` of its next holder.
 pub const ACQUIRE_PERMIT: &str = concat!(
     permit_prelude!(),
+    fence_prelude!(),
     r#"
 local now = permit_now()
 local want = tonumber(ARGV[3])
@@ -215,20 +246,9 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
     return {ARGV[5], {0, math.max(tonumber(first[2]) - now, 1)}}
   end
 end
-local token = 0
-if tonumber(ARGV[4]) > 0 then
-  local t = redis.call('TIME')
-  token = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local prev = redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[4], 'GET')
-  local last = tonumber(prev or '0')
-  if last == nil then
-    redis.call('SET', KEYS[2], prev, 'PX', ARGV[4])
-    return redis.error_reply('ERR distlock: the fence key ' .. KEYS[2] .. ' does not hold a number; delete it to use this semaphore')
-  end
-  if token <= last then
-    token = last + 1
-    redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[4])
-  end
+local token, bad = fence_raise(KEYS[2], ARGV[4])
+if bad then
+  return redis.error_reply('ERR distlock: the fence key ' .. KEYS[2] .. ' does not hold a number; delete it to use this semaphore')
 end
 redis.call('ZADD', KEYS[1], string.format('%d', -want), 'd2:permits')
 redis.call('ZADD', KEYS[1], 'GT', string.format('%d', now + tonumber(ARGV[2])), ARGV[1])
@@ -253,6 +273,7 @@ pub(crate) const WRITER_INTENT: Duration = Duration::from_millis(1000);
 /// version's or another program's key).
 pub const ACQUIRE_READ: &str = concat!(
     permit_prelude!(),
+    fence_prelude!(),
     r#"
 local now = permit_now()
 local kind = redis.call('TYPE', KEYS[1])['ok']
@@ -284,20 +305,9 @@ if not replay then
     return {ARGV[4], {0, intent}}
   end
 end
-local token = 0
-if tonumber(ARGV[3]) > 0 then
-  local t = redis.call('TIME')
-  token = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local prev = redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3], 'GET')
-  local last = tonumber(prev or '0')
-  if last == nil then
-    redis.call('SET', KEYS[2], prev, 'PX', ARGV[3])
-    return redis.error_reply('ERR distlock: the fence key ' .. KEYS[2] .. ' does not hold a number; delete it to use this lock')
-  end
-  if token <= last then
-    token = last + 1
-    redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3])
-  end
+local token, bad = fence_raise(KEYS[2], ARGV[3])
+if bad then
+  return redis.error_reply('ERR distlock: the fence key ' .. KEYS[2] .. ' does not hold a number; delete it to use this lock')
 end
 redis.call('ZADD', KEYS[1], '-1', 'd2:readers')
 redis.call('ZADD', KEYS[1], 'GT', string.format('%d', now + tonumber(ARGV[2])), ARGV[1])
