@@ -44,12 +44,12 @@
 //! failure refreshes the client's slot map), retried until a master serves the slot.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::{PushInfo, PushKind, Value};
-use tokio::sync::{mpsc, watch, OnceCell, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, watch, Notify, OnceCell, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::background::Background;
@@ -57,7 +57,7 @@ use crate::deploy::backend::{Backend, Subscriber};
 use crate::deploy::redlock::quorum::majority;
 use crate::error::{is_connection_failure, Error, Operation};
 use crate::sync;
-use crate::wire::scripts::TURN_GRACE;
+use crate::wire::scripts::{TURN_GRACE, VERSION_TAG};
 
 type ChannelMap = HashMap<Vec<u8>, Arc<Channel>>;
 
@@ -83,6 +83,16 @@ struct Channel {
     /// RedLock: the masters that confirmed the subscription, so that the last waiter's
     /// departure unsubscribes there only (not waiting on masters that are down).
     on: Mutex<On>,
+    /// The waiters to whom a release may hand the lock, by lock value: a message naming one
+    /// is its grant (see [`Subscription::expect_grant`]).
+    grants: Mutex<HashMap<Vec<u8>, Arc<GrantSlot>>>,
+}
+
+/// Where a release's grant reaches its waiter.
+#[derive(Default)]
+struct GrantSlot {
+    handed: AtomicBool,
+    notify: Notify,
 }
 
 /// See [`Channel::on`].
@@ -111,6 +121,7 @@ impl Channel {
                 masters: vec![false; masters],
                 left: false,
             }),
+            grants: Mutex::default(),
         }
     }
 }
@@ -235,6 +246,7 @@ impl Waiters {
                 background: self.background.clone(),
                 response_timeout: self.response_timeout,
                 turn: None,
+                grant: None,
             };
             // Not subscribed yet, or on too few masters of a quorum (some were down), or the
             // waiter that subscribed was cancelled before Redis confirmed it: subscribe again.
@@ -414,11 +426,25 @@ fn dispatch(
         // releases published while the connection was down were missed: look again. Sharded
         // (a cluster) or not; a sharded channel is also unsubscribed by the server when its
         // slot moves to another shard (the client subscribes again there): look again too.
-        PushKind::Message
-        | PushKind::Subscribe
-        | PushKind::SMessage
-        | PushKind::SSubscribe
-        | PushKind::SUnsubscribe => {
+        // A message naming a lock value is a release's grant (see `Subscription::expect_grant`):
+        // it reaches that waiter alone, if it is one of this client's (the lock is held again,
+        // so nobody else need look). Any other message is a plain wake.
+        PushKind::Message | PushKind::SMessage => {
+            if let [Value::BulkString(name), Value::BulkString(payload), ..] = &push.data[..] {
+                if let Some(entry) = map.get(name.as_slice()) {
+                    if payload.starts_with(VERSION_TAG.as_bytes()) {
+                        let slot = sync::lock(&entry.grants).get(payload.as_slice()).cloned();
+                        if let Some(slot) = slot {
+                            slot.handed.store(true, Ordering::Release);
+                            slot.notify.notify_one();
+                        }
+                    } else {
+                        bump(entry);
+                    }
+                }
+            }
+        }
+        PushKind::Subscribe | PushKind::SSubscribe | PushKind::SUnsubscribe => {
             if let Some(Value::BulkString(name)) = push.data.first() {
                 if let Some(entry) = map.get(name.as_slice()) {
                     bump(entry);
@@ -545,6 +571,8 @@ pub(crate) struct Subscription {
     response_timeout: Duration,
     /// Held while this waiter is at the head of the queue; dropped with the subscription.
     turn: Option<OwnedSemaphorePermit>,
+    /// A waiter to whom a release may hand the lock: its lock value and where the grant lands.
+    grant: Option<(Vec<u8>, Arc<GrantSlot>)>,
 }
 
 impl Subscription {
@@ -559,6 +587,51 @@ impl Subscription {
                 .and_then(Result::ok);
         }
         self.turn.is_some()
+    }
+
+    /// Makes this a waiter to whom a release may hand the lock (a plain lock's waiter on one
+    /// server, Sentinel or a cluster, queued in Redis: see `lock::waiting`): a message naming
+    /// `value` then ends [`Subscription::wait_grant`] as granted. Call before the attempt
+    /// that queues it, so no grant can come first.
+    pub(crate) fn expect_grant(&mut self, value: &[u8]) {
+        let slot = Arc::new(GrantSlot::default());
+        sync::lock(&self.entry.grants).insert(value.to_vec(), slot.clone());
+        self.grant = Some((value.to_vec(), slot));
+    }
+
+    /// A waiter of [`Subscription::expect_grant`]: waits until a release hands it the lock
+    /// (true), or a plain wake (a release without a waiter to hand it to, a resubscription)
+    /// came after the last [`Subscription::mark_seen`], or `deadline` (false).
+    pub(crate) async fn wait_grant(&mut self, deadline: Instant) -> bool {
+        let Some(slot) = self.grant.as_ref().map(|(_, slot)| slot.clone()) else {
+            self.wait_until(deadline, 0).await;
+            return false;
+        };
+        let deadline = if self.entry.confirmed.load(Ordering::Acquire) < self.wake_after {
+            deadline.min(Instant::now() + DEGRADED_POLL)
+        } else {
+            deadline
+        };
+        loop {
+            if slot.handed.swap(false, Ordering::AcqRel) {
+                return true;
+            }
+            let woken = {
+                let heard = self.rx.borrow_and_update();
+                heard.iter().zip(&*self.seen).any(|(n, seen)| n != seen)
+            };
+            if woken {
+                return false;
+            }
+            tokio::select! {
+                () = slot.notify.notified() => {}
+                changed = tokio::time::timeout_at(deadline, self.rx.changed()) => {
+                    if !matches!(changed, Ok(Ok(()))) {
+                        return slot.handed.swap(false, Ordering::AcqRel);
+                    }
+                }
+            }
+        }
     }
 
     /// Call before each attempt: later messages wake [`Subscription::wait_until`].
@@ -612,6 +685,12 @@ impl Drop for Subscription {
     fn drop(&mut self) {
         // Hand the turn to the next waiter now, not after the unsubscribe bookkeeping.
         self.turn = None;
+        if let Some((value, slot)) = self.grant.take() {
+            let mut grants = sync::lock(&self.entry.grants);
+            if grants.get(&value).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
+                grants.remove(&value);
+            }
+        }
         let entry = self.entry.clone();
         let channels = self.channels.clone();
         let conns = self.conns.clone();

@@ -66,12 +66,20 @@ struct Entry {
     confirmed: u64,
     /// When a confirmation after a switch may be sent (again, after a failed one).
     retry_at: Instant,
+    /// The renewal period now: a third of the ttl, or of a handed-over lock's window until
+    /// its first renewal.
+    period: Duration,
 }
 
 #[derive(Default)]
 struct Table {
     entries: HashMap<u64, Entry>,
     next_id: u64,
+    /// When the task looks at the table next, as it planned at its last look (`None`: not
+    /// known, so a new lease wakes it). A lease due later need not wake it: it will be seen
+    /// then. Read and written under the table's lock, so a lease registered after a look is
+    /// either seen by it or sees its plan.
+    planned: Option<Instant>,
 }
 
 struct Shared {
@@ -96,6 +104,12 @@ pub(crate) struct Renewal {
     pub(crate) lease: Arc<Lease>,
     /// Which lock of a set held together this is (see `Lease::extend_part`; 0 for one lock).
     pub(crate) part: usize,
+    /// A lock a release handed over (see `lock::waiting`): what was left of the window it was
+    /// granted for. Its first renewal is due a third of the way through that, not the ttl.
+    pub(crate) granted: Option<Duration>,
+    /// The cap is the lease's own ttl (a handed-over lock without `renew`, extended to its ttl
+    /// and no further), not `max_hold`: reaching it is not news.
+    pub(crate) cap_is_ttl: bool,
 }
 
 /// Handle to a client's renewal task; dropping it stops the task.
@@ -174,10 +188,12 @@ impl Watchdog {
     pub(crate) fn register(&self, renewal: Renewal) -> u64 {
         self.ensure_running();
         let now = Instant::now();
-        let due = now + renewal_interval(renewal.item.ttl);
+        let period = renewal_interval(renewal.granted.unwrap_or(renewal.item.ttl));
+        let due = now + period;
         let renews = renewal.renew;
-        let id = {
+        let (id, wake) = {
             let mut table = self.table();
+            let wake = renews && table.planned.is_none_or(|at| due < at);
             table.next_id += 1;
             let id = table.next_id;
             let confirmed = renewal.switches;
@@ -187,13 +203,16 @@ impl Watchdog {
                 due,
                 confirmed,
                 retry_at: now,
+                period,
             };
             table.entries.insert(id, entry);
-            id
+            (id, wake)
         };
         // A stored permit: the task re-plans even if it is between two waits. A lease that is
-        // only confirmed after a switch or a step is never due: the task need not re-plan.
-        if renews {
+        // only confirmed after a switch or a step is never due, and one due after the task's
+        // next look is seen then: the task need not re-plan (a lock held for a moment costs no
+        // wake-up of the task).
+        if wake {
             self.shared.wake.notify_one();
         }
         id
@@ -265,7 +284,7 @@ fn collect(shared: &Shared, now: Instant, switches: u64) -> (Due, Option<Instant
             }
             return true;
         }
-        let interval = renewal_interval(r.item.ttl);
+        let interval = e.period;
         if e.due > now + interval / 2 && !confirm {
             wake_at(e.due);
             return true;
@@ -276,7 +295,11 @@ fn collect(shared: &Shared, now: Instant, switches: u64) -> (Due, Option<Instant
             let left = cap.saturating_duration_since(now);
             if left <= item.ttl {
                 // The final renewal, up to the cap; then the lease elapses.
-                tracing::info!(key = %r.name, "hold time cap reached; last renewal");
+                if r.cap_is_ttl {
+                    tracing::debug!(key = %r.name, "handed-over lock extended to its ttl");
+                } else {
+                    tracing::info!(key = %r.name, "hold time cap reached; last renewal");
+                }
                 r.lease.stop_renewing();
                 (item.ttl, last) = (left, true);
             }
@@ -288,10 +311,16 @@ fn collect(shared: &Shared, now: Instant, switches: u64) -> (Due, Option<Instant
         if last {
             return false;
         }
-        e.due = now + interval;
+        e.period = renewal_interval(r.item.ttl);
+        e.due = now + e.period;
         wake_at(e.due);
         true
     });
+    // With leases due the task sends them and looks again at once.
+    table.planned = match due.items.is_empty() {
+        true => Some(next.unwrap_or_else(|| now + lease::FOREVER)),
+        false => Some(now),
+    };
     (due, next)
 }
 

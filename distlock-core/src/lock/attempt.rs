@@ -3,6 +3,7 @@
 //! too few replicas acknowledging it, a release and `Error::Unreplicated`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -12,10 +13,11 @@ use crate::lease::{deadline_after, guaranteed_until, millis_ceil, Lease};
 use crate::lock::acquire::Terms;
 use crate::lock::guard::{Acquisition, Hold, LockGuard, ReleaseOnDrop};
 use crate::lock::permits::{self, Kind};
+use crate::lock::queue::Place;
 use crate::lock::shared;
 use crate::metrics::Held;
 use crate::wire::calls::{
-    AcquireCall, Acquired, FencedAcquireCall, QueuedAcquireCall, RenewItem, Side,
+    AcquireCall, Acquired, FencedAcquireCall, HandedAcquireCall, QueuedAcquireCall, RenewItem, Side,
 };
 
 /// A take that too few replicas acknowledged: released again (in the background if the
@@ -45,17 +47,24 @@ pub(crate) fn into_guard(
     terms: &Terms,
     (sent_at, switches): (Instant, u64),
     started: Instant,
+    granted: Option<Duration>,
 ) -> LockGuard {
     let waited_ms = millis_ceil(started.elapsed());
     tracing::debug!(?token, reentry, waited_ms, "acquired");
     if let (false, Some(min)) = (reentry, terms.min_hold) {
         hold.keep_until(deadline_after(sent_at, min));
     }
+    // A lock a release handed over (`granted`: its window) is ours for the window from the
+    // waiter's last attempt the release came after; the watchdog extends it to the ttl early
+    // in the window (and, without `renew`, no further: the cap is the ttl).
+    let deadline = guaranteed_until(sent_at, granted.unwrap_or(terms.ttl));
     let lease = Lease::new(
-        guaranteed_until(sent_at, terms.ttl),
-        terms.renew,
+        deadline,
+        terms.renew || granted.is_some(),
         Held::new(terms.label, !reentry),
     );
+    // The first renewal of a handed-over lock is due a third of the way through what is left.
+    let granted = granted.map(|_| deadline.saturating_duration_since(Instant::now()));
     // A set's lease: one part per lock, each renewed on its own.
     let lease = Arc::new(match hold.set.len() {
         0 => lease,
@@ -66,7 +75,7 @@ pub(crate) fn into_guard(
     let confirm = !reentry && hold.client.follows_switches();
     let mut renewals = Vec::new();
     let mut renewal = None;
-    if terms.renew || confirm {
+    if terms.renew || confirm || granted.is_some() {
         // One renewal per lock (a set's each extend their own part of the lease).
         for (part, keys) in hold.all_keys().iter().enumerate() {
             let id = hold.client.start_renewal(Renewal {
@@ -76,13 +85,18 @@ pub(crate) fn into_guard(
                     ttl: terms.ttl,
                     permits: hold.kind.permits(),
                 },
-                renew: terms.renew,
+                renew: terms.renew || granted.is_some(),
                 switches,
                 name: keys.name().into(),
                 replicas: terms.min_replicas,
-                hold_until: terms.max_hold.map(|cap| deadline_after(sent_at, cap)),
+                hold_until: match (terms.renew, granted) {
+                    (false, Some(_)) => Some(deadline_after(sent_at, terms.ttl)),
+                    _ => terms.max_hold.map(|cap| deadline_after(sent_at, cap)),
+                },
                 lease: lease.clone(),
                 part,
+                granted,
+                cap_is_ttl: !terms.renew && granted.is_some(),
             });
             match renewal {
                 None => renewal = Some(id),
@@ -103,7 +117,8 @@ pub(crate) fn into_guard(
 
 /// One acquire round trip (two if the connection dropped): a plain `SET NX PX GET`, or the
 /// fenced script, with the `WAIT` of `min_replicas`; over a RedLock quorum the queued script
-/// (plain or fenced), with the waiter's `ticket` (and whether to queue it); a permit's or a
+/// (plain or fenced), with the waiter's `ticket` (and whether to queue it); elsewhere a queued
+/// waiter's attempts, to whom a release may hand the lock, as `ACQUIRE_HANDED` (`place`); a permit's or a
 /// read hold's own script; a write that meets readers (or met them in an earlier attempt,
 /// `met_readers`) is sent (again) as `ACQUIRE_WRITE` (see `shared`). `terms.wait`: the
 /// caller waits when the lock is busy, so ask for its ttl too. Returns what it found and, when
@@ -112,7 +127,7 @@ pub(crate) fn into_guard(
 pub(crate) async fn try_acquire(
     hold: &Hold,
     terms: &Terms,
-    queued: (u64, bool),
+    queued: Place,
     met_readers: &mut bool,
 ) -> Result<(Acquired, Option<(usize, usize)>), Error> {
     let client = &hold.client;
@@ -137,7 +152,7 @@ pub(crate) async fn try_acquire(
 pub(crate) async fn send_acquire(
     hold: &Hold,
     terms: &Terms,
-    (ticket, queue): (u64, bool),
+    place: Place,
     id: &[u8],
     readers: bool,
 ) -> Result<(Acquired, Option<usize>), Error> {
@@ -154,6 +169,17 @@ pub(crate) async fn send_acquire(
                 waits: terms.wait.is_some(),
             };
             shared::try_acquire(hold, terms, write, (id, replicas)).await
+        } else if let (Some(window), true) = (place.window, place.queue) {
+            let call = HandedAcquireCall {
+                keys: &hold.keys,
+                value: hold.value.as_bytes(),
+                id,
+                ttl: terms.ttl,
+                ticket: place.ticket,
+                window,
+                sharded: client.sharded_pubsub(),
+            };
+            client.call_acked(Operation::Acquire, name, &call).await
         } else if client.is_quorum() {
             let call = QueuedAcquireCall {
                 keys: &hold.keys,
@@ -161,8 +187,8 @@ pub(crate) async fn send_acquire(
                 id,
                 ttl: terms.ttl,
                 fenced: terms.fenced.then_some(client.config().fence_retention),
-                ticket,
-                queue,
+                ticket: place.ticket,
+                queue: place.queue,
             };
             client.call_acked(Operation::Acquire, name, &call).await
         } else if terms.fenced {

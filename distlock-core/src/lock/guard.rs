@@ -156,6 +156,7 @@ impl Hold {
             id: id.as_bytes(),
             keep: self.keep(),
             sharded: self.client.sharded_pubsub(),
+            handoff: !self.client.is_quorum(),
         };
         self.client.release(self.keys.name(), &call).await
     }
@@ -528,6 +529,7 @@ impl LockGuard {
             id: id.as_bytes(),
             keep: hold.keep(),
             sharded: client.sharded_pubsub(),
+            handoff: !client.is_quorum(),
         };
         let name = hold.keys.name();
         let confirm = {

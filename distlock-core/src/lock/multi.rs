@@ -221,6 +221,7 @@ pub(crate) async fn acquire(
                     &terms,
                     (sent_at, switches),
                     started,
+                    None,
                 ));
             }
             Some(Found::NotTaken {
@@ -401,6 +402,7 @@ pub(crate) async fn release(hold: &Hold) -> Result<Released, Error> {
             id: id.as_bytes(),
             keep,
             sharded,
+            handoff: !client.is_quorum(),
         };
         found.push(
             client

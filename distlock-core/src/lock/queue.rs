@@ -1,6 +1,6 @@
-//! The RedLock waiters' queue, the client's side: a waiting acquire's ticket (its place in the
-//! queue every master keeps for the lock, see `scripts::ACQUIRE_QUEUED`) and the entry it takes
-//! out again when it leaves without the lock.
+//! The waiters' queue, the client's side: a waiting acquire's ticket (its place in the queue
+//! kept next to the lock, see `scripts::ACQUIRE_QUEUED`) and the entry it takes out again when
+//! it leaves without the lock.
 //!
 //! Over a RedLock quorum a release wakes the waiters of every client at once. Each master
 //! grants a free lock only to the caller with the lowest ticket it has queued, and the ticket
@@ -9,12 +9,29 @@
 //! and asks again at once queues behind the waiters instead of taking the lock back before
 //! their wake-ups arrive. Tickets from hosts whose clocks disagree are ordered by those clocks
 //! (a host ahead by a second queues behind waiters that came up to a second later).
+//!
+//! On one server, Sentinel and a cluster the queue serves a plain lock's waiters of every
+//! client, and the release itself hands the lock to the first of them (see `lock::waiting`,
+//! "Handoff"): the same tickets order them.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::error::Operation;
 use crate::lock::guard::Hold;
 use crate::wire::calls::LeaveQueueCall;
+use crate::wire::scripts;
+
+/// Where an acquire attempt stands in the waiters' queue.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Place {
+    /// The acquire's ticket (0: it does not wait, and queues nowhere).
+    pub(crate) ticket: u64,
+    /// Queue the caller with this attempt (a waiter's attempts after it subscribed).
+    pub(crate) queue: bool,
+    /// One server, Sentinel, a cluster: the grant window of a waiter to whom a release may hand
+    /// the lock (its queued attempts go as `ACQUIRE_QUEUED`); `None` otherwise.
+    pub(crate) window: Option<Duration>,
+}
 
 /// A waiting acquire's ticket: now, in µs since the Unix epoch (never 0, which means "does not
 /// wait").
@@ -25,6 +42,16 @@ pub(crate) fn ticket() -> u64 {
     u64::try_from(now.as_micros()).unwrap_or(u64::MAX).max(1)
 }
 
+/// The ticket of a waiter to whom a release may hand the lock (one server, Sentinel, a
+/// cluster): its start in ms, with its grant `window` (`scripts::handed_ticket`).
+pub(crate) fn handed_ticket(window: Duration) -> u64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
+    scripts::handed_ticket(ms, window)
+}
+
 /// A waiting acquire's entry in the masters' queues, made before its first queuing attempt:
 /// dropping it (the acquire gave up, failed, was cancelled or took the lock) takes the entry out
 /// on every master in the background. Without it a waiter that went away would hold the
@@ -33,20 +60,47 @@ pub(crate) fn ticket() -> u64 {
 /// not arrived yet) would keep it ahead of everyone until it lapsed (with 2 of 5 masters down,
 /// that master's refusal stalls every handoff). An acquire that takes the lock at its first
 /// attempt never queued.
+///
+/// On one server, Sentinel or a cluster (a plain lock's waiter, to whom a release may hand the
+/// lock: `waiting`), a waiter that leaves without the lock also releases it if a release
+/// handed it over meanwhile, and hands it on (`LEAVE_QUEUE` with the lock); one that took it
+/// sends nothing ([`QueueEntry::took`]): taking, or being handed the lock, removed its entry.
 pub(crate) struct QueueEntry {
     hold: Hold,
+    /// One server, Sentinel, a cluster: `Some(sharded)`, see [`LeaveQueueCall::release`].
+    release: Option<bool>,
+    /// Leave the queue when dropped.
+    armed: bool,
 }
 
 impl QueueEntry {
-    /// The entry of `hold`'s acquisition (its lock value).
-    pub(crate) fn new(hold: Hold) -> Self {
-        QueueEntry { hold }
+    /// The entry of `hold`'s acquisition (its lock value); `handed` where a release may hand
+    /// the lock to it (not over RedLock).
+    pub(crate) fn new(hold: Hold, handed: bool) -> Self {
+        let release = handed.then(|| hold.client.sharded_pubsub());
+        QueueEntry {
+            hold,
+            release,
+            armed: true,
+        }
+    }
+
+    /// The acquire took the lock: where a release hands locks over, nothing is left to take
+    /// out (and the lock must not be released); over RedLock the entry still leaves.
+    pub(crate) fn took(&mut self) {
+        if self.release.is_some() {
+            self.armed = false;
+        }
     }
 }
 
 impl Drop for QueueEntry {
     fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
         let hold = self.hold.clone();
+        let release = self.release;
         let client = hold.client.clone();
         client.spawn_cleanup(async move {
             let id = hold.client.new_request_id();
@@ -54,10 +108,11 @@ impl Drop for QueueEntry {
                 keys: &hold.keys,
                 value: hold.value.as_bytes(),
                 id: id.as_bytes(),
+                release,
             };
             let name = hold.keys.name();
             if let Err(error) = hold.client.call(Operation::Acquire, name, &call).await {
-                tracing::debug!(key = %name, %error, "leaving the RedLock queue failed; the entry lapses by itself");
+                tracing::debug!(key = %name, %error, "leaving the waiters' queue failed; the entry lapses by itself");
             }
         });
     }

@@ -59,6 +59,7 @@ pub(crate) async fn reenter(
                 terms,
                 (sent_at, switches),
                 started,
+                None,
             ));
         }
         Some(Renewed::Gone) | None => LossReason::Expired,

@@ -2,6 +2,37 @@
 //! for its release (or its holder's ttl); a transient failure pauses (`backoff`) and tries
 //! again within the wait; an attempt that may have been applied is released if the acquire
 //! gives up or is dropped.
+//!
+//! ## Handoff
+//!
+//! On one server, Sentinel and a cluster, a plain lock's waiter (not a fenced one, nor one that
+//! asks for replicas) is queued in Redis and handed the lock by the release itself: the release
+//! script sets the lock to the first waiter's value and names it in its message
+//! (`scripts::RELEASE`, `grant_prelude!`), so the next holder starts after one message, not a
+//! message and a round trip, and the waiters of every client and process take their turns in
+//! the order they came (their tickets, `queue::handed_ticket`). Every waiter of a client
+//! queues (no turn-taking inside the client: each is handed the lock in turn).
+//!
+//! * **The lease of a lock handed over.** The waiter knows only that the grant came after its
+//!   last attempt that found the lock held was applied, so after it was sent; the release set
+//!   the lock for the waiter's grant window (`scripts::grant_window`: 1 s, or the ttl if
+//!   shorter). So the lock is the waiter's for the window from that attempt's send, minus the
+//!   usual margin; if less than half of that is left when the grant is heard (the waiter waited
+//!   long since its last attempt), it does not trust the grant and asks again: the lock is
+//!   found ours and extended to the ttl, one round trip. A trusted grant's lease is extended to
+//!   the ttl by the watchdog a third of the way through what is left (`into_guard`), and
+//!   without `renew` no further; a short body lets go before that and costs nothing more.
+//! * **Waiters that went away.** A waiter that gives up, fails or is dropped leaves the queue
+//!   and, if it was handed the lock meanwhile, lets it go again (`queue::QueueEntry`). One
+//!   whose process died is handed the lock for its window at most, never its ttl; since nobody
+//!   publishes when that window lapses, a handed waiter looks again at least every
+//!   `HANDED_RECHECK` (1 s), and a lock found free with an earlier waiter queued is handed to
+//!   that one by the finder (`scripts::ACQUIRE_HANDED`).
+//! * **Who still wakes and retries.** Fenced waiters (their token comes from their own
+//!   acquire), waiters that ask for replicas (their acquire waits for them), writers behind
+//!   readers, permits, sets and every waiter over RedLock keep the wake-and-retry path; they
+//!   take a lock that is let go with nobody queued, so behind handed waiters they wait for the
+//!   queue to empty.
 
 use std::time::Duration;
 
@@ -10,7 +41,7 @@ use tokio::time::Instant;
 use crate::client::waiters::Subscription;
 use crate::client::Client;
 use crate::error::Error;
-use crate::lease::{deadline_after, millis_ceil};
+use crate::lease::{deadline_after, guaranteed_until, millis_ceil};
 use crate::lock::acquire::Terms;
 use crate::lock::attempt::{into_guard, try_acquire, unreplicated};
 use crate::lock::backoff::Backoff;
@@ -18,15 +49,19 @@ use crate::lock::context;
 use crate::lock::fence;
 use crate::lock::guard::{Hold, LockGuard, ReleaseOnDrop};
 use crate::lock::permits::{self, Kind};
-use crate::lock::queue::{self, QueueEntry};
+use crate::lock::queue::{self, Place, QueueEntry};
 use crate::lock::reenter::reenter;
 use crate::metrics::{self, Labels, Waiting};
 use crate::wire::calls::Acquired;
 use crate::wire::keys::LockKeys;
+use crate::wire::scripts::{grant_window, GRANT_WINDOW};
 
 /// How often a waiter looks again at a lock whose key has no expiry (someone created it by
 /// hand): such a holder never publishes a release and has no ttl to wait out.
 pub(crate) const NO_EXPIRY_RECHECK: Duration = Duration::from_secs(1);
+
+/// The longest a waiter to whom a release may hand the lock waits between two attempts.
+const HANDED_RECHECK: Duration = Duration::from_secs(1);
 
 pub(crate) async fn acquire(
     client: Client,
@@ -63,6 +98,23 @@ pub(crate) async fn acquire(
         true => queue::ticket(),
         false => 0,
     };
+    // One server, Sentinel, a cluster: a plain lock's waiter queues in Redis and is handed
+    // the lock by the release itself (see the module docs, "Handoff"). Not a fenced one (its
+    // token comes from its own acquire) nor one that asks for replicas (its acquire waits for
+    // them): those are woken and try again.
+    let mut handed = give_up.is_some()
+        && !client.is_quorum()
+        && hold.kind == Kind::Mutex
+        && !terms.fenced
+        && terms.min_replicas == 0;
+    let window = handed.then(|| grant_window(terms.ttl));
+    let ticket = match window {
+        Some(window) => queue::handed_ticket(window),
+        None => ticket,
+    };
+    // The last queued attempt that found the lock held (when it was sent, and the epoch then):
+    // a grant heard after its reply came after it.
+    let mut last_busy: Option<(Instant, u64)> = None;
     let mut queued: Option<QueueEntry> = None;
     // A write that met readers: this and every later attempt goes as `ACQUIRE_WRITE`.
     let mut met_readers = false;
@@ -82,29 +134,33 @@ pub(crate) async fn acquire(
                 .unwrap_or_else(|| ReleaseOnDrop::new(hold.clone()));
             let queue = ticket > 0 && subscription.is_some();
             if queue {
-                queued.get_or_insert_with(|| QueueEntry::new(hold.clone()));
+                queued.get_or_insert_with(|| QueueEntry::new(hold.clone(), handed));
             }
             let sent_at = Instant::now();
             let switches = client.switches();
-            let (attempt, acked) =
-                match try_acquire(&hold, &terms, (ticket, queue), &mut met_readers).await {
-                    // A waiter tries again, after a pause, until its wait runs out. (RedLock's
-                    // `NoQuorum` included: a split vote, masters that did not answer.)
-                    Err(error) if give_up.is_some() && error.is_transient() => {
-                        failed = Some(error);
-                        (
-                            Acquired::Busy {
-                                pttl: None,
-                                pass: 0,
-                            },
-                            None,
-                        )
-                    }
-                    other => {
-                        failed = None;
-                        other?
-                    }
-                };
+            let place = Place {
+                ticket,
+                queue,
+                window: window.filter(|_| handed),
+            };
+            let (attempt, acked) = match try_acquire(&hold, &terms, place, &mut met_readers).await {
+                // A waiter tries again, after a pause, until its wait runs out. (RedLock's
+                // `NoQuorum` included: a split vote, masters that did not answer.)
+                Err(error) if give_up.is_some() && error.is_transient() => {
+                    failed = Some(error);
+                    (
+                        Acquired::Busy {
+                            pttl: None,
+                            pass: 0,
+                        },
+                        None,
+                    )
+                }
+                other => {
+                    failed = None;
+                    other?
+                }
+            };
             let attempt = match attempt {
                 // RedLock: a token above every earlier holder's (failing, the lock is released).
                 Acquired::Taken { token: Some(taken) } if client.is_quorum() => Acquired::Taken {
@@ -119,6 +175,15 @@ pub(crate) async fn acquire(
                     tracing::debug!(%error, "release after a RedLock attempt without a majority failed");
                 }
             }
+            if handed && met_readers {
+                // A write that met readers no longer queues: out of the queue (a lock handed
+                // over meanwhile is released and handed on), woken like other writers.
+                handed = false;
+                queued = None;
+            }
+            if queue && handed && failed.is_none() && matches!(attempt, Acquired::Busy { .. }) {
+                last_busy = Some((sent_at, switches));
+            }
             let stale = failed.is_some() || unanswered_before;
             if stale && !client.is_quorum() && !matches!(attempt, Acquired::Taken { .. }) {
                 unanswered = Some(pending);
@@ -131,6 +196,9 @@ pub(crate) async fn acquire(
                     return Err(unreplicated(hold, n, required).await);
                 }
                 Acquired::Taken { token } => {
+                    if let Some(entry) = queued.as_mut() {
+                        entry.took();
+                    }
                     waiting.acquired(started);
                     return Ok(into_guard(
                         hold,
@@ -139,6 +207,7 @@ pub(crate) async fn acquire(
                         &terms,
                         (sent_at, switches),
                         started,
+                        None,
                     ));
                 }
                 Acquired::Busy { pttl: left, pass } => {
@@ -191,8 +260,30 @@ pub(crate) async fn acquire(
                     Err(error) => return Err(error),
                 };
                 waiting.start(terms.label);
-                if !sub.take_turn(give_up).await {
+                if handed {
+                    // Every waiter of this client queues in Redis, each handed the lock in turn.
+                    sub.expect_grant(hold.value.as_bytes());
+                } else if !sub.take_turn(give_up).await {
                     return busy();
+                }
+            }
+            Some(sub) if handed => {
+                // Also at least every `HANDED_RECHECK`: a lock handed to a waiter that went
+                // away is free again after its window, and nobody publishes that.
+                let recheck = match pttl.and_then(|ms| u64::try_from(ms).ok()) {
+                    Some(ms) => deadline_after(now, Duration::from_millis(ms.max(1))),
+                    None => now + NO_EXPIRY_RECHECK,
+                };
+                let window = window.unwrap_or(GRANT_WINDOW);
+                let recheck = recheck.min(now + HANDED_RECHECK).min(give_up);
+                if sub.wait_grant(recheck).await {
+                    if let Some(guard) = granted(&hold, &terms, last_busy, window, started) {
+                        if let Some(entry) = queued.as_mut() {
+                            entry.took();
+                        }
+                        waiting.acquired(started);
+                        return Ok(guard);
+                    }
                 }
             }
             Some(sub) => {
@@ -206,6 +297,39 @@ pub(crate) async fn acquire(
             }
         }
     }
+}
+
+/// The guard of a lock a release handed to this waiter: ours for the grant `window` from the
+/// last queued attempt that found the lock held (`last_busy`: the grant came after it was
+/// applied, so after it was sent, and lasts the window from then, or until the entry's lapse,
+/// which is later), if at least half of that is left (otherwise `None`: the next attempt finds
+/// the lock ours and extends it to the ttl, one round trip).
+fn granted(
+    hold: &Hold,
+    terms: &Terms,
+    last_busy: Option<(Instant, u64)>,
+    window: Duration,
+    started: Instant,
+) -> Option<LockGuard> {
+    let (sent_at, switches) = last_busy?;
+    let left = guaranteed_until(sent_at, window).saturating_duration_since(Instant::now());
+    if left < window / 2 {
+        tracing::debug!(
+            left_ms = millis_ceil(left),
+            "lock handed over too late in its window to trust; asking again"
+        );
+        return None;
+    }
+    tracing::trace!("lock handed over by the release");
+    Some(into_guard(
+        hold.clone(),
+        None,
+        false,
+        terms,
+        (sent_at, switches),
+        started,
+        Some(window),
+    ))
 }
 
 /// A waiter's pause after an attempt (or a subscription) that failed with a transient error:

@@ -11,8 +11,9 @@ use crate::wire::ids::ShortId;
 use crate::wire::keys::LockKeys;
 use crate::wire::request::{
     echoes, finish_pipeline, Call, ReplicaWait, Request, ACQUIRE_FENCED_SCRIPT,
-    ACQUIRE_PERMIT_SCRIPT, ACQUIRE_QUEUED_SCRIPT, ACQUIRE_READ_SCRIPT, ACQUIRE_WRITE_SCRIPT,
-    FENCE_FLOOR_SCRIPT, LEAVE_QUEUE_SCRIPT, RELEASE_MANY_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT,
+    ACQUIRE_HANDED_SCRIPT, ACQUIRE_PERMIT_SCRIPT, ACQUIRE_QUEUED_SCRIPT, ACQUIRE_READ_SCRIPT,
+    ACQUIRE_WRITE_SCRIPT, FENCE_FLOOR_SCRIPT, LEAVE_QUEUE_SCRIPT, RELEASE_MANY_SCRIPT,
+    RELEASE_SCRIPT, RENEW_SCRIPT,
 };
 use crate::wire::scripts::{TURN_GRACE, VERSION_TAG, WRITER_INTENT};
 
@@ -397,12 +398,70 @@ impl Call for QueuedAcquireCall<'_> {
     }
 }
 
-/// [`LEAVE_QUEUE`]: a RedLock waiter whose acquire ended leaves the queue.
+/// [`ACQUIRE_HANDED`]: a waiting plain lock's attempt once it queued, on one server,
+/// Sentinel or a cluster, where a release hands the lock to the first waiter of the queue.
+pub(crate) struct HandedAcquireCall<'a> {
+    pub(crate) keys: &'a LockKeys,
+    /// `d2:<owner>`.
+    pub(crate) value: &'a [u8],
+    /// The request id (unique within the client).
+    pub(crate) id: &'a [u8],
+    pub(crate) ttl: Duration,
+    /// The waiter's ticket (`scripts::handed_ticket`, which carries the window too).
+    pub(crate) ticket: u64,
+    /// The grant window (`scripts::grant_window`).
+    pub(crate) window: Duration,
+    /// Waiters are woken through sharded pub/sub (a cluster).
+    pub(crate) sharded: bool,
+}
+
+impl Call for HandedAcquireCall<'_> {
+    type Raw = (i64, i64);
+    type Reply = Acquired;
+
+    fn request(&self) -> Request {
+        let mut cmd = ACQUIRE_HANDED_SCRIPT.evalsha();
+        cmd.arg(3)
+            .arg(self.keys.lock())
+            .arg(self.keys.queue())
+            .arg(self.keys.channel())
+            .arg(self.value)
+            .arg(millis_ceil(self.ttl))
+            .arg(self.id)
+            .arg(self.ticket)
+            .arg(millis_ceil(self.window))
+            .arg(if self.sharded { "s" } else { "-" });
+        Request::Script(&ACQUIRE_HANDED_SCRIPT, cmd)
+    }
+
+    fn request_id(&self) -> &[u8] {
+        self.id
+    }
+
+    fn decode(&self, (status, value): (i64, i64)) -> Option<Acquired> {
+        Some(match status {
+            1 => Acquired::Taken { token: None },
+            // Held (maybe handed to an earlier waiter just now): a release hands it over.
+            0 => Acquired::Busy {
+                pttl: Some(value),
+                pass: 0,
+            },
+            2 => Acquired::Incompatible,
+            _ => return None,
+        })
+    }
+}
+
+/// [`LEAVE_QUEUE`]: a waiter whose acquire ended leaves the queue.
 pub(crate) struct LeaveQueueCall<'a> {
     pub(crate) keys: &'a LockKeys,
     /// `d2:<owner>`: the entry.
     pub(crate) value: &'a [u8],
     pub(crate) id: &'a [u8],
+    /// One server, Sentinel, a cluster (where a release may have handed the lock to this
+    /// waiter): release the lock too if it holds the entry's value, and hand it on; `Some`
+    /// says whether the release channel is sharded. `None` over RedLock.
+    pub(crate) release: Option<bool>,
 }
 
 impl Call for LeaveQueueCall<'_> {
@@ -412,11 +471,15 @@ impl Call for LeaveQueueCall<'_> {
 
     fn request(&self) -> Request {
         let mut cmd = LEAVE_QUEUE_SCRIPT.evalsha();
-        cmd.arg(2)
+        cmd.arg(if self.release.is_some() { 4 } else { 2 })
             .arg(self.keys.queue())
-            .arg(self.keys.queue_until())
-            .arg(self.value)
-            .arg(self.id);
+            .arg(self.keys.queue_until());
+        if self.release.is_some() {
+            cmd.arg(self.keys.lock()).arg(self.keys.channel());
+        }
+        cmd.arg(self.value)
+            .arg(self.id)
+            .arg(if self.release == Some(true) { "s" } else { "-" });
         Request::Script(&LEAVE_QUEUE_SCRIPT, cmd)
     }
 
@@ -487,6 +550,9 @@ pub(crate) struct ReleaseCall<'a> {
     pub(crate) keep: Duration,
     /// Notify waiters through sharded pub/sub (a cluster).
     pub(crate) sharded: bool,
+    /// Hand the lock to the first waiter queued for it (one server, Sentinel, a cluster; not
+    /// over RedLock).
+    pub(crate) handoff: bool,
 }
 
 impl Call for ReleaseCall<'_> {
@@ -495,10 +561,13 @@ impl Call for ReleaseCall<'_> {
 
     fn request(&self) -> Request {
         let mut cmd = RELEASE_SCRIPT.evalsha();
-        cmd.arg(2)
+        cmd.arg(if self.handoff { 3 } else { 2 })
             .arg(self.keys.lock())
-            .arg(self.keys.channel())
-            .arg(self.owner.as_bytes())
+            .arg(self.keys.channel());
+        if self.handoff {
+            cmd.arg(self.keys.queue());
+        }
+        cmd.arg(self.owner.as_bytes())
             .arg(self.id)
             .arg(millis_ceil(self.keep))
             .arg(if self.sharded { "s" } else { "-" });
@@ -535,7 +604,8 @@ pub(crate) struct ReleaseItem {
     pub(crate) keep: Duration,
 }
 
-/// [`RELEASE_MANY`] of several locks (standalone Redis: their keys need not share a slot).
+/// [`RELEASE_MANY`] of several locks (standalone Redis: their keys need not share a slot),
+/// each handed to the first waiter queued for it.
 pub(crate) struct ReleaseManyCall<'a> {
     pub(crate) id: &'a [u8],
     pub(crate) items: &'a [ReleaseItem],
@@ -545,11 +615,13 @@ impl ReleaseManyCall<'_> {
     /// The `EVALSHA` command (also sent inside a batch's pipeline).
     pub(crate) fn command(&self) -> Cmd {
         let mut cmd = RELEASE_MANY_SCRIPT.evalsha();
-        cmd.arg(self.items.len() * 2);
+        cmd.arg(self.items.len() * 3);
         for item in self.items {
-            cmd.arg(item.keys.lock()).arg(item.keys.channel());
+            cmd.arg(item.keys.lock())
+                .arg(item.keys.channel())
+                .arg(item.keys.queue());
         }
-        cmd.arg(self.id).arg("-");
+        cmd.arg(self.id).arg("-").arg(3);
         for item in self.items {
             cmd.arg(item.value.as_bytes()).arg(millis_ceil(item.keep));
         }

@@ -3,9 +3,10 @@
 //!
 //! For a lock named `order:42` under the prefix `distlock` the keys are
 //! `distlock:{order:42}` (the lock), `distlock:{order:42}:fence` (the fencing floor),
-//! `distlock:{order:42}:released` (the release channel) and, over a RedLock quorum only,
-//! `distlock:{order:42}:queue` and `distlock:{order:42}:queue:until` (the waiters' tickets and
-//! how long each entry lasts, see `scripts::ACQUIRE_QUEUED`). A semaphore of the same name
+//! `distlock:{order:42}:released` (the release channel) and `distlock:{order:42}:queue` and
+//! `distlock:{order:42}:queue:until` (the waiters' tickets and how long each entry lasts, see
+//! `scripts::ACQUIRE_QUEUED`: over a RedLock quorum, and a plain lock's waiters elsewhere, to
+//! whom a release hands the lock). A semaphore of the same name
 //! (`distlock::semaphore`) lies at the lock key itself, as a sorted set of its holders, with the
 //! same fence key and release channel, so a lock and a semaphore of one name meet and exclude
 //! each other (see `scripts`, "Permits"); shared (read) holds lie there too, and a writer
@@ -14,6 +15,10 @@
 //! between the first `{` and the next `}`; the prefix may not contain braces and the name may
 //! not contain `}`, so that text is exactly the lock name for all of them: they always share
 //! one hash slot, and nothing in the name can move one of them to another slot.
+
+use std::io::Write;
+
+use redis::{RedisWrite, ToRedisArgs};
 
 use crate::error::Error;
 
@@ -79,14 +84,16 @@ impl LockKeys {
         self.with_suffix(":writer")
     }
 
-    /// The RedLock waiters' tickets, `prefix:{name}:queue` (a sorted set).
-    pub(crate) fn queue(&self) -> String {
-        self.with_suffix(":queue")
+    /// The waiters' tickets, `prefix:{name}:queue` (a sorted set), as a command argument
+    /// written in place (no allocation: releases send it).
+    pub(crate) fn queue(&self) -> Suffixed<'_> {
+        Suffixed(self.lock(), ":queue")
     }
 
-    /// How long each RedLock waiter's entry lasts, `prefix:{name}:queue:until` (a sorted set).
-    pub(crate) fn queue_until(&self) -> String {
-        self.with_suffix(":queue:until")
+    /// How long each waiter's entry lasts, `prefix:{name}:queue:until` (a sorted set), as
+    /// [`LockKeys::queue`].
+    pub(crate) fn queue_until(&self) -> Suffixed<'_> {
+        Suffixed(self.lock(), ":queue:until")
     }
 
     fn with_suffix(&self, suffix: &str) -> String {
@@ -94,6 +101,28 @@ impl LockKeys {
         key.push_str(self.lock());
         key.push_str(suffix);
         key
+    }
+}
+
+/// A key made of the lock key and a suffix, written into a command as one argument.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Suffixed<'a>(&'a str, &'static str);
+
+impl ToRedisArgs for Suffixed<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + RedisWrite,
+    {
+        let mut arg = out.writer_for_next_arg();
+        // Writing into the command's own buffer cannot fail.
+        let _ = arg.write_all(self.0.as_bytes());
+        let _ = arg.write_all(self.1.as_bytes());
+    }
+}
+
+impl std::fmt::Display for Suffixed<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}", self.0, self.1)
     }
 }
 
@@ -173,14 +202,17 @@ mod tests {
         assert_eq!(k.lock(), "distlock:{order:42}");
         assert_eq!(k.fence(), "distlock:{order:42}:fence");
         assert_eq!(k.channel(), "distlock:{order:42}:released");
-        assert_eq!(k.queue(), "distlock:{order:42}:queue");
-        assert_eq!(k.queue_until(), "distlock:{order:42}:queue:until");
+        assert_eq!(k.queue().to_string(), "distlock:{order:42}:queue");
+        assert_eq!(
+            k.queue_until().to_string(),
+            "distlock:{order:42}:queue:until"
+        );
         let slot = hash_slot(k.lock().as_bytes());
         assert_eq!(slot, hash_slot(b"order:42"));
         assert_eq!(slot, hash_slot(k.fence().as_bytes()));
         assert_eq!(slot, hash_slot(k.channel().as_bytes()));
-        assert_eq!(slot, hash_slot(k.queue().as_bytes()));
-        assert_eq!(slot, hash_slot(k.queue_until().as_bytes()));
+        assert_eq!(slot, hash_slot(k.queue().to_string().as_bytes()));
+        assert_eq!(slot, hash_slot(k.queue_until().to_string().as_bytes()));
     }
 
     #[test]

@@ -10,8 +10,8 @@ use redis::{Cmd, ErrorKind, FromRedisValue, Pipeline, RedisResult, ServerErrorKi
 
 use crate::lease::millis_ceil;
 use crate::wire::scripts::{
-    ACQUIRE_ALL, ACQUIRE_FENCED, ACQUIRE_PERMIT, ACQUIRE_QUEUED, ACQUIRE_READ, ACQUIRE_WRITE,
-    FENCE_FLOOR, LEAVE_QUEUE, RELEASE, RELEASE_MANY, RENEW,
+    ACQUIRE_ALL, ACQUIRE_FENCED, ACQUIRE_HANDED, ACQUIRE_PERMIT, ACQUIRE_QUEUED, ACQUIRE_READ,
+    ACQUIRE_WRITE, FENCE_FLOOR, LEAVE_QUEUE, RELEASE, RELEASE_MANY, RENEW,
 };
 
 /// A Lua script; its SHA1 is computed on first use.
@@ -72,13 +72,14 @@ pub(crate) static RENEW_SCRIPT: Lua = Lua::new(RENEW);
 pub(crate) static FENCE_FLOOR_SCRIPT: Lua = Lua::new(FENCE_FLOOR);
 pub(crate) static ACQUIRE_QUEUED_SCRIPT: Lua = Lua::new(ACQUIRE_QUEUED);
 pub(crate) static LEAVE_QUEUE_SCRIPT: Lua = Lua::new(LEAVE_QUEUE);
+pub(crate) static ACQUIRE_HANDED_SCRIPT: Lua = Lua::new(ACQUIRE_HANDED);
 pub(crate) static ACQUIRE_PERMIT_SCRIPT: Lua = Lua::new(ACQUIRE_PERMIT);
 pub(crate) static ACQUIRE_READ_SCRIPT: Lua = Lua::new(ACQUIRE_READ);
 pub(crate) static ACQUIRE_WRITE_SCRIPT: Lua = Lua::new(ACQUIRE_WRITE);
 pub(crate) static ACQUIRE_ALL_SCRIPT: Lua = Lua::new(ACQUIRE_ALL);
 
 /// Every script, for preloading at connect.
-pub(crate) static ALL: [&Lua; 11] = [
+pub(crate) static ALL: [&Lua; 12] = [
     &ACQUIRE_FENCED_SCRIPT,
     &RELEASE_SCRIPT,
     &RELEASE_MANY_SCRIPT,
@@ -86,6 +87,7 @@ pub(crate) static ALL: [&Lua; 11] = [
     &FENCE_FLOOR_SCRIPT,
     &ACQUIRE_QUEUED_SCRIPT,
     &LEAVE_QUEUE_SCRIPT,
+    &ACQUIRE_HANDED_SCRIPT,
     &ACQUIRE_PERMIT_SCRIPT,
     &ACQUIRE_READ_SCRIPT,
     &ACQUIRE_WRITE_SCRIPT,

@@ -184,6 +184,47 @@ end
     };
 }
 
+/// How a lock is let go, shared by [`RELEASE`], [`RELEASE_MANY`], [`LEAVE_QUEUE`] and
+/// [`ACQUIRE_HANDED`] (a macro, so that `concat!` makes each script one constant string).
+///
+/// `let_go`: with the lock's queue given (one server, Sentinel, a cluster; not over RedLock),
+/// the lock is handed in place to the first waiter queued for it: set to its value for its
+/// grant window (read from its ticket, see [`handed_ticket`]; its new holder extends it to its
+/// ttl), the entry removed, and the message names it; otherwise the lock is deleted and the
+/// message is `1`, a plain wake. Without waiters this costs one `ZRANGE`. `wake`: the message
+/// alone (a permit or a read hold let go: their waiters are woken, not handed anything).
+macro_rules! grant_prelude {
+    () => {
+        r#"
+local function wake(chan, msg, sharded)
+  if sharded then
+    redis.call('SPUBLISH', chan, msg)
+  else
+    redis.call('PUBLISH', chan, msg)
+  end
+end
+local function hand_over(lock, chan, q, first, sharded)
+  redis.call('ZREM', q, first[1])
+  local window = math.max(tonumber(first[2]) % 1024, 1)
+  redis.call('SET', lock, first[1], 'PX', string.format('%d', window))
+  wake(chan, first[1], sharded)
+  return window
+end
+local function let_go(lock, chan, q, sharded)
+  if q then
+    local first = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
+    if first[1] then
+      hand_over(lock, chan, q, first, sharded)
+      return
+    end
+  end
+  redis.call('DEL', lock)
+  wake(chan, '1', sharded)
+end
+"#
+    };
+}
+
 /// The fence raise shared by [`ACQUIRE_PERMIT`] and [`ACQUIRE_READ`] (a macro, so that
 /// `concat!` makes each script one constant string): with a retention above 0, the token is
 /// the server's time in µs, or one above the fence key's last token if that is not below it,
@@ -526,6 +567,29 @@ return {ARGV[1], f}
 /// so this is what a waiter that went away can cost the lock after a release, at most.
 pub(crate) const TURN_GRACE: Duration = Duration::from_millis(300);
 
+/// The longest a lock handed to a queued waiter by a release (one server, Sentinel, a cluster:
+/// see [`RELEASE`]) is granted for before its new holder extends it: a waiter that went away
+/// can cost the lock this long at most (or its ttl, if shorter: [`grant_window`]), never its
+/// ttl (see [`ACQUIRE_HANDED`]).
+pub(crate) const GRANT_WINDOW: Duration = Duration::from_secs(1);
+
+/// The grant window of a lock of `ttl`: [`GRANT_WINDOW`], or the ttl if that is shorter.
+pub(crate) fn grant_window(ttl: Duration) -> Duration {
+    ttl.min(GRANT_WINDOW)
+}
+
+/// The ticket of a waiter to whom a release may hand the lock: when its acquire started, in ms
+/// since the Unix epoch, times 1024, plus its grant window in ms (at most 1000): the queue's
+/// order is still the waiters' arrival, and the release that hands the lock over reads the
+/// window from the entry's own score, at no extra cost (exact in a score: below 2^53 for
+/// another 270 years).
+pub(crate) fn handed_ticket(started_ms: u64, window: Duration) -> u64 {
+    let window = u64::try_from(window.as_millis())
+        .unwrap_or(u64::MAX)
+        .clamp(1, 1000);
+    started_ms.saturating_mul(1024).saturating_add(window)
+}
+
 /// Acquire over a RedLock quorum (plain or fenced), in the order the waiters came: the
 /// `:queue` of the lock holds one entry per waiting acquire (its lock value), scored by its
 /// ticket (the caller's clock in µs when the acquire started, the same on every master, so
@@ -639,27 +703,100 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {ARGV[4], {1, token, 0}}
 "#;
 
-/// A RedLock waiter whose acquire ended (without the lock, or with it: see
-/// `lock::queue::QueueEntry`) takes its entry out of the queue (see [`ACQUIRE_QUEUED`]), so
-/// the waiters behind it need not wait out its grace.
+/// A waiter whose acquire ended (without the lock, or over RedLock with it too: see
+/// `lock::queue::QueueEntry`) takes its entry out of the queue (see [`ACQUIRE_QUEUED`],
+/// [`ACQUIRE_HANDED`]), so the waiters behind it need not wait out its grace or its grant.
+/// Given the lock and its release channel too (one server, Sentinel, a cluster, where a release
+/// may have handed it the lock: a waiter leaving without it), a lock holding its value is let
+/// go: handed on to the next waiter, or deleted (`grant_prelude!`).
 ///
-/// KEYS: queue, queue until. ARGV: value (`d2:<owner>`), request id. Returns `{id, removed}`.
-pub const LEAVE_QUEUE: &str = r#"
+/// KEYS: queue, queue until, and the lock and its release channel. ARGV: value (`d2:<owner>`),
+/// request id, and `s` for a sharded release channel. Returns `{id, removed}`.
+pub const LEAVE_QUEUE: &str = concat!(
+    grant_prelude!(),
+    r#"
 redis.call('ZREM', KEYS[2], ARGV[1])
-return {ARGV[2], redis.call('ZREM', KEYS[1], ARGV[1])}
-"#;
+local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+if KEYS[3] and redis.pcall('GET', KEYS[3]) == ARGV[1] then
+  let_go(KEYS[3], KEYS[4], KEYS[1], ARGV[3] == 's')
+end
+return {ARGV[2], removed}
+"#
+);
+
+/// A plain lock's waiting attempt on one server, Sentinel or a cluster, where the lock is
+/// handed to the first waiter of its queue when it is let go (`grant_prelude!`): the queue is
+/// `:queue`, lock value → ticket (see [`handed_ticket`]: the waiters' order, and each one's
+/// grant window).
+///
+/// KEYS: lock, queue, release channel. ARGV: value (`d2:<owner>`), ttl ms, request id, ticket,
+/// grant window ms, `s` for a sharded release channel. Returns `{id, {1, 0}}` (ours: taken, or
+/// handed to us, or a replay after a lost reply; its expiry raised to the ttl, so the lease
+/// counts from this attempt), `{id, {0, pttl}}` (held by another `d2` owner: the caller is
+/// queued, and tries again at the latest at the pttl) or `{id, {2, 0}}` (not a `d2` lock).
+///
+/// A free lock is taken only by the first waiter: a lock found free with an earlier waiter
+/// queued is handed to that one now (as a release would have: a holder that expired, or a
+/// waiter that went away after it was handed the lock, let it go without a release) and the
+/// caller queues behind it. The queue key lasts as long as the latest holder's pttl plus a
+/// window after each attempt: a waiter that went away without leaving costs the lock one
+/// grant window when its turn comes, never its ttl. The queue only ever refuses a take:
+/// exclusion rests on the lock key alone.
+pub const ACQUIRE_HANDED: &str = concat!(
+    grant_prelude!(),
+    r#"
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' then
+  return {ARGV[3], {2, 0}}
+end
+if v == ARGV[1] then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
+  return {ARGV[3], {1, 0}}
+end
+if v and string.sub(v, 1, 3) ~= 'd2:' then
+  return {ARGV[3], {2, 0}}
+end
+local function queue(ms)
+  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
+  local keep = ms + tonumber(ARGV[5])
+  if redis.call('PTTL', KEYS[2]) < keep then
+    redis.call('PEXPIRE', KEYS[2], keep)
+  end
+end
+if v then
+  local pttl = redis.call('PTTL', KEYS[1])
+  queue(math.max(pttl, 0))
+  return {ARGV[3], {0, pttl}}
+end
+local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+if first[1] and first[1] ~= ARGV[1] and tonumber(first[2]) < tonumber(ARGV[4]) then
+  local window = hand_over(KEYS[1], KEYS[3], KEYS[2], first, ARGV[6] == 's')
+  queue(window)
+  return {ARGV[3], {0, window}}
+end
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return {ARGV[3], {1, 0}}
+"#
+);
 
 /// Release.
 ///
-/// KEYS: lock, release channel. ARGV: value (`d2:<owner>`), request id, keep ms, and `s` for a
-/// sharded release channel (a cluster: `SPUBLISH` reaches the subscribers of the lock's own
-/// shard, where `PUBLISH` would be broadcast to every node).
+/// KEYS: lock, release channel, and (one server, Sentinel, a cluster: where a lock let go is
+/// handed to its first waiter) the lock's queue. ARGV: value (`d2:<owner>`), request id, keep
+/// ms, and `s` for a sharded release channel (a cluster: `SPUBLISH` reaches the subscribers of
+/// the lock's own shard, where `PUBLISH` would be broadcast to every node).
 /// Returns `{id, code}`: 0 released, -1 another owner holds it (nothing changed), -2 no lock (it
 /// expired, or a replayed release already freed it), -3 the key is not a `d2` lock. With keep
 /// ms > 0 (`min_hold` not reached yet) the lock is left to expire after keep ms instead of
-/// being deleted; otherwise it is deleted and waiters are notified. A semaphore's key (a key
-/// that is not a string) releases the permit of that value the same way (`permit_prelude!`).
+/// being let go now; otherwise it is handed to the first waiter queued for it, or deleted and
+/// waiters woken (`grant_prelude!`). A semaphore's key (a key that is not a string) releases
+/// the permit of that value the same way (`permit_prelude!`; its waiters are woken).
 pub const RELEASE: &str = concat!(
+    grant_prelude!(),
     r#"
 local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'table' then"#,
@@ -667,11 +804,7 @@ if type(v) == 'table' then"#,
     r#"
   local code = permit_release(KEYS[1], ARGV[1], ARGV[3])
   if code == 0 then
-    if ARGV[4] == 's' then
-      redis.call('SPUBLISH', KEYS[2], '1')
-    else
-      redis.call('PUBLISH', KEYS[2], '1')
-    end
+    wake(KEYS[2], '1', ARGV[4] == 's')
   end
   return {ARGV[2], math.min(code, 0)}
 end
@@ -688,57 +821,54 @@ if tonumber(ARGV[3]) > 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return {ARGV[2], 0}
 end
-redis.call('DEL', KEYS[1])
-if ARGV[4] == 's' then
-  redis.call('SPUBLISH', KEYS[2], '1')
-else
-  redis.call('PUBLISH', KEYS[2], '1')
-end
+let_go(KEYS[1], KEYS[2], KEYS[3], ARGV[4] == 's')
 return {ARGV[2], 0}
 "#
 );
 
-/// Release several locks in one call (a batch of releases that arrived together, see `batch`).
+/// Release several locks in one call (a batch of releases that arrived together, see `batch`;
+/// a set of locks held together).
 ///
-/// KEYS: lock and release channel of each lock, in pairs. ARGV: the request id, `s` for
-/// sharded release channels (else `-`), then for each lock its value (`d2:<owner>`) and keep
-/// ms. Returns `{id, codes}` with one code per lock, as [`RELEASE`] returns it (a permit's
-/// too).
+/// KEYS: per lock, its lock key and release channel, and with handoff (ARGV[3] = `3`) its queue
+/// (see [`RELEASE`]). ARGV: the request id, `s` for sharded release channels (else `-`), the
+/// keys per lock (`2` or `3`), then for each lock its value (`d2:<owner>`) and keep ms.
+/// Returns `{id, codes}` with one code per lock, as [`RELEASE`] returns it (a permit's too).
 pub const RELEASE_MANY: &str = concat!(
+    grant_prelude!(),
     r#"
 local out = {}
-for i = 1, #KEYS / 2 do
-  local lock = KEYS[2 * i - 1]
+local per = tonumber(ARGV[3])
+local sharded = ARGV[2] == 's'
+for i = 1, #KEYS / per do
+  local lock = KEYS[per * (i - 1) + 1]
+  local chan = KEYS[per * (i - 1) + 2]
+  local value = ARGV[2 * i + 2]
+  local keep = ARGV[2 * i + 3]
   local v = redis.pcall('GET', lock)
   if type(v) == 'table' then"#,
     permit_prelude!(),
     r#"
-    out[i] = permit_release(lock, ARGV[2 * i + 1], ARGV[2 * i + 2])
+    out[i] = permit_release(lock, value, keep)
     if out[i] == 0 then
-      if ARGV[2] == 's' then
-        redis.call('SPUBLISH', KEYS[2 * i], '1')
-      else
-        redis.call('PUBLISH', KEYS[2 * i], '1')
-      end
+      wake(chan, '1', sharded)
     end
     out[i] = math.min(out[i], 0)
   elseif v == false then
     out[i] = -2
-  elseif v ~= ARGV[2 * i + 1] then
+  elseif v ~= value then
     if string.sub(v, 1, 3) ~= 'd2:' then
       out[i] = -3
     else
       out[i] = -1
     end
-  elseif tonumber(ARGV[2 * i + 2]) > 0 then
-    redis.call('PEXPIRE', lock, ARGV[2 * i + 2])
+  elseif tonumber(keep) > 0 then
+    redis.call('PEXPIRE', lock, keep)
     out[i] = 0
   else
-    redis.call('DEL', lock)
-    if ARGV[2] == 's' then
-      redis.call('SPUBLISH', KEYS[2 * i], '1')
+    if per == 3 then
+      let_go(lock, chan, KEYS[per * (i - 1) + 3], sharded)
     else
-      redis.call('PUBLISH', KEYS[2 * i], '1')
+      let_go(lock, chan, nil, sharded)
     end
     out[i] = 0
   end

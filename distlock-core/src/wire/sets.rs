@@ -109,6 +109,8 @@ pub(crate) struct SetReleaseCall<'a> {
     pub(crate) keep: Duration,
     /// Notify waiters through sharded pub/sub (a cluster).
     pub(crate) sharded: bool,
+    /// Hand each lock to the first waiter queued for it (not over RedLock).
+    pub(crate) handoff: bool,
 }
 
 impl Call for SetReleaseCall<'_> {
@@ -117,12 +119,18 @@ impl Call for SetReleaseCall<'_> {
     type Reply = Released;
 
     fn request(&self) -> Request {
+        let per = if self.handoff { 3 } else { 2 };
         let mut cmd = RELEASE_MANY_SCRIPT.evalsha();
-        cmd.arg(self.keys.len() * 2);
+        cmd.arg(self.keys.len() * per);
         for keys in self.keys {
             cmd.arg(keys.lock()).arg(keys.channel());
+            if self.handoff {
+                cmd.arg(keys.queue());
+            }
         }
-        cmd.arg(self.id).arg(if self.sharded { "s" } else { "-" });
+        cmd.arg(self.id)
+            .arg(if self.sharded { "s" } else { "-" })
+            .arg(per);
         let keep = millis_ceil(self.keep);
         for _ in self.keys {
             cmd.arg(self.owner.as_bytes()).arg(keep);

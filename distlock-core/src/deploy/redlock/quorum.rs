@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use crate::lease::LEASE_MARGIN;
 use crate::wire::calls::{
-    AcquireCall, Acquired, FenceFloorCall, FencedAcquireCall, LeaveQueueCall, PermitAcquireCall,
-    PermitAcquired, QueuedAcquireCall, ReleaseCall, Released, RenewCall, RenewItem, Renewed,
-    RwAcquireCall,
+    AcquireCall, Acquired, FenceFloorCall, FencedAcquireCall, HandedAcquireCall, LeaveQueueCall,
+    PermitAcquireCall, PermitAcquired, QueuedAcquireCall, ReleaseCall, Released, RenewCall,
+    RenewItem, Renewed, RwAcquireCall,
 };
 use crate::wire::request::Call;
 use crate::wire::sets::{SetAcquireCall, SetAcquired, SetReleaseCall};
@@ -158,6 +158,9 @@ macro_rules! quorate_acquire {
 quorate_acquire!(AcquireCall, |call| call.owner.as_bytes());
 quorate_acquire!(FencedAcquireCall, |call| call.value);
 quorate_acquire!(QueuedAcquireCall, |call| call.value);
+// Sent on one server, Sentinel or a cluster only (a quorum's waiters use its own queue); counted
+// as any acquire should that change.
+quorate_acquire!(HandedAcquireCall, |call| call.value);
 
 /// Best effort (the entries lapse by themselves): done once a majority answered. Ordered by the
 /// lock value, so it runs after a late attempt of the same waiter on each master (which would
@@ -744,6 +747,7 @@ mod tests {
             id: b"r",
             keep: Duration::ZERO,
             sharded: false,
+            handoff: false,
         };
         use Released::*;
         let hopeless = [Yes, Absent, Absent];

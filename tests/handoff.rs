@@ -1,0 +1,340 @@
+//! The handoff in the release (issue 21, item 2), against a real redis-server: a plain lock's
+//! waiters queue in Redis, and a release hands the lock to the first of them in place and
+//! names it in its message, so the next holder starts after one message, with no acquire round
+//! trip; FIFO across clients; a waiter that went away costs the lock its grant window at most,
+//! never its ttl; a handed-over lock is extended to its ttl before its window runs out.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use distlock::Client;
+use testkit::{
+    command_calls, eventually, fairness_run, quick_client as client, FairnessRun, RedisServer,
+};
+use tokio::time::Instant;
+
+/// Entries in the lock's waiters' queue.
+async fn queued(conn: &redis::aio::MultiplexedConnection, name: &str) -> usize {
+    let mut conn = conn.clone();
+    redis::cmd("ZCARD")
+        .arg(format!("distlock:{{{name}}}:queue"))
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// Waits until `n` waiters are queued for `name`.
+async fn until_queued(conn: &redis::aio::MultiplexedConnection, name: &str, n: usize) {
+    eventually(Duration::from_secs(5), "waiters queued", || async move {
+        (queued(conn, name).await == n).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_to_the_waiter_without_an_acquire_round_trip() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let conn = server.conn().await;
+    let holder = a
+        .lock("h")
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    let (got, got_rx) = tokio::sync::oneshot::channel();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move {
+            let g = b
+                .lock("h")
+                .ttl(Duration::from_secs(10))
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+                .unwrap();
+            got.send(()).unwrap();
+            g
+        }
+    });
+    until_queued(&conn, "h", 1).await;
+    let mut stats = conn.clone();
+    let (evalsha, set) = (
+        command_calls(&mut stats, "evalsha").await,
+        command_calls(&mut stats, "set").await,
+    );
+    holder.release().await.unwrap();
+    got_rx.await.unwrap();
+    // One script call (the release, which set the lock to the waiter's value inside it) and
+    // no acquire of the waiter's own.
+    assert_eq!(command_calls(&mut stats, "evalsha").await - evalsha, 1);
+    assert_eq!(
+        command_calls(&mut stats, "set").await - set,
+        1,
+        "the release's SET"
+    );
+    assert_eq!(
+        queued(&conn, "h").await,
+        0,
+        "the entry left the queue with the grant"
+    );
+    let g = waiter.await.unwrap();
+    // The lock is the waiter's, and its lease is the full ttl once extended (the grant's
+    // window is 1 s): still held 1.5 s later, and not lost.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        g.lost_reason(),
+        None,
+        "the handed-over lease was extended to its ttl"
+    );
+    assert!(g.guaranteed_until() > Instant::now() + Duration::from_secs(5));
+    let mut c = conn.clone();
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg("distlock:{h}")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(pttl > 5000, "extended to the 10 s ttl, pttl {pttl}");
+    g.release().await.unwrap();
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("distlock:{h}")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(!exists);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_several_clients_are_handed_the_lock_in_arrival_order() {
+    let server = RedisServer::start();
+    let holder_client = client(&server).await;
+    let conn = server.conn().await;
+    let holder = holder_client
+        .lock("fifo")
+        .ttl(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..4 {
+        let c = client(&server).await;
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let g = c
+                .lock("fifo")
+                .ttl(Duration::from_secs(10))
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+                .unwrap();
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            g.release().await.unwrap();
+        }));
+        // Each queued before the next comes.
+        until_queued(&conn, "fifo", i + 1).await;
+    }
+    // The holder releases and asks again at once: it queues behind the four.
+    holder.release().await.unwrap();
+    let again = holder_client
+        .lock("fifo")
+        .ttl(Duration::from_secs(10))
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    order.lock().unwrap().push(99);
+    again.release().await.unwrap();
+    for w in waiters {
+        w.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3, 99]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_went_away_costs_the_lock_its_window_not_its_ttl() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let conn = server.conn().await;
+    let holder = a
+        .lock("gone")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    // A waiter of a process that died: an entry ahead of everyone (ticket 1, 1 s window),
+    // lapsing only after the holder's 30 s.
+    let mut c = conn.clone();
+    let (secs, _): (u64, u64) = redis::cmd("TIME").query_async(&mut c).await.unwrap();
+    let _: () = redis::pipe()
+        .zadd("distlock:{gone}:queue", "d2:dead-waiter", 1024 + 1000)
+        .zadd(
+            "distlock:{gone}:queue:until",
+            "d2:dead-waiter",
+            (secs + 60) * 1000,
+        )
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let waiter = tokio::spawn(async move {
+        let g = b
+            .lock("gone")
+            .ttl(Duration::from_secs(30))
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap();
+        let at = Instant::now();
+        g.release().await.unwrap();
+        at
+    });
+    until_queued(&conn, "gone", 2).await;
+    holder.release().await.unwrap();
+    // Handed to the dead waiter for its 1 s window at most.
+    let mut c = conn.clone();
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg("distlock:{gone}")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(
+        (0..=1000).contains(&pttl),
+        "granted for the window, pttl {pttl}"
+    );
+    let took = waiter.await.unwrap() - started;
+    assert!(
+        took < Duration::from_secs(4),
+        "the live waiter took the lock {took:?} after the release (window 1 s + its recheck 1 s), not the 30 s ttl"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_waiter_hands_on_a_lock_handed_to_it() {
+    let server = RedisServer::start();
+    let (a, b, c) = (
+        client(&server).await,
+        client(&server).await,
+        client(&server).await,
+    );
+    let conn = server.conn().await;
+    let holder = a
+        .lock("cx")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let first = tokio::spawn({
+        let b = b.clone();
+        async move {
+            b.lock("cx")
+                .ttl(Duration::from_secs(30))
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        }
+    });
+    until_queued(&conn, "cx", 1).await;
+    let second = tokio::spawn(async move {
+        let g = c
+            .lock("cx")
+            .ttl(Duration::from_secs(30))
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap();
+        let at = Instant::now();
+        g.release().await.unwrap();
+        at
+    });
+    until_queued(&conn, "cx", 2).await;
+    // The first waiter goes away; the release that follows finds the second first in line (or
+    // hands the lock to the first, whose departure hands it on).
+    first.abort();
+    let _ = first.await;
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let took = second.await.unwrap() - released;
+    assert!(
+        took < Duration::from_millis(500),
+        "handed on at once: {took:?}"
+    );
+    b.settle().await;
+    eventually(Duration::from_secs(5), "queue empty", || async {
+        (queued(&conn, "cx").await == 0).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contended_clients_stay_fair_and_exclusive() {
+    let server = RedisServer::start();
+    let mut clients: Vec<Client> = Vec::new();
+    for _ in 0..4 {
+        clients.push(client(&server).await);
+    }
+    let run = FairnessRun {
+        duration: Duration::from_secs(4),
+        wait: Duration::from_secs(3),
+        ttl: Duration::from_secs(5),
+        hold_ms: (2, 10),
+    };
+    let figures = fairness_run(&clients, "fair", run).await;
+    eprintln!("{}", figures.summary());
+    assert_eq!(figures.overlaps, 0, "{}", figures.summary());
+    assert_eq!(
+        figures.busy + figures.other_errors,
+        0,
+        "{}",
+        figures.summary()
+    );
+    assert!(figures.jain() >= 0.99, "{}", figures.summary());
+    assert!(figures.longest_streak <= 2, "{}", figures.summary());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn probe_handoff_gap() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let gaps = Arc::new(Mutex::new(Vec::new()));
+    let last_release = Arc::new(Mutex::new(None::<Instant>));
+    let end = Instant::now() + Duration::from_secs(3);
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (c, gaps, last) = (c.clone(), gaps.clone(), last_release.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while Instant::now() < end {
+                let g = c
+                    .lock("p")
+                    .ttl(Duration::from_secs(10))
+                    .wait(Duration::from_secs(5))
+                    .acquire()
+                    .await
+                    .unwrap();
+                let now = Instant::now();
+                if let Some(r) = *last.lock().unwrap() {
+                    gaps.lock().unwrap().push(now.saturating_duration_since(r));
+                }
+                g.release().await.unwrap();
+                *last.lock().unwrap() = Some(Instant::now());
+                n += 1;
+            }
+            n
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap();
+    }
+    let mut g = gaps.lock().unwrap().clone();
+    g.sort();
+    eprintln!(
+        "sections/s {} gap p50 {:?} p90 {:?}",
+        total / 3,
+        g[g.len() / 2],
+        g[g.len() * 9 / 10]
+    );
+}
