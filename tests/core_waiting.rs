@@ -36,18 +36,29 @@ async fn waiters_are_woken_by_release_not_by_polling() {
             waited
         }
     });
-    // The waiter is subscribed once its channel shows up on the server.
-    eventually(Duration::from_secs(5), "waiter subscribed", || {
-        let mut conn = conn.clone();
-        async move {
-            let chans = channels(&mut conn).await;
-            (chans == ["distlock:{w}:released"]).then_some(())
-        }
-    })
+    // The waiter is subscribed once its channel shows up on the server, and queued (it is
+    // handed the lock by the release) once its entry does.
+    eventually(
+        Duration::from_secs(5),
+        "waiter subscribed and queued",
+        || {
+            let mut conn = conn.clone();
+            async move {
+                let chans = channels(&mut conn).await;
+                let queued: usize = redis::cmd("ZCARD")
+                    .arg("distlock:{w}:queue")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                (chans == ["distlock:{w}:released"] && queued == 1).then_some(())
+            }
+        },
+    )
     .await;
     let evalsha_before = command_calls(&mut conn, "evalsha").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    // Waiting costs no round trips (no polling) while the holder's lease is long.
+    // Waiting costs no round trips (no polling) while the holder's lease is long (a handed
+    // waiter looks again once a second at most).
     assert_eq!(command_calls(&mut conn, "evalsha").await, evalsha_before);
     let released = Instant::now();
     holder.release().await.unwrap();

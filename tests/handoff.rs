@@ -7,9 +7,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock::Client;
+use distlock::{hash_slot, Client, Config};
 use testkit::{
-    command_calls, eventually, fairness_run, quick_client as client, FairnessRun, RedisServer,
+    command_calls, eventually, fairness_run, quick_client as client, FairnessRun, RedisCluster,
+    RedisServer,
 };
 use tokio::time::Instant;
 
@@ -294,47 +295,48 @@ async fn contended_clients_stay_fair_and_exclusive() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore]
-async fn probe_handoff_gap() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
-    let gaps = Arc::new(Mutex::new(Vec::new()));
-    let last_release = Arc::new(Mutex::new(None::<Instant>));
-    let end = Instant::now() + Duration::from_secs(3);
-    let mut tasks = Vec::new();
-    for _ in 0..8 {
-        let (c, gaps, last) = (c.clone(), gaps.clone(), last_release.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut n = 0u64;
-            while Instant::now() < end {
-                let g = c
-                    .lock("p")
-                    .ttl(Duration::from_secs(10))
-                    .wait(Duration::from_secs(5))
-                    .acquire()
-                    .await
-                    .unwrap();
-                let now = Instant::now();
-                if let Some(r) = *last.lock().unwrap() {
-                    gaps.lock().unwrap().push(now.saturating_duration_since(r));
-                }
-                g.release().await.unwrap();
-                *last.lock().unwrap() = Some(Instant::now());
-                n += 1;
-            }
-            n
+async fn a_cluster_hands_the_lock_over_through_the_shard_in_arrival_order() {
+    let cluster = RedisCluster::start(3, 0);
+    let name = "shard-fifo";
+    let node = cluster.master_of_slot(hash_slot(format!("distlock:{{{name}}}").as_bytes()));
+    let conn = cluster.node(node).conn().await;
+    let connect = || Config::cluster(cluster.urls()).connect();
+    let holder_client = connect().await.unwrap();
+    let holder = holder_client
+        .lock(name)
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let c = connect().await.unwrap();
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let g = c
+                .lock(name)
+                .ttl(Duration::from_secs(30))
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+                .unwrap();
+            order.lock().unwrap().push((i, Instant::now()));
+            g.release().await.unwrap();
         }));
+        until_queued(&conn, name, i + 1).await;
     }
-    let mut total = 0;
-    for t in tasks {
-        total += t.await.unwrap();
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    for w in waiters {
+        w.await.unwrap();
     }
-    let mut g = gaps.lock().unwrap().clone();
-    g.sort();
-    eprintln!(
-        "sections/s {} gap p50 {:?} p90 {:?}",
-        total / 3,
-        g[g.len() / 2],
-        g[g.len() * 9 / 10]
+    let order = order.lock().unwrap().clone();
+    assert_eq!(order.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [0, 1, 2]);
+    // Handed over by each release (a 30 s lease: nothing else could free it this soon).
+    let took = order[2].1 - released;
+    assert!(
+        took < Duration::from_secs(1),
+        "three handoffs took {took:?}"
     );
 }

@@ -193,6 +193,8 @@ pub(crate) struct Handoffs {
 #[derive(Clone, Copy)]
 pub(crate) struct Section {
     pub(crate) task: u32,
+    /// Nanoseconds since `origin` at which the acquire was called (0: not recorded).
+    pub(crate) asked: u64,
     /// Nanoseconds since `origin` at which the acquire returned.
     pub(crate) entered: u64,
     /// Nanoseconds since `origin` at which the release returned (0: not yet).
@@ -228,6 +230,8 @@ pub(crate) struct Recorder<'a> {
     log: &'a Handoffs,
     task: u32,
     slot: AtomicUsize,
+    /// When the current section's acquire was called.
+    asked: AtomicU64,
 }
 
 impl<'a> Recorder<'a> {
@@ -236,7 +240,13 @@ impl<'a> Recorder<'a> {
             log,
             task,
             slot: AtomicUsize::new(usize::MAX),
+            asked: AtomicU64::new(0),
         }
+    }
+
+    /// Called right before the acquire of a section.
+    pub(crate) fn ask(&self) {
+        self.asked.store(self.log.now(), Ordering::Relaxed);
     }
 
     /// Called right after the lock is acquired.
@@ -249,6 +259,7 @@ impl<'a> Recorder<'a> {
         self.slot.store(events.len(), Ordering::Relaxed);
         events.push(Section {
             task: self.task,
+            asked: self.asked.load(Ordering::Relaxed),
             entered,
             released: 0,
         });

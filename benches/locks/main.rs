@@ -244,6 +244,7 @@ impl Bench<'_> {
             // Overlaps are failures to count, not a spread to take the median of.
             let mut violations: HashMap<Kind, u64> = HashMap::new();
             let mut gaps: HashMap<Kind, Samples> = HashMap::new();
+            let mut waits: HashMap<Kind, Vec<Samples>> = HashMap::new();
             let runs = repeat(
                 plan.reps,
                 |rep| rotated(kinds, rep),
@@ -262,6 +263,13 @@ impl Bench<'_> {
                     gaps.entry(kind)
                         .or_default()
                         .extend(std::mem::take(&mut r.gaps));
+                    let by_position = waits.entry(kind).or_default();
+                    for (at, samples) in std::mem::take(&mut r.waits).into_iter().enumerate() {
+                        match by_position.get_mut(at) {
+                            Some(all) => all.extend(samples),
+                            None => by_position.push(samples),
+                        }
+                    }
                     Ok(row)
                 },
             )
@@ -275,6 +283,7 @@ impl Bench<'_> {
                     .push(B3Row::new(tasks, kind, m, violations[&kind]));
             }
             report.b3_gaps.push((tasks, gaps));
+            report.b3_waits.push((tasks, waits));
         }
         Ok(())
     }

@@ -1,5 +1,6 @@
 //! The plots next to BENCHMARKS.md (SVG, written with `plotters` by every run that writes the
-//! report): the B3 handoff-latency distribution, and throughput against the number of tasks.
+//! report): the B3 handoff-latency distribution, the B3 wait by the waiter's position in line,
+//! and throughput against the number of tasks.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -8,7 +9,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::contenders::{BenchResult, Kind};
-use crate::report::{Report, HANDOFF_SVG, THROUGHPUT_SVG};
+use crate::report::{Report, HANDOFF_SVG, MIN_AT_POSITION, POSITIONS_SVG, THROUGHPUT_SVG};
 use crate::stats::Samples;
 
 /// Points on each distribution curve.
@@ -21,6 +22,12 @@ pub(crate) fn write(report: &Report, root: &Path) -> BenchResult<Vec<PathBuf>> {
         let path = root.join(HANDOFF_SVG);
         create_parent(&path)?;
         handoff(report, &path)?;
+        written.push(path);
+    }
+    if !report.b3_waits.is_empty() {
+        let path = root.join(POSITIONS_SVG);
+        create_parent(&path)?;
+        positions(report, &path)?;
         written.push(path);
     }
     if !report.b1.is_empty() || !report.b2.is_empty() || !report.b3.is_empty() {
@@ -140,6 +147,80 @@ fn handoff_panel(
     for (kind, points) in curves {
         chart.draw_series(LineSeries::new(points, colour(kind).stroke_width(2)))?;
     }
+    Ok(())
+}
+
+/// The B3 wait by position in line: one panel per task count, the median wait (µs) of the
+/// sections at each position, per implementation.
+fn positions(report: &Report, path: &Path) -> BenchResult<()> {
+    let root = SVGBackend::new(path, (1100, 500)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (charts, strip) = root.split_vertically(440);
+    let panels = charts.split_evenly((1, report.b3_waits.len().max(1)));
+    let mut drawn: Vec<Kind> = Vec::new();
+    for ((tasks, waits), panel) in report.b3_waits.iter().zip(panels.iter()) {
+        let mut curves: Vec<(Kind, Vec<(f64, f64)>)> = Vec::new();
+        for kind in Kind::ALL {
+            let Some(by_position) = waits.get(&kind) else {
+                continue;
+            };
+            let points: Vec<(f64, f64)> = by_position
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.len() >= MIN_AT_POSITION)
+                .map(|(at, s)| (at as f64, s.clone().quantile_us(0.5).max(1.0)))
+                .collect();
+            if !points.is_empty() {
+                curves.push((kind, points));
+                if !drawn.contains(&kind) {
+                    drawn.push(kind);
+                }
+            }
+        }
+        let x_max = curves
+            .iter()
+            .flat_map(|(_, p)| p.iter().map(|q| q.0))
+            .fold(1.0, f64::max)
+            + 1.0;
+        let y_max = curves
+            .iter()
+            .flat_map(|(_, p)| p.iter().map(|q| q.1))
+            .fold(10.0, f64::max)
+            * 1.5;
+        let mut chart = ChartBuilder::on(panel)
+            .caption(
+                format!("B3 wait by position in line, {tasks} tasks"),
+                ("sans-serif", 20),
+            )
+            .margin(12)
+            .x_label_area_size(45)
+            .y_label_area_size(60)
+            .build_cartesian_2d(-0.5..x_max, (1.0..y_max).log_scale())?;
+        chart
+            .configure_mesh()
+            .light_line_style(WHITE)
+            .x_desc("sections that entered while it waited")
+            .y_desc("median wait (µs, log scale)")
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .draw()?;
+        for (kind, points) in curves {
+            let style = colour(kind).stroke_width(2);
+            chart.draw_series(LineSeries::new(points.clone(), style))?;
+            chart.draw_series(
+                points
+                    .into_iter()
+                    .map(|p| Circle::new(p, 3, colour(kind).filled())),
+            )?;
+        }
+    }
+    let entries: Vec<(String, ShapeStyle, bool)> = Kind::ALL
+        .into_iter()
+        .filter(|k| drawn.contains(k))
+        .map(|k| (k.label().to_owned(), colour(k).stroke_width(2), false))
+        .collect();
+    legend(&strip, &entries)?;
+    root.present()?;
     Ok(())
 }
 

@@ -14,6 +14,10 @@ use crate::stats::{fmt_num, median, CycleRow, HandoffRow, Samples};
 /// The plots every run that writes BENCHMARKS.md draws (`plots`), relative to the repository.
 pub(crate) const HANDOFF_SVG: &str = "docs/benchmarks/handoff.svg";
 pub(crate) const THROUGHPUT_SVG: &str = "docs/benchmarks/throughput.svg";
+pub(crate) const POSITIONS_SVG: &str = "docs/benchmarks/positions.svg";
+
+/// Fewest sections at one position in line for the positions plot to draw it.
+pub(crate) const MIN_AT_POSITION: usize = 20;
 
 pub(crate) struct B3Row {
     pub(crate) tasks: usize,
@@ -99,6 +103,8 @@ pub(crate) struct Report {
     pub(crate) b3: Vec<B3Row>,
     /// Every B3 handoff gap, per task count and contender (all repetitions), for the plot.
     pub(crate) b3_gaps: Vec<(usize, HashMap<Kind, Samples>)>,
+    /// B3's waits by the waiter's position in line (see `HandoffRun::waits`), per task count.
+    pub(crate) b3_waits: Vec<(usize, HashMap<Kind, Vec<Samples>>)>,
     /// Throughput of every repetition, per scenario (`"B1"`, `"B2 64"`, `"B3 8"`, ...) and
     /// contender, in run order: ratios pair runs of the same repetition, which ran seconds
     /// apart, so load from outside the benchmark mostly cancels out.
@@ -184,6 +190,7 @@ impl Report {
             b2: Vec::new(),
             b3: Vec::new(),
             b3_gaps: Vec::new(),
+            b3_waits: Vec::new(),
             per_rep: HashMap::new(),
             b4: Vec::new(),
             b5: Vec::new(),
@@ -276,6 +283,15 @@ impl Report {
                  99.9th percentile; the dashed line is one round trip. A gap drawn at 1 µs was \
                  under 1 µs or none (the next acquire returned before the release did).\n\n\
                  ![B3 handoff latency distribution]({HANDOFF_SVG})\n"
+            );
+            let _ = writeln!(
+                out,
+                "The B3 wait (acquire called → returned) by the waiter's position in line: how \
+                 many other sections entered while it waited (median over every section of every \
+                 repetition; positions with fewer than {MIN_AT_POSITION} sections are left out). \
+                 Under FIFO a waiter that finds k ahead enters after exactly k others, and its \
+                 wait grows by one handoff per position: the slope is the handoff.\n\n\
+                 ![B3 wait by position in line]({POSITIONS_SVG})\n"
             );
         }
         if throughput {

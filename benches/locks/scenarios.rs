@@ -9,7 +9,7 @@ use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
 use crate::contenders::{
-    BenchError, BenchResult, Contenders, Handoffs, Hold, Kind, Recorder, Target,
+    BenchError, BenchResult, Contenders, Handoffs, Hold, Kind, Recorder, Section, Target,
 };
 use crate::probe::{measured_window, Probe, Work};
 use crate::stats::{jain, CycleRow, HandoffRow, Samples};
@@ -54,6 +54,9 @@ pub(crate) struct HandoffRun {
     pub(crate) per_sec: f64,
     /// Release returned → next acquire returned.
     pub(crate) gaps: Samples,
+    /// The waits (acquire called → returned) of the sections by the waiter's position: how
+    /// many other sections entered while it waited (the last bucket: that many or more).
+    pub(crate) waits: Vec<Samples>,
     pub(crate) min_share: f64,
     pub(crate) max_share: f64,
     pub(crate) jain: f64,
@@ -169,6 +172,7 @@ impl Runner {
             handles.push(tokio::spawn(async move {
                 let rec = Recorder::new(&log, task as u32);
                 while Instant::now() < end {
+                    rec.ask();
                     c.section(kind, &target, &rec).await?;
                 }
                 BenchResult::Ok(())
@@ -209,9 +213,11 @@ impl Runner {
             }
         }
         let fair = counted as f64 / tasks as f64;
+        let waits = waits_by_position(&sections, (lo, hi), 2 * tasks);
         Ok(HandoffRun {
             per_sec: counted as f64 / measure.as_secs_f64(),
             gaps,
+            waits,
             min_share: *per_task.iter().min().unwrap_or(&0) as f64 / fair,
             max_share: *per_task.iter().max().unwrap_or(&0) as f64 / fair,
             jain: jain(&per_task),
@@ -448,4 +454,23 @@ where
         h.await??;
     }
     Ok(())
+}
+
+/// The waits of the sections entered in `window` (acquire called → returned), by how many other
+/// sections entered while each waited (its position in line when it asked, for a FIFO lock),
+/// in `buckets` buckets (the last: that many or more).
+fn waits_by_position(sections: &[Section], (lo, hi): (u64, u64), buckets: usize) -> Vec<Samples> {
+    let mut entered: Vec<u64> = sections.iter().map(|s| s.entered).collect();
+    entered.sort_unstable();
+    let mut waits: Vec<Samples> = (0..buckets).map(|_| Samples::with_capacity(0)).collect();
+    for s in sections {
+        if s.asked == 0 || s.entered < lo || s.entered >= hi {
+            continue;
+        }
+        let before = entered.partition_point(|&e| e <= s.asked);
+        let upto = entered.partition_point(|&e| e < s.entered);
+        let position = upto.saturating_sub(before).min(buckets - 1);
+        waits[position].push_nanos(s.entered - s.asked);
+    }
+    waits
 }

@@ -10,10 +10,13 @@
 //! * `distlock:{order:42}:fence` — the last fencing token handed out for the name (kept for the
 //!   fence retention after the last fenced acquisition);
 //! * `distlock:{order:42}:released` — the channel a release publishes on (waiters subscribe);
-//! * `distlock:{order:42}:queue` and `distlock:{order:42}:queue:until` — over a RedLock quorum
-//!   only, the waiters' queue (sorted sets: each waiting acquire's lock value scored by its
-//!   ticket, and by when its entry lapses); not locks, so `Layout::name_of_key` and the
-//!   `SCAN` pattern (names end at the `}`) pass them by;
+//! * `distlock:{order:42}:queue` and `distlock:{order:42}:queue:until` — over a RedLock quorum,
+//!   the waiters' queue (sorted sets: each waiting acquire's lock value scored by its ticket,
+//!   and by when its entry lapses); on one server, Sentinel and a cluster, `:queue` alone holds
+//!   a plain lock's waiters, to whom a release hands the lock (each scored by a ticket that
+//!   carries its arrival and its grant window); not locks, so `Layout::name_of_key` and the
+//!   `SCAN` pattern (names end at the `}`) pass them by; a forced release deletes the lock and
+//!   wakes them, and the first of them takes it;
 //! * a semaphore (`distlock::semaphore`) lies at the lock key instead as a sorted set: one
 //!   member per holder (its owner, `d2:<client id>:<counter>`) scored by its lease deadline
 //!   (the server's clock, ms), and the member `d2:permits` scored `-n` (its `n` permits); the

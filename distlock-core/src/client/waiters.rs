@@ -691,6 +691,14 @@ impl Drop for Subscription {
                 grants.remove(&value);
             }
         }
+        // Not the last waiter (the common case under contention): counted out here, without
+        // a task.
+        if let Ok(mut state) = self.entry.state.try_lock() {
+            if state.waiters > 1 {
+                state.waiters -= 1;
+                return;
+            }
+        }
         let entry = self.entry.clone();
         let channels = self.channels.clone();
         let conns = self.conns.clone();

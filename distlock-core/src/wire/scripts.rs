@@ -22,11 +22,22 @@
 //!   `LEAVE_QUEUE`). They add keys next to a `d2` lock and change nothing in it: a client that
 //!   does not know them still excludes correctly (it only does not wait its turn), so the
 //!   version tag stays `d2`. One server, a cluster and Sentinel never see them.
+//! * **A waiter's attempt** (`HandedAcquireCall`, `ACQUIRE_HANDED`; one server, Sentinel, a
+//!   cluster: a plain lock's waiter once it subscribed): queues the caller in
+//!   `prefix:{name}:queue` (a sorted set: lock value → ticket, the caller's start and grant
+//!   window in one score, [`handed_ticket`]) while the lock is held, and takes a free lock only
+//!   in the queue's order.
 //! * **Re-entry check** (`RenewCall` with one lease): the outer hold is still ours, and its
 //!   expiry reaches at least the inner hold's ttl.
-//! * **Release** (`ReleaseCall`, `RELEASE`): compare and delete, then `PUBLISH` to wake waiters.
-//!   Releases that arrive together go out as one `RELEASE_MANY` call (`ReleaseManyCall`), and
-//!   acquires that arrive together share one pipeline and one `ECHO` (see `batch`).
+//! * **Release** (`ReleaseCall`, `RELEASE`): compare, then let go: on one server, Sentinel and
+//!   a cluster the lock is handed to the first waiter of its queue in place (set to that
+//!   waiter's value for its grant window, which its new holder extends) and the message on the
+//!   release channel names it; with nobody queued (and over RedLock) the lock is deleted and
+//!   the message is `1`, a wake (`grant_prelude!`). Releases that arrive together go out as one
+//!   `RELEASE_MANY` call (`ReleaseManyCall`), and acquires that arrive together share one
+//!   pipeline and one `ECHO` (see `batch`). The queue is a key next to a `d2` lock that changes
+//!   nothing in it: a client that does not know it still excludes correctly (it deletes and
+//!   wakes, and its waiters retry), so the version tag stays `d2`.
 //! * **Renewal** (`RenewCall`, `RENEW`): compare and extend, batched.
 //!
 //! ### Permits (`distlock::semaphore(name, n)`)
