@@ -7,12 +7,58 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock::{hash_slot, Client, Config};
+use distlock::{hash_slot, Client, Config, Error, LockGuard};
 use testkit::{
     command_calls, eventually, fairness_run, quick_client as client, FairnessRun, RedisCluster,
     RedisServer,
 };
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
+
+/// Takes `name` (free) for `secs`.
+async fn hold(c: &Client, name: &str, secs: u64) -> LockGuard {
+    c.lock(name)
+        .ttl(Duration::from_secs(secs))
+        .acquire()
+        .await
+        .unwrap()
+}
+
+/// Takes `name` for `secs`, waiting up to 20 s.
+async fn wait_for(c: &Client, name: &str, secs: u64) -> Result<LockGuard, Error> {
+    c.lock(name)
+        .ttl(Duration::from_secs(secs))
+        .wait(Duration::from_secs(20))
+        .acquire()
+        .await
+}
+
+/// A task that waits for `name` (ttl `secs`), then notes when it took it (and runs `inside`)
+/// and releases it: resolves to when it took it.
+fn waiter(
+    c: Client,
+    name: &'static str,
+    secs: u64,
+    inside: impl FnOnce() + Send + 'static,
+) -> JoinHandle<Instant> {
+    tokio::spawn(async move {
+        let g = wait_for(&c, name, secs).await.unwrap();
+        let at = Instant::now();
+        inside();
+        g.release().await.unwrap();
+        at
+    })
+}
+
+/// The lock key's remaining ttl in ms (-2: no key).
+async fn pttl(conn: &redis::aio::MultiplexedConnection, name: &str) -> i64 {
+    let mut conn = conn.clone();
+    redis::cmd("PTTL")
+        .arg(format!("distlock:{{{name}}}"))
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
 
 /// Entries in the lock's waiters' queue.
 async fn queued(conn: &redis::aio::MultiplexedConnection, name: &str) -> usize {
@@ -37,26 +83,12 @@ async fn a_release_hands_the_lock_to_the_waiter_without_an_acquire_round_trip() 
     let server = RedisServer::start();
     let (a, b) = (client(&server).await, client(&server).await);
     let conn = server.conn().await;
-    let holder = a
-        .lock("h")
-        .ttl(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap();
+    let holder = hold(&a, "h", 10).await;
     let (got, got_rx) = tokio::sync::oneshot::channel();
-    let waiter = tokio::spawn({
-        let b = b.clone();
-        async move {
-            let g = b
-                .lock("h")
-                .ttl(Duration::from_secs(10))
-                .wait(Duration::from_secs(5))
-                .acquire()
-                .await
-                .unwrap();
-            got.send(()).unwrap();
-            g
-        }
+    let waiting = tokio::spawn(async move {
+        let g = wait_for(&b, "h", 10).await.unwrap();
+        got.send(()).unwrap();
+        g
     });
     until_queued(&conn, "h", 1).await;
     let mut stats = conn.clone();
@@ -79,7 +111,7 @@ async fn a_release_hands_the_lock_to_the_waiter_without_an_acquire_round_trip() 
         0,
         "the entry left the queue with the grant"
     );
-    let g = waiter.await.unwrap();
+    let g = waiting.await.unwrap();
     // The lock is the waiter's, and its lease is the full ttl once extended (the grant's
     // window is 1 s): still held 1.5 s later, and not lost.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -89,20 +121,10 @@ async fn a_release_hands_the_lock_to_the_waiter_without_an_acquire_round_trip() 
         "the handed-over lease was extended to its ttl"
     );
     assert!(g.guaranteed_until() > Instant::now() + Duration::from_secs(5));
-    let mut c = conn.clone();
-    let pttl: i64 = redis::cmd("PTTL")
-        .arg("distlock:{h}")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    assert!(pttl > 5000, "extended to the 10 s ttl, pttl {pttl}");
+    let left = pttl(&conn, "h").await;
+    assert!(left > 5000, "extended to the 10 s ttl, pttl {left}");
     g.release().await.unwrap();
-    let exists: bool = redis::cmd("EXISTS")
-        .arg("distlock:{h}")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    assert!(!exists);
+    assert_eq!(pttl(&conn, "h").await, -2, "released");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -110,41 +132,19 @@ async fn waiters_of_several_clients_are_handed_the_lock_in_arrival_order() {
     let server = RedisServer::start();
     let holder_client = client(&server).await;
     let conn = server.conn().await;
-    let holder = holder_client
-        .lock("fifo")
-        .ttl(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap();
+    let holder = hold(&holder_client, "fifo", 10).await;
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     for i in 0..4 {
-        let c = client(&server).await;
         let order = order.clone();
-        waiters.push(tokio::spawn(async move {
-            let g = c
-                .lock("fifo")
-                .ttl(Duration::from_secs(10))
-                .wait(Duration::from_secs(10))
-                .acquire()
-                .await
-                .unwrap();
-            order.lock().unwrap().push(i);
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            g.release().await.unwrap();
-        }));
+        let push = move || order.lock().unwrap().push(i);
+        waiters.push(waiter(client(&server).await, "fifo", 10, push));
         // Each queued before the next comes.
         until_queued(&conn, "fifo", i + 1).await;
     }
     // The holder releases and asks again at once: it queues behind the four.
     holder.release().await.unwrap();
-    let again = holder_client
-        .lock("fifo")
-        .ttl(Duration::from_secs(10))
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap();
+    let again = wait_for(&holder_client, "fifo", 10).await.unwrap();
     order.lock().unwrap().push(99);
     again.release().await.unwrap();
     for w in waiters {
@@ -158,53 +158,27 @@ async fn a_waiter_that_went_away_costs_the_lock_its_window_not_its_ttl() {
     let server = RedisServer::start();
     let (a, b) = (client(&server).await, client(&server).await);
     let conn = server.conn().await;
-    let holder = a
-        .lock("gone")
-        .ttl(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
-    // A waiter of a process that died: an entry ahead of everyone (ticket 1, 1 s window),
-    // lapsing only after the holder's 30 s.
+    let holder = hold(&a, "gone", 30).await;
+    // A waiter of a process that died: an entry ahead of everyone (ticket 1, 1 s window).
     let mut c = conn.clone();
-    let (secs, _): (u64, u64) = redis::cmd("TIME").query_async(&mut c).await.unwrap();
-    let _: () = redis::pipe()
-        .zadd("distlock:{gone}:queue", "d2:dead-waiter", 1024 + 1000)
-        .zadd(
-            "distlock:{gone}:queue:until",
-            "d2:dead-waiter",
-            (secs + 60) * 1000,
-        )
+    let _: () = redis::cmd("ZADD")
+        .arg("distlock:{gone}:queue")
+        .arg(1024 + 1000)
+        .arg("d2:dead-waiter")
         .query_async(&mut c)
         .await
         .unwrap();
     let started = Instant::now();
-    let waiter = tokio::spawn(async move {
-        let g = b
-            .lock("gone")
-            .ttl(Duration::from_secs(30))
-            .wait(Duration::from_secs(20))
-            .acquire()
-            .await
-            .unwrap();
-        let at = Instant::now();
-        g.release().await.unwrap();
-        at
-    });
+    let live = waiter(b, "gone", 30, || {});
     until_queued(&conn, "gone", 2).await;
     holder.release().await.unwrap();
     // Handed to the dead waiter for its 1 s window at most.
-    let mut c = conn.clone();
-    let pttl: i64 = redis::cmd("PTTL")
-        .arg("distlock:{gone}")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let left = pttl(&conn, "gone").await;
     assert!(
-        (0..=1000).contains(&pttl),
-        "granted for the window, pttl {pttl}"
+        (0..=1000).contains(&left),
+        "granted for the window, pttl {left}"
     );
-    let took = waiter.await.unwrap() - started;
+    let took = live.await.unwrap() - started;
     assert!(
         took < Duration::from_secs(4),
         "the live waiter took the lock {took:?} after the release (window 1 s + its recheck 1 s), not the 30 s ttl"
@@ -220,35 +194,13 @@ async fn a_cancelled_waiter_hands_on_a_lock_handed_to_it() {
         client(&server).await,
     );
     let conn = server.conn().await;
-    let holder = a
-        .lock("cx")
-        .ttl(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let holder = hold(&a, "cx", 30).await;
     let first = tokio::spawn({
         let b = b.clone();
-        async move {
-            b.lock("cx")
-                .ttl(Duration::from_secs(30))
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-        }
+        async move { wait_for(&b, "cx", 30).await }
     });
     until_queued(&conn, "cx", 1).await;
-    let second = tokio::spawn(async move {
-        let g = c
-            .lock("cx")
-            .ttl(Duration::from_secs(30))
-            .wait(Duration::from_secs(20))
-            .acquire()
-            .await
-            .unwrap();
-        let at = Instant::now();
-        g.release().await.unwrap();
-        at
-    });
+    let second = waiter(c, "cx", 30, || {});
     until_queued(&conn, "cx", 2).await;
     // The first waiter goes away; the release that follows finds the second first in line (or
     // hands the lock to the first, whose departure hands it on).
@@ -282,7 +234,6 @@ async fn contended_clients_stay_fair_and_exclusive() {
         hold_ms: (2, 10),
     };
     let figures = fairness_run(&clients, "fair", run).await;
-    eprintln!("{}", figures.summary());
     assert_eq!(figures.overlaps, 0, "{}", figures.summary());
     assert_eq!(
         figures.busy + figures.other_errors,
@@ -301,40 +252,24 @@ async fn a_cluster_hands_the_lock_over_through_the_shard_in_arrival_order() {
     let node = cluster.master_of_slot(hash_slot(format!("distlock:{{{name}}}").as_bytes()));
     let conn = cluster.node(node).conn().await;
     let connect = || Config::cluster(cluster.urls()).connect();
-    let holder_client = connect().await.unwrap();
-    let holder = holder_client
-        .lock(name)
-        .ttl(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    let holder = hold(&connect().await.unwrap(), name, 30).await;
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     for i in 0..3 {
-        let c = connect().await.unwrap();
         let order = order.clone();
-        waiters.push(tokio::spawn(async move {
-            let g = c
-                .lock(name)
-                .ttl(Duration::from_secs(30))
-                .wait(Duration::from_secs(10))
-                .acquire()
-                .await
-                .unwrap();
-            order.lock().unwrap().push((i, Instant::now()));
-            g.release().await.unwrap();
-        }));
+        let push = move || order.lock().unwrap().push(i);
+        waiters.push(waiter(connect().await.unwrap(), name, 30, push));
         until_queued(&conn, name, i + 1).await;
     }
     let released = Instant::now();
     holder.release().await.unwrap();
+    let mut last = released;
     for w in waiters {
-        w.await.unwrap();
+        last = last.max(w.await.unwrap());
     }
-    let order = order.lock().unwrap().clone();
-    assert_eq!(order.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [0, 1, 2]);
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2]);
     // Handed over by each release (a 30 s lease: nothing else could free it this soon).
-    let took = order[2].1 - released;
+    let took = last - released;
     assert!(
         took < Duration::from_secs(1),
         "three handoffs took {took:?}"

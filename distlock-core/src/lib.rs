@@ -77,6 +77,18 @@
 //!   during a failover, …; [`Error::is_transient`]) do not end a wait: the waiter tries again
 //!   after a short randomised pause (15 ms doubling to 200 ms) until its wait runs out, then
 //!   returns the last error (or [`Error::Busy`] if the last attempt found the lock held).
+//! * **Handed over in turn** (one server, Sentinel, a Redis Cluster). A plain lock's waiters
+//!   queue in Redis next to the lock (`prefix:{name}:queue`, same hash slot), and a release
+//!   hands the lock in place to the first of them, naming it in its message: the next holder
+//!   starts on that message, with no acquire round trip, and the waiters of every client and
+//!   process take their turns in the order they came. A handed lock is the waiter's for its
+//!   grant window (1 s, or the ttl if shorter) counted from its last attempt that found the
+//!   lock held (the grant came after it), and the watchdog extends it to the ttl early in that
+//!   window; a grant heard too late to trust costs one more round trip, which finds the lock
+//!   ours and extends it. A waiter that leaves lets go a lock handed to it meanwhile, and one
+//!   whose process died costs the lock its window at most, never its ttl (a waiter looks again
+//!   at least every second while it waits). Fenced waiters, waiters that ask for replicas,
+//!   permits, read holds, sets and RedLock are woken and try again instead.
 //! * **Cancellation safety.** Dropping an `acquire()` future, a `release()` future or a guard
 //!   never leaves the lock held until its ttl: the release runs in the background on the
 //!   client's own runtime thread.

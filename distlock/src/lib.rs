@@ -238,6 +238,12 @@
 //!   [`LockGuard::release`] (manual API) always waits for the answer and returns `Ok(())`
 //!   only if Redis confirmed the lock was still ours and released it; dropping a guard
 //!   releases in the background.
+//! * **Waiters take turns.** With `wait`, a plain lock's waiters queue in Redis (one server,
+//!   Sentinel, a cluster), and a release hands the lock to the first of them: waiters of every
+//!   client and process get it in the order they came, each starting on the release's message.
+//!   A handed lock carries the same promise: it is trusted for a short grant window counted
+//!   from before the grant, then extended to its ttl ([`distlock_core`] docs, "Handed over in
+//!   turn").
 //! * **`Err(Lost)` means "this may not have run exclusively".** The lease ran out or was lost:
 //!   renewal found the lock expired or taken ([`LossReason::Expired`], [`LossReason::Stolen`]),
 //!   Redis stayed unreachable or refused renewal until the lease ran out

@@ -25,7 +25,7 @@
 //! * **A waiter's attempt** (`HandedAcquireCall`, `ACQUIRE_HANDED`; one server, Sentinel, a
 //!   cluster: a plain lock's waiter once it subscribed): queues the caller in
 //!   `prefix:{name}:queue` (a sorted set: lock value → ticket, the caller's start and grant
-//!   window in one score, [`handed_ticket`]) while the lock is held, and takes a free lock only
+//!   window in one score, `handed_ticket`) while the lock is held, and takes a free lock only
 //!   in the queue's order.
 //! * **Re-entry check** (`RenewCall` with one lease): the outer hold is still ours, and its
 //!   expiry reaches at least the inner hold's ttl.
@@ -200,7 +200,7 @@ end
 ///
 /// `let_go`: with the lock's queue given (one server, Sentinel, a cluster; not over RedLock),
 /// the lock is handed in place to the first waiter queued for it: set to its value for its
-/// grant window (read from its ticket, see [`handed_ticket`]; its new holder extends it to its
+/// grant window (read from its ticket, see `handed_ticket`; its new holder extends it to its
 /// ttl), the entry removed, and the message names it; otherwise the lock is deleted and the
 /// message is `1`, a plain wake. Without waiters this costs one `ZRANGE`. `wake`: the message
 /// alone (a permit or a read hold let go: their waiters are woken, not handed anything).
@@ -580,11 +580,11 @@ pub(crate) const TURN_GRACE: Duration = Duration::from_millis(300);
 
 /// The longest a lock handed to a queued waiter by a release (one server, Sentinel, a cluster:
 /// see [`RELEASE`]) is granted for before its new holder extends it: a waiter that went away
-/// can cost the lock this long at most (or its ttl, if shorter: [`grant_window`]), never its
+/// can cost the lock this long at most (or its ttl, if shorter: `grant_window`), never its
 /// ttl (see [`ACQUIRE_HANDED`]).
 pub(crate) const GRANT_WINDOW: Duration = Duration::from_secs(1);
 
-/// The grant window of a lock of `ttl`: [`GRANT_WINDOW`], or the ttl if that is shorter.
+/// The grant window of a lock of `ttl`: `GRANT_WINDOW`, or the ttl if that is shorter.
 pub(crate) fn grant_window(ttl: Duration) -> Duration {
     ttl.min(GRANT_WINDOW)
 }
@@ -737,7 +737,7 @@ return {ARGV[2], removed}
 
 /// A plain lock's waiting attempt on one server, Sentinel or a cluster, where the lock is
 /// handed to the first waiter of its queue when it is let go (`grant_prelude!`): the queue is
-/// `:queue`, lock value → ticket (see [`handed_ticket`]: the waiters' order, and each one's
+/// `:queue`, lock value → ticket (see `handed_ticket`: the waiters' order, and each one's
 /// grant window).
 ///
 /// KEYS: lock, queue, release channel. ARGV: value (`d2:<owner>`), ttl ms, request id, ticket,
@@ -840,7 +840,7 @@ return {ARGV[2], 0}
 /// Release several locks in one call (a batch of releases that arrived together, see `batch`;
 /// a set of locks held together).
 ///
-/// KEYS: per lock, its lock key and release channel, and with handoff (ARGV[3] = `3`) its queue
+/// KEYS: per lock, its lock key and release channel, and with handoff (the third ARGV `3`) its queue
 /// (see [`RELEASE`]). ARGV: the request id, `s` for sharded release channels (else `-`), the
 /// keys per lock (`2` or `3`), then for each lock its value (`d2:<owner>`) and keep ms.
 /// Returns `{id, codes}` with one code per lock, as [`RELEASE`] returns it (a permit's too).
