@@ -202,8 +202,9 @@ impl Batcher {
     /// is handed to redis-rs, so that a request sent outside the group commit on the same
     /// connection (a permit's, a read hold's, a fenced or a `WAIT` acquire) reaches Redis after
     /// them: the same client taking a permit again right after `run` returns finds it free.
-    /// Nothing queued: returns at once. Bounded by the response timeout.
-    pub(crate) async fn behind_releases(&self) {
+    /// Nothing queued: returns at once. Bounded by the response timeout: false if that ran
+    /// out first.
+    pub(crate) async fn behind_releases(&self) -> bool {
         let target = sync::lock(&self.state).releases_queued;
         let wait = async {
             loop {
@@ -217,8 +218,9 @@ impl Batcher {
             }
         };
         if sync::lock(&self.state).releases_out < target {
-            let _ = tokio::time::timeout(self.timeout, wait).await;
+            return tokio::time::timeout(self.timeout, wait).await.is_ok();
         }
+        true
     }
 
     /// A plain acquire (no `WAIT`): alone if nothing is in flight, else in the next group.

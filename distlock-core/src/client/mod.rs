@@ -326,13 +326,19 @@ impl Client {
         call: &C,
     ) -> Result<(C::Reply, Option<usize>), Error> {
         let after = self.inner.config.response_timeout;
-        // Sent outside the group commit: behind the releases `run` queued there.
+        // Sent outside the group commit: behind the releases `run` queued there. The wait for
+        // them counts in the call's one response timeout (a group stuck on a frozen server
+        // must not make the caller wait twice); nothing is sent if it runs out.
+        let started = tokio::time::Instant::now();
         if let Some(batcher) = &self.inner.batcher {
-            batcher.behind_releases().await;
+            if !batcher.behind_releases().await {
+                return Err(self.call_error(op, name, CallError::Timeout));
+            }
         }
+        let left = after.saturating_sub(started.elapsed());
         self.inner
             .deployment
-            .call(call, after)
+            .call(call, left.max(Duration::from_millis(1)))
             .await
             .map_err(|e| self.call_error(op, name, e))
     }
