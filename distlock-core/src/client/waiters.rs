@@ -607,11 +607,7 @@ impl Subscription {
             self.wait_until(deadline, 0).await;
             return false;
         };
-        let deadline = if self.entry.confirmed.load(Ordering::Acquire) < self.wake_after {
-            deadline.min(Instant::now() + DEGRADED_POLL)
-        } else {
-            deadline
-        };
+        let deadline = self.poll_deadline(deadline);
         loop {
             if slot.handed.swap(false, Ordering::AcqRel) {
                 return true;
@@ -634,6 +630,16 @@ impl Subscription {
         }
     }
 
+    /// `deadline`, or sooner (`DEGRADED_POLL`) while the subscription reached too few masters
+    /// for their messages to wake this waiter (or is not known to be confirmed).
+    fn poll_deadline(&self, deadline: Instant) -> Instant {
+        if self.entry.confirmed.load(Ordering::Acquire) < self.wake_after {
+            deadline.min(Instant::now() + DEGRADED_POLL)
+        } else {
+            deadline
+        }
+    }
+
     /// Call before each attempt: later messages wake [`Subscription::wait_until`].
     pub(crate) fn mark_seen(&mut self) {
         self.seen.copy_from_slice(&self.rx.borrow_and_update());
@@ -647,11 +653,7 @@ impl Subscription {
     /// its turn after a release); after each, this one waits at most `TURN_GRACE` more, in
     /// case a waiter ahead left the queue (its turn then comes without a release).
     pub(crate) async fn wait_until(&mut self, deadline: Instant, mut pass: u32) {
-        let mut deadline = if self.entry.confirmed.load(Ordering::Acquire) < self.wake_after {
-            deadline.min(Instant::now() + DEGRADED_POLL)
-        } else {
-            deadline
-        };
+        let mut deadline = self.poll_deadline(deadline);
         loop {
             let heard_from = {
                 let heard = self.rx.borrow_and_update();

@@ -64,7 +64,7 @@ pub(crate) fn into_guard(
         Held::new(terms.label, !reentry),
     );
     // The first renewal of a handed-over lock is due a third of the way through what is left.
-    let granted = granted.map(|_| deadline.saturating_duration_since(Instant::now()));
+    let left_of_window = granted.map(|_| deadline.saturating_duration_since(Instant::now()));
     // A set's lease: one part per lock, each renewed on its own.
     let lease = Arc::new(match hold.set.len() {
         0 => lease,
@@ -95,7 +95,7 @@ pub(crate) fn into_guard(
                 },
                 lease: lease.clone(),
                 part,
-                granted,
+                granted: left_of_window,
                 cap_is_ttl: !terms.renew && granted.is_some(),
             });
             match renewal {

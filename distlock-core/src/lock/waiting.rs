@@ -54,7 +54,7 @@ use crate::lock::reenter::reenter;
 use crate::metrics::{self, Labels, Waiting};
 use crate::wire::calls::Acquired;
 use crate::wire::keys::LockKeys;
-use crate::wire::scripts::{grant_window, GRANT_WINDOW};
+use crate::wire::scripts::grant_window;
 
 /// How often a waiter looks again at a lock whose key has no expiry (someone created it by
 /// hand): such a holder never publishes a release and has no ttl to wait out.
@@ -94,23 +94,20 @@ pub(crate) async fn acquire(
     // permit or a read hold, which retry without a queue: see `permits`), and its entry
     // there once it queued (from its first attempt after subscribing: an acquire that takes
     // the lock at once never queues), taken out again when the acquire ends.
-    let ticket = match client.is_quorum() && give_up.is_some() && hold.kind == Kind::Mutex {
-        true => queue::ticket(),
-        false => 0,
-    };
+    //
     // One server, Sentinel, a cluster: a plain lock's waiter queues in Redis and is handed
-    // the lock by the release itself (see the module docs, "Handoff"). Not a fenced one (its
-    // token comes from its own acquire) nor one that asks for replicas (its acquire waits for
-    // them): those are woken and try again.
-    let mut handed = give_up.is_some()
-        && !client.is_quorum()
-        && hold.kind == Kind::Mutex
-        && !terms.fenced
-        && terms.min_replicas == 0;
-    let window = handed.then(|| grant_window(terms.ttl));
+    // the lock by the release itself (see the module docs, "Handoff"): `window` is its grant
+    // window while it is such a waiter. Not a fenced one (its token comes from its own acquire)
+    // nor one that asks for replicas (its acquire waits for them): those are woken and try
+    // again.
+    let waits_plain = give_up.is_some() && hold.kind == Kind::Mutex;
+    let mut window = (waits_plain && !client.is_quorum() && !terms.fenced)
+        .then(|| grant_window(terms.ttl))
+        .filter(|_| terms.min_replicas == 0);
     let ticket = match window {
         Some(window) => queue::handed_ticket(window),
-        None => ticket,
+        None if waits_plain && client.is_quorum() => queue::ticket(),
+        None => 0,
     };
     // The last queued attempt that found the lock held (when it was sent, and the epoch then):
     // a grant heard after its reply came after it.
@@ -134,14 +131,14 @@ pub(crate) async fn acquire(
                 .unwrap_or_else(|| ReleaseOnDrop::new(hold.clone()));
             let queue = ticket > 0 && subscription.is_some();
             if queue {
-                queued.get_or_insert_with(|| QueueEntry::new(hold.clone(), handed));
+                queued.get_or_insert_with(|| QueueEntry::new(hold.clone(), window.is_some()));
             }
             let sent_at = Instant::now();
             let switches = client.switches();
             let place = Place {
                 ticket,
                 queue,
-                window: window.filter(|_| handed),
+                window,
             };
             let (attempt, acked) = match try_acquire(&hold, &terms, place, &mut met_readers).await {
                 // A waiter tries again, after a pause, until its wait runs out. (RedLock's
@@ -175,13 +172,17 @@ pub(crate) async fn acquire(
                     tracing::debug!(%error, "release after a RedLock attempt without a majority failed");
                 }
             }
-            if handed && met_readers {
+            if window.is_some() && met_readers {
                 // A write that met readers no longer queues: out of the queue (a lock handed
                 // over meanwhile is released and handed on), woken like other writers.
-                handed = false;
+                window = None;
                 queued = None;
             }
-            if queue && handed && failed.is_none() && matches!(attempt, Acquired::Busy { .. }) {
+            if queue
+                && window.is_some()
+                && failed.is_none()
+                && matches!(attempt, Acquired::Busy { .. })
+            {
                 last_busy = Some((sent_at, switches));
             }
             let stale = failed.is_some() || unanswered_before;
@@ -246,10 +247,10 @@ pub(crate) async fn acquire(
             continue;
         }
         backoff.reset();
-        match subscription.as_mut() {
+        match (subscription.as_mut(), window) {
             // Subscribed and at the head of the queue: try again at once, the lock may have
             // been released meanwhile.
-            None => {
+            (None, _) => {
                 let sub = match client.subscribe(keys.channel(), keys.name()).await {
                     Ok(sub) => subscription.insert(sub),
                     Err(error) if error.is_transient() => {
@@ -260,21 +261,20 @@ pub(crate) async fn acquire(
                     Err(error) => return Err(error),
                 };
                 waiting.start(terms.label);
-                if handed {
+                if window.is_some() {
                     // Every waiter of this client queues in Redis, each handed the lock in turn.
                     sub.expect_grant(hold.value.as_bytes());
                 } else if !sub.take_turn(give_up).await {
                     return busy();
                 }
             }
-            Some(sub) if handed => {
+            (Some(sub), Some(window)) => {
                 // Also at least every `HANDED_RECHECK`: a lock handed to a waiter that went
                 // away is free again after its window, and nobody publishes that.
                 let recheck = match pttl.and_then(|ms| u64::try_from(ms).ok()) {
                     Some(ms) => deadline_after(now, Duration::from_millis(ms.max(1))),
                     None => now + NO_EXPIRY_RECHECK,
                 };
-                let window = window.unwrap_or(GRANT_WINDOW);
                 let recheck = recheck.min(now + HANDED_RECHECK).min(give_up);
                 if sub.wait_grant(recheck).await {
                     if let Some(guard) = granted(&hold, &terms, last_busy, window, started) {
@@ -286,7 +286,7 @@ pub(crate) async fn acquire(
                     }
                 }
             }
-            Some(sub) => {
+            (Some(sub), None) => {
                 // A holder that crashed never publishes: look again when its lease runs out
                 // (a key without expiry, -1, has no lease to wait out).
                 let recheck = match pttl.and_then(|ms| u64::try_from(ms).ok()) {
