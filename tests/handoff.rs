@@ -2,7 +2,11 @@
 //! waiters queue in Redis, and a release hands the lock to the first of them in place and
 //! names it in its message, so the next holder starts after one message, with no acquire round
 //! trip; FIFO across clients; a waiter that went away costs the lock its grant window at most,
-//! never its ttl; a handed-over lock is extended to its ttl before its window runs out.
+//! never its ttl; a handed-over lock is extended to its ttl before its window runs out. A
+//! client's waiters behind one of them already queued wait in the client and are queued by that
+//! client's releases (one script per handoff), promoted to queue themselves when the queued one
+//! goes away, and leave nothing behind when they go away; several tasks of several clients stay
+//! fair and exclusive.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -274,4 +278,158 @@ async fn a_cluster_hands_the_lock_over_through_the_shard_in_arrival_order() {
         took < Duration::from_secs(1),
         "three handoffs took {took:?}"
     );
+}
+
+/// Waits until `c` has `n` waiters for `name` waiting in the client (its cohort).
+async fn until_in_client(c: &Client, name: &str, n: usize) {
+    eventually(
+        Duration::from_secs(5),
+        "waiters in the client",
+        || async move { (c.waiting_in_client(name) == n).then_some(()) },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_waiters_wait_in_the_client_and_its_own_releases_queue_them() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let conn = server.conn().await;
+    let holder = hold(&a, "cohort", 10).await;
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..5 {
+        let order = order.clone();
+        let push = move || order.lock().unwrap().push(i);
+        waiters.push(waiter(b.clone(), "cohort", 10, push));
+        // The first queues itself in Redis; the others wait in the client behind it.
+        if i == 0 {
+            until_queued(&conn, "cohort", 1).await;
+        } else {
+            until_in_client(&b, "cohort", i).await;
+        }
+    }
+    assert_eq!(
+        queued(&conn, "cohort").await,
+        1,
+        "one of b's waiters in Redis"
+    );
+    let mut stats = conn.clone();
+    let scripts = command_calls(&mut stats, "evalsha").await;
+    holder.release().await.unwrap();
+    for w in waiters {
+        w.await.unwrap();
+    }
+    assert_eq!(
+        *order.lock().unwrap(),
+        [0, 1, 2, 3, 4],
+        "FIFO within the client"
+    );
+    // a's release, then each of b's five releases, which queued b's next waiter (and handed it
+    // the lock): no waiter sent an attempt of its own (each would be one more script).
+    let scripts = command_calls(&mut stats, "evalsha").await - scripts;
+    assert!(
+        scripts <= 7,
+        "{scripts} script calls for 5 handoffs (one per release; at most one renewal more)"
+    );
+    assert_eq!(b.waiting_in_client("cohort"), 0);
+    assert_eq!(queued(&conn, "cohort").await, 0, "nobody left in the queue");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_a_cohorts_queued_waiter_goes_away_the_next_queues_itself_at_once() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let conn = server.conn().await;
+    let holder = hold(&a, "promote", 30).await;
+    let first = tokio::spawn({
+        let b = b.clone();
+        async move { wait_for(&b, "promote", 30).await }
+    });
+    until_queued(&conn, "promote", 1).await;
+    let second = waiter(b.clone(), "promote", 30, || {});
+    until_in_client(&b, "promote", 1).await;
+    // The queued one goes away: the one waiting in the client behind it queues itself now
+    // (not at its next look, a second later), and the first's entry leaves.
+    let gone = Instant::now();
+    first.abort();
+    let _ = first.await;
+    until_in_client(&b, "promote", 0).await;
+    eventually(Duration::from_secs(5), "the second queued", || async {
+        let mut c = conn.clone();
+        let members: Vec<String> = redis::cmd("ZRANGE")
+            .arg("distlock:{promote}:queue")
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        (members.len() == 1).then_some(())
+    })
+    .await;
+    let promoted = gone.elapsed();
+    assert!(
+        promoted < Duration::from_millis(700),
+        "queued {promoted:?} after the first went away (its own look would come after 1 s)"
+    );
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let took = second.await.unwrap() - released;
+    assert!(
+        took < Duration::from_millis(500),
+        "handed over at once: {took:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_leaves_while_waiting_in_the_client_leaves_nothing_behind() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let conn = server.conn().await;
+    let holder = hold(&a, "leave", 30).await;
+    let first = waiter(b.clone(), "leave", 30, || {});
+    until_queued(&conn, "leave", 1).await;
+    let second = tokio::spawn({
+        let b = b.clone();
+        async move { wait_for(&b, "leave", 30).await }
+    });
+    until_in_client(&b, "leave", 1).await;
+    second.abort();
+    let _ = second.await;
+    until_in_client(&b, "leave", 0).await;
+    holder.release().await.unwrap();
+    first.await.unwrap();
+    b.settle().await;
+    assert_eq!(queued(&conn, "leave").await, 0, "nothing queued");
+    assert_eq!(
+        pttl(&conn, "leave").await,
+        -2,
+        "the lock is free, not held for nobody"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_tasks_of_several_clients_stay_fair_and_exclusive() {
+    let server = RedisServer::start();
+    let mut tasks: Vec<Client> = Vec::new();
+    for _ in 0..3 {
+        let c = client(&server).await;
+        // Three tasks of each client: two of them wait in the client, behind a queued one.
+        tasks.extend([c.clone(), c.clone(), c]);
+    }
+    let run = FairnessRun {
+        duration: Duration::from_secs(4),
+        wait: Duration::from_secs(3),
+        ttl: Duration::from_secs(5),
+        hold_ms: (1, 5),
+    };
+    let figures = fairness_run(&tasks, "fair-cohorts", run).await;
+    assert_eq!(figures.overlaps, 0, "{}", figures.summary());
+    assert_eq!(
+        figures.busy + figures.other_errors,
+        0,
+        "{}",
+        figures.summary()
+    );
+    assert!(figures.jain() >= 0.99, "{}", figures.summary());
 }

@@ -243,7 +243,8 @@
 //!   client and process get it in the order they came, each starting on the release's message.
 //!   A handed lock carries the same promise: it is trusted for a short grant window counted
 //!   from before the grant, then extended to its ttl ([`distlock_core`] docs, "Handed over in
-//!   turn").
+//!   turn"). Tasks of one client that wait for the same lock queue through that client's own
+//!   releases, so a handoff between them costs Redis a single script.
 //! * **`Err(Lost)` means "this may not have run exclusively".** The lease ran out or was lost:
 //!   renewal found the lock expired or taken ([`LossReason::Expired`], [`LossReason::Stolen`]),
 //!   Redis stayed unreachable or refused renewal until the lease ran out

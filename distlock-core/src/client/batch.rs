@@ -247,11 +247,7 @@ impl Batcher {
         call: &ReleaseCall<'_>,
     ) -> Result<Released, CallError> {
         let queued = |reply| {
-            let item = ReleaseItem {
-                keys: call.keys.clone(),
-                value: *call.owner,
-                keep: call.keep,
-            };
+            let item = ReleaseItem::from(call);
             Queued::Release(item, ReleaseReply::Waiting(reply))
         };
         self.submit(call, call.owner, queued).await
@@ -262,11 +258,7 @@ impl Batcher {
     /// runtime (started now if there is room in flight, as [`Batcher::enter`] does); the
     /// sender hands its answer to `on_answer`.
     pub(crate) fn queue_release(self: &Arc<Self>, call: &ReleaseCall<'_>, on_answer: OnAnswer) {
-        let item = ReleaseItem {
-            keys: call.keys.clone(),
-            value: *call.owner,
-            keep: call.keep,
-        };
+        let item = ReleaseItem::from(call);
         let mut state = sync::lock(&self.state);
         if state.is_unanswered(&item.value) {
             // Its acquire's group is not answered yet: queued when it is.

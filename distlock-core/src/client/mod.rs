@@ -1,6 +1,7 @@
 //! A connected client: the command connection, the watchdog and the release subscriber.
 
 pub(crate) mod batch;
+pub(crate) mod cohort;
 pub(crate) mod identity;
 pub(crate) mod waiters;
 pub(crate) mod watchdog;
@@ -14,6 +15,7 @@ use std::future::Future;
 
 use crate::background::Background;
 use crate::client::batch::{Batcher, OnAnswer};
+use crate::client::cohort::Carry;
 use crate::client::waiters::{Subscription, Waiters};
 use crate::client::watchdog::{Batching, Renewal, Watchdog};
 use crate::config::Config;
@@ -26,6 +28,7 @@ use crate::deploy::{CallError, Deployment};
 use crate::error::{is_error_reply, Error, Operation};
 use crate::wire::calls::{AcquireCall, Acquired, ReleaseCall, Released};
 use crate::wire::ids::ShortId;
+use crate::wire::keys::LockKeys;
 use crate::wire::request::{self, ReplicaWait};
 use crate::wire::scripts;
 
@@ -194,6 +197,15 @@ impl Client {
         self.inner.waiters.active_channels()
     }
 
+    /// Number of this client's waiters for the lock `name` that wait in the client for one of
+    /// its own releases of that lock to queue them in Redis, instead of sending an attempt of
+    /// their own (0 for a name that is not a lock's; see the crate docs, "Handed over in
+    /// turn").
+    pub fn waiting_in_client(&self, name: &str) -> usize {
+        LockKeys::new(&self.inner.config.key_prefix, name)
+            .map_or(0, |keys| self.inner.waiters.deferred(keys.channel()))
+    }
+
     /// Number of background tasks in flight: releases `run` sent and not yet answered,
     /// releases of dropped guards and cancelled acquires, unsubscribes of departed waiters, and (over a RedLock quorum) the requests to
     /// masters that had not answered when their call was decided. Zero when the client is at
@@ -274,6 +286,12 @@ impl Client {
     /// True if some task of this client waits for the lock whose release channel is `channel`.
     pub(crate) fn has_waiters(&self, channel: &str) -> bool {
         self.inner.waiters.has_waiters(channel)
+    }
+
+    /// The next of this client's waiters for `channel`'s lock that wait in the client, for a
+    /// release of the lock by this client to queue in Redis (see `cohort`).
+    pub(crate) fn carry_next(&self, channel: &str) -> Option<Carry> {
+        self.inner.waiters.carry_next(channel, self.switches())
     }
 
     /// Subscribes a waiter to `channel`, the release channel of lock `name`.
@@ -374,6 +392,12 @@ impl Client {
                 .map_err(|e| self.call_error(Operation::Release, name, e)),
             None => self.call(Operation::Release, name, call).await,
         }
+    }
+
+    /// True where the group commit runs (standalone Redis, Sentinel): see
+    /// [`Client::queue_release`].
+    pub(crate) fn groups_releases(&self) -> bool {
+        self.inner.batcher.is_some()
     }
 
     /// A release sent without waiting (`run`), where the group commit runs (standalone Redis):

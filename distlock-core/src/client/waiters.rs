@@ -44,19 +44,21 @@
 //! failure refreshes the client's slot map), retried until a master serves the slot.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::{PushInfo, PushKind, Value};
-use tokio::sync::{mpsc, watch, Notify, OnceCell, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, watch, OnceCell, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::background::Background;
+use crate::client::cohort::{self, Carry, Deferral, GrantSlot, Place};
 use crate::deploy::backend::{Backend, Subscriber};
 use crate::deploy::redlock::quorum::majority;
 use crate::error::{is_connection_failure, Error, Operation};
 use crate::sync;
+use crate::wire::calls::NextWaiter;
 use crate::wire::scripts::{TURN_GRACE, VERSION_TAG};
 
 type ChannelMap = HashMap<Vec<u8>, Arc<Channel>>;
@@ -86,13 +88,9 @@ struct Channel {
     /// The waiters to whom a release may hand the lock, by lock value: a message naming one
     /// is its grant (see [`Subscription::expect_grant`]).
     grants: Mutex<HashMap<Vec<u8>, Arc<GrantSlot>>>,
-}
-
-/// Where a release's grant reaches its waiter.
-#[derive(Default)]
-struct GrantSlot {
-    handed: AtomicBool,
-    notify: Notify,
+    /// Those waiters as a cohort: the ones waiting in the client for a release of this client
+    /// to queue them (see `cohort`).
+    cohort: cohort::Shared,
 }
 
 /// See [`Channel::on`].
@@ -122,6 +120,7 @@ impl Channel {
                 left: false,
             }),
             grants: Mutex::default(),
+            cohort: cohort::Shared::default(),
         }
     }
 }
@@ -247,6 +246,8 @@ impl Waiters {
                 response_timeout: self.response_timeout,
                 turn: None,
                 grant: None,
+                place: Place::Outside,
+                took: false,
             };
             // Not subscribed yet, or on too few masters of a quorum (some were down), or the
             // waiter that subscribed was cancelled before Redis confirmed it: subscribe again.
@@ -380,6 +381,21 @@ impl Waiters {
     /// True if some task of this client is waiting for `channel`'s lock.
     pub(crate) fn has_waiters(&self, channel: &str) -> bool {
         sync::lock(&self.channels).contains_key(channel.as_bytes())
+    }
+
+    /// The first of this client's waiters for `channel`'s lock that wait in the client (see
+    /// `cohort`), for a release of this client to queue; `epoch`: the client's switch epoch.
+    pub(crate) fn carry_next(&self, channel: &str, epoch: u64) -> Option<Carry> {
+        let entry = sync::lock(&self.channels)
+            .get(channel.as_bytes())
+            .cloned()?;
+        cohort::carry_next(&entry.cohort, epoch)
+    }
+
+    /// This client's waiters for `channel`'s lock that wait in the client (see `cohort`).
+    pub(crate) fn deferred(&self, channel: &str) -> usize {
+        let entry = sync::lock(&self.channels).get(channel.as_bytes()).cloned();
+        entry.map_or(0, |entry| cohort::deferred(&entry.cohort))
     }
 
     /// Channels with at least one waiter (for tests and diagnostics).
@@ -573,6 +589,10 @@ pub(crate) struct Subscription {
     turn: Option<OwnedSemaphorePermit>,
     /// A waiter to whom a release may hand the lock: its lock value and where the grant lands.
     grant: Option<(Vec<u8>, Arc<GrantSlot>)>,
+    /// Such a waiter's place in the client's cohort of the lock (see `cohort`).
+    place: Place,
+    /// Such a waiter took the lock (its release carries the cohort on).
+    took: bool,
 }
 
 impl Subscription {
@@ -599,9 +619,48 @@ impl Subscription {
         self.grant = Some((value.to_vec(), slot));
     }
 
+    /// A waiter of [`Subscription::expect_grant`] (`next`: its value and ticket) waits in the
+    /// client for a release of this client to queue it, if another waiter of this client is
+    /// queued for the lock or waits so already (see `cohort`): true if it does (it sends no
+    /// attempt until [`Subscription::wait_grant`] ends without a grant).
+    pub(crate) fn defer(&mut self, next: NextWaiter) -> bool {
+        let Some((_, slot)) = &self.grant else {
+            return false;
+        };
+        match cohort::defer(&self.entry.cohort, next, slot) {
+            Some(place) => {
+                self.place = place;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A deferred waiter (see [`Subscription::defer`]), as its queue entry sees it.
+    pub(crate) fn deferral(&self) -> Option<Deferral> {
+        Deferral::new(&self.entry.cohort, &self.place)
+    }
+
+    /// A waiter of [`Subscription::expect_grant`] is queued in Redis by an attempt of its own.
+    pub(crate) fn queued(&mut self) {
+        cohort::queued(&self.entry.cohort, &mut self.place);
+    }
+
+    /// A deferred waiter (see [`Subscription::defer`]) that a release of this client queued:
+    /// when that release was made, and the client's switch epoch then.
+    pub(crate) fn carried(&self) -> Option<(Instant, u64)> {
+        cohort::carried(&self.place)
+    }
+
+    /// The waiter took the lock (or was handed it).
+    pub(crate) fn took(&mut self) {
+        self.took = true;
+    }
+
     /// A waiter of [`Subscription::expect_grant`]: waits until a release hands it the lock
     /// (true), or a plain wake (a release without a waiter to hand it to, a resubscription)
-    /// came after the last [`Subscription::mark_seen`], or `deadline` (false).
+    /// came after the last [`Subscription::mark_seen`], or it is to queue itself (a deferred
+    /// waiter promoted, see `cohort`), or `deadline` (false).
     pub(crate) async fn wait_grant(&mut self, deadline: Instant) -> bool {
         let Some(slot) = self.grant.as_ref().map(|(_, slot)| slot.clone()) else {
             self.wait_until(deadline, 0).await;
@@ -611,6 +670,9 @@ impl Subscription {
         loop {
             if slot.handed.swap(false, Ordering::AcqRel) {
                 return true;
+            }
+            if slot.promoted.swap(false, Ordering::AcqRel) {
+                return false;
             }
             let woken = {
                 let heard = self.rx.borrow_and_update();
@@ -693,6 +755,11 @@ impl Drop for Subscription {
                 grants.remove(&value);
             }
         }
+        cohort::leave(
+            &self.entry.cohort,
+            std::mem::take(&mut self.place),
+            self.took,
+        );
         // Not the last waiter (the common case under contention): counted out here, without
         // a task.
         if let Ok(mut state) = self.entry.state.try_lock() {

@@ -8,12 +8,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::client::cohort::Carry;
 use crate::client::Client;
 use crate::error::{Error, LossReason};
 use crate::lease::{millis_ceil, Lease};
 use crate::lock::backoff::Backoff;
 use crate::lock::multi;
 use crate::lock::permits::Kind;
+use crate::lock::queue::QueueEntry;
 use crate::wire::calls::ReleaseCall;
 pub(crate) use crate::wire::calls::Released;
 use crate::wire::ids::ShortId;
@@ -150,15 +152,48 @@ impl Hold {
             return multi::release(self).await;
         }
         let id = self.client.new_request_id();
-        let call = ReleaseCall {
+        let next = self.carry_next();
+        let call = self.release_call(&id, next.as_ref());
+        let released = self.client.release(self.keys.name(), &call).await;
+        if let (Ok(_), Some(next)) = (&released, next) {
+            self.confirm_carried(next);
+        }
+        released
+    }
+
+    /// The release that queued `next` (this client's next waiter of the lock) was answered; a
+    /// waiter that went away meanwhile leaves the queue now, after it.
+    fn confirm_carried(&self, next: Carry) {
+        if let Some(gone) = next.confirm() {
+            let waiter = Hold::new(
+                self.client.clone(),
+                self.keys.clone(),
+                gone.value,
+                self.kind,
+            );
+            drop(QueueEntry::new(waiter, true));
+        }
+    }
+
+    /// This client's next waiter for the lock that waits in the client, for the release to
+    /// queue in Redis (see `client::cohort`): a plain lock's, where a release hands the lock
+    /// over (not over RedLock).
+    fn carry_next(&self) -> Option<Carry> {
+        let handoff = self.kind == Kind::Mutex && !self.client.is_quorum();
+        handoff.then(|| self.client.carry_next(self.keys.channel()))?
+    }
+
+    /// The release of this (single) lock, with request id `id`, queuing `next`.
+    fn release_call<'a>(&'a self, id: &'a ShortId, next: Option<&Carry>) -> ReleaseCall<'a> {
+        ReleaseCall {
             keys: &self.keys,
             owner: &self.value,
             id: id.as_bytes(),
             keep: self.keep(),
             sharded: self.client.sharded_pubsub(),
             handoff: !self.client.is_quorum(),
-        };
-        self.client.release(self.keys.name(), &call).await
+            next: next.map(Carry::waiter),
+        }
     }
 }
 
@@ -522,22 +557,30 @@ impl LockGuard {
             client.spawn_started(confirm_sent(hold, lease, None));
             return;
         }
+        if !client.groups_releases() {
+            // Sent by the first poll, on the caller's thread, with the client's runtime
+            // entered.
+            client.spawn_started(confirm_sent(hold, lease, None));
+            return;
+        }
         let id = client.new_request_id();
-        let call = ReleaseCall {
-            keys: &hold.keys,
-            owner: &hold.value,
-            id: id.as_bytes(),
-            keep: hold.keep(),
-            sharded: client.sharded_pubsub(),
-            handoff: !client.is_quorum(),
-        };
+        let next = hold.carry_next();
+        let call = hold.release_call(&id, next.as_ref());
         let name = hold.keys.name();
         let confirm = {
             let hold = hold.clone();
             move |answer: Result<Released, Error>| match answer {
                 // The common case, handled in place by the group's sender: nothing to retry.
-                Ok(Released::Yes) => sent_release_confirmed(&hold, &lease),
+                Ok(Released::Yes) => {
+                    if let Some(next) = next {
+                        hold.confirm_carried(next);
+                    }
+                    sent_release_confirmed(&hold, &lease);
+                }
                 answer => {
+                    if let (Ok(_), Some(next)) = (&answer, next) {
+                        hold.confirm_carried(next);
+                    }
                     let first: SentAnswer = Box::pin(std::future::ready(answer));
                     let client = hold.client.clone();
                     client.spawn_cleanup(confirm_sent(hold, lease, Some(first)));
@@ -545,8 +588,7 @@ impl LockGuard {
             }
         };
         // Queued in the group commit: its sender runs on the caller's runtime, next to the
-        // command connection, and confirms it there. Else sent by the first poll, on the
-        // caller's thread, with the client's runtime entered.
+        // command connection, and confirms it there.
         if let Err(confirm) = client.queue_release(name, &call, confirm) {
             drop(confirm);
             client.spawn_started(confirm_sent(hold, self.lease.clone(), None));

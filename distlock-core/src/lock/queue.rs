@@ -16,6 +16,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::client::cohort::Deferral;
 use crate::error::Operation;
 use crate::lock::guard::Hold;
 use crate::wire::calls::LeaveQueueCall;
@@ -71,6 +72,9 @@ pub(crate) struct QueueEntry {
     release: Option<bool>,
     /// Leave the queue when dropped.
     armed: bool,
+    /// A waiter that waited in the client (`client::cohort`): it leaves the queue only once it
+    /// is there, and after the release that queued it.
+    deferral: Option<Deferral>,
 }
 
 impl QueueEntry {
@@ -82,7 +86,15 @@ impl QueueEntry {
             hold,
             release,
             armed: true,
+            deferral: None,
         }
+    }
+
+    /// The entry of a waiter that waits in the client until a release of the client queues it
+    /// (see `client::cohort`).
+    pub(crate) fn deferred(mut self, deferral: Option<Deferral>) -> Self {
+        self.deferral = deferral;
+        self
     }
 
     /// The acquire took the lock: where a release hands locks over, nothing is left to take
@@ -97,6 +109,9 @@ impl QueueEntry {
 impl Drop for QueueEntry {
     fn drop(&mut self) {
         if !self.armed {
+            return;
+        }
+        if self.deferral.as_ref().is_some_and(|d| !d.leaving()) {
             return;
         }
         let hold = self.hold.clone();

@@ -10,8 +10,10 @@
 //! script sets the lock to the first waiter's value and names it in its message
 //! (`scripts::RELEASE`, `grant_prelude!`), so the next holder starts after one message, not a
 //! message and a round trip, and the waiters of every client and process take their turns in
-//! the order they came (their tickets, `queue::handed_ticket`). Every waiter of a client
-//! queues (no turn-taking inside the client: each is handed the lock in turn).
+//! the order they came (their tickets, `queue::handed_ticket`). A waiter whose client already
+//! has a waiter of the lock queued in Redis (or waiting so) sends no attempt of its own: it
+//! waits in the client, and the client's next release of the lock queues it with its own ticket
+//! (`client::cohort`), so a handoff between a client's tasks costs Redis one script, not two.
 //!
 //! * **The lease of a lock handed over.** The waiter knows only that the grant came after its
 //!   last attempt that found the lock held was applied, so after it was sent; the release set
@@ -52,7 +54,7 @@ use crate::lock::permits::{self, Kind};
 use crate::lock::queue::{self, Place, QueueEntry};
 use crate::lock::reenter::reenter;
 use crate::metrics::{self, Labels, Waiting};
-use crate::wire::calls::Acquired;
+use crate::wire::calls::{Acquired, NextWaiter};
 use crate::wire::keys::LockKeys;
 use crate::wire::scripts::grant_window;
 
@@ -184,6 +186,9 @@ pub(crate) async fn acquire(
                 && matches!(attempt, Acquired::Busy { .. })
             {
                 last_busy = Some((sent_at, switches));
+                if let Some(sub) = subscription.as_mut() {
+                    sub.queued();
+                }
             }
             let stale = failed.is_some() || unanswered_before;
             if stale && !client.is_quorum() && !matches!(attempt, Acquired::Taken { .. }) {
@@ -199,6 +204,9 @@ pub(crate) async fn acquire(
                 Acquired::Taken { token } => {
                     if let Some(entry) = queued.as_mut() {
                         entry.took();
+                    }
+                    if let Some(sub) = subscription.as_mut() {
+                        sub.took();
                     }
                     waiting.acquired(started);
                     return Ok(into_guard(
@@ -262,8 +270,23 @@ pub(crate) async fn acquire(
                 };
                 waiting.start(terms.label);
                 if window.is_some() {
-                    // Every waiter of this client queues in Redis, each handed the lock in turn.
+                    // Every waiter of this client is handed the lock in turn: queued in Redis
+                    // by an attempt of its own, or behind one of this client's waiters already
+                    // queued, by this client's next release of the lock (its cohort).
                     sub.expect_grant(hold.value.as_bytes());
+                    let next = NextWaiter {
+                        value: hold.value,
+                        ticket,
+                    };
+                    if sub.defer(next) {
+                        // Leaves the queue in Redis too if it goes away once a release queued
+                        // it there.
+                        let deferral = sub.deferral();
+                        queued.get_or_insert_with(|| {
+                            QueueEntry::new(hold.clone(), true).deferred(deferral)
+                        });
+                        queue_first = true;
+                    }
                 } else if !sub.take_turn(give_up).await {
                     return busy();
                 }
@@ -277,10 +300,14 @@ pub(crate) async fn acquire(
                 };
                 let recheck = recheck.min(now + HANDED_RECHECK).min(give_up);
                 if sub.wait_grant(recheck).await {
+                    // Queued by its own attempt, or by a release of this client: whichever came
+                    // last (the grant came after both).
+                    let last_busy = last_busy.max(sub.carried());
                     if let Some(guard) = granted(&hold, &terms, last_busy, window, started) {
                         if let Some(entry) = queued.as_mut() {
                             entry.took();
                         }
+                        sub.took();
                         waiting.acquired(started);
                         return Ok(guard);
                     }

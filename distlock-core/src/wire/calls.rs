@@ -553,6 +553,18 @@ pub(crate) struct ReleaseCall<'a> {
     /// Hand the lock to the first waiter queued for it (one server, Sentinel, a cluster; not
     /// over RedLock).
     pub(crate) handoff: bool,
+    /// With `handoff`: the releasing client's next waiter for the lock, queued by this
+    /// release (see `client::waiters`, "Cohorts").
+    pub(crate) next: Option<NextWaiter>,
+}
+
+/// A waiter of the releasing client that a release queues for the lock (`RELEASE`'s optional
+/// arguments): its lock value and its ticket (`scripts::handed_ticket`).
+#[derive(Clone, Copy)]
+pub(crate) struct NextWaiter {
+    /// `d2:<owner>` of the waiter's acquisition.
+    pub(crate) value: ShortId,
+    pub(crate) ticket: u64,
 }
 
 impl Call for ReleaseCall<'_> {
@@ -571,6 +583,9 @@ impl Call for ReleaseCall<'_> {
             .arg(self.id)
             .arg(millis_ceil(self.keep))
             .arg(if self.sharded { "s" } else { "-" });
+        if let (true, Some(next)) = (self.handoff, self.next) {
+            cmd.arg(next.value.as_bytes()).arg(next.ticket);
+        }
         Request::Script(&RELEASE_SCRIPT, cmd)
     }
 
@@ -602,6 +617,20 @@ pub(crate) struct ReleaseItem {
     pub(crate) value: ShortId,
     /// `min_hold` not reached yet: leave the lock to expire after this long (zero: delete it).
     pub(crate) keep: Duration,
+    /// The releasing client's next waiter for the lock, queued by the release.
+    pub(crate) next: Option<NextWaiter>,
+}
+
+impl From<&ReleaseCall<'_>> for ReleaseItem {
+    /// The same release, as one lock of a group's `RELEASE_MANY`.
+    fn from(call: &ReleaseCall<'_>) -> Self {
+        ReleaseItem {
+            keys: call.keys.clone(),
+            value: *call.owner,
+            keep: call.keep,
+            next: call.next,
+        }
+    }
 }
 
 /// [`RELEASE_MANY`] of several locks (standalone Redis: their keys need not share a slot),
@@ -624,6 +653,10 @@ impl ReleaseManyCall<'_> {
         cmd.arg(self.id).arg("-").arg(3);
         for item in self.items {
             cmd.arg(item.value.as_bytes()).arg(millis_ceil(item.keep));
+            match &item.next {
+                Some(next) => cmd.arg(next.value.as_bytes()).arg(next.ticket),
+                None => cmd.arg("").arg(0),
+            };
         }
         cmd
     }

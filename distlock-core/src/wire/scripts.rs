@@ -33,7 +33,10 @@
 //!   a cluster the lock is handed to the first waiter of its queue in place (set to that
 //!   waiter's value for its grant window, which its new holder extends) and the message on the
 //!   release channel names it; with nobody queued (and over RedLock) the lock is deleted and
-//!   the message is `1`, a wake (`grant_prelude!`). Releases that arrive together go out as one
+//!   the message is `1`, a wake (`grant_prelude!`). A release may also queue the releasing
+//!   client's next waiter for the lock, with that waiter's ticket (`NextWaiter`: a waiter that
+//!   waits in the client, `client::cohort`), before it lets go, so that waiter sends no attempt
+//!   of its own. Releases that arrive together go out as one
 //!   `RELEASE_MANY` call (`ReleaseManyCall`), and acquires that arrive together share one
 //!   pipeline and one `ECHO` (see `batch`). The queue is a key next to a `d2` lock that changes
 //!   nothing in it: a client that does not know it still excludes correctly (it deletes and
@@ -204,6 +207,14 @@ end
 /// ttl), the entry removed, and the message names it; otherwise the lock is deleted and the
 /// message is `1`, a plain wake. Without waiters this costs one `ZRANGE`. `wake`: the message
 /// alone (a permit or a read hold let go: their waiters are woken, not handed anything).
+///
+/// `release_lock`: a `d2` lock's release (`v`: what the lock key holds, `false` if nothing),
+/// as [`RELEASE`] returns its code. With a next waiter (`nv`, its ticket `nt`: a waiter of the
+/// releasing client that waits in the client behind one already queued, see
+/// `client::waiters`, "Cohorts") the release queues it first, whatever it finds, and keeps the
+/// queue key for the lock's pttl and that waiter's window: a lock found free is then handed to
+/// the first waiter at once, as [`ACQUIRE_HANDED`] would, and the waiter sends no attempt of
+/// its own.
 macro_rules! grant_prelude {
     () => {
         r#"
@@ -231,6 +242,32 @@ local function let_go(lock, chan, q, sharded)
   end
   redis.call('DEL', lock)
   wake(chan, '1', sharded)
+end
+local function release_lock(lock, chan, q, v, value, keep, nv, nt, sharded)
+  if v and v ~= value and string.sub(v, 1, 3) ~= 'd2:' then
+    return -3
+  end
+  if nv then
+    redis.call('ZADD', q, nt, nv)
+  end
+  local code = 0
+  if v == false then
+    code = -2
+  elseif v ~= value then
+    code = -1
+  elseif tonumber(keep) > 0 then
+    redis.call('PEXPIRE', lock, keep)
+  end
+  if (code == 0 and tonumber(keep) <= 0) or (code == -2 and nv) then
+    let_go(lock, chan, q, sharded)
+  end
+  if nv then
+    local left = math.max(redis.call('PTTL', lock), 0) + math.max(tonumber(nt) % 1024, 1)
+    if redis.call('PTTL', q) < left then
+      redis.call('PEXPIRE', q, left)
+    end
+  end
+  return code
 end
 "#
     };
@@ -798,8 +835,10 @@ return {ARGV[3], {1, 0}}
 ///
 /// KEYS: lock, release channel, and (one server, Sentinel, a cluster: where a lock let go is
 /// handed to its first waiter) the lock's queue. ARGV: value (`d2:<owner>`), request id, keep
-/// ms, and `s` for a sharded release channel (a cluster: `SPUBLISH` reaches the subscribers of
-/// the lock's own shard, where `PUBLISH` would be broadcast to every node).
+/// ms, `s` for a sharded release channel (a cluster: `SPUBLISH` reaches the subscribers of
+/// the lock's own shard, where `PUBLISH` would be broadcast to every node), and optionally the
+/// value and ticket of the releasing client's next waiter for the lock (see `release_lock` in
+/// `grant_prelude!`: queued by this release, so it sends no attempt of its own).
 /// Returns `{id, code}`: 0 released, -1 another owner holds it (nothing changed), -2 no lock (it
 /// expired, or a replayed release already freed it), -3 the key is not a `d2` lock. With keep
 /// ms > 0 (`min_hold` not reached yet) the lock is left to expire after keep ms instead of
@@ -819,21 +858,7 @@ if type(v) == 'table' then"#,
   end
   return {ARGV[2], math.min(code, 0)}
 end
-if v == false then
-  return {ARGV[2], -2}
-end
-if v ~= ARGV[1] then
-  if string.sub(v, 1, 3) ~= 'd2:' then
-    return {ARGV[2], -3}
-  end
-  return {ARGV[2], -1}
-end
-if tonumber(ARGV[3]) > 0 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return {ARGV[2], 0}
-end
-let_go(KEYS[1], KEYS[2], KEYS[3], ARGV[4] == 's')
-return {ARGV[2], 0}
+return {ARGV[2], release_lock(KEYS[1], KEYS[2], KEYS[3], v, ARGV[1], ARGV[3], ARGV[5], ARGV[6], ARGV[4] == 's')}
 "#
 );
 
@@ -842,19 +867,23 @@ return {ARGV[2], 0}
 ///
 /// KEYS: per lock, its lock key and release channel, and with handoff (the third ARGV `3`) its queue
 /// (see [`RELEASE`]). ARGV: the request id, `s` for sharded release channels (else `-`), the
-/// keys per lock (`2` or `3`), then for each lock its value (`d2:<owner>`) and keep ms.
+/// keys per lock (`2` or `3`), then for each lock its value (`d2:<owner>`) and keep ms, and
+/// with handoff (3 keys per lock) the value of the next waiter to queue (empty: none) and its
+/// ticket (see [`RELEASE`]).
 /// Returns `{id, codes}` with one code per lock, as [`RELEASE`] returns it (a permit's too).
 pub const RELEASE_MANY: &str = concat!(
     grant_prelude!(),
     r#"
 local out = {}
 local per = tonumber(ARGV[3])
+local stride = per == 3 and 4 or 2
 local sharded = ARGV[2] == 's'
 for i = 1, #KEYS / per do
   local lock = KEYS[per * (i - 1) + 1]
   local chan = KEYS[per * (i - 1) + 2]
-  local value = ARGV[2 * i + 2]
-  local keep = ARGV[2 * i + 3]
+  local at = 3 + stride * (i - 1)
+  local value = ARGV[at + 1]
+  local keep = ARGV[at + 2]
   local v = redis.pcall('GET', lock)
   if type(v) == 'table' then"#,
     permit_prelude!(),
@@ -864,24 +893,14 @@ for i = 1, #KEYS / per do
       wake(chan, '1', sharded)
     end
     out[i] = math.min(out[i], 0)
-  elseif v == false then
-    out[i] = -2
-  elseif v ~= value then
-    if string.sub(v, 1, 3) ~= 'd2:' then
-      out[i] = -3
-    else
-      out[i] = -1
+  elseif per == 3 then
+    local nv = ARGV[at + 3]
+    if nv == '' then
+      nv = nil
     end
-  elseif tonumber(keep) > 0 then
-    redis.call('PEXPIRE', lock, keep)
-    out[i] = 0
+    out[i] = release_lock(lock, chan, KEYS[per * (i - 1) + 3], v, value, keep, nv, ARGV[at + 4], sharded)
   else
-    if per == 3 then
-      let_go(lock, chan, KEYS[per * (i - 1) + 3], sharded)
-    else
-      let_go(lock, chan, nil, sharded)
-    end
-    out[i] = 0
+    out[i] = release_lock(lock, chan, nil, v, value, keep, nil, nil, sharded)
   end
 end
 return {ARGV[1], out}

@@ -134,6 +134,10 @@ impl Call for SetReleaseCall<'_> {
         let keep = millis_ceil(self.keep);
         for _ in self.keys {
             cmd.arg(self.owner.as_bytes()).arg(keep);
+            if self.handoff {
+                // No next waiter to queue (see `ReleaseManyCall`).
+                cmd.arg("").arg(0);
+            }
         }
         Request::Script(&RELEASE_MANY_SCRIPT, cmd)
     }

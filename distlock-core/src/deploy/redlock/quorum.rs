@@ -748,6 +748,7 @@ mod tests {
             keep: Duration::ZERO,
             sharded: false,
             handoff: false,
+            next: None,
         };
         use Released::*;
         let hopeless = [Yes, Absent, Absent];
