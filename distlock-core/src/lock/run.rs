@@ -11,14 +11,18 @@
 //! this crate. Kept generic, they cost every annotated function kilobytes of machine code and
 //! tens of milliseconds of release build (issue 14; `scripts/codegen-cost.sh` measures it).
 //!
-//! Nothing is boxed: the session future sits in `run`'s own future, and the body reaches
-//! `drive` as a `&mut dyn BodySlot` for the length of one poll only, so `run`'s future is `Send`
-//! exactly when the body and its output are.
+//! The session is boxed, by `start`, here: its state machine (the whole acquire, waiting and
+//! release path) is then compiled once, in this crate, and reached through its vtable. Held
+//! inline in `run`'s future it was compiled again in every crate that calls `run`, drop glue
+//! and all (the state machines of non-generic `async fn`s are instantiated where they are
+//! used): about 10 s of release build for a crate's first locked function (issue 21). The body
+//! reaches `drive` as a `&mut dyn BodySlot` for the length of one poll only, so `run`'s future
+//! is `Send` exactly when the body and its output are.
 
 use std::future::{poll_fn, Future};
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{ready, Context, Poll};
 
 use crate::error::{Error, LossReason};
@@ -70,8 +74,8 @@ impl LockBuilder {
     /// The returned future is `Send` when `body` and its output are. Dropping it at any point
     /// never leaves the lock held: the lock is released in the background.
     pub async fn run<F: Future>(self, body: F) -> Result<F::Output, Error> {
-        let link = Link::new();
-        let mut session = pin!(session(self, &link));
+        let link = Arc::new(Link::new());
+        let mut session = start(self, &link);
         let mut body = pin!(Some(body));
         let mut out = None;
         // Cancelled with the body alive, this future drops the body inside its frame (as it was
@@ -99,13 +103,21 @@ impl LockBuilder {
 
 /// `run`'s one await: [`drive`] with the body's slot.
 struct Drive<'a, S> {
-    session: Pin<&'a mut Session<'a>>,
+    session: Pin<&'a mut Session>,
     link: &'a Link,
     slot: S,
 }
 
 /// The non-generic part of `run` (see [`session`]), as `drive` polls it.
-type Session<'a> = dyn Future<Output = Result<(), Error>> + Send + 'a;
+type Session = dyn Future<Output = Result<(), Error>> + Send;
+
+/// Starts `run`'s session: boxed here, so that its state machine and its vtable are compiled
+/// in this crate only (see the module docs). Never inlined into a caller's crate, for the same
+/// reason.
+#[inline(never)]
+fn start(builder: LockBuilder, link: &Arc<Link>) -> Pin<Box<Session>> {
+    Box::pin(session(builder, link.clone()))
+}
 
 impl<S: BodySlot + Unpin> Future for Drive<'_, S> {
     type Output = Result<(), Error>;
@@ -209,7 +221,7 @@ impl Drop for EnterOnDrop<'_> {
 /// the release), then the body inside its frame while the session holds the lock, until the
 /// session is done.
 fn drive(
-    mut session: Pin<&mut Session<'_>>,
+    mut session: Pin<&mut Session>,
     link: &Link,
     cx: &mut Context<'_>,
     body: &mut dyn BodySlot,
@@ -244,7 +256,7 @@ fn drive(
 /// Everything `run` does besides the body: `Ok` only if the body completed entirely inside the
 /// lease with no loss reported while it ran; the release is then sent and not waited for
 /// (over RedLock it is waited for until the lease's end at most).
-async fn session(builder: LockBuilder, link: &Link) -> Result<(), Error> {
+async fn session(builder: LockBuilder, link: Arc<Link>) -> Result<(), Error> {
     let guard = builder.acquire().await?;
     let hold = guard.hold();
     let frame = Frame::new(
