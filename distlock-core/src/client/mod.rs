@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use std::future::Future;
+use std::pin::Pin;
 
 use crate::background::Background;
 use crate::client::batch::{Batcher, OnAnswer};
@@ -71,9 +72,21 @@ impl Config {
     }
 }
 
+/// A future made and boxed in this crate (see [`Client::connect`]).
+pub(crate) type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
 impl Client {
     /// Validates `config`, connects and starts the client's background work.
-    pub(crate) async fn connect(config: Config, name: Option<String>) -> Result<Client, Error> {
+    ///
+    /// Boxed here, never inlined: the state machine of connecting (and its drop glue) is then
+    /// compiled once, in this crate, not again in every crate that connects a client (the state
+    /// machines of non-generic `async fn`s are instantiated where they are used).
+    #[inline(never)]
+    pub(crate) fn connect(config: Config, name: Option<String>) -> Boxed<Result<Client, Error>> {
+        Box::pin(Client::open(config, name))
+    }
+
+    async fn open(config: Config, name: Option<String>) -> Result<Client, Error> {
         config.validate()?;
         let backend = Arc::new(Backend::open(&config)?);
         let connect_error = |source| Error::Connect {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use crate::client::Client;
+use crate::client::{Boxed, Client};
 use crate::config::{ALL_NEEDS_SENTINEL, ALL_REPLICAS, MAX_REPLICAS};
 use crate::error::Error;
 use crate::lease::{check_ttl, millis_ceil, MAX_TTL};
@@ -239,6 +239,18 @@ impl LockBuilder {
     /// count goes up and the guard shares the outer token. Dropping this future at any point
     /// never leaves the lock held: a possibly applied acquisition is released in the background.
     pub async fn acquire(self) -> Result<LockGuard, Error> {
+        self.start_acquire().await
+    }
+
+    /// [`LockBuilder::acquire`], boxed here and never inlined, so that its state machine is
+    /// compiled in this crate only (see [`Client::connect`]).
+    #[inline(never)]
+    fn start_acquire(self) -> Boxed<Result<LockGuard, Error>> {
+        Box::pin(self.acquire_here())
+    }
+
+    /// The acquire itself (`run`'s session awaits it in place).
+    pub(crate) async fn acquire_here(self) -> Result<LockGuard, Error> {
         let attempt = Attempt::new(self.labels(), self.skip, self.wait.is_some());
         let result = match self.terms() {
             Ok((client, keys, terms)) => match &self.others {

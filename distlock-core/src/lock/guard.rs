@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::cohort::Carry;
-use crate::client::Client;
+use crate::client::{Boxed, Client};
 use crate::error::{Error, LossReason};
 use crate::lease::{millis_ceil, Lease};
 use crate::lock::backoff::Backoff;
@@ -263,7 +263,7 @@ fn release_later(hold: Hold) {
 }
 
 /// The answer of a release already queued (in the group commit).
-type SentAnswer = std::pin::Pin<Box<dyn Future<Output = Result<Released, Error>> + Send>>;
+type SentAnswer = Boxed<Result<Released, Error>>;
 
 /// A release sent without waiting ([`LockGuard::send_release`]): its answer (`first`, when it
 /// was queued in the group commit; else its first attempt, sent by the first poll on the
@@ -488,6 +488,17 @@ impl LockGuard {
     ///
     /// If this future is dropped before Redis answers, the release finishes in the background.
     pub async fn release(self) -> Result<(), Error> {
+        self.start_release().await
+    }
+
+    /// [`LockGuard::release`], boxed here and never inlined, so that its state machine is
+    /// compiled in this crate only (see `Client::connect`).
+    #[inline(never)]
+    fn start_release(self) -> Boxed<Result<(), Error>> {
+        Box::pin(self.release_here())
+    }
+
+    async fn release_here(self) -> Result<(), Error> {
         let hold = self.hold().clone();
         let key = || hold.keys.name().to_owned();
         match self.finish().await? {

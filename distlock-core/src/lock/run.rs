@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{ready, Context, Poll};
 
+use crate::client::Boxed;
 use crate::error::{Error, LossReason};
 use crate::lock::acquire::LockBuilder;
 use crate::lock::context::{Entered, Frame};
@@ -115,7 +116,7 @@ type Session = dyn Future<Output = Result<(), Error>> + Send;
 /// in this crate only (see the module docs). Never inlined into a caller's crate, for the same
 /// reason.
 #[inline(never)]
-fn start(builder: LockBuilder, link: &Arc<Link>) -> Pin<Box<Session>> {
+fn start(builder: LockBuilder, link: &Arc<Link>) -> Boxed<Result<(), Error>> {
     Box::pin(session(builder, link.clone()))
 }
 
@@ -257,7 +258,7 @@ fn drive(
 /// lease with no loss reported while it ran; the release is then sent and not waited for
 /// (over RedLock it is waited for until the lease's end at most).
 async fn session(builder: LockBuilder, link: Arc<Link>) -> Result<(), Error> {
-    let guard = builder.acquire().await?;
+    let guard = builder.acquire_here().await?;
     let hold = guard.hold();
     let frame = Frame::new(
         hold.client.identity(),
