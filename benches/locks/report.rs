@@ -500,6 +500,23 @@ impl Report {
                 pass: r.gap_p99_us <= 1_000.0,
             });
         }
+        // Issue 21: FIFO kept, and yet as fast as the barging peers.
+        let forms = [Kind::Manual, Kind::ManualRun, Kind::Macro];
+        for r in self
+            .b3
+            .iter()
+            .filter(|r| r.tasks == 8 && forms.contains(&r.kind))
+        {
+            let ratio = self.ratio_to_fastest("B3 8", r.kind);
+            targets.push(Target {
+                what: format!(
+                    "B3 8 tasks: {} ≥ 1.0× the fastest of the floor and every peer (sections/s), Jain ≥ 0.99",
+                    r.kind.label()
+                ),
+                measured: format!("{ratio:.2}×, Jain {:.3}", r.jain),
+                pass: ratio >= 1.0 && r.jain >= 0.99,
+            });
+        }
         let overlaps: u64 = self.b3.iter().map(|r| r.violations).sum();
         targets.push(Target {
             what: "B3 mutual exclusion: no overlapping critical sections (all implementations)"
@@ -655,6 +672,20 @@ impl Report {
                 measured: format!("{ours:.1} vs {cheapest_peer:.1} µs ({ratio:.2}×)"),
                 pass: ratio <= 2.0,
             });
+        }
+        // Issue 21's bound, for both forms (two round trips, and `run`'s one).
+        for kind in [Kind::Manual, Kind::ManualRun] {
+            if let Some(ours) = cpu(kind) {
+                let ratio = ours / cheapest_peer;
+                targets.push(Target {
+                    what: format!(
+                        "B1 Redis CPU per cycle: {} ≤ 1.5× the cheapest peer's",
+                        kind.label()
+                    ),
+                    measured: format!("{ours:.1} vs {cheapest_peer:.1} µs ({ratio:.2}×)"),
+                    pass: ratio <= 1.5,
+                });
+            }
         }
     }
 }
