@@ -1,6 +1,7 @@
 //! The declared `rust-version` (the workspace's, which every published crate inherits) is at
 //! least the `rust-version` of every locked dependency a user's build compiles (normal and
-//! build dependencies of the published crates, from `cargo metadata --locked`), so the claim
+//! build dependencies of the published crates, from `cargo metadata --locked`, for the host
+//! platform: offline, cargo knows only the packages a build here downloaded), so the claim
 //! cannot drift when a dependency raises its own.
 
 use std::process::Command;
@@ -20,11 +21,26 @@ fn version(text: &str) -> (u64, u64, u64) {
     (next(), next(), next())
 }
 
+/// The host's target triple (`rustc -vV`).
+fn host() -> String {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
+    let output = Command::new(rustc)
+        .arg("-vV")
+        .output()
+        .expect("run rustc -vV");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(|line| line.strip_prefix("host: "))
+        .expect("rustc -vV names the host")
+        .to_owned()
+}
+
 #[test]
 fn declared_rust_version_covers_every_locked_dependency() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let output = Command::new(cargo)
         .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .args(["--filter-platform", &host()])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("run cargo metadata");
