@@ -554,7 +554,7 @@ pub(crate) struct ReleaseCall<'a> {
     /// over RedLock).
     pub(crate) handoff: bool,
     /// With `handoff`: the releasing client's next waiter for the lock, queued by this
-    /// release (see `client::waiters`, "Cohorts").
+    /// release (see `client::cohort`).
     pub(crate) next: Option<NextWaiter>,
 }
 

@@ -211,7 +211,8 @@ end
 /// `release_lock`: a `d2` lock's release (`v`: what the lock key holds, `false` if nothing),
 /// as [`RELEASE`] returns its code. With a next waiter (`nv`, its ticket `nt`: a waiter of the
 /// releasing client that waits in the client behind one already queued, see
-/// `client::waiters`, "Cohorts") the release queues it first, whatever it finds, and keeps the
+/// `client::cohort`) the release queues it first (unless the lock is that waiter's already: it
+/// took it by an attempt of its own), whatever else it finds, and keeps the
 /// queue key for the lock's pttl and that waiter's window: a lock found free is then handed to
 /// the first waiter at once, as [`ACQUIRE_HANDED`] would, and the waiter sends no attempt of
 /// its own.
@@ -247,7 +248,7 @@ local function release_lock(lock, chan, q, v, value, keep, nv, nt, sharded)
   if v and v ~= value and string.sub(v, 1, 3) ~= 'd2:' then
     return -3
   end
-  if nv then
+  if nv and v ~= nv then
     redis.call('ZADD', q, nt, nv)
   end
   local code = 0
