@@ -40,6 +40,10 @@ async fn at_most_n_bodies_at_once_across_clients_and_n_is_reached() {
     ];
     let most = permit_race(&clients, (4, 10), ("api:race", 3), Duration::from_millis(5)).await;
     assert_eq!(most, 3, "never more than 3 inside, and 3 reached");
+    // `run` sends its release without waiting for it: settled, every release was answered.
+    for c in &clients {
+        c.settle().await;
+    }
     let mut conn = server.conn().await;
     assert!(
         !conn.exists::<_, bool>(key("api:race")).await.unwrap(),
