@@ -126,24 +126,26 @@ pub(super) fn deferred(cohort: &Shared) -> usize {
 /// The waiter at `place` is queued in Redis by an attempt of its own.
 pub(super) fn queued(cohort: &Shared, place: &mut Place) {
     let mut c = sync::lock(cohort);
-    if let Place::Deferred(waiter) = &*place {
-        let mut fate = sync::lock(&waiter.fate);
-        match *fate {
-            Fate::Waiting => {
-                c.deferred.retain(|w| !Arc::ptr_eq(w, waiter));
-                c.queued += 1;
-            }
-            // Counted already (a release's count passes to it).
-            Fate::Carried { .. } | Fate::Queued { .. } | Fate::Own => {}
-            Fate::Promoted | Fate::Left | Fate::Gone => c.queued += 1,
+    match place {
+        Place::Queued => {}
+        Place::Outside => {
+            c.queued += 1;
+            *place = Place::Queued;
         }
-        *fate = Fate::Own;
-    } else if matches!(place, Place::Outside) {
-        c.queued += 1;
-    }
-    // A deferred waiter keeps its `Deferred` (its queue entry consults it when it leaves).
-    if matches!(place, Place::Outside) {
-        *place = Place::Queued;
+        // A deferred waiter keeps its `Deferred` (its queue entry consults it when it leaves).
+        Place::Deferred(waiter) => {
+            let mut fate = sync::lock(&waiter.fate);
+            match *fate {
+                Fate::Waiting => {
+                    c.deferred.retain(|w| !Arc::ptr_eq(w, waiter));
+                    c.queued += 1;
+                }
+                // Counted already (a release's count passes to it).
+                Fate::Carried { .. } | Fate::Queued { .. } | Fate::Own => {}
+                Fate::Promoted | Fate::Left | Fate::Gone => c.queued += 1,
+            }
+            *fate = Fate::Own;
+        }
     }
 }
 
@@ -208,10 +210,15 @@ fn uncount(c: &mut Cohort, took: bool) {
 /// The first waiter here is to queue itself.
 fn promote_first(c: &mut Cohort) {
     if let Some(waiter) = c.deferred.pop_front() {
-        *sync::lock(&waiter.fate) = Fate::Promoted;
-        waiter.slot.promoted.store(true, Ordering::Release);
-        waiter.slot.notify.notify_one();
+        promote(&waiter, &mut sync::lock(&waiter.fate));
     }
+}
+
+/// `waiter` (its `fate` locked) is to queue itself: told at once.
+fn promote(waiter: &Deferred, fate: &mut Fate) {
+    *fate = Fate::Promoted;
+    waiter.slot.promoted.store(true, Ordering::Release);
+    waiter.slot.notify.notify_one();
 }
 
 /// A deferred waiter as its queue entry sees it (`lock::queue::QueueEntry`).
@@ -305,11 +312,8 @@ impl Drop for Carry {
         match *fate {
             // Unless it queued itself or left meanwhile, the waiter queues itself now.
             Fate::Carried { .. } => {
-                *fate = Fate::Promoted;
-                drop(fate);
+                promote(&self.waiter, &mut fate);
                 c.queued -= 1;
-                self.waiter.slot.promoted.store(true, Ordering::Release);
-                self.waiter.slot.notify.notify_one();
             }
             Fate::Left => *fate = Fate::Gone,
             _ => {}
