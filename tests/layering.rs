@@ -1,6 +1,8 @@
 //! The workspace's module graph has no circle and no import that runs back up to the crate
-//! root, in every crate and harness (benches and the reliability suite included); and
-//! ARCHITECTURE.md names every module of the runtime and the macro crate.
+//! root, in every crate and harness (benches and the reliability suite included); inside every
+//! folder module the same holds among its files and subfolders (a folder's `mod.rs` is its
+//! door, not one of its rooms); and ARCHITECTURE.md names every module of the runtime and the
+//! macro crate.
 //!
 //! The graph is read from the source text: a module depends on module `m` where its code (not
 //! its comments) says `crate::m` (a macro's `$crate::` does not count: it is resolved in the
@@ -172,6 +174,138 @@ fn module_graphs_have_no_circles_and_no_upward_imports() {
         }
     }
     assert!(problems.is_empty(), "\n{}", problems.join("\n"));
+}
+
+/// The module path of the folder `dir` below a crate's source root (`lock::kind`).
+fn module_path(root: &Path, dir: &Path) -> String {
+    let rel = dir.strip_prefix(root).expect("below the root");
+    rel.components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join("::")
+}
+
+/// The names that `text`'s code takes from the module `path` (`crate::lock::x` and
+/// `crate::lock::{x, y::z}` give `x` and `y`); `sibling_super`: the file sits directly in that
+/// module's folder, so its `super::x` names a sibling too.
+fn names_under(text: &str, path: &str, sibling_super: bool) -> BTreeSet<String> {
+    let ident = |s: &str| -> String {
+        s.trim()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut found = BTreeSet::new();
+    let mut prefixes = vec![format!("crate::{path}::")];
+    if sibling_super {
+        prefixes.push("super::".to_owned());
+    }
+    for line in text.lines() {
+        let code = line.find("//").map_or(line, |at| &line[..at]);
+        for prefix in &prefixes {
+            let mut rest = code;
+            while let Some(at) = rest.find(prefix.as_str()) {
+                let before = rest[..at].chars().next_back();
+                rest = &rest[at + prefix.len()..];
+                if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$' || c == ':') {
+                    continue;
+                }
+                match rest.strip_prefix('{') {
+                    Some(group) => {
+                        // Top-level parts of the braces only: `{a, b::{c, d}}` gives a and b.
+                        let (mut depth, mut part) = (0, String::new());
+                        for c in group.chars() {
+                            match c {
+                                '{' => depth += 1,
+                                '}' if depth == 0 => break,
+                                '}' => depth -= 1,
+                                ',' if depth == 0 => {
+                                    found.insert(ident(&part));
+                                    part.clear();
+                                    continue;
+                                }
+                                _ => {}
+                            }
+                            if depth == 0 {
+                                part.push(c);
+                            }
+                        }
+                        found.insert(ident(&part));
+                    }
+                    None => {
+                        found.insert(ident(rest));
+                    }
+                }
+            }
+        }
+    }
+    found.remove("");
+    found
+}
+
+/// The graph among the rooms of every folder module below `dir` (its files but `mod.rs`, and
+/// its subfolders, each with every file below it), keyed by the folder's module path.
+fn folder_graphs(root: &Path, dir: &Path, out: &mut BTreeMap<String, Graph>) {
+    let mut rooms: Vec<(String, Vec<PathBuf>, bool)> = Vec::new();
+    for entry in fs::read_dir(dir).expect("read source folder") {
+        let path = entry.expect("dir entry").path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if path.is_dir() {
+            let files = module_files(&path, "")
+                .into_iter()
+                .map(|(_, f)| f)
+                .collect();
+            rooms.push((name, files, false));
+            folder_graphs(root, &path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") && name != "mod" {
+            rooms.push((name, vec![path], true));
+        }
+    }
+    if dir == root {
+        return; // the crate's top level: `module_graphs_have_no_circles_and_no_upward_imports`
+    }
+    let path = module_path(root, dir);
+    let names: BTreeSet<String> = rooms.iter().map(|(n, _, _)| n.clone()).collect();
+    let mut graph = Graph::new();
+    for (room, files, direct) in &rooms {
+        let edges = graph.entry(room.clone()).or_default();
+        for file in files {
+            let text = fs::read_to_string(file).expect("read source");
+            for name in names_under(&text, &path, *direct) {
+                if names.contains(&name) && name != *room {
+                    edges.insert(name);
+                }
+            }
+        }
+    }
+    out.insert(path, graph);
+}
+
+#[test]
+fn inside_every_folder_the_files_have_no_circles() {
+    let mut problems = Vec::new();
+    for (dir, _) in ROOTS {
+        let root = workspace().join(dir);
+        let mut graphs = BTreeMap::new();
+        folder_graphs(&root, &root, &mut graphs);
+        for (folder, graph) in graphs {
+            for circle in circles(&graph) {
+                problems.push(format!(
+                    "{dir}/{folder}: files import each other: {circle:?}"
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "\n{}", problems.join("\n"));
+}
+
+#[test]
+fn the_folder_checker_reads_paths_braces_and_super() {
+    let text = "use crate::lock::{guard::LockGuard, kind::{set, Kind}};\nuse crate::lock::hold::Hold;\nuse super::queue; // crate::lock::comment\nuse crate::client::x;";
+    let names: Vec<String> = names_under(text, "lock", true).into_iter().collect();
+    assert_eq!(names, ["guard", "hold", "kind", "queue"]);
+    let names: Vec<String> = names_under(text, "lock::kind", false).into_iter().collect();
+    assert!(names.is_empty(), "{names:?}");
 }
 
 #[test]

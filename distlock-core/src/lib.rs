@@ -145,7 +145,7 @@
 //! granted all of it, otherwise what a minority granted is released); in a Redis Cluster the
 //! set is taken one hash slot group at a time in a fixed order (slot, then name), and a busy
 //! later group releases the earlier ones before waiting (one round trip per slot group; see
-//! `lock::multi`). One lease for the set, until the earliest of its locks' deadlines (each
+//! `lock::kind::set`). One lease for the set, until the earliest of its locks' deadlines (each
 //! renewed on its own); renewal extends every lock, and a renewal that finds any lock not ours
 //! loses the whole set (the body of `run` cancelled, [`Error::Lost`]). A cancelled acquire
 //! leaves nothing of the set held; a dropped guard releases every lock. Fenced, each lock gets
@@ -594,11 +594,9 @@ pub use config::duration::{parse_duration, DurationError};
 pub use config::{Config, ALL_REPLICAS};
 pub use error::{Error, HeldBy, LossReason, Operation, Result};
 pub use lease::{LEASE_MARGIN, MAX_TTL, MIN_TTL};
-pub use lock::acquire::{lock, LockBuilder};
+pub use lock::builder::{lock, lock_all, semaphore, LockBuilder};
 pub use lock::context::{fencing_token, fencing_token_of};
 pub use lock::guard::LockGuard;
-pub use lock::multi::lock_all;
-pub use lock::permits::semaphore;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use metrics::describe_metrics;

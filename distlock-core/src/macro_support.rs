@@ -28,11 +28,11 @@ use crate::lease::{MAX_TTL, MIN_TTL};
 
 /// `min_replicas = all`.
 pub use crate::config::ALL_REPLICAS;
-pub use crate::lock::acquire::lock;
-use crate::lock::acquire::LockBuilder;
+pub use crate::lock::builder::lock;
+pub use crate::lock::builder::semaphore;
+use crate::lock::builder::LockBuilder;
 /// What `assert_locked!` expands to.
 pub use crate::lock::lock_assert::locked_token;
-pub use crate::lock::permits::semaphore;
 pub use std::time::Duration as StdDuration;
 
 /// `lock(name)` for a `skip` function: a busy lock is counted as `skipped` in the metrics
@@ -53,7 +53,7 @@ pub fn lock_all_skipping<const N: usize>(names: [String; N]) -> LockBuilder {
 
 /// The set's builder, compiled once (not per list length).
 fn set(names: Vec<String>) -> LockBuilder {
-    crate::lock::multi::lock_all(names)
+    crate::lock::builder::lock_all(names)
 }
 
 /// `semaphore(name, n)` for a `skip` function (see [`lock_skipping`]).

@@ -8,17 +8,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::watchdog::Renewal;
-use crate::error::{Error, Operation};
+use crate::error::Error;
 use crate::lease::{deadline_after, guaranteed_until, millis_ceil, Lease};
-use crate::lock::acquire::Terms;
-use crate::lock::guard::{Acquisition, Hold, LockGuard, ReleaseOnDrop};
-use crate::lock::permits::{self, Kind};
+use crate::lock::guard::{Acquisition, LockGuard};
+use crate::lock::hold::{Hold, ReleaseOnDrop};
 use crate::lock::queue::Place;
-use crate::lock::shared;
+use crate::lock::terms::Terms;
 use crate::metrics::Held;
-use crate::wire::calls::{
-    AcquireCall, Acquired, FencedAcquireCall, HandedAcquireCall, QueuedAcquireCall, RenewItem, Side,
-};
+use crate::wire::calls::Acquired;
 
 /// A take that too few replicas acknowledged: released again (in the background if the
 /// release cannot be answered now), and the error that says how many did.
@@ -79,12 +76,7 @@ pub(crate) fn into_guard(
         // One renewal per lock (a set's each extend their own part of the lease).
         for (part, keys) in hold.all_keys().iter().enumerate() {
             let id = hold.client.start_renewal(Renewal {
-                item: RenewItem {
-                    key: keys.lock().into(),
-                    value: hold.value.as_str().into(),
-                    ttl: terms.ttl,
-                    permits: hold.kind.permits(),
-                },
+                item: hold.kind.renew_item(keys, &hold.value, terms.ttl),
                 renew: terms.renew || granted.is_some(),
                 switches,
                 name: keys.name().into(),
@@ -115,103 +107,41 @@ pub(crate) fn into_guard(
     })
 }
 
-/// One acquire round trip (two if the connection dropped): a plain `SET NX PX GET`, or the
-/// fenced script, with the `WAIT` of `min_replicas`; over a RedLock quorum the queued script
-/// (plain or fenced), with the waiter's `ticket` (and whether to queue it); elsewhere a queued
-/// waiter's attempts, to whom a release may hand the lock, as `ACQUIRE_HANDED` (`place`); a permit's or a
-/// read hold's own script; a write that meets readers (or met them in an earlier attempt,
-/// `met_readers`) is sent (again) as `ACQUIRE_WRITE` (see `shared`). `terms.wait`: the
-/// caller waits when the lock is busy, so ask for its ttl too. Returns what it found and, when
-/// replicas were asked for, how many acknowledged and how many the `WAIT` required
-/// (`ALL_REPLICAS` resolved).
+/// One acquire round trip (two if the connection dropped, or if a write met readers): the
+/// kind's request (`Kind::send_acquire`) from the waiter's `place`; a write that meets readers
+/// (or met them in an earlier attempt, `met_readers`) is sent (again) as a write where readers
+/// may hold the lock. Returns what it found and, when replicas were asked for, how many
+/// acknowledged and how many the `WAIT` required (`ALL_REPLICAS` resolved).
 pub(crate) async fn try_acquire(
     hold: &Hold,
     terms: &Terms,
-    queued: Place,
+    place: Place,
     met_readers: &mut bool,
 ) -> Result<(Acquired, Option<(usize, usize)>), Error> {
-    let client = &hold.client;
-    let replicas = client.replica_wait(terms.min_replicas);
+    let replicas = hold.client.replica_wait(terms.min_replicas);
     let readers = *met_readers;
-    let id = client.new_request_id();
-    let mut found = send_acquire(hold, terms, queued, id.as_bytes(), readers).await?;
-    // A write whose plain or fenced acquire met a key that is not a string (readers, maybe):
-    // asked again, and from now on, as a write where readers may hold the lock.
-    if terms.kind == Kind::Mutex && !readers && found.0 == Acquired::Incompatible {
+    let mut found = send_acquire(hold, terms, place, readers).await?;
+    if !readers && hold.kind.meets_readers(&found.0) {
         *met_readers = true;
-        let id = client.new_request_id();
-        found = send_acquire(hold, terms, queued, id.as_bytes(), true).await?;
+        found = send_acquire(hold, terms, place, true).await?;
     }
     let (found, acked) = found;
     let required = replicas.map_or(0, |w| w.replicas);
     Ok((found, replicas.map(|_| (acked.unwrap_or(0), required))))
 }
 
-/// One acquire request of [`try_acquire`] (`readers`: a write that met readers, see
-/// `shared`), retried once with the same request if the connection dropped.
-pub(crate) async fn send_acquire(
+/// One acquire request of [`try_acquire`] (`readers`: a write that met readers), retried once
+/// with the same request id and value if the connection dropped.
+async fn send_acquire(
     hold: &Hold,
     terms: &Terms,
     place: Place,
-    id: &[u8],
     readers: bool,
 ) -> Result<(Acquired, Option<usize>), Error> {
-    let client = &hold.client;
-    let name = hold.keys.name();
-    let replicas = client.replica_wait(terms.min_replicas);
-    let send = || async {
-        if let Kind::Permits(permits) = terms.kind {
-            permits::try_acquire(hold, terms, permits, (id, replicas)).await
-        } else if terms.kind == Kind::Read {
-            shared::try_acquire(hold, terms, Side::Read, (id, replicas)).await
-        } else if readers {
-            let write = Side::Write {
-                waits: terms.wait.is_some(),
-            };
-            shared::try_acquire(hold, terms, write, (id, replicas)).await
-        } else if let (Some(window), true) = (place.window, place.queue) {
-            let call = HandedAcquireCall {
-                keys: &hold.keys,
-                value: hold.value.as_bytes(),
-                id,
-                ttl: terms.ttl,
-                ticket: place.ticket,
-                window,
-                sharded: client.sharded_pubsub(),
-            };
-            client.call_acked(Operation::Acquire, name, &call).await
-        } else if client.is_quorum() {
-            let call = QueuedAcquireCall {
-                keys: &hold.keys,
-                value: hold.value.as_bytes(),
-                id,
-                ttl: terms.ttl,
-                fenced: terms.fenced.then_some(client.config().fence_retention),
-                ticket: place.ticket,
-                queue: place.queue,
-            };
-            client.call_acked(Operation::Acquire, name, &call).await
-        } else if terms.fenced {
-            let call = FencedAcquireCall {
-                keys: &hold.keys,
-                value: hold.value.as_bytes(),
-                id,
-                ttl: terms.ttl,
-                retention: client.config().fence_retention,
-                wait: replicas,
-            };
-            client.call_acked(Operation::Acquire, name, &call).await
-        } else {
-            let call = AcquireCall {
-                keys: &hold.keys,
-                owner: &hold.value,
-                id,
-                ttl: terms.ttl,
-                want_pttl: terms.wait.is_some(),
-                wait: replicas,
-            };
-            client.take(name, &call).await
-        }
+    let id = hold.client.new_request_id();
+    let send = || {
+        hold.kind
+            .send_acquire(hold.target(), terms, place, id.as_bytes(), readers)
     };
     // A dropped connection fails fast and the connection reconnects: retry once, with the same
     // value so a reply lost after the lock was taken reads as our own take. A timeout is not

@@ -13,7 +13,7 @@ use std::cell::Cell;
 use std::sync::Arc;
 
 use crate::lease::Lease;
-use crate::lock::guard::Hold;
+use crate::lock::hold::Hold;
 
 thread_local! {
     /// The innermost frame of the body being polled on this thread, if any.

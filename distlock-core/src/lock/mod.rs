@@ -1,21 +1,23 @@
-//! One lock, from the caller's side: the builder (`acquire`), the acquire/wait loop (`waiting`,
-//! with its `backoff` and, over RedLock, the waiter's `queue` entry and the `fence`), one
-//! attempt (`attempt`), re-entry (`reenter`), the guard and its
-//! hold (`guard`), several locks taken together (`multi`), a semaphore's permits and shared (read) holds as kinds of lock (`permits`,
-//! `shared`), the body under a lock (`run`), the task-local chain of held locks (`context`) and
-//! `assert_locked!` (`lock_assert`).
+//! Holds of every kind, from the caller's side. From the top down: the body under a hold
+//! (`run`) and `assert_locked!` (`lock_assert`); the builder (`builder`: `lock`, `semaphore`,
+//! `lock_all`, `read`); the one wait loop (`waiting`, with its `backoff`; over RedLock the
+//! fencing token from the masters' floors, `fence`); re-entry (`reenter`) and the task-local
+//! chain of held locks (`context`); one attempt and what a take becomes (`attempt`); the guard
+//! (`guard`) and the acquisition it releases (`hold`); a waiter's place in the queue (`queue`);
+//! the kinds of hold, one module each behind one interface (`kind`); the checked terms
+//! (`terms`). A module imports only modules below it (`tests/layering.rs`).
 
-pub(crate) mod acquire;
 pub(crate) mod attempt;
 pub(crate) mod backoff;
+pub(crate) mod builder;
 pub(crate) mod context;
 pub(crate) mod fence;
 pub(crate) mod guard;
+pub(crate) mod hold;
+pub(crate) mod kind;
 pub(crate) mod lock_assert;
-pub(crate) mod multi;
-pub(crate) mod permits;
 pub(crate) mod queue;
 pub(crate) mod reenter;
 pub(crate) mod run;
-pub(crate) mod shared;
+pub(crate) mod terms;
 pub(crate) mod waiting;

@@ -17,9 +17,11 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::client::cohort::Deferral;
+use crate::client::Client;
 use crate::error::Operation;
-use crate::lock::guard::Hold;
 use crate::wire::calls::LeaveQueueCall;
+use crate::wire::ids::ShortId;
+use crate::wire::keys::LockKeys;
 use crate::wire::scripts;
 
 /// Where an acquire attempt stands in the waiters' queue.
@@ -67,7 +69,10 @@ pub(crate) fn handed_ticket(window: Duration) -> u64 {
 /// handed it over meanwhile, and hands it on (`LEAVE_QUEUE` with the lock); one that took it
 /// sends nothing ([`QueueEntry::took`]): taking, or being handed the lock, removed its entry.
 pub(crate) struct QueueEntry {
-    hold: Hold,
+    client: Client,
+    keys: LockKeys,
+    /// The waiter's value (its lock value once taken).
+    value: ShortId,
     /// One server, Sentinel, a cluster: `Some(sharded)`, see [`LeaveQueueCall::release`].
     release: Option<bool>,
     /// Leave the queue when dropped.
@@ -78,12 +83,14 @@ pub(crate) struct QueueEntry {
 }
 
 impl QueueEntry {
-    /// The entry of `hold`'s acquisition (its lock value); `handed` where a release may hand
+    /// The entry of the waiter `value` of the lock `keys`; `handed` where a release may hand
     /// the lock to it (not over RedLock).
-    pub(crate) fn new(hold: Hold, handed: bool) -> Self {
-        let release = handed.then(|| hold.client.sharded_pubsub());
+    pub(crate) fn new(client: Client, keys: LockKeys, value: ShortId, handed: bool) -> Self {
+        let release = handed.then(|| client.sharded_pubsub());
         QueueEntry {
-            hold,
+            client,
+            keys,
+            value,
             release,
             armed: true,
             deferral: None,
@@ -114,19 +121,18 @@ impl Drop for QueueEntry {
         if self.deferral.as_ref().is_some_and(|d| !d.leaving()) {
             return;
         }
-        let hold = self.hold.clone();
+        let (client, keys, value) = (self.client.clone(), self.keys.clone(), self.value);
         let release = self.release;
-        let client = hold.client.clone();
-        client.spawn_cleanup(async move {
-            let id = hold.client.new_request_id();
+        self.client.spawn_cleanup(async move {
+            let id = client.new_request_id();
             let call = LeaveQueueCall {
-                keys: &hold.keys,
-                value: hold.value.as_bytes(),
+                keys: &keys,
+                value: value.as_bytes(),
                 id: id.as_bytes(),
                 release,
             };
-            let name = hold.keys.name();
-            if let Err(error) = hold.client.call(Operation::Acquire, name, &call).await {
+            let name = keys.name();
+            if let Err(error) = client.call(Operation::Acquire, name, &call).await {
                 tracing::debug!(key = %name, %error, "leaving the waiters' queue failed; the entry lapses by itself");
             }
         });

@@ -2,15 +2,49 @@
 
 use tokio::time::Instant;
 
+use crate::client::Client;
 use crate::deploy::redlock::quorum;
 use crate::error::{Error, LossReason, Operation};
-use crate::lock::acquire::Terms;
 use crate::lock::attempt::into_guard;
-use crate::lock::context::Outer;
+use crate::lock::context::{self, Outer};
 use crate::lock::guard::LockGuard;
-use crate::lock::multi;
-use crate::lock::permits;
+use crate::lock::kind::{set, Kind};
+use crate::lock::terms::Terms;
 use crate::wire::calls::{RenewCall, RenewItem, Renewed};
+use crate::wire::keys::LockKeys;
+
+/// The outer hold of the lock `keys` in this call chain, if it holds it through `client`.
+pub(crate) fn outer(client: &Client, keys: &LockKeys) -> Option<Outer> {
+    context::reentry(client.identity(), keys.name())
+}
+
+/// The outer hold a set re-enters: one hold of this call chain that holds every lock of the
+/// set. A call chain that holds some of them but not all in one hold may not take the set (it
+/// would wait holding a part of it): [`Error::InvalidConfig`].
+pub(crate) fn outer_of_set(client: &Client, set: &[LockKeys]) -> Result<Option<Outer>, Error> {
+    let mut outer: Option<Outer> = None;
+    let mut held = Vec::new();
+    for keys in set {
+        if let Some(found) = context::reentry(client.identity(), keys.name()) {
+            held.push(keys.name());
+            outer.get_or_insert(found);
+        }
+    }
+    match outer {
+        None => Ok(None),
+        Some(outer)
+            if held.len() == set.len() && set.iter().all(|k| outer.hold.covers(k.name())) =>
+        {
+            Ok(Some(outer))
+        }
+        Some(_) => Err(Error::InvalidConfig {
+            reason: format!(
+                "a set of locks is taken inside a body that already holds {}, but not the whole set in one hold: take every lock of the set together, outside (holding some while waiting for the others could deadlock)",
+                held.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+            ),
+        }),
+    }
+}
 
 /// Re-enters a lock this call chain holds: no hold is written to Redis (holds are counted on
 /// the client), but one round trip checks that the outer hold is still ours and makes the
@@ -19,11 +53,12 @@ use crate::wire::calls::{RenewCall, RenewItem, Renewed};
 /// lock is never re-created under its old owner.
 pub(crate) async fn reenter(
     outer: Outer,
+    kind: Kind,
     terms: &Terms,
     started: Instant,
 ) -> Result<LockGuard, Error> {
     let name = outer.hold.keys.name();
-    permits::check_reentry(name, outer.hold.kind, terms.kind)?;
+    outer.hold.kind.admits(name, kind)?;
     // Re-entering a hold that is known lost: no round trip can make it ours again.
     if let Some(reason) = outer.lease.lost_reason() {
         return Err(Error::Lost {
@@ -96,15 +131,10 @@ async fn check_outer(
     let keys = hold.all_keys();
     let mut found = Some(Renewed::Yes);
     let (mut acked_min, mut required) = (usize::MAX, 0);
-    for group in multi::slot_groups(keys, client.sharded_pubsub()) {
+    for group in set::slot_groups(keys, client.sharded_pubsub()) {
         let items: Vec<RenewItem> = keys[group]
             .iter()
-            .map(|keys| RenewItem {
-                key: keys.lock().into(),
-                value: hold.value.as_str().into(),
-                ttl: terms.ttl,
-                permits: hold.kind.permits(),
-            })
+            .map(|keys| hold.kind.renew_item(keys, &hold.value, terms.ttl))
             .collect();
         let id = client.new_request_id();
         let call = RenewCall {

@@ -27,9 +27,10 @@ use std::task::{ready, Context, Poll};
 
 use crate::client::Boxed;
 use crate::error::{Error, LossReason};
-use crate::lock::acquire::LockBuilder;
+use crate::lock::builder::LockBuilder;
 use crate::lock::context::{Entered, Frame};
-use crate::lock::guard::{LockGuard, Released};
+use crate::lock::guard::LockGuard;
+use crate::lock::hold::Released;
 use crate::sync;
 
 impl LockBuilder {

@@ -44,19 +44,18 @@ use crate::client::waiters::Subscription;
 use crate::client::Client;
 use crate::error::Error;
 use crate::lease::{deadline_after, guaranteed_until, millis_ceil};
-use crate::lock::acquire::Terms;
 use crate::lock::attempt::{into_guard, try_acquire, unreplicated};
 use crate::lock::backoff::Backoff;
-use crate::lock::context;
 use crate::lock::fence;
-use crate::lock::guard::{Hold, LockGuard, ReleaseOnDrop};
-use crate::lock::permits::{self, Kind};
-use crate::lock::queue::{self, Place, QueueEntry};
-use crate::lock::reenter::reenter;
+use crate::lock::guard::LockGuard;
+use crate::lock::hold::{Hold, ReleaseOnDrop};
+use crate::lock::kind::{set, Kind};
+use crate::lock::queue::{Place, QueueEntry};
+use crate::lock::reenter::{self, reenter};
+use crate::lock::terms::Terms;
 use crate::metrics::{self, Labels, Waiting};
 use crate::wire::calls::{Acquired, NextWaiter};
 use crate::wire::keys::LockKeys;
-use crate::wire::scripts::grant_window;
 
 /// How often a waiter looks again at a lock whose key has no expiry (someone created it by
 /// hand): such a holder never publishes a release and has no ttl to wait out.
@@ -68,15 +67,16 @@ const HANDED_RECHECK: Duration = Duration::from_secs(1);
 pub(crate) async fn acquire(
     client: Client,
     keys: LockKeys,
+    kind: Kind,
     terms: Terms,
 ) -> Result<LockGuard, Error> {
     let started = Instant::now();
-    if let Some(outer) = context::reentry(client.identity(), keys.name()) {
-        return reenter(outer, &terms, started).await;
+    if let Some(outer) = reenter::outer(&client, &keys) {
+        return reenter(outer, kind, &terms, started).await;
     }
     let give_up = terms.wait.map(|w| deadline_after(started, w));
     let owner = client.new_owner();
-    let hold = Hold::new(client.clone(), keys, owner, terms.kind);
+    let hold = Hold::new(client.clone(), keys, owner, kind);
     let keys = &hold.keys;
     let mut subscription: Option<Subscription> = None;
     let mut waiting = Waiting::default();
@@ -93,7 +93,7 @@ pub(crate) async fn acquire(
     // it in the background (owner-checked: another owner's lock is left alone).
     let mut unanswered: Option<ReleaseOnDrop> = None;
     // RedLock: a waiter's place in the masters' queues (0: it does not wait, or it takes a
-    // permit or a read hold, which retry without a queue: see `permits`), and its entry
+    // permit or a read hold, which retry without a queue: see `kind::permits`), and its entry
     // there once it queued (from its first attempt after subscribing: an acquire that takes
     // the lock at once never queues), taken out again when the acquire ends.
     //
@@ -102,15 +102,9 @@ pub(crate) async fn acquire(
     // window while it is such a waiter. Not a fenced one (its token comes from its own acquire)
     // nor one that asks for replicas (its acquire waits for them): those are woken and try
     // again.
-    let waits_plain = give_up.is_some() && hold.kind == Kind::Mutex;
-    let mut window = (waits_plain && !client.is_quorum() && !terms.fenced)
-        .then(|| grant_window(terms.ttl))
-        .filter(|_| terms.min_replicas == 0);
-    let ticket = match window {
-        Some(window) => queue::handed_ticket(window),
-        None if waits_plain && client.is_quorum() => queue::ticket(),
-        None => 0,
-    };
+    let Place {
+        ticket, mut window, ..
+    } = kind.place(&client, &terms, give_up.is_some());
     // The last queued attempt that found the lock held (when it was sent, and the epoch then):
     // a grant heard after its reply came after it.
     let mut last_busy: Option<(Instant, u64)> = None;
@@ -133,7 +127,7 @@ pub(crate) async fn acquire(
                 .unwrap_or_else(|| ReleaseOnDrop::new(hold.clone()));
             let queue = ticket > 0 && subscription.is_some();
             if queue {
-                queued.get_or_insert_with(|| QueueEntry::new(hold.clone(), window.is_some()));
+                queued.get_or_insert_with(|| queue_entry(&hold, window.is_some()));
             }
             let sent_at = Instant::now();
             let switches = client.switches();
@@ -241,7 +235,7 @@ pub(crate) async fn acquire(
             Err(Error::Busy {
                 key: keys.name().to_owned(),
                 waited,
-                held_by: permits::held_by(terms.kind, met_readers),
+                held_by: kind.held_by(met_readers),
             })
         };
         let Some(give_up) = give_up.filter(|&g| now < g) else {
@@ -282,9 +276,7 @@ pub(crate) async fn acquire(
                         // Leaves the queue in Redis too if it goes away once a release queued
                         // it there.
                         let deferral = sub.deferral();
-                        queued.get_or_insert_with(|| {
-                            QueueEntry::new(hold.clone(), true).deferred(deferral)
-                        });
+                        queued.get_or_insert_with(|| queue_entry(&hold, true).deferred(deferral));
                         queue_first = true;
                     }
                 } else if !sub.take_turn(give_up).await {
@@ -324,6 +316,12 @@ pub(crate) async fn acquire(
             }
         }
     }
+}
+
+/// The waiter's entry in the queue of its hold's lock (`handed`: a release may hand it the
+/// lock).
+fn queue_entry(hold: &Hold, handed: bool) -> QueueEntry {
+    QueueEntry::new(hold.client.clone(), hold.keys.clone(), hold.value, handed)
 }
 
 /// The guard of a lock a release handed to this waiter: ours for the grant `window` from the
@@ -372,4 +370,163 @@ pub(crate) async fn pause(
     let retry_at = backoff.next(now, give_up);
     tracing::debug!(%error, retry_in_ms = millis_ceil(retry_at - now), "acquire failed transiently; retrying within the wait");
     tokio::time::sleep_until(retry_at).await;
+}
+
+/// Acquires a set (at least two distinct locks, in canonical order): the acquire/wait loop of
+/// a set (see the module docs).
+pub(crate) async fn acquire_set(
+    client: Client,
+    set: Vec<LockKeys>,
+    terms: Terms,
+) -> Result<LockGuard, Error> {
+    let started = Instant::now();
+    if let Some(outer) = reenter::outer_of_set(&client, &set)? {
+        return reenter(outer, Kind::Set, &terms, started).await;
+    }
+    let give_up = terms.wait.map(|w| deadline_after(started, w));
+    let groups = set::slot_groups(&set, client.sharded_pubsub());
+    let hold = Hold::new_set(client.clone(), set, client.new_owner());
+    // Armed for the whole acquire: whatever an attempt may have taken is released (in the
+    // background, owner-checked) if the acquire fails or is dropped.
+    let mut pending = ReleaseOnDrop::new(hold.clone());
+    let mut waiting = Waiting::default();
+    let mut backoff = Backoff::default();
+    // The busy lock waited for (its index in the set) and its subscription.
+    let mut subscription: Option<(usize, Subscription)> = None;
+    loop {
+        if let Some((_, sub)) = subscription.as_mut() {
+            sub.mark_seen();
+        }
+        let sent_at = Instant::now();
+        let switches = client.switches();
+        // A transient failure of a waiter's attempt: what it is told if its wait runs out,
+        // and the reason to pause (`backoff`) instead of waiting for a release.
+        let mut failed: Option<Error> = None;
+        let found = match set::attempt(hold.target(), &groups, &terms).await {
+            Err(error) if give_up.is_some() && error.is_transient() => {
+                failed = Some(error);
+                None
+            }
+            Err(error) => return Err(error),
+            Ok(found) => Some(found),
+        };
+        let (at, pttl) = match found {
+            Some(set::Found::Taken { tokens, acked }) => {
+                if let Some((n, required)) = acked.filter(|(n, required)| n < required) {
+                    pending.disarm();
+                    return Err(unreplicated(hold, n, required).await);
+                }
+                pending.disarm();
+                waiting.acquired(started);
+                let token = tokens.first().copied();
+                if terms.fenced {
+                    let _ = hold.tokens.set(tokens.into_boxed_slice());
+                }
+                return Ok(into_guard(
+                    hold,
+                    token,
+                    false,
+                    &terms,
+                    (sent_at, switches),
+                    started,
+                    None,
+                ));
+            }
+            Some(set::Found::NotTaken {
+                at,
+                pttl,
+                incompatible,
+                partial,
+            }) => {
+                // Never wait holding a part of the set: a cluster's earlier slot groups, or
+                // RedLock masters that granted the set to this attempt, are released first.
+                if partial || client.is_quorum() {
+                    release_partial(&hold).await;
+                }
+                if incompatible {
+                    return Err(Error::Incompatible {
+                        key: hold.set[at].name().to_owned(),
+                    });
+                }
+                (at, pttl)
+            }
+            None => {
+                // A failed attempt may have taken some of the set: released before the pause.
+                release_partial(&hold).await;
+                (subscription.as_ref().map_or(0, |(at, _)| *at), None)
+            }
+        };
+        let now = Instant::now();
+        let Some(give_up) = give_up.filter(|&g| now < g) else {
+            if failed.is_none() && !client.is_quorum() && groups.len() == 1 {
+                // One all-or-none call found it busy: nothing of the set is held.
+                pending.disarm();
+            }
+            return match failed {
+                Some(error) => Err(error),
+                None => Err(busy(&hold, at, &terms, started)),
+            };
+        };
+        if let Some(error) = &failed {
+            pause(&mut backoff, error, terms.label, now, give_up).await;
+            continue;
+        }
+        backoff.reset();
+        let keys = &hold.set[at];
+        match subscription.as_mut() {
+            Some((held_at, sub)) if *held_at == at => {
+                let recheck = match pttl.and_then(|ms| u64::try_from(ms).ok()) {
+                    Some(ms) => deadline_after(now, Duration::from_millis(ms.max(1))),
+                    None => now + NO_EXPIRY_RECHECK,
+                };
+                sub.wait_until(recheck.min(give_up), 0).await;
+            }
+            // Subscribed to the busy lock (another than before, maybe): try again at once, it
+            // may have been released meanwhile.
+            _ => {
+                subscription = None;
+                let mut sub = match client.subscribe(keys.channel(), keys.name()).await {
+                    Ok(sub) => sub,
+                    Err(error) if error.is_transient() => {
+                        pause(&mut backoff, &error, terms.label, Instant::now(), give_up).await;
+                        continue;
+                    }
+                    Err(error) => return Err(error),
+                };
+                waiting.start(terms.label);
+                if !sub.take_turn(give_up).await {
+                    return Err(busy(&hold, at, &terms, started));
+                }
+                subscription = Some((at, sub));
+            }
+        }
+    }
+}
+
+/// [`Error::Busy`] for a set found busy at lock `at` when its wait ran out (or without one).
+fn busy(hold: &Hold, at: usize, terms: &Terms, started: Instant) -> Error {
+    let waited = match terms.wait {
+        Some(_) => started.elapsed(),
+        None => Duration::ZERO,
+    };
+    tracing::debug!(waited_ms = millis_ceil(waited), "busy");
+    Error::Busy {
+        key: hold.set[at].name().to_owned(),
+        waited,
+        held_by: Kind::Set.held_by(false),
+    }
+}
+
+/// Releases whatever an attempt may have taken of the set (owner-checked: another owner's
+/// lock is left alone); a failure is left to the acquire's cleanup (the release on drop) and
+/// to the next attempt (which finds its own locks as a replay).
+async fn release_partial(hold: &Hold) {
+    match hold.release(None).await {
+        Ok(_) => {
+            tracing::debug!(key = %hold.keys.name(), "set not taken whole; released what the attempt took before waiting")
+        }
+        Err(error) => {
+            tracing::debug!(key = %hold.keys.name(), %error, "release of a set not taken whole failed; retried when the acquire ends")
+        }
+    }
 }

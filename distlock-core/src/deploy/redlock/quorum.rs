@@ -215,7 +215,7 @@ impl Quorate for ReleaseCall<'_> {
 }
 
 /// A permit over `nodes` masters: taken by [`permit_quorum`] of them (not a majority: see
-/// `lock/permits`) within the validity time; another count among any master's live holders
+/// `lock/kind/permits`) within the validity time; another count among any master's live holders
 /// is a mismatch at once (nothing is taken: what a master granted meanwhile is released by the
 /// failed acquire). Ordered by the lock value, ended once only masters known to be down could
 /// still decide it, as a lock's acquire.

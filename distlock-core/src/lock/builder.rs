@@ -1,5 +1,6 @@
-//! Taking a lock: the builder, its options and their checks (the acquire/wait loop is `waiting`,
-//! one attempt `attempt`, re-entry `reenter`; running a body under a lock is `run`'s).
+//! Taking a hold of any kind: the builder (`lock`, `semaphore`, `lock_all`, `read`), its
+//! options and their checks, resolved into the kind and its `Terms` (the wait loop is
+//! `waiting`'s; running a body under a hold is `run`'s).
 
 use std::time::Duration;
 
@@ -10,9 +11,8 @@ use crate::config::{ALL_NEEDS_SENTINEL, ALL_REPLICAS, MAX_REPLICAS};
 use crate::error::Error;
 use crate::lease::{check_ttl, millis_ceil, MAX_TTL};
 use crate::lock::guard::LockGuard;
-use crate::lock::multi;
-use crate::lock::permits::{self, Kind};
-use crate::lock::shared;
+use crate::lock::kind::{set, Kind};
+use crate::lock::terms::Terms;
 use crate::lock::waiting;
 use crate::metrics::{self, Attempt, Labels};
 use crate::registry;
@@ -56,7 +56,8 @@ pub struct LockBuilder {
     label: &'static str,
     /// A busy lock skips the body (`skip`): counted as `skipped`, not `busy`.
     skip: bool,
-    /// A lock, or one of a semaphore's permits.
+    /// A lock, or one of a semaphore's permits (a set's and a read's kind are resolved with
+    /// the terms: `others`, `read`).
     kind: Kind,
     /// `.read()`: a shared hold (checked against the kind when the acquire starts).
     read: bool,
@@ -78,7 +79,7 @@ pub fn lock(name: impl Into<String>) -> LockBuilder {
         min_replicas: None,
         label: metrics::UNLABELED,
         skip: false,
-        kind: Kind::Mutex,
+        kind: Kind::Exclusive,
         read: false,
         others: None,
     }
@@ -91,6 +92,117 @@ impl Client {
             client: ClientChoice::Given(self.clone()),
             ..lock(name)
         }
+    }
+}
+
+/// Starts building the acquisition of one of the `permits` permits of the semaphore `name`
+/// through the default client (see [`crate::init`]): at most `permits` holders at once,
+/// across every process that uses the name.
+///
+/// The builder is the lock's ([`LockBuilder`]) with every method: `.ttl()`, `.renew()`,
+/// `.wait()`, `.fenced()`, `.min_hold()`, `.min_replicas()`, `.acquire()` (a [`crate::LockGuard`]
+/// holding one permit) and `.run(body)`. Every guarantee of a lock holds per permit: each
+/// holder's permit is leased on its own (a holder that dies frees its permit when its own ttl
+/// runs out, not the others'), renewal extends only a live permit, a loss cancels the body of
+/// `run` and reports [`Error::Lost`], a release (or a dropped guard) frees the permit and
+/// wakes a waiter, and with `.fenced(true)` each permit comes with a fencing token strictly
+/// greater than every earlier token for the name. Inside a body run under a permit, taking the
+/// same semaphore again (same name, same client) re-enters: it takes no second permit.
+///
+/// Everyone using one name must agree on `permits`: an acquire that asks for another count
+/// than the live holders took the semaphore with fails with [`Error::PermitsMismatch`] (the
+/// count is never resized while anyone holds a permit; once every permit is released or
+/// expired, the next holder's count stands). A lock ([`crate::lock()`]) and a semaphore of the
+/// same name exclude each other: the second gets [`Error::Incompatible`].
+///
+/// `permits` is at least 1 (0 fails the acquire with [`Error::InvalidConfig`]).
+///
+/// Over a RedLock quorum ([`crate::Config::redlock`]) a permit is taken, and renewed, by
+/// `⌊permits·masters/(permits+1)⌋ + 1` masters, not by a majority (each master grants at most
+/// `permits`; with fewer, more than `permits` holders could each find enough masters): one
+/// permit needs a majority, 2 of 5 masters need 4, many permits nearly every master. So a
+/// semaphore tolerates fewer masters down than a lock (2 permits over 5 masters: one down,
+/// not two; with more down the acquire fails with [`Error::NoQuorum`], or waits). Waiters
+/// there retry on each release and on the first lease's end, without the lock's FIFO queue.
+/// Fencing tokens stay unique per name there too, each above every token handed out before
+/// its acquire started.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), distlock_core::Error> {
+/// use std::time::Duration;
+/// let guard = distlock_core::semaphore("api:acme", 5)
+///     .ttl(Duration::from_secs(10))
+///     .renew(true)
+///     .wait(Duration::from_secs(2))
+///     .acquire()
+///     .await?;
+/// assert_eq!(guard.permits(), Some(5));
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+pub fn semaphore(name: impl Into<String>, permits: u32) -> LockBuilder {
+    lock(name).with_kind(Kind::Permits(permits))
+}
+
+impl Client {
+    /// Starts building the acquisition of one permit of a semaphore through this client (see
+    /// [`crate::semaphore`]).
+    pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> LockBuilder {
+        self.lock(name).with_kind(Kind::Permits(permits))
+    }
+}
+
+/// Starts building one acquisition of several locks at once, all or none, through the default
+/// client (see [`crate::init`]): the guard (or `run`'s body) holds every one of `names`.
+///
+/// The order of `names` does not matter and a name may appear twice (`from == to`): the set is
+/// sorted and its duplicates removed before anything is sent, so two callers naming the same
+/// locks in any order never deadlock (see the crate docs, "Sets of locks"). A set of one
+/// distinct name is that lock.
+///
+/// The builder is the lock's ([`LockBuilder`]): `.ttl()`, `.renew()`, `.wait()`,
+/// `.min_hold()`, `.max_hold()`, `.min_replicas()`, `.fenced()` (one token per lock, see
+/// [`LockGuard::token_of`](crate::LockGuard::token_of) and [`crate::fencing_token_of`]),
+/// `.acquire()` and `.run(body)`. Every guarantee of a lock holds for the set: one lease, until
+/// the earliest of its locks' deadlines; renewal extends every lock, and the loss of any lock
+/// is the loss of the set (`run`'s body cancelled, [`Error::Lost`]); a dropped acquire or guard
+/// leaves none of the locks held. A set applies to locks: with `.read()` or a semaphore the
+/// acquire fails with [`Error::InvalidConfig`], as does an empty set, or a fenced set over a
+/// RedLock quorum.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), distlock_core::Error> {
+/// use std::time::Duration;
+/// let guard = distlock_core::lock_all(["account:7", "account:3"])
+///     .ttl(Duration::from_secs(5))
+///     .wait(Duration::from_secs(2))
+///     .acquire()
+///     .await?;
+/// assert_eq!(guard.names().collect::<Vec<_>>(), ["account:3", "account:7"]);
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+pub fn lock_all<I>(names: I) -> LockBuilder
+where
+    I: IntoIterator,
+    I::Item: Into<String>,
+{
+    let mut names = names.into_iter().map(Into::into);
+    let first = names.next().unwrap_or_default();
+    lock(first).with_others(names.collect())
+}
+
+impl Client {
+    /// Starts building one acquisition of several locks at once through this client (see
+    /// [`crate::lock_all`]).
+    pub fn lock_all<I>(&self, names: I) -> LockBuilder
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        let mut names = names.into_iter().map(Into::into);
+        let first = names.next().unwrap_or_default();
+        self.lock(first).with_others(names.collect())
     }
 }
 
@@ -202,20 +314,14 @@ impl LockBuilder {
     }
 
     /// Takes one of a semaphore's permits instead of the lock (see [`crate::semaphore`]).
-    pub(crate) fn with_kind(mut self, kind: Kind) -> Self {
+    fn with_kind(mut self, kind: Kind) -> Self {
         self.kind = kind;
         self
     }
 
     /// The other names of a set taken together (see [`crate::lock_all`]).
-    pub(crate) fn with_others(mut self, others: Vec<String>) -> Self {
+    fn with_others(mut self, others: Vec<String>) -> Self {
         self.others = Some(others);
-        self
-    }
-
-    /// A shared (read) hold (see [`LockBuilder::read`]).
-    pub(crate) fn reading(mut self) -> Self {
-        self.read = true;
         self
     }
 
@@ -253,13 +359,15 @@ impl LockBuilder {
     pub(crate) async fn acquire_here(self) -> Result<LockGuard, Error> {
         let attempt = Attempt::new(self.labels(), self.skip, self.wait.is_some());
         let result = match self.terms() {
-            Ok((client, keys, terms)) => match &self.others {
+            Ok((client, keys, kind, terms)) => match &self.others {
                 None => {
                     let span = tracing::debug_span!("distlock.acquire", key = %keys.name(), ttl_ms = millis_ceil(terms.ttl));
                     if span.is_disabled() {
-                        waiting::acquire(client, keys, terms).await
+                        waiting::acquire(client, keys, kind, terms).await
                     } else {
-                        waiting::acquire(client, keys, terms).instrument(span).await
+                        waiting::acquire(client, keys, kind, terms)
+                            .instrument(span)
+                            .await
                     }
                 }
                 Some(others) => self.acquire_set(client, others, terms).await,
@@ -279,7 +387,7 @@ impl LockBuilder {
         terms: Terms,
     ) -> Result<LockGuard, Error> {
         let prefix = &client.config().key_prefix;
-        let mut set = multi::canonical(prefix, &self.name, others, client.sharded_pubsub())?;
+        let mut set = set::canonical(prefix, &self.name, others, client.sharded_pubsub())?;
         let span = tracing::debug_span!(
             "distlock.acquire",
             key = tracing::field::Empty,
@@ -292,21 +400,25 @@ impl LockBuilder {
         match set.len() {
             1 => {
                 let keys = set.remove(0);
-                waiting::acquire(client, keys, terms).instrument(span).await
+                waiting::acquire(client, keys, Kind::Exclusive, terms)
+                    .instrument(span)
+                    .await
             }
-            _ => multi::acquire(client, set, terms).instrument(span).await,
+            _ => {
+                waiting::acquire_set(client, set, terms)
+                    .instrument(span)
+                    .await
+            }
         }
     }
 
     /// The labels of this acquisition's metrics: its `lock` label, and its `kind` as the
     /// builder says it (a set of one distinct name still counts as a set).
     fn labels(&self) -> Labels {
-        let kind = if self.others.is_some() {
-            "set"
-        } else if self.read {
-            "read"
-        } else {
-            self.kind.label()
+        let kind = match (self.others.is_some(), self.read) {
+            (true, _) => Kind::Set.label(),
+            (false, true) => Kind::Read.label(),
+            (false, false) => self.kind.label(),
         };
         Labels {
             lock: self.label,
@@ -314,8 +426,8 @@ impl LockBuilder {
         }
     }
 
-    /// The client, the key layout and the checked terms of this acquisition.
-    fn terms(&self) -> Result<(Client, LockKeys, Terms), Error> {
+    /// The client, the key layout, the kind and the checked terms of this acquisition.
+    fn terms(&self) -> Result<(Client, LockKeys, Kind, Terms), Error> {
         let client = self.resolve()?;
         let config = client.config();
         let ttl = self.ttl.unwrap_or(config.default_ttl);
@@ -350,16 +462,7 @@ impl LockBuilder {
                 ),
             });
         }
-        let kind = match self.read {
-            true => shared::read_kind(&self.name, self.kind)?,
-            false => self.kind,
-        };
-        permits::check(&self.name, kind)?;
-        if self.others.is_some() {
-            multi::check(&self.name, kind, self.fenced, &client)?;
-        }
         let terms = Terms {
-            kind,
             ttl,
             renew: self.renew,
             wait: self.wait,
@@ -369,22 +472,72 @@ impl LockBuilder {
             min_replicas,
             label: self.labels(),
         };
+        let kind = match (&self.others, self.kind) {
+            (None, kind) => kind,
+            (Some(_), Kind::Exclusive) => Kind::Set,
+            (Some(_), _) => {
+                return Err(Error::InvalidConfig {
+                    reason: format!("the set of locks starting with `{}` is asked for as a semaphore: sets of locks are exclusive locks only", self.name),
+                })
+            }
+        };
+        let kind = match self.read {
+            true => kind.read(&self.name)?,
+            false => kind,
+        };
+        kind.check(&self.name, &terms, &client)?;
         let keys = LockKeys::new(&config.key_prefix, &self.name)?;
-        Ok((client, keys, terms))
+        Ok((client, keys, kind, terms))
     }
 }
 
-/// The resolved terms of one acquisition.
-pub(crate) struct Terms {
-    pub(crate) kind: Kind,
-    pub(crate) ttl: Duration,
-    pub(crate) renew: bool,
-    pub(crate) wait: Option<Duration>,
-    pub(crate) max_hold: Option<Duration>,
-    pub(crate) min_hold: Option<Duration>,
-    pub(crate) fenced: bool,
-    /// Replicas that must acknowledge the acquire and each renewal (0: none).
-    pub(crate) min_replicas: usize,
-    /// The `lock` and `kind` labels of the metrics.
-    pub(crate) label: Labels,
+impl LockBuilder {
+    /// Takes a shared (read) hold instead of the lock: any number of read holders at once,
+    /// while an ordinary (exclusive, "write") lock of the same name excludes them and is
+    /// excluded by them. A reader meeting a writer, and a writer meeting readers, is busy
+    /// ([`Error::Busy`], or waits with `.wait()`), never incompatible.
+    ///
+    /// **Writers do not starve**: a writer that waits for readers marks its intent next to the
+    /// lock, and no new reader enters while it lives; the writer gets the lock when the readers
+    /// inside leave (or their leases run out). The intent lasts one second unless the waiting
+    /// writer renews it (it does, at each attempt), so a writer that went away holds new
+    /// readers up for a second at most. The preference goes to writers: while writers keep
+    /// waiting, one after another, new readers wait for them. A waiting writer is woken by
+    /// each reader's release, and looks again at least every third of a second meanwhile (to
+    /// renew its intent): one script call each.
+    ///
+    /// Every guarantee of a lock holds per read hold: each reader's share is its own lease (a
+    /// reader that dies frees its share at its own ttl), renewed by `.renew(true)`, lost (the
+    /// body of `run` cancelled, [`Error::Lost`]) when it can no longer be guaranteed, released
+    /// on every exit path (waking waiters), fenced with `.fenced(true)` (tokens strictly
+    /// increasing per name, across readers and writers).
+    ///
+    /// Re-entry in one call chain (same name, same client): a read inside a read takes no
+    /// second share; a read inside a write re-enters the write (an exclusive hold covers
+    /// reading); a write inside a read fails at once with [`Error::WriteInsideRead`] (a read
+    /// hold is never upgraded: two readers upgrading would wait for each other).
+    ///
+    /// `read` applies to a lock, not to a semaphore (taking a semaphore's permit with `read`
+    /// fails with [`Error::InvalidConfig`]). Over a RedLock quorum ([`crate::Config::redlock`])
+    /// a read and a write each count when a majority of the masters granted them (any two such
+    /// majorities share a master, which granted only one); readers and writers that wait there
+    /// retry on releases, without the lock's FIFO queue.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), distlock_core::Error> {
+    /// use std::time::Duration;
+    /// let guard = distlock_core::lock("doc:7")
+    ///     .read()
+    ///     .ttl(Duration::from_secs(10))
+    ///     .wait(Duration::from_secs(2))
+    ///     .acquire()
+    ///     .await?;
+    /// assert!(guard.is_shared());
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn read(mut self) -> Self {
+        self.read = true;
+        self
+    }
 }

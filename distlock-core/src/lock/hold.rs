@@ -1,0 +1,264 @@
+//! One acquisition of a hold of any kind, shared by its outer hold and its re-entries: who
+//! holds what (client, keys, value, kind), the count of holds, `min_hold`, and its release in
+//! Redis (the kind's release, retried once on a dropped connection; in the background when a
+//! cleanup drops it).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::client::cohort::Carry;
+use crate::client::Client;
+use crate::error::Error;
+use crate::lock::kind::{Kind, Target};
+use crate::lock::queue::QueueEntry;
+use crate::wire::calls::ReleaseCall;
+pub(crate) use crate::wire::calls::Released;
+use crate::wire::ids::ShortId;
+use crate::wire::keys::LockKeys;
+
+/// One acquisition of a lock, shared by its outer hold and every re-entrant hold of the same
+/// call chain: enough to release it from anywhere. Holds are counted here, on the client; the
+/// lock is released in Redis when the last hold lets go.
+#[derive(Clone)]
+pub(crate) struct Hold(Arc<HoldState>);
+
+pub(crate) struct HoldState {
+    pub(crate) client: Client,
+    pub(crate) keys: LockKeys,
+    /// The lock's value in Redis (`d2:<owner>`): the owner check of release and renewal.
+    pub(crate) value: ShortId,
+    /// What this acquisition holds (its requests, release, re-entry rules: `kind`).
+    pub(crate) kind: Kind,
+    /// `min_hold`: releasing earlier leaves the lock to expire at this instant (set once, by
+    /// the outer hold).
+    keep_until: OnceLock<Instant>,
+    holds: AtomicUsize,
+    /// A set of locks held together (`lock::kind::set`): every lock's keys, in the set's order
+    /// (`keys` is the first's); empty for one lock.
+    pub(crate) set: Box<[LockKeys]>,
+    /// A fenced set's tokens, one per lock of `set` (set once, by its acquire).
+    pub(crate) tokens: OnceLock<Box<[u64]>>,
+}
+
+impl std::ops::Deref for Hold {
+    type Target = HoldState;
+
+    fn deref(&self) -> &HoldState {
+        &self.0
+    }
+}
+
+impl Hold {
+    /// A new acquisition with one hold.
+    pub(crate) fn new(client: Client, keys: LockKeys, value: ShortId, kind: Kind) -> Self {
+        Hold(Arc::new(HoldState {
+            client,
+            keys,
+            value,
+            kind,
+            keep_until: OnceLock::new(),
+            holds: AtomicUsize::new(1),
+            set: Box::default(),
+            tokens: OnceLock::new(),
+        }))
+    }
+
+    /// A new acquisition of a set of locks held together (`set`, in the set's order, at least
+    /// one) with one hold.
+    pub(crate) fn new_set(client: Client, set: Vec<LockKeys>, value: ShortId) -> Self {
+        Hold(Arc::new(HoldState {
+            client,
+            keys: set[0].clone(),
+            value,
+            kind: Kind::Set,
+            keep_until: OnceLock::new(),
+            holds: AtomicUsize::new(1),
+            set: set.into_boxed_slice(),
+            tokens: OnceLock::new(),
+        }))
+    }
+
+    /// What the kind's requests are about.
+    pub(crate) fn target(&self) -> Target<'_> {
+        Target {
+            client: &self.client,
+            keys: &self.keys,
+            set: &self.set,
+            value: &self.value,
+        }
+    }
+
+    /// The keys of every lock this hold holds: the set's, or the one lock's.
+    pub(crate) fn all_keys(&self) -> &[LockKeys] {
+        match self.set.is_empty() {
+            true => std::slice::from_ref(&self.keys),
+            false => &self.set,
+        }
+    }
+
+    /// True if this hold holds the lock `name` (alone or in its set).
+    pub(crate) fn covers(&self, name: &str) -> bool {
+        self.all_keys().iter().any(|k| k.name() == name)
+    }
+
+    /// The fencing token of the lock `name` of a fenced set.
+    pub(crate) fn token_of(&self, name: &str) -> Option<u64> {
+        let at = self.set.iter().position(|k| k.name() == name)?;
+        self.tokens.get()?.get(at).copied()
+    }
+
+    /// Sets the `min_hold` instant (the first call wins).
+    pub(crate) fn keep_until(&self, at: Instant) {
+        let _ = self.0.keep_until.set(at);
+    }
+
+    /// One more hold of the same acquisition (a re-entry).
+    pub(crate) fn enter(&self) -> Hold {
+        self.0.holds.fetch_add(1, Ordering::AcqRel);
+        self.clone()
+    }
+
+    /// One hold lets go; true if it was the last (the lock is to be released in Redis).
+    fn leave(&self) -> bool {
+        self.0.holds.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+
+    /// Runs the release in Redis; retried once (idempotently) if the connection dropped.
+    ///
+    /// `ours_until`: until when the lock is known to be ours (the lease deadline), if known.
+    /// A retry sent before then that finds the lock gone or taken means the first attempt
+    /// freed it (and someone may have taken it since): that release succeeded. Without that
+    /// knowledge only "gone" counts as freed by the first attempt.
+    pub(crate) async fn release(&self, ours_until: Option<Instant>) -> Result<Released, Error> {
+        match self.release_once().await {
+            Err(error) if error.is_connection_failure() => {
+                tracing::debug!(%error, key = %self.keys.name(), "release reply lost; retrying");
+                let sent_in_lease = ours_until.is_some_and(|until| Instant::now() < until);
+                self.release_once().await.map(|found| match found {
+                    Released::Absent => Released::Yes,
+                    Released::OtherOwner if sent_in_lease => Released::Yes,
+                    other => other,
+                })
+            }
+            other => other,
+        }
+    }
+
+    /// How long the lock must still be kept for `min_hold` (zero: release now).
+    pub(crate) fn keep(&self) -> Duration {
+        self.0.keep_until.get().map_or(Duration::ZERO, |until| {
+            until.saturating_duration_since(Instant::now())
+        })
+    }
+
+    pub(crate) async fn release_once(&self) -> Result<Released, Error> {
+        let next = self.carry_next();
+        let released = self
+            .kind
+            .release(self.target(), self.keep(), next.as_ref().map(Carry::waiter))
+            .await;
+        if let (Ok(_), Some(next)) = (&released, next) {
+            self.confirm_carried(next);
+        }
+        released
+    }
+
+    /// The release that queued `next` (this client's next waiter of the lock) was answered; a
+    /// waiter that went away meanwhile leaves the queue now, after it.
+    pub(crate) fn confirm_carried(&self, next: Carry) {
+        if let Some(gone) = next.confirm() {
+            drop(QueueEntry::new(
+                self.client.clone(),
+                self.keys.clone(),
+                gone.value,
+                true,
+            ));
+        }
+    }
+
+    /// This client's next waiter for the lock that waits in the client, for the release to
+    /// queue in Redis (see `client::cohort`), where the kind carries waiters.
+    pub(crate) fn carry_next(&self) -> Option<Carry> {
+        let carries = self.kind.carries_waiters(&self.client);
+        carries.then(|| self.client.carry_next(self.keys.channel()))?
+    }
+
+    /// The release of this hold with request id `id`, queuing `next`, as one call (`None`
+    /// for a set: see [`Kind::release_call`]).
+    pub(crate) fn release_call<'a>(
+        &'a self,
+        id: &'a ShortId,
+        next: Option<&Carry>,
+    ) -> Option<ReleaseCall<'a>> {
+        self.kind
+            .release_call(self.target(), id, self.keep(), next.map(Carry::waiter))
+    }
+}
+
+/// One counted hold that lets go (and, if it is the last, releases the lock in the background)
+/// when dropped while armed: the cleanup for cancelled acquires, cancelled releases and guards
+/// dropped without `release()`.
+pub(crate) struct ReleaseOnDrop {
+    hold: Option<Hold>,
+    /// This hold has not let go yet (dropping it lets go first).
+    counted: bool,
+}
+
+impl ReleaseOnDrop {
+    pub(crate) fn new(hold: Hold) -> Self {
+        ReleaseOnDrop {
+            hold: Some(hold),
+            counted: true,
+        }
+    }
+
+    /// Forgets the hold without letting go (its count passes to whoever takes it over).
+    pub(crate) fn disarm(&mut self) -> Option<Hold> {
+        self.hold.take()
+    }
+
+    pub(crate) fn hold(&self) -> Option<&Hold> {
+        self.hold.as_ref()
+    }
+
+    /// Lets go of this hold now: true if it was the last one, so the lock is to be released in
+    /// Redis (and, until disarmed, dropping this releases it in the background).
+    pub(crate) fn leave(&mut self) -> bool {
+        if !std::mem::take(&mut self.counted) {
+            return false;
+        }
+        let last = self.hold.as_ref().is_some_and(Hold::leave);
+        if !last {
+            self.hold = None;
+        }
+        last
+    }
+}
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        if let Some(hold) = self.hold.take() {
+            if !self.counted || hold.leave() {
+                release_later(hold);
+            }
+        }
+    }
+}
+
+/// Releases `hold` in a background task on the client's own runtime (so it runs even when the
+/// caller's runtime is shutting down). If the client itself is dropped first, the lease
+/// expires at its ttl.
+pub(crate) fn release_later(hold: Hold) {
+    let client = hold.client.clone();
+    client.spawn_cleanup(async move {
+        match hold.release(None).await {
+            Ok(_) => tracing::debug!(key = %hold.keys.name(), "released in background"),
+            Err(error) => {
+                tracing::warn!(key = %hold.keys.name(), %error, "background release failed; the lock expires at its ttl")
+            }
+        }
+    });
+}

@@ -1,0 +1,189 @@
+//! The kinds of hold, one module each, and the one interface the common machinery (the
+//! builder, the wait loop, one attempt, the hold and its guard, re-entry) calls: what a kind
+//! sends to take it and to let it go, what it renews, what a busy answer means, what re-entry
+//! allows, and how its metrics and guard describe it.
+//!
+//! * `exclusive`: the lock, one holder at a time; its waiters are queued and handed the lock
+//!   by the release where the deployment allows it.
+//! * `permits`: one of a semaphore's `n` permits.
+//! * `shared`: a shared (read) hold of the lock (the lock itself is the write).
+//! * `set`: several locks taken together, all or none.
+//!
+//! Every `match` on [`Kind`] is in this folder: a new kind is a new variant and a new module,
+//! and the compiler points at every method below that must say what it does.
+
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::error::{Error, HeldBy};
+use crate::lock::queue::Place;
+use crate::lock::terms::Terms;
+use crate::wire::calls::{Acquired, NextWaiter, ReleaseCall, Released, RenewItem};
+use crate::wire::ids::ShortId;
+use crate::wire::keys::LockKeys;
+
+pub(crate) mod exclusive;
+pub(crate) mod permits;
+pub(crate) mod set;
+pub(crate) mod shared;
+pub(crate) mod variant;
+
+pub(crate) use variant::{Kind, Target};
+
+impl Kind {
+    /// The `kind` label of this acquisition's metrics.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Kind::Exclusive => "lock",
+            Kind::Permits(_) => "permit",
+            Kind::Read => "read",
+            Kind::Set => "set",
+        }
+    }
+
+    /// The semaphore's count of a permit (what its renewal checks, `RenewItem::permits`);
+    /// `None` for every other kind.
+    pub(crate) fn permits(self) -> Option<u32> {
+        match self {
+            Kind::Permits(n) => Some(n),
+            Kind::Exclusive | Kind::Read | Kind::Set => None,
+        }
+    }
+
+    /// What renews (or checks, for a re-entry) the lock `keys` of this hold of `value` for
+    /// `ttl`: a permit's renewal checks its semaphore's count.
+    pub(crate) fn renew_item(self, keys: &LockKeys, value: &ShortId, ttl: Duration) -> RenewItem {
+        RenewItem {
+            key: keys.lock().into(),
+            value: value.as_str().into(),
+            ttl,
+            permits: self.permits().unwrap_or(0),
+        }
+    }
+
+    /// True for a shared (read) hold.
+    pub(crate) fn is_shared(self) -> bool {
+        self == Kind::Read
+    }
+
+    /// The kind once the builder's `read` is applied (see `shared::read`).
+    pub(crate) fn read(self, name: &str) -> Result<Kind, Error> {
+        shared::read(self, name)
+    }
+
+    /// The checks of this kind against its terms and client, before anything is sent.
+    pub(crate) fn check(self, name: &str, terms: &Terms, client: &Client) -> Result<(), Error> {
+        match self {
+            Kind::Permits(permits) => permits::check(name, permits),
+            Kind::Set => set::check(name, terms, client),
+            Kind::Exclusive | Kind::Read => Ok(()),
+        }
+    }
+
+    /// Whether a hold of this kind (`self`, the outer hold) lets an acquisition of `inner`
+    /// re-enter it in one call chain.
+    pub(crate) fn admits(self, name: &str, inner: Kind) -> Result<(), Error> {
+        match self {
+            Kind::Exclusive | Kind::Set => exclusive::admits(name, inner),
+            Kind::Permits(held) => permits::admits(name, held, inner),
+            Kind::Read => shared::admits(name, inner),
+        }
+    }
+
+    /// What a busy answer to this kind means (`met_readers`: a write that met readers).
+    pub(crate) fn held_by(self, met_readers: bool) -> HeldBy {
+        match self {
+            Kind::Exclusive | Kind::Set if met_readers => HeldBy::Readers,
+            Kind::Exclusive | Kind::Set => HeldBy::Owner,
+            Kind::Permits(permits) => HeldBy::Permits { permits },
+            Kind::Read => HeldBy::Writer,
+        }
+    }
+
+    /// A waiter's place in the waiters' queue (`waits`: it waits for a busy lock): queued in
+    /// Redis and handed the lock by the release, queued on the RedLock masters, or not queued.
+    pub(crate) fn place(self, client: &Client, terms: &Terms, waits: bool) -> Place {
+        match self {
+            Kind::Exclusive => exclusive::place(client, terms, waits),
+            Kind::Permits(_) | Kind::Read | Kind::Set => Place::default(),
+        }
+    }
+
+    /// One acquire request of a single lock, permit or read hold (`readers`: a write that met
+    /// readers, asked as such); a set's attempt is `set::attempt`.
+    pub(crate) async fn send_acquire(
+        self,
+        target: Target<'_>,
+        terms: &Terms,
+        place: Place,
+        id: &[u8],
+        readers: bool,
+    ) -> Result<(Acquired, Option<usize>), Error> {
+        let replicas = target.client.replica_wait(terms.min_replicas);
+        match self {
+            Kind::Exclusive | Kind::Set if readers => {
+                shared::send_write(target, terms, (id, replicas)).await
+            }
+            Kind::Exclusive | Kind::Set => {
+                exclusive::send(target, terms, place, (id, replicas)).await
+            }
+            Kind::Permits(permits) => permits::send(target, terms, permits, (id, replicas)).await,
+            Kind::Read => shared::send_read(target, terms, (id, replicas)).await,
+        }
+    }
+
+    /// True if an answer `found` to this kind's request may mean readers hold the lock: the
+    /// request is asked again as a write where readers may hold it.
+    pub(crate) fn meets_readers(self, found: &Acquired) -> bool {
+        match self {
+            Kind::Exclusive => *found == Acquired::Incompatible,
+            Kind::Permits(_) | Kind::Read | Kind::Set => false,
+        }
+    }
+
+    /// True if a release of this kind may carry its client's next waiter of the lock and hand
+    /// the lock over (`client::cohort`; not over RedLock).
+    pub(crate) fn carries_waiters(self, client: &Client) -> bool {
+        self == Kind::Exclusive && !client.is_quorum()
+    }
+
+    /// The release of one lock, permit or read hold, with request id `id` (kept until `keep`
+    /// for `min_hold`), queuing the client's next waiter `next` (the release script tells the
+    /// kinds apart by the key's type); `None` for a set, released by [`Kind::release`] alone
+    /// (one call per hash slot group).
+    pub(crate) fn release_call<'a>(
+        self,
+        target: Target<'a>,
+        id: &'a ShortId,
+        keep: Duration,
+        next: Option<NextWaiter>,
+    ) -> Option<ReleaseCall<'a>> {
+        match self {
+            Kind::Set => None,
+            Kind::Exclusive | Kind::Permits(_) | Kind::Read => Some(ReleaseCall {
+                keys: target.keys,
+                owner: target.value,
+                id: id.as_bytes(),
+                keep,
+                sharded: target.client.sharded_pubsub(),
+                handoff: !target.client.is_quorum(),
+                next,
+            }),
+        }
+    }
+
+    /// The release in Redis of what `target` holds (kept until `keep` for `min_hold`), queuing
+    /// the client's next waiter `next` where the kind carries waiters.
+    pub(crate) async fn release(
+        self,
+        target: Target<'_>,
+        keep: Duration,
+        next: Option<NextWaiter>,
+    ) -> Result<Released, Error> {
+        let id = target.client.new_request_id();
+        match self.release_call(target, &id, keep, next) {
+            Some(call) => target.client.release(target.keys.name(), &call).await,
+            None => set::release(target, keep).await,
+        }
+    }
+}

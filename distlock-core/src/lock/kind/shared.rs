@@ -1,0 +1,104 @@
+//! Shared (read) holds: `lock(name).read()` is a kind of hold, held by any number of
+//! readers at once and excluded by (and excluding) the lock itself, the write. Built, waited
+//! for, renewed, held, run and released by the common machinery; what is its own is the acquire
+//! request (`RwAcquireCall`: `ACQUIRE_READ` for a reader, `ACQUIRE_WRITE` for a writer that
+//! met readers, which marks its intent so that new readers wait and writers do not starve)
+//! and the re-entry rules across kinds.
+//!
+//! ## Over a RedLock quorum: majorities
+//!
+//! A read hold counts when a majority of the masters granted it (`ACQUIRE_READ` on each)
+//! within the validity time, and a write when a majority granted it, exactly as a lock's
+//! acquire (`quorum::acquired`). Any read majority and any write majority share a master,
+//! which granted only one of them (a master's key is either a writer's string or a set of
+//! readers): readers never overlap a writer, and writers never overlap each other. A writer
+//! whose queued acquire (`ACQUIRE_QUEUED`) met readers (their sets answer it as incompatible)
+//! is asked again as `ACQUIRE_WRITE` on every master, which marks its intent on each master
+//! where readers are, so new readers cannot make a majority while it waits (they meet the
+//! intent on a majority, or the writer's lock): writers do not starve there either. Renewal
+//! and release count by majority, as a lock's. A grant short of a majority is released again
+//! (ordered after any late grant, `stragglers`), and so is what a cancelled acquire may have
+//! been granted. Waiting readers, and writers that met readers, retry on each release and at
+//! the first lease's (or intent's) end: the RedLock FIFO queue is the lock's only. Fencing
+//! tokens come from the quorum's fence floors (`fence`): unique, and above every token handed
+//! out before the acquire started.
+
+use crate::error::{Error, Operation};
+use crate::lock::kind::variant::{Kind, Target};
+use crate::lock::terms::Terms;
+use crate::wire::calls::{Acquired, RwAcquireCall, Side};
+use crate::wire::request::ReplicaWait;
+
+/// The kind an acquisition takes once `read` is applied: a read hold of a lock; a semaphore
+/// or a set with `read` is refused.
+pub(crate) fn read(kind: Kind, name: &str) -> Result<Kind, Error> {
+    match kind {
+        Kind::Exclusive | Kind::Read => Ok(Kind::Read),
+        Kind::Permits(_) => Err(Error::InvalidConfig {
+            reason: format!(
+                "semaphore `{name}` is asked for with `read`: a semaphore's permits are not shared holds; use one or the other"
+            ),
+        }),
+        Kind::Set => Err(Error::InvalidConfig {
+            reason: format!("the set of locks starting with `{name}` is asked for as a semaphore or a shared (read) hold: sets of locks are exclusive locks only"),
+        }),
+    }
+}
+
+/// What re-enters a read hold: another read (no second share is taken). A write never does
+/// (a read hold is never upgraded in place: two readers upgrading would deadlock), nor a
+/// permit.
+pub(crate) fn admits(name: &str, inner: Kind) -> Result<(), Error> {
+    match inner {
+        Kind::Read => Ok(()),
+        Kind::Exclusive | Kind::Set => Err(Error::WriteInsideRead {
+            key: name.to_owned(),
+        }),
+        Kind::Permits(_) => Err(Error::Incompatible {
+            key: name.to_owned(),
+        }),
+    }
+}
+
+/// One read hold's acquire request (`ACQUIRE_READ`).
+pub(crate) async fn send_read(
+    target: Target<'_>,
+    terms: &Terms,
+    request: (&[u8], Option<ReplicaWait>),
+) -> Result<(Acquired, Option<usize>), Error> {
+    send(target, terms, Side::Read, request).await
+}
+
+/// A write's acquire request once it met readers (`ACQUIRE_WRITE`, marking its intent while
+/// it waits).
+pub(crate) async fn send_write(
+    target: Target<'_>,
+    terms: &Terms,
+    request: (&[u8], Option<ReplicaWait>),
+) -> Result<(Acquired, Option<usize>), Error> {
+    let side = Side::Write {
+        waits: terms.wait.is_some(),
+    };
+    send(target, terms, side, request).await
+}
+
+async fn send(
+    target: Target<'_>,
+    terms: &Terms,
+    side: Side,
+    (id, wait): (&[u8], Option<ReplicaWait>),
+) -> Result<(Acquired, Option<usize>), Error> {
+    let client = target.client;
+    let call = RwAcquireCall {
+        keys: target.keys,
+        value: target.value.as_bytes(),
+        id,
+        ttl: terms.ttl,
+        side,
+        fenced: terms.fenced.then_some(client.config().fence_retention),
+        wait,
+    };
+    client
+        .call_acked(Operation::Acquire, target.keys.name(), &call)
+        .await
+}

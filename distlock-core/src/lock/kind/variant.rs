@@ -1,0 +1,29 @@
+//! Which kind a hold is (`Kind`: one variant per kind, its module beside this file) and what
+//! a kind's requests are about (`Target`); what each kind does is `impl Kind`, in `kind`.
+
+use crate::client::Client;
+use crate::wire::ids::ShortId;
+use crate::wire::keys::LockKeys;
+
+/// What one acquisition takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// The lock: one holder at a time (`exclusive`).
+    Exclusive,
+    /// One permit of a semaphore of this many (`permits`).
+    Permits(u32),
+    /// A shared (read) hold of the lock (`shared`).
+    Read,
+    /// Several locks, all or none (`set`): exclusive, each of them.
+    Set,
+}
+
+/// What a kind's requests are about: the client, the lock (a set's first), a set's locks in
+/// their order (empty for one lock) and the holder's value.
+#[derive(Clone, Copy)]
+pub(crate) struct Target<'a> {
+    pub(crate) client: &'a Client,
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) set: &'a [LockKeys],
+    pub(crate) value: &'a ShortId,
+}
