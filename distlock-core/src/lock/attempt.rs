@@ -1,6 +1,6 @@
-//! One acquire attempt (the request for each kind of lock and deployment, retried once on a
-//! dropped connection), and what a take becomes: a guard and its lease (`into_guard`), or,
-//! too few replicas acknowledging it, a release and `Error::Unreplicated`.
+//! What an attempt's take becomes: a guard, its lease and its renewal (`into_guard`), or, too
+//! few replicas acknowledging it, a release and `Error::Unreplicated` (the attempt itself is
+//! the kind's: `Kind::attempt`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,10 +12,8 @@ use crate::error::Error;
 use crate::lease::{deadline_after, guaranteed_until, millis_ceil, Lease};
 use crate::lock::guard::{Acquisition, LockGuard};
 use crate::lock::hold::{Hold, ReleaseOnDrop};
-use crate::lock::queue::Place;
 use crate::lock::terms::Terms;
 use crate::metrics::Held;
-use crate::wire::calls::Acquired;
 
 /// A take that too few replicas acknowledged: released again (in the background if the
 /// release cannot be answered now), and the error that says how many did.
@@ -105,53 +103,4 @@ pub(crate) fn into_guard(
         renewals,
         acquired_at: sent_at,
     })
-}
-
-/// One acquire round trip (two if the connection dropped, or if a write met readers): the
-/// kind's request (`Kind::send_acquire`) from the waiter's `place`; a write that meets readers
-/// (or met them in an earlier attempt, `met_readers`) is sent (again) as a write where readers
-/// may hold the lock. Returns what it found and, when replicas were asked for, how many
-/// acknowledged and how many the `WAIT` required (`ALL_REPLICAS` resolved).
-pub(crate) async fn try_acquire(
-    hold: &Hold,
-    terms: &Terms,
-    place: Place,
-    met_readers: &mut bool,
-) -> Result<(Acquired, Option<(usize, usize)>), Error> {
-    let replicas = hold.client.replica_wait(terms.min_replicas);
-    let readers = *met_readers;
-    let mut found = send_acquire(hold, terms, place, readers).await?;
-    if !readers && hold.kind.meets_readers(&found.0) {
-        *met_readers = true;
-        found = send_acquire(hold, terms, place, true).await?;
-    }
-    let (found, acked) = found;
-    let required = replicas.map_or(0, |w| w.replicas);
-    Ok((found, replicas.map(|_| (acked.unwrap_or(0), required))))
-}
-
-/// One acquire request of [`try_acquire`] (`readers`: a write that met readers), retried once
-/// with the same request id and value if the connection dropped.
-async fn send_acquire(
-    hold: &Hold,
-    terms: &Terms,
-    place: Place,
-    readers: bool,
-) -> Result<(Acquired, Option<usize>), Error> {
-    let id = hold.client.new_request_id();
-    let send = || {
-        hold.kind
-            .send_acquire(hold.target(), terms, place, id.as_bytes(), readers)
-    };
-    // A dropped connection fails fast and the connection reconnects: retry once, with the same
-    // value so a reply lost after the lock was taken reads as our own take. A timeout is not
-    // retried (the caller's bound is one response timeout); the caller's cleanup releases the
-    // lock in case the request was applied.
-    match send().await {
-        Err(error) if error.is_connection_failure() => {
-            tracing::debug!(%error, "acquire reply lost; retrying with the same value");
-            send().await
-        }
-        other => other,
-    }
 }

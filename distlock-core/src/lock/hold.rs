@@ -104,6 +104,16 @@ impl Hold {
         self.all_keys().iter().any(|k| k.name() == name)
     }
 
+    /// Keeps a take's fencing tokens (a set's, one per lock, set once) and returns the
+    /// first: the guard's.
+    pub(crate) fn record_tokens(&self, tokens: Vec<u64>) -> Option<u64> {
+        let first = tokens.first().copied();
+        if !self.set.is_empty() && !tokens.is_empty() {
+            let _ = self.tokens.set(tokens.into_boxed_slice());
+        }
+        first
+    }
+
     /// The fencing token of the lock `name` of a fenced set.
     pub(crate) fn token_of(&self, name: &str) -> Option<u64> {
         let at = self.set.iter().position(|k| k.name() == name)?;

@@ -1,7 +1,9 @@
-//! The acquire/wait loop of one lock: attempts until taken, busy or failed; a busy lock waits
-//! for its release (or its holder's ttl); a transient failure pauses (`backoff`) and tries
-//! again within the wait; an attempt that may have been applied is released if the acquire
-//! gives up or is dropped.
+//! The one acquire/wait loop, for every kind of hold (a `Waiter`): attempts (the kind's) until
+//! taken, busy or failed; a busy hold waits for its release (or its holder's ttl), subscribed
+//! to the lock the attempt found busy (a set's, whichever of its locks that was); a transient
+//! failure pauses (`backoff`) and tries again within the wait; what an attempt may have taken
+//! is released if the acquire gives up or is dropped (and, for a set or over RedLock, what an
+//! attempt that did not take the whole hold took, before waiting: `Kind::releases_untaken`).
 //!
 //! ## Handoff
 //!
@@ -36,6 +38,7 @@
 //!   take a lock that is let go with nobody queued, so behind handed waiters they wait for the
 //!   queue to empty.
 
+use std::ops::Range;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -44,26 +47,27 @@ use crate::client::waiters::Subscription;
 use crate::client::Client;
 use crate::error::Error;
 use crate::lease::{deadline_after, guaranteed_until, millis_ceil};
-use crate::lock::attempt::{into_guard, try_acquire, unreplicated};
+use crate::lock::attempt::{into_guard, unreplicated};
 use crate::lock::backoff::Backoff;
 use crate::lock::fence;
 use crate::lock::guard::LockGuard;
 use crate::lock::hold::{Hold, ReleaseOnDrop};
-use crate::lock::kind::{set, Kind};
+use crate::lock::kind::{set, Found, Kind};
 use crate::lock::queue::{Place, QueueEntry};
 use crate::lock::reenter::{self, reenter};
 use crate::lock::terms::Terms;
 use crate::metrics::{self, Labels, Waiting};
-use crate::wire::calls::{Acquired, NextWaiter};
+use crate::wire::calls::NextWaiter;
 use crate::wire::keys::LockKeys;
 
 /// How often a waiter looks again at a lock whose key has no expiry (someone created it by
 /// hand): such a holder never publishes a release and has no ttl to wait out.
-pub(crate) const NO_EXPIRY_RECHECK: Duration = Duration::from_secs(1);
+const NO_EXPIRY_RECHECK: Duration = Duration::from_secs(1);
 
 /// The longest a waiter to whom a release may hand the lock waits between two attempts.
 const HANDED_RECHECK: Duration = Duration::from_secs(1);
 
+/// Acquires one lock, permit or read hold of `keys` (or re-enters it).
 pub(crate) async fn acquire(
     client: Client,
     keys: LockKeys,
@@ -74,246 +78,421 @@ pub(crate) async fn acquire(
     if let Some(outer) = reenter::outer(&client, &keys) {
         return reenter(outer, kind, &terms, started).await;
     }
-    let give_up = terms.wait.map(|w| deadline_after(started, w));
     let owner = client.new_owner();
-    let hold = Hold::new(client.clone(), keys, owner, kind);
-    let keys = &hold.keys;
-    let mut subscription: Option<Subscription> = None;
-    let mut waiting = Waiting::default();
-    // Tasks of this client already wait for the lock: queue behind them instead of barging.
-    let mut queue_first = give_up.is_some() && client.has_waiters(keys.channel());
-    // The last attempt's transient failure (a reset or timed-out connection, `NoQuorum`, a
-    // server loading or failing over), if it failed so: what the waiter is told when its wait
-    // runs out, and the reason to pause (`backoff`) instead of waiting for a release.
-    let mut failed: Option<Error> = None;
-    let mut backoff = Backoff::default();
-    // Armed from the first attempt that failed transiently on one server until the lock is
-    // taken: that request may still take the lock (its reply lost, or it arrives late). A later
-    // attempt (same value) reads such a take as its own; giving up, or being dropped, releases
-    // it in the background (owner-checked: another owner's lock is left alone).
-    let mut unanswered: Option<ReleaseOnDrop> = None;
-    // RedLock: a waiter's place in the masters' queues (0: it does not wait, or it takes a
-    // permit or a read hold, which retry without a queue: see `kind::permits`), and its entry
-    // there once it queued (from its first attempt after subscribing: an acquire that takes
-    // the lock at once never queues), taken out again when the acquire ends.
-    //
-    // One server, Sentinel, a cluster: a plain lock's waiter queues in Redis and is handed
-    // the lock by the release itself (see the module docs, "Handoff"): `window` is its grant
-    // window while it is such a waiter. Not a fenced one (its token comes from its own acquire)
-    // nor one that asks for replicas (its acquire waits for them): those are woken and try
-    // again.
-    let Place {
-        ticket, mut window, ..
-    } = kind.place(&client, &terms, give_up.is_some());
-    // The last queued attempt that found the lock held (when it was sent, and the epoch then):
-    // a grant heard after its reply came after it.
-    let mut last_busy: Option<(Instant, u64)> = None;
-    let mut queued: Option<QueueEntry> = None;
-    // A write that met readers: this and every later attempt goes as `ACQUIRE_WRITE`.
-    let mut met_readers = false;
-    loop {
-        let mut pttl = None;
-        // RedLock: release wakes to let pass (the waiters queued ahead take those turns).
-        let mut pass_wakes = 0;
-        if !std::mem::take(&mut queue_first) {
-            if let Some(sub) = subscription.as_mut() {
-                sub.mark_seen();
-            }
-            // Armed while the request may have been applied: cancelled or failed here, the lock
-            // is released in the background.
-            let unanswered_before = unanswered.is_some();
-            let mut pending = unanswered
-                .take()
-                .unwrap_or_else(|| ReleaseOnDrop::new(hold.clone()));
-            let queue = ticket > 0 && subscription.is_some();
-            if queue {
-                queued.get_or_insert_with(|| queue_entry(&hold, window.is_some()));
-            }
-            let sent_at = Instant::now();
-            let switches = client.switches();
-            let place = Place {
-                ticket,
-                queue,
-                window,
-            };
-            let (attempt, acked) = match try_acquire(&hold, &terms, place, &mut met_readers).await {
-                // A waiter tries again, after a pause, until its wait runs out. (RedLock's
-                // `NoQuorum` included: a split vote, masters that did not answer.)
-                Err(error) if give_up.is_some() && error.is_transient() => {
-                    failed = Some(error);
-                    (
-                        Acquired::Busy {
-                            pttl: None,
-                            pass: 0,
-                        },
-                        None,
-                    )
-                }
-                other => {
-                    failed = None;
-                    other?
-                }
-            };
-            let attempt = match attempt {
-                // RedLock: a token above every earlier holder's (failing, the lock is released).
-                Acquired::Taken { token: Some(taken) } if client.is_quorum() => Acquired::Taken {
-                    token: Some(fence::token(&client, keys, taken, terms.ttl, sent_at).await?),
+    let hold = Hold::new(client, keys, owner, kind);
+    Waiter::new(hold, terms, started).run().await
+}
+
+/// Acquires a set (at least two distinct locks, in canonical order), or re-enters it.
+pub(crate) async fn acquire_set(
+    client: Client,
+    set: Vec<LockKeys>,
+    terms: Terms,
+) -> Result<LockGuard, Error> {
+    let started = Instant::now();
+    if let Some(outer) = reenter::outer_of_set(&client, &set)? {
+        return reenter(outer, Kind::Set, &terms, started).await;
+    }
+    let owner = client.new_owner();
+    let hold = Hold::new_set(client, set, owner);
+    Waiter::new(hold, terms, started).run().await
+}
+
+/// One acquire of a hold of any kind, from its first attempt until it is taken, busy or
+/// failed. (Fields drop in order: its queue entry leaves before its subscription goes.)
+struct Waiter {
+    /// A waiter queued in Redis, or on the RedLock masters, since its first queuing attempt
+    /// (an acquire that takes the hold at once never queues), taken out again when it ends.
+    queued: Option<QueueEntry>,
+    /// Armed while an attempt may have taken something not yet ours to keep: a later attempt
+    /// (same value) reads such a take as its own; giving up, or being dropped, releases it in
+    /// the background (owner-checked: another owner's lock is left alone). From the first
+    /// attempt that failed transiently on one server until the hold is taken (`stale`), and
+    /// while the kind may hold a part of itself (`Kind::may_hold_part`).
+    pending: Option<ReleaseOnDrop>,
+    /// An attempt failed transiently: what it sent may still take the hold.
+    stale: bool,
+    /// The last attempt's transient failure (a reset or timed-out connection, `NoQuorum`, a
+    /// server loading or failing over), if it failed so: what the waiter is told when its wait
+    /// runs out, and the reason to pause (`backoff`) instead of waiting for a release.
+    failed: Option<Error>,
+    backoff: Backoff,
+    waiting: Waiting,
+    /// The lock waited for (its index in a set: the one the last attempt found busy) and its
+    /// release notifications.
+    subscription: Option<(usize, Subscription)>,
+    hold: Hold,
+    terms: Terms,
+    started: Instant,
+    give_up: Option<Instant>,
+    /// A set's slot groups (one call each); none for one lock.
+    groups: Vec<Range<usize>>,
+    /// The waiter's place in the waiters' queue (its ticket; its grant window while a release
+    /// may hand it the lock: see the module docs, "Handoff").
+    place: Place,
+    /// Skip the next attempt: the waiter waits in the client behind one of its waiters
+    /// already queued in Redis (`client::cohort`), or tasks of this client already wait for
+    /// the lock (queue behind them instead of barging).
+    queue_first: bool,
+    /// The last queued attempt that found the lock held (when it was sent, and the epoch then):
+    /// a grant heard after its reply came after it.
+    last_busy: Option<(Instant, u64)>,
+    /// A write that met readers: this and every later attempt goes as `ACQUIRE_WRITE`.
+    met_readers: bool,
+}
+
+/// Where the waiter stands after an attempt that did not take the hold: lock `at` busy (for
+/// `pttl` ms; `pass`: RedLock wakes to let pass).
+struct Busy {
+    at: usize,
+    pttl: Option<i64>,
+    pass: u32,
+}
+
+impl Waiter {
+    fn new(hold: Hold, terms: Terms, started: Instant) -> Self {
+        let client = &hold.client;
+        let give_up = terms.wait.map(|w| deadline_after(started, w));
+        let place = hold.kind.place(client, &terms, give_up.is_some());
+        let queue_first = give_up.is_some() && client.has_waiters(hold.keys.channel());
+        let groups = match hold.set.is_empty() {
+            true => Vec::new(),
+            false => set::slot_groups(&hold.set, client.sharded_pubsub()),
+        };
+        Waiter {
+            queued: None,
+            pending: None,
+            stale: false,
+            failed: None,
+            backoff: Backoff::default(),
+            waiting: Waiting::default(),
+            subscription: None,
+            hold,
+            terms,
+            started,
+            give_up,
+            groups,
+            place,
+            queue_first,
+            last_busy: None,
+            met_readers: false,
+        }
+    }
+
+    /// The loop: attempt, give up, pause after a failure, or wait for a turn.
+    async fn run(mut self) -> Result<LockGuard, Error> {
+        loop {
+            let busy = match std::mem::take(&mut self.queue_first) {
+                true => Busy {
+                    at: self.subscription.as_ref().map_or(0, |(at, _)| *at),
+                    pttl: None,
+                    pass: 0,
                 },
-                other => other,
+                false => match self.attempt().await? {
+                    Ok(guard) => return Ok(guard),
+                    Err(busy) => busy,
+                },
             };
-            if client.is_quorum() && !matches!(attempt, Acquired::Taken { .. }) {
-                // A minority of the RedLock masters may have granted it: release it there
-                // before anything else (a later attempt reuses the value).
-                if let Err(error) = hold.release(None).await {
-                    tracing::debug!(%error, "release after a RedLock attempt without a majority failed");
-                }
+            let now = Instant::now();
+            let Some(give_up) = self.give_up.filter(|&g| now < g) else {
+                return Err(match self.failed.take() {
+                    Some(error) => error,
+                    None => self.busy(busy.at),
+                });
+            };
+            if let Some(error) = &self.failed {
+                pause(&mut self.backoff, error, self.terms.label, now, give_up).await;
+                continue;
             }
-            if window.is_some() && met_readers {
-                // A write that met readers no longer queues: out of the queue (a lock handed
-                // over meanwhile is released and handed on), woken like other writers.
-                window = None;
-                queued = None;
+            self.backoff.reset();
+            if let Some(guard) = self.wait_turn(busy, now, give_up).await? {
+                return Ok(guard);
             }
-            if queue
-                && window.is_some()
-                && failed.is_none()
-                && matches!(attempt, Acquired::Busy { .. })
-            {
-                last_busy = Some((sent_at, switches));
-                if let Some(sub) = subscription.as_mut() {
-                    sub.queued();
-                }
+        }
+    }
+
+    /// One attempt (the kind's), and what it leaves: the guard, or where the waiter stands.
+    async fn attempt(&mut self) -> Result<Result<LockGuard, Busy>, Error> {
+        if let Some((_, sub)) = self.subscription.as_mut() {
+            sub.mark_seen();
+        }
+        // Armed while the request may have been applied: cancelled or failed here, what it
+        // took is released in the background.
+        let mut pending = self
+            .pending
+            .take()
+            .unwrap_or_else(|| ReleaseOnDrop::new(self.hold.clone()));
+        let place = self.place_now();
+        let sent_at = Instant::now();
+        let switches = self.hold.client.switches();
+        let (hold, terms) = (&self.hold, &self.terms);
+        let attempt = hold.kind.attempt(
+            hold.target(),
+            terms,
+            place,
+            &self.groups,
+            &mut self.met_readers,
+        );
+        let found = match attempt.await {
+            // A waiter tries again, after a pause, until its wait runs out. (RedLock's
+            // `NoQuorum` included: a split vote, masters that did not answer.)
+            Err(error) if self.give_up.is_some() && error.is_transient() => {
+                self.failed = Some(error);
+                self.stale = true;
+                None
             }
-            let stale = failed.is_some() || unanswered_before;
-            if stale && !client.is_quorum() && !matches!(attempt, Acquired::Taken { .. }) {
-                unanswered = Some(pending);
-            } else {
+            Err(error) => return Err(error),
+            Ok(found) => {
+                self.failed = None;
+                Some(found)
+            }
+        };
+        match found {
+            Some(Found::Taken { tokens, acked }) => {
+                let token = self.tokens(tokens, sent_at).await?;
                 pending.disarm();
+                if let Some((n, required)) = acked.filter(|(n, required)| n < required) {
+                    return Err(unreplicated(self.hold.clone(), n, required).await);
+                }
+                let guard = self.taken(token, (sent_at, switches), None);
+                Ok(Ok(guard))
             }
-            match attempt {
-                Acquired::Taken { .. } if acked.is_some_and(|(n, required)| n < required) => {
-                    let (n, required) = acked.unwrap_or_default();
-                    return Err(unreplicated(hold, n, required).await);
-                }
-                Acquired::Taken { token } => {
-                    if let Some(entry) = queued.as_mut() {
-                        entry.took();
-                    }
-                    if let Some(sub) = subscription.as_mut() {
-                        sub.took();
-                    }
-                    waiting.acquired(started);
-                    return Ok(into_guard(
-                        hold,
-                        token,
-                        false,
-                        &terms,
-                        (sent_at, switches),
-                        started,
-                        None,
-                    ));
-                }
-                Acquired::Busy { pttl: left, pass } => {
-                    pttl = left;
-                    pass_wakes = pass;
-                }
-                Acquired::Incompatible => {
+            Some(Found::NotTaken {
+                at,
+                pttl,
+                pass,
+                incompatible,
+                partial,
+            }) => {
+                self.not_taken(pending, partial, (sent_at, switches), !incompatible)
+                    .await;
+                if incompatible {
                     return Err(Error::Incompatible {
-                        key: keys.name().to_owned(),
-                    })
+                        key: self.hold.all_keys()[at].name().to_owned(),
+                    });
                 }
+                Ok(Err(Busy { at, pttl, pass }))
+            }
+            None => {
+                self.not_taken(pending, false, (sent_at, switches), false)
+                    .await;
+                let at = self.subscription.as_ref().map_or(0, |(at, _)| *at);
+                Ok(Err(Busy {
+                    at,
+                    pttl: None,
+                    pass: 0,
+                }))
             }
         }
-        let now = Instant::now();
-        let busy = || {
-            // Without `wait` the caller did not wait, whatever the round trip took.
-            let waited = match terms.wait {
-                Some(_) => Instant::now() - started,
-                None => Duration::ZERO,
-            };
-            tracing::debug!(waited_ms = millis_ceil(waited), "busy");
-            Err(Error::Busy {
-                key: keys.name().to_owned(),
-                waited,
-                held_by: kind.held_by(met_readers),
-            })
-        };
-        let Some(give_up) = give_up.filter(|&g| now < g) else {
-            return match failed {
-                Some(error) => Err(error),
-                None => busy(),
-            };
-        };
-        if let Some(error) = &failed {
-            pause(&mut backoff, error, terms.label, now, give_up).await;
-            continue;
+    }
+
+    /// The place of the next attempt: a waiter queues from its first attempt after
+    /// subscribing, and its queue entry is made before that attempt.
+    fn place_now(&mut self) -> Place {
+        let queue = self.place.ticket > 0 && self.subscription.is_some();
+        if queue {
+            let handed = self.place.window.is_some();
+            self.queued
+                .get_or_insert_with(|| queue_entry(&self.hold, handed));
         }
-        backoff.reset();
-        match (subscription.as_mut(), window) {
-            // Subscribed and at the head of the queue: try again at once, the lock may have
-            // been released meanwhile.
-            (None, _) => {
-                let sub = match client.subscribe(keys.channel(), keys.name()).await {
-                    Ok(sub) => subscription.insert(sub),
-                    Err(error) if error.is_transient() => {
-                        pause(&mut backoff, &error, terms.label, Instant::now(), give_up).await;
-                        failed = Some(error);
-                        continue;
-                    }
-                    Err(error) => return Err(error),
-                };
-                waiting.start(terms.label);
-                if window.is_some() {
-                    // Every waiter of this client is handed the lock in turn: queued in Redis
-                    // by an attempt of its own, or behind one of this client's waiters already
-                    // queued, by this client's next release of the lock (its cohort).
-                    sub.expect_grant(hold.value.as_bytes());
-                    let next = NextWaiter {
-                        value: hold.value,
-                        ticket,
-                    };
-                    if sub.defer(next) {
-                        // Leaves the queue in Redis too if it goes away once a release queued
-                        // it there.
-                        let deferral = sub.deferral();
-                        queued.get_or_insert_with(|| queue_entry(&hold, true).deferred(deferral));
-                        queue_first = true;
-                    }
-                } else if !sub.take_turn(give_up).await {
-                    return busy();
-                }
+        Place {
+            queue,
+            ..self.place
+        }
+    }
+
+    /// A take's fencing tokens, over RedLock each raised above every earlier holder's
+    /// (failing, the hold is released as the acquire's cleanup drops); the first is the
+    /// guard's, a set's are kept with its hold.
+    async fn tokens(&self, mut tokens: Vec<u64>, sent_at: Instant) -> Result<Option<u64>, Error> {
+        let (client, ttl) = (&self.hold.client, self.terms.ttl);
+        if client.is_quorum() {
+            for (token, keys) in tokens.iter_mut().zip(self.hold.all_keys()) {
+                *token = fence::token(client, keys, *token, ttl, sent_at).await?;
             }
-            (Some(sub), Some(window)) => {
-                // Also at least every `HANDED_RECHECK`: a lock handed to a waiter that went
-                // away is free again after its window, and nobody publishes that.
-                let recheck = match pttl.and_then(|ms| u64::try_from(ms).ok()) {
-                    Some(ms) => deadline_after(now, Duration::from_millis(ms.max(1))),
-                    None => now + NO_EXPIRY_RECHECK,
-                };
-                let recheck = recheck.min(now + HANDED_RECHECK).min(give_up);
-                if sub.wait_grant(recheck).await {
-                    // Queued by its own attempt, or by a release of this client: whichever came
-                    // last (the grant came after both).
-                    let last_busy = last_busy.max(sub.carried());
-                    if let Some(guard) = granted(&hold, &terms, last_busy, window, started) {
-                        if let Some(entry) = queued.as_mut() {
-                            entry.took();
-                        }
-                        sub.took();
-                        waiting.acquired(started);
-                        return Ok(guard);
-                    }
-                }
+        }
+        Ok(self.hold.record_tokens(tokens))
+    }
+
+    /// The hold is taken (by an attempt, or handed over by a release for `granted`): its guard.
+    fn taken(
+        &mut self,
+        token: Option<u64>,
+        sent: (Instant, u64),
+        granted: Option<Duration>,
+    ) -> LockGuard {
+        if let Some(entry) = self.queued.as_mut() {
+            entry.took();
+        }
+        if let Some((_, sub)) = self.subscription.as_mut() {
+            sub.took();
+        }
+        self.waiting.acquired(self.started);
+        into_guard(
+            self.hold.clone(),
+            token,
+            false,
+            &self.terms,
+            sent,
+            self.started,
+            granted,
+        )
+    }
+
+    /// After an attempt that did not take the hold (`busy`: it found it held, answered):
+    /// what it may have taken released where the kind says so, the waiter's queue state, and
+    /// its cleanup kept armed (`pending`) while something may still be held.
+    async fn not_taken(
+        &mut self,
+        mut pending: ReleaseOnDrop,
+        partial: bool,
+        (sent_at, switches): (Instant, u64),
+        busy: bool,
+    ) {
+        let (kind, quorum) = (self.hold.kind, self.hold.client.is_quorum());
+        let mut held = self.stale && !quorum || kind.may_hold_part(quorum, self.groups.len());
+        if kind.releases_untaken(quorum, partial, self.failed.is_some()) {
+            held |= !release_untaken(&self.hold).await;
+        }
+        if self.place.window.is_some() && self.met_readers {
+            // A write that met readers no longer queues: out of the queue (a lock handed
+            // over meanwhile is released and handed on), woken like other writers.
+            self.place.window = None;
+            self.queued = None;
+        }
+        let queued = self.place.ticket > 0 && self.subscription.is_some();
+        if queued && self.place.window.is_some() && self.failed.is_none() && busy {
+            self.last_busy = Some((sent_at, switches));
+            if let Some((_, sub)) = self.subscription.as_mut() {
+                sub.queued();
             }
-            (Some(sub), None) => {
-                // A holder that crashed never publishes: look again when its lease runs out
-                // (a key without expiry, -1, has no lease to wait out).
-                let recheck = match pttl.and_then(|ms| u64::try_from(ms).ok()) {
-                    Some(ms) => deadline_after(now, Duration::from_millis(ms.max(1))),
-                    None => now + NO_EXPIRY_RECHECK,
-                };
-                sub.wait_until(recheck.min(give_up), pass_wakes).await;
+        }
+        if held {
+            self.pending = Some(pending);
+        } else {
+            pending.disarm();
+        }
+    }
+
+    /// Waits for the next turn at lock `at` of the hold, subscribing first (again, if the
+    /// busy lock changed); a lock a release handed over is taken here.
+    async fn wait_turn(
+        &mut self,
+        busy: Busy,
+        now: Instant,
+        give_up: Instant,
+    ) -> Result<Option<LockGuard>, Error> {
+        let Some((_, sub)) = self
+            .subscription
+            .as_mut()
+            .filter(|(held_at, _)| *held_at == busy.at)
+        else {
+            self.subscribe(busy.at, give_up).await?;
+            return Ok(None);
+        };
+        // A holder that crashed never publishes: look again when its lease runs out (a key
+        // without expiry, -1, has no lease to wait out).
+        let recheck = match busy.pttl.and_then(|ms| u64::try_from(ms).ok()) {
+            Some(ms) => deadline_after(now, Duration::from_millis(ms.max(1))),
+            None => now + NO_EXPIRY_RECHECK,
+        };
+        let Some(window) = self.place.window else {
+            sub.wait_until(recheck.min(give_up), busy.pass).await;
+            return Ok(None);
+        };
+        // Also at least every `HANDED_RECHECK`: a lock handed to a waiter that went away is
+        // free again after its window, and nobody publishes that.
+        let recheck = recheck.min(now + HANDED_RECHECK).min(give_up);
+        if !sub.wait_grant(recheck).await {
+            return Ok(None);
+        }
+        // Queued by its own attempt, or by a release of this client: whichever came last (the
+        // grant came after both).
+        let last_busy = self.last_busy.max(sub.carried());
+        Ok(self.granted(last_busy, window))
+    }
+
+    /// Subscribes to the release notifications of lock `at` (a set's busy lock may change
+    /// between attempts) and takes the first turn: queued to be handed the lock (in Redis by
+    /// an attempt of its own, or behind one of this client's waiters already queued, by this
+    /// client's next release of the lock: its cohort), or in the client's FIFO of turns.
+    async fn subscribe(&mut self, at: usize, give_up: Instant) -> Result<(), Error> {
+        self.subscription = None;
+        let keys = &self.hold.all_keys()[at];
+        let sub = match self
+            .hold
+            .client
+            .subscribe(keys.channel(), keys.name())
+            .await
+        {
+            Ok(sub) => sub,
+            Err(error) if error.is_transient() => {
+                let now = Instant::now();
+                pause(&mut self.backoff, &error, self.terms.label, now, give_up).await;
+                self.failed = Some(error);
+                return Ok(());
             }
+            Err(error) => return Err(error),
+        };
+        let (_, sub) = self.subscription.insert((at, sub));
+        self.waiting.start(self.terms.label);
+        if self.place.window.is_none() {
+            if !sub.take_turn(give_up).await {
+                return Err(self.busy(at));
+            }
+            return Ok(());
+        }
+        sub.expect_grant(self.hold.value.as_bytes());
+        let next = NextWaiter {
+            value: self.hold.value,
+            ticket: self.place.ticket,
+        };
+        if sub.defer(next) {
+            // Leaves the queue in Redis too if it goes away once a release queued it there.
+            let deferral = sub.deferral();
+            self.queued
+                .get_or_insert_with(|| queue_entry(&self.hold, true).deferred(deferral));
+            self.queue_first = true;
+        }
+        Ok(())
+    }
+
+    /// The guard of a lock a release handed to this waiter: ours for the grant `window` from
+    /// the last queued attempt that found the lock held (`last_busy`: the grant came after it
+    /// was applied, so after it was sent, and lasts the window from then, or until the entry's
+    /// lapse, which is later), if at least half of that is left (otherwise `None`: the next
+    /// attempt finds the lock ours and extends it to the ttl, one round trip).
+    fn granted(
+        &mut self,
+        last_busy: Option<(Instant, u64)>,
+        window: Duration,
+    ) -> Option<LockGuard> {
+        let (sent_at, switches) = last_busy?;
+        let left = guaranteed_until(sent_at, window).saturating_duration_since(Instant::now());
+        if left < window / 2 {
+            tracing::debug!(
+                left_ms = millis_ceil(left),
+                "lock handed over too late in its window to trust; asking again"
+            );
+            return None;
+        }
+        tracing::trace!("lock handed over by the release");
+        Some(self.taken(None, (sent_at, switches), Some(window)))
+    }
+
+    /// [`Error::Busy`] for lock `at` of the hold, found busy when the wait ran out (or
+    /// without one).
+    fn busy(&self, at: usize) -> Error {
+        // Without `wait` the caller did not wait, whatever the round trip took.
+        let waited = match self.terms.wait {
+            Some(_) => self.started.elapsed(),
+            None => Duration::ZERO,
+        };
+        tracing::debug!(waited_ms = millis_ceil(waited), "busy");
+        Error::Busy {
+            key: self.hold.all_keys()[at].name().to_owned(),
+            waited,
+            held_by: self.hold.kind.held_by(self.met_readers),
         }
     }
 }
@@ -324,37 +503,21 @@ fn queue_entry(hold: &Hold, handed: bool) -> QueueEntry {
     QueueEntry::new(hold.client.clone(), hold.keys.clone(), hold.value, handed)
 }
 
-/// The guard of a lock a release handed to this waiter: ours for the grant `window` from the
-/// last queued attempt that found the lock held (`last_busy`: the grant came after it was
-/// applied, so after it was sent, and lasts the window from then, or until the entry's lapse,
-/// which is later), if at least half of that is left (otherwise `None`: the next attempt finds
-/// the lock ours and extends it to the ttl, one round trip).
-fn granted(
-    hold: &Hold,
-    terms: &Terms,
-    last_busy: Option<(Instant, u64)>,
-    window: Duration,
-    started: Instant,
-) -> Option<LockGuard> {
-    let (sent_at, switches) = last_busy?;
-    let left = guaranteed_until(sent_at, window).saturating_duration_since(Instant::now());
-    if left < window / 2 {
-        tracing::debug!(
-            left_ms = millis_ceil(left),
-            "lock handed over too late in its window to trust; asking again"
-        );
-        return None;
+/// Releases what an attempt that did not take the hold may have taken (owner-checked:
+/// another owner's lock is left alone): true if released; a failure is left to the acquire's
+/// cleanup (the release on drop) and to the next attempt (which finds its own take as a
+/// replay).
+async fn release_untaken(hold: &Hold) -> bool {
+    match hold.release(None).await {
+        Ok(_) => {
+            tracing::debug!(key = %hold.keys.name(), "released what an attempt that did not take the hold took, before waiting");
+            true
+        }
+        Err(error) => {
+            tracing::debug!(key = %hold.keys.name(), %error, "release after an attempt that did not take the hold failed; retried when the acquire ends");
+            false
+        }
     }
-    tracing::trace!("lock handed over by the release");
-    Some(into_guard(
-        hold.clone(),
-        None,
-        false,
-        terms,
-        (sent_at, switches),
-        started,
-        Some(window),
-    ))
 }
 
 /// A waiter's pause after an attempt (or a subscription) that failed with a transient error:
@@ -370,163 +533,4 @@ pub(crate) async fn pause(
     let retry_at = backoff.next(now, give_up);
     tracing::debug!(%error, retry_in_ms = millis_ceil(retry_at - now), "acquire failed transiently; retrying within the wait");
     tokio::time::sleep_until(retry_at).await;
-}
-
-/// Acquires a set (at least two distinct locks, in canonical order): the acquire/wait loop of
-/// a set (see the module docs).
-pub(crate) async fn acquire_set(
-    client: Client,
-    set: Vec<LockKeys>,
-    terms: Terms,
-) -> Result<LockGuard, Error> {
-    let started = Instant::now();
-    if let Some(outer) = reenter::outer_of_set(&client, &set)? {
-        return reenter(outer, Kind::Set, &terms, started).await;
-    }
-    let give_up = terms.wait.map(|w| deadline_after(started, w));
-    let groups = set::slot_groups(&set, client.sharded_pubsub());
-    let hold = Hold::new_set(client.clone(), set, client.new_owner());
-    // Armed for the whole acquire: whatever an attempt may have taken is released (in the
-    // background, owner-checked) if the acquire fails or is dropped.
-    let mut pending = ReleaseOnDrop::new(hold.clone());
-    let mut waiting = Waiting::default();
-    let mut backoff = Backoff::default();
-    // The busy lock waited for (its index in the set) and its subscription.
-    let mut subscription: Option<(usize, Subscription)> = None;
-    loop {
-        if let Some((_, sub)) = subscription.as_mut() {
-            sub.mark_seen();
-        }
-        let sent_at = Instant::now();
-        let switches = client.switches();
-        // A transient failure of a waiter's attempt: what it is told if its wait runs out,
-        // and the reason to pause (`backoff`) instead of waiting for a release.
-        let mut failed: Option<Error> = None;
-        let found = match set::attempt(hold.target(), &groups, &terms).await {
-            Err(error) if give_up.is_some() && error.is_transient() => {
-                failed = Some(error);
-                None
-            }
-            Err(error) => return Err(error),
-            Ok(found) => Some(found),
-        };
-        let (at, pttl) = match found {
-            Some(set::Found::Taken { tokens, acked }) => {
-                if let Some((n, required)) = acked.filter(|(n, required)| n < required) {
-                    pending.disarm();
-                    return Err(unreplicated(hold, n, required).await);
-                }
-                pending.disarm();
-                waiting.acquired(started);
-                let token = tokens.first().copied();
-                if terms.fenced {
-                    let _ = hold.tokens.set(tokens.into_boxed_slice());
-                }
-                return Ok(into_guard(
-                    hold,
-                    token,
-                    false,
-                    &terms,
-                    (sent_at, switches),
-                    started,
-                    None,
-                ));
-            }
-            Some(set::Found::NotTaken {
-                at,
-                pttl,
-                incompatible,
-                partial,
-            }) => {
-                // Never wait holding a part of the set: a cluster's earlier slot groups, or
-                // RedLock masters that granted the set to this attempt, are released first.
-                if partial || client.is_quorum() {
-                    release_partial(&hold).await;
-                }
-                if incompatible {
-                    return Err(Error::Incompatible {
-                        key: hold.set[at].name().to_owned(),
-                    });
-                }
-                (at, pttl)
-            }
-            None => {
-                // A failed attempt may have taken some of the set: released before the pause.
-                release_partial(&hold).await;
-                (subscription.as_ref().map_or(0, |(at, _)| *at), None)
-            }
-        };
-        let now = Instant::now();
-        let Some(give_up) = give_up.filter(|&g| now < g) else {
-            if failed.is_none() && !client.is_quorum() && groups.len() == 1 {
-                // One all-or-none call found it busy: nothing of the set is held.
-                pending.disarm();
-            }
-            return match failed {
-                Some(error) => Err(error),
-                None => Err(busy(&hold, at, &terms, started)),
-            };
-        };
-        if let Some(error) = &failed {
-            pause(&mut backoff, error, terms.label, now, give_up).await;
-            continue;
-        }
-        backoff.reset();
-        let keys = &hold.set[at];
-        match subscription.as_mut() {
-            Some((held_at, sub)) if *held_at == at => {
-                let recheck = match pttl.and_then(|ms| u64::try_from(ms).ok()) {
-                    Some(ms) => deadline_after(now, Duration::from_millis(ms.max(1))),
-                    None => now + NO_EXPIRY_RECHECK,
-                };
-                sub.wait_until(recheck.min(give_up), 0).await;
-            }
-            // Subscribed to the busy lock (another than before, maybe): try again at once, it
-            // may have been released meanwhile.
-            _ => {
-                subscription = None;
-                let mut sub = match client.subscribe(keys.channel(), keys.name()).await {
-                    Ok(sub) => sub,
-                    Err(error) if error.is_transient() => {
-                        pause(&mut backoff, &error, terms.label, Instant::now(), give_up).await;
-                        continue;
-                    }
-                    Err(error) => return Err(error),
-                };
-                waiting.start(terms.label);
-                if !sub.take_turn(give_up).await {
-                    return Err(busy(&hold, at, &terms, started));
-                }
-                subscription = Some((at, sub));
-            }
-        }
-    }
-}
-
-/// [`Error::Busy`] for a set found busy at lock `at` when its wait ran out (or without one).
-fn busy(hold: &Hold, at: usize, terms: &Terms, started: Instant) -> Error {
-    let waited = match terms.wait {
-        Some(_) => started.elapsed(),
-        None => Duration::ZERO,
-    };
-    tracing::debug!(waited_ms = millis_ceil(waited), "busy");
-    Error::Busy {
-        key: hold.set[at].name().to_owned(),
-        waited,
-        held_by: Kind::Set.held_by(false),
-    }
-}
-
-/// Releases whatever an attempt may have taken of the set (owner-checked: another owner's
-/// lock is left alone); a failure is left to the acquire's cleanup (the release on drop) and
-/// to the next attempt (which finds its own locks as a replay).
-async fn release_partial(hold: &Hold) {
-    match hold.release(None).await {
-        Ok(_) => {
-            tracing::debug!(key = %hold.keys.name(), "set not taken whole; released what the attempt took before waiting")
-        }
-        Err(error) => {
-            tracing::debug!(key = %hold.keys.name(), %error, "release of a set not taken whole failed; retried when the acquire ends")
-        }
-    }
 }

@@ -12,6 +12,7 @@
 //! Every `match` on [`Kind`] is in this folder: a new kind is a new variant and a new module,
 //! and the compiler points at every method below that must say what it does.
 
+use std::ops::Range;
 use std::time::Duration;
 
 use crate::client::Client;
@@ -28,7 +29,7 @@ pub(crate) mod set;
 pub(crate) mod shared;
 pub(crate) mod variant;
 
-pub(crate) use variant::{Kind, Target};
+pub(crate) use variant::{Found, Kind, Target};
 
 impl Kind {
     /// The `kind` label of this acquisition's metrics.
@@ -109,9 +110,80 @@ impl Kind {
         }
     }
 
-    /// One acquire request of a single lock, permit or read hold (`readers`: a write that met
-    /// readers, asked as such); a set's attempt is `set::attempt`.
-    pub(crate) async fn send_acquire(
+    /// One attempt at the hold: a set's (`set::attempt`, one call per slot group of
+    /// `groups`), or one request of a lock, permit or read hold from the waiter's `place` (two
+    /// if the connection dropped, or if a write met readers: `met_readers`, from then on asked
+    /// as such).
+    pub(crate) async fn attempt(
+        self,
+        target: Target<'_>,
+        terms: &Terms,
+        place: Place,
+        groups: &[Range<usize>],
+        met_readers: &mut bool,
+    ) -> Result<Found, Error> {
+        if self == Kind::Set {
+            return set::attempt(target, groups, terms).await;
+        }
+        let replicas = target.client.replica_wait(terms.min_replicas);
+        let readers = *met_readers;
+        let mut found = self.request(target, terms, place, readers).await?;
+        if !readers && self.meets_readers(&found.0) {
+            *met_readers = true;
+            found = self.request(target, terms, place, true).await?;
+        }
+        let (found, acked) = found;
+        let required = replicas.map_or(0, |w| w.replicas);
+        let acked = replicas.map(|_| (acked.unwrap_or(0), required));
+        Ok(match found {
+            Acquired::Taken { token } => Found::Taken {
+                tokens: token.into_iter().collect(),
+                acked,
+            },
+            Acquired::Busy { pttl, pass } => Found::NotTaken {
+                at: 0,
+                pttl,
+                pass,
+                incompatible: false,
+                partial: false,
+            },
+            Acquired::Incompatible => Found::NotTaken {
+                at: 0,
+                pttl: None,
+                pass: 0,
+                incompatible: true,
+                partial: false,
+            },
+        })
+    }
+
+    /// One acquire request of a lock, permit or read hold (`readers`: a write that met
+    /// readers), retried once with the same request id and value if the connection dropped.
+    async fn request(
+        self,
+        target: Target<'_>,
+        terms: &Terms,
+        place: Place,
+        readers: bool,
+    ) -> Result<(Acquired, Option<usize>), Error> {
+        let id = target.client.new_request_id();
+        let send = || self.send_acquire(target, terms, place, id.as_bytes(), readers);
+        // A dropped connection fails fast and the connection reconnects: retry once, with the
+        // same value so a reply lost after the lock was taken reads as our own take. A timeout
+        // is not retried (the caller's bound is one response timeout); the caller's cleanup
+        // releases the lock in case the request was applied.
+        match send().await {
+            Err(error) if error.is_connection_failure() => {
+                tracing::debug!(%error, "acquire reply lost; retrying with the same value");
+                send().await
+            }
+            other => other,
+        }
+    }
+
+    /// One acquire request of a lock, permit or read hold (`readers`: a write that met
+    /// readers, asked as such; a set's lock asked alone is a lock).
+    async fn send_acquire(
         self,
         target: Target<'_>,
         terms: &Terms,
@@ -132,9 +204,30 @@ impl Kind {
         }
     }
 
+    /// True if what an attempt that did not take the hold may have taken is released before
+    /// the waiter waits or tries again: a minority's grants over RedLock; for a set also its
+    /// earlier slot groups (`partial`) and whatever a failed attempt took (a set never waits
+    /// holding a part of itself).
+    pub(crate) fn releases_untaken(self, quorum: bool, partial: bool, failed: bool) -> bool {
+        match self {
+            Kind::Set => quorum || partial || failed,
+            Kind::Exclusive | Kind::Permits(_) | Kind::Read => quorum,
+        }
+    }
+
+    /// True if an attempt that did not take the hold, answered, may still leave part of it
+    /// held (a set over several slot groups, or over RedLock, whose release of the part may
+    /// not reach every master): its cleanup stays armed until the acquire ends.
+    pub(crate) fn may_hold_part(self, quorum: bool, groups: usize) -> bool {
+        match self {
+            Kind::Set => quorum || groups > 1,
+            Kind::Exclusive | Kind::Permits(_) | Kind::Read => false,
+        }
+    }
+
     /// True if an answer `found` to this kind's request may mean readers hold the lock: the
     /// request is asked again as a write where readers may hold it.
-    pub(crate) fn meets_readers(self, found: &Acquired) -> bool {
+    fn meets_readers(self, found: &Acquired) -> bool {
         match self {
             Kind::Exclusive => *found == Acquired::Incompatible,
             Kind::Permits(_) | Kind::Read | Kind::Set => false,

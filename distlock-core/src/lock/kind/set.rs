@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use crate::client::Client;
 use crate::error::{Error, Operation};
-use crate::lock::kind::variant::Target;
+use crate::lock::kind::variant::{Found, Target};
 use crate::lock::terms::Terms;
 use crate::wire::calls::{Acquired, Released};
 use crate::wire::keys::{hash_slot, LockKeys};
@@ -78,24 +78,6 @@ pub(crate) fn slot_groups(keys: &[LockKeys], per_slot: bool) -> Vec<Range<usize>
     groups
 }
 
-/// What one attempt at a set found.
-pub(crate) enum Found {
-    /// Every lock taken; the tokens (fenced), and the replicas that acknowledged the fewest
-    /// and the `WAIT`'s requirement, when replicas were asked for.
-    Taken {
-        tokens: Vec<u64>,
-        acked: Option<(usize, usize)>,
-    },
-    /// Lock `at` is held by another owner (for `pttl` ms), or is not a lock (`incompatible`);
-    /// `partial`: an earlier slot group of the set was taken by this attempt.
-    NotTaken {
-        at: usize,
-        pttl: Option<i64>,
-        incompatible: bool,
-        partial: bool,
-    },
-}
-
 /// One attempt at the whole set: one `ACQUIRE_ALL` call per slot group, in order, stopping at
 /// the first group not taken.
 pub(crate) async fn attempt(
@@ -143,6 +125,7 @@ pub(crate) async fn attempt(
                 return Ok(Found::NotTaken {
                     at: group.start + at,
                     pttl,
+                    pass: 0,
                     incompatible: false,
                     partial: g > 0,
                 })
@@ -151,6 +134,7 @@ pub(crate) async fn attempt(
                 return Ok(Found::NotTaken {
                     at: group.start + at,
                     pttl: None,
+                    pass: 0,
                     incompatible: true,
                     partial: g > 0,
                 })

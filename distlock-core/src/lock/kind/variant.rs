@@ -27,3 +27,25 @@ pub(crate) struct Target<'a> {
     pub(crate) set: &'a [LockKeys],
     pub(crate) value: &'a ShortId,
 }
+
+/// What one attempt at a hold of any kind found.
+pub(crate) enum Found {
+    /// Taken: the fencing tokens when fenced (the lock's; a set's, one per lock in the set's
+    /// order) and, when replicas were asked for, the fewest that acknowledged a call and what
+    /// the `WAIT` required.
+    Taken {
+        tokens: Vec<u64>,
+        acked: Option<(usize, usize)>,
+    },
+    /// Not taken: lock `at` (its index in a set; 0 for one lock) is held by another (for
+    /// `pttl` ms; over RedLock `pass`: release wakes to let pass, the waiters queued ahead
+    /// take those turns), or is not a hold this kind can share (`incompatible`); `partial`:
+    /// this attempt took an earlier slot group of a set.
+    NotTaken {
+        at: usize,
+        pttl: Option<i64>,
+        pass: u32,
+        incompatible: bool,
+        partial: bool,
+    },
+}
