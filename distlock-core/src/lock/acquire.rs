@@ -150,7 +150,7 @@ impl LockBuilder {
     /// The price: a fenced acquire runs a script that reads the server clock and raises the
     /// fence floor (about 8 µs of Redis CPU, and a second key per name for
     /// [`crate::Config::fence_retention`]) where a plain one is a single `SET NX PX GET`
-    /// (about 1 µs; see the README's profile).
+    /// (about 1 µs; BENCHMARKS.md, "Where the time goes").
     pub fn fenced(mut self, fenced: bool) -> Self {
         self.fenced = fenced;
         self
