@@ -28,9 +28,10 @@ enum ClientChoice {
 /// Builds one lock acquisition; start with [`crate::lock()`] or [`Client::lock`].
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), distlock_core::Error> {
+/// # use distlock_core as distlock;
+/// # async fn demo() -> Result<(), distlock::Error> {
 /// use std::time::Duration;
-/// let guard = distlock_core::lock("order:42")
+/// let guard = distlock::lock("order:42")
 ///     .ttl(Duration::from_secs(10))
 ///     .renew(true)
 ///     .wait(Duration::from_secs(2))
@@ -165,8 +166,9 @@ impl LockBuilder {
     /// promote).
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), distlock_core::Error> {
-    /// let guard = distlock_core::lock("ledger:7").min_replicas(1).acquire().await?;
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), distlock::Error> {
+    /// let guard = distlock::lock("ledger:7").min_replicas(1).acquire().await?;
     /// // The lock is on the master and on at least one replica.
     /// guard.release().await?;
     /// # Ok(()) }
@@ -184,8 +186,9 @@ impl LockBuilder {
     /// `"unlabeled"`.
     ///
     /// ```no_run
-    /// # async fn demo(id: u64) -> Result<(), distlock_core::Error> {
-    /// let guard = distlock_core::lock(format!("order:{id}")).label("order:<id>").acquire().await?;
+    /// # use distlock_core as distlock;
+    /// # async fn demo(id: u64) -> Result<(), distlock::Error> {
+    /// let guard = distlock::lock(format!("order:{id}")).label("order:<id>").acquire().await?;
     /// guard.release().await?;
     /// # Ok(()) }
     /// ```

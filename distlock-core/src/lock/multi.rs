@@ -55,9 +55,10 @@ use crate::wire::sets::{worst, SetAcquireCall, SetAcquired, SetReleaseCall};
 /// RedLock quorum.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), distlock_core::Error> {
+/// # use distlock_core as distlock;
+/// # async fn demo() -> Result<(), distlock::Error> {
 /// use std::time::Duration;
-/// let guard = distlock_core::lock_all(["account:7", "account:3"])
+/// let guard = distlock::lock_all(["account:7", "account:3"])
 ///     .ttl(Duration::from_secs(5))
 ///     .wait(Duration::from_secs(2))
 ///     .acquire()

@@ -85,9 +85,10 @@ pub(crate) enum Kind {
 /// its acquire started.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), distlock_core::Error> {
+/// # use distlock_core as distlock;
+/// # async fn demo() -> Result<(), distlock::Error> {
 /// use std::time::Duration;
-/// let guard = distlock_core::semaphore("api:acme", 5)
+/// let guard = distlock::semaphore("api:acme", 5)
 ///     .ttl(Duration::from_secs(10))
 ///     .renew(true)
 ///     .wait(Duration::from_secs(2))

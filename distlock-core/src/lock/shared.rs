@@ -63,9 +63,10 @@ impl LockBuilder {
     /// retry on releases, without the lock's FIFO queue.
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), distlock_core::Error> {
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), distlock::Error> {
     /// use std::time::Duration;
-    /// let guard = distlock_core::lock("doc:7")
+    /// let guard = distlock::lock("doc:7")
     ///     .read()
     ///     .ttl(Duration::from_secs(10))
     ///     .wait(Duration::from_secs(2))
