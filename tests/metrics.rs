@@ -806,7 +806,7 @@ async fn each_kind_of_hold_is_labeled_with_its_kind() {
 }
 
 /// Every metric the runtime defines (`distlock-core/src/metrics.rs`) is in the "Metrics" table
-/// of the crate docs and of the README, and the tables name no other.
+/// of the crate docs and of `docs/observability.md`, and the tables name no other.
 #[test]
 fn every_metric_is_documented() {
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -821,7 +821,7 @@ fn every_metric_is_documented() {
     assert_eq!(defined.len(), 10, "{defined:?}");
     for (doc, text) in [
         ("distlock/src/lib.rs", read("distlock/src/lib.rs")),
-        ("README.md", read("README.md")),
+        ("docs/observability.md", read("docs/observability.md")),
     ] {
         // The table rows: "| `distlock_...` |" (in the crate docs, after "//! ").
         let listed: Vec<&str> = text

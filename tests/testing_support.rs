@@ -1,7 +1,7 @@
 //! `distlock::testing` as a user's test suite would use it: many `#[tokio::test]` functions
 //! (each with its own runtime) share one throwaway server and the default client, and
-//! `assert_locked!` checks that code runs under its lock. The first part is the README's
-//! "Testing code that takes locks" example, verbatim.
+//! `assert_locked!` checks that code runs under its lock. The first part is the example of
+//! `docs/testing.md`, verbatim.
 
 use distlock::{assert_locked, distributed_lock, testing};
 
@@ -43,7 +43,7 @@ async fn a_busy_order_is_not_settled_twice() {
     held.release().await.unwrap();
 }
 
-// (end of the README example)
+// (end of the example of docs/testing.md)
 
 /// A helper that forgot its lock.
 async fn settle_unlocked(id: u64) -> Result<Option<u64>, AppError> {

@@ -1,5 +1,5 @@
-//! The README's tracing table lists every event and span the runtime emits, at its level: read
-//! from the source, so the table cannot drift from the code. (The table's module column is not
+//! The tracing table of `docs/observability.md` lists every event and span the runtime emits, at
+//! its level: read from the source, so the table cannot drift from the code. (The table's module column is not
 //! checked, so moving an event between modules does not fail this test; keep it right by hand.)
 
 use std::fs;
@@ -102,13 +102,14 @@ fn emitted() -> Vec<Emitted> {
 }
 
 #[test]
-fn the_readme_lists_every_event_at_its_level() {
-    let readme =
-        fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let section = readme
+fn the_docs_list_every_event_at_its_level() {
+    let page =
+        fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/observability.md"))
+            .unwrap();
+    let section = page
         .split("## Tracing: what the runtime logs")
         .nth(1)
-        .expect("README has the tracing section");
+        .expect("docs/observability.md has the tracing section");
     let section = section.split("\n## ").next().unwrap();
     let events = emitted();
     assert!(events.len() >= 20, "{events:#?}");
@@ -130,7 +131,7 @@ fn the_readme_lists_every_event_at_its_level() {
     }
     assert!(
         missing.is_empty(),
-        "README's tracing table lacks these (level, message):\n{}",
+        "docs/observability.md's tracing table lacks these (level, message):\n{}",
         missing.join("\n")
     );
 }

@@ -99,7 +99,7 @@ pub(crate) struct Lease {
     unreplicated: AtomicBool,
     /// `distlock_held` and `distlock_lost_total` (feature `metrics`; zero-sized without it).
     held: Held,
-    /// A set of locks held together (`lock::multi`): each lock's own deadline, renewed on its
+    /// A set of locks held together (`lock::kind::set`): each lock's own deadline, renewed on its
     /// own (in a cluster, in calls of their own); the lease's deadline is the earliest. Empty
     /// for one lock (no allocation).
     parts: Mutex<Box<[Instant]>>,

@@ -221,8 +221,8 @@
 //! that every reply of the group answers its own request), its releases in one script call.
 //! An uncontended lock pays nothing for this; under load an acquire + release costs Redis
 //! about 60% of what it costs alone (`scripts/profile-scripts.sh`: 2.8 µs instead of 4.8 µs in
-//! groups of 32), and the client one trip through redis-rs per group (see the README's
-//! benchmarks, B2). Nothing a caller can observe changes: each request gets its
+//! groups of 32), and the client one trip through redis-rs per group (BENCHMARKS.md in the
+//! repository, B2). Nothing a caller can observe changes: each request gets its
 //! own reply, a lease is still measured from before the request was queued (so a wait in the
 //! queue only shortens it), requests leave in the order they came, and an acquire whose caller
 //! gives up while it is queued is taken out of its group (a release is always sent: it may be

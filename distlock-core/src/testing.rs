@@ -11,9 +11,9 @@
 //! }
 //! ```
 //!
-//! [`init`] starts one server per test process and installs the default client on it, once:
-//! every `#[tokio::test]` function may call it, and they share the server (give each test its
-//! own lock names, as tests run in parallel). The client outlives the runtime of the test that
+//! The first call of [`init`] starts the server and installs the client. Every
+//! `#[tokio::test]` function may call it, and they share the server (give each test its own
+//! lock names, as tests run in parallel). The client outlives the runtime of the test that
 //! installed it (each `#[tokio::test]` has its own), so later tests use it as it is.
 //! [`TestRedis::start`] starts a private server, stopped when dropped, for a test that needs one
 //! of its own (install a named client on it with `redis.config().install_as("name")`).

@@ -42,26 +42,38 @@
 //!
 //! ## Add it to your project
 //!
+//! The crates are not published on crates.io yet: depend on the repository by git (pin a
+//! `rev`), or on a checkout by path (the facade is the `distlock/` folder of the workspace).
+//!
 //! ```toml
 //! [dependencies]
-//! distlock = "0.1"
+//! distlock = { git = "<the repository's URL>", rev = "<commit>" }
+//! # or: distlock = { path = "../distlock/distlock" }
 //! # The attribute's functions are `async`: any tokio runtime runs them (the lock's own renewal
 //! # and release tasks run on a thread of the client's, whatever your runtime is).
 //! tokio = { version = "1", features = ["rt-multi-thread", "macros"] }
 //!
 //! [dev-dependencies]
-//! # Tests of code that takes locks, against a throwaway redis-server (see `distlock::testing`).
-//! distlock = { version = "0.1", features = ["testing"] }
+//! # Tests of code that takes locks, against a throwaway redis-server; the same source as above.
+//! distlock = { git = "<the repository's URL>", rev = "<commit>", features = ["testing"] }
 //! ```
 //!
-//! Every feature is off by default:
+//! ## Features
 //!
-//! | feature | what it adds |
-//! | --- | --- |
-//! | `serde` | `Config: Deserialize`: the lock settings from a configuration file (TOML, JSON, YAML), durations as text (`"10s"`) |
-//! | `testing` | `distlock::testing`: a throwaway `redis-server` per test process, with the default client installed on it, for the tests of code that takes locks |
-//! | `tls` | `rediss://` URLs (one server, Cluster, Sentinel, RedLock masters) through rustls, with your roots or the system's, and client certificates for mutual TLS |
-//! | `metrics` | counters, histograms and gauges through the `metrics` facade (`distlock_acquire_total`, `distlock_hold_seconds`, ...); install any recorder to collect them |
+//! Every feature is off by default; the default build has the attribute, the runtime and every
+//! deployment over plain TCP. What each one adds:
+//!
+//! | feature | what it adds | items |
+//! | --- | --- | --- |
+//! | `serde` | the lock settings from a configuration file (TOML, JSON, YAML), durations as text (`"10s"`; see [Configuration](#configuration)) | `impl Deserialize for Config` |
+//! | `testing` | a throwaway `redis-server` per test process, with the default client installed on it, for the tests of code that takes locks | the module `distlock::testing`: `testing::init`, `testing::TestRedis` |
+//! | `tls` | `rediss://` URLs (one server, Cluster, Sentinel, RedLock masters) through rustls, with your roots or the system's, and client certificates for mutual TLS | none: [`Config::tls_root_certificates`] and [`Config::tls_client_certificate`] are always there; without the feature a `rediss://` URL is refused by [`Config::validate`] |
+//! | `metrics` | counters, histograms and gauges through the `metrics` facade (see [Metrics](#metrics)); install any recorder to collect them | `distlock::describe_metrics` |
+//!
+//! Items behind a feature are compiled, and so documented, only with it. docs.rs builds these
+//! docs with every feature and marks each such item with the feature it needs; locally, run
+//! `cargo doc -p distlock --all-features` (or `--features testing`, ...) to see them. In your
+//! own project `cargo doc` documents the features you enabled.
 //!
 //! ## Options
 //!
@@ -241,10 +253,14 @@
 //! * **Waiters take turns.** With `wait`, a plain lock's waiters queue in Redis (one server,
 //!   Sentinel, a cluster), and a release hands the lock to the first of them: waiters of every
 //!   client and process get it in the order they came, each starting on the release's message.
-//!   A handed lock carries the same promise: it is trusted for a short grant window counted
-//!   from before the grant, then extended to its ttl ([`distlock_core`] docs, "Handed over in
-//!   turn"). Tasks of one client that wait for the same lock queue through that client's own
-//!   releases, so a handoff between them costs Redis a single script.
+//!   A handed lock carries the same promise: the waiter trusts it for a grant window (1 s, or
+//!   the ttl if shorter) counted from its last attempt that found the lock held, before the
+//!   grant, and the watchdog extends it to its ttl early in that window; a grant heard too late
+//!   to trust costs one more round trip. A waiter that went away costs the lock its window at
+//!   most, never its ttl. Tasks of one client that wait for the same lock queue through that
+//!   client's own releases, so a handoff between them costs Redis a single script. Fenced
+//!   waiters, waiters with `min_replicas`, permits, read holds and sets are woken by the
+//!   release and try again instead; over RedLock the masters keep a queue of a lock's waiters.
 //! * **`Err(Lost)` means "this may not have run exclusively".** The lease ran out or was lost:
 //!   renewal found the lock expired or taken ([`LossReason::Expired`], [`LossReason::Stolen`]),
 //!   Redis stayed unreachable or refused renewal until the lease ran out
@@ -260,7 +276,7 @@
 //!   [`LockGuard::token`]) to the resource you protect and have it reject a token lower than
 //!   one it has seen: that is what keeps a stale holder's write out, whatever the timing. The
 //!   tokens' exact guarantee (and when it weakens to "as monotonic as the Redis server's clock")
-//!   is in the [`distlock_core`] docs.
+//!   is in [Fencing tokens](#fencing-tokens).
 //! * **Before an irreversible step**, call [`LockGuard::ensure_held`] (manual API) — it fails
 //!   once the lease can no longer be guaranteed — and still fence the step itself.
 //! * **What Redis must provide**: a single primary (with asynchronous replication a failover
@@ -455,12 +471,130 @@
 //!
 //! `examples/metrics.rs` in the repository exports them in Prometheus' text format.
 //!
-//! ## Runtime guarantees
+//! ## Fencing tokens
 //!
-//! The runtime is [`distlock_core`]; its crate docs state what a lock guarantees (atomic
-//! acquire with an owner, re-entry, idempotent retries, batched renewal, loss detection, waiting
-//! by pub/sub, cancellation safety, bounded waits on Redis), how fencing tokens are made and why
-//! their memory is bounded, and the limits of a single Redis node.
+//! A lock alone cannot stop a holder that was paused past its lease (a GC-like pause, a
+//! stopped VM, `SIGSTOP`, a slow disk) from writing after someone else took the lock: when it
+//! wakes up it still believes it holds the lock until it next looks, and a write it had
+//! already started goes out anyway. A **fencing token** closes that gap. It is a number handed
+//! out with the lock, strictly greater than every token handed out before for the same name.
+//! The holder sends it with each write to the resource it protects; the resource keeps the
+//! highest token it has accepted and refuses a lower one. Holder A takes the lock with token
+//! 33 and is paused; its lease runs out; B takes the lock with token 34 and writes; A wakes up
+//! and writes with 33: the resource has seen 34 and refuses it.
+//!
+//! Tokens are opt-in: `fenced` in the attribute, [`LockBuilder::fenced`] by hand. Inside the
+//! body [`fencing_token()`] returns the lock's token ([`fencing_token_of`] each lock's of a set);
+//! a guard has [`LockGuard::token`] and [`LockGuard::token_of`]. A lock taken without one has
+//! no token (`None`). A fenced acquire runs a script that reads the server's clock and raises
+//! the name's fence floor: about 13 µs of Redis CPU per acquire + release against about 5 µs
+//! for a plain lock (`scripts/profile-scripts.sh` in the repository).
+//!
+//! ```no_run
+//! # use distlock::distributed_lock;
+//! # #[derive(Debug)] struct AppError;
+//! # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
+//! # async fn write_if_newer(_: u64, _: u64, _: i64) -> Result<(), AppError> { Ok(()) }
+//! /// The ledger refuses a write whose token is lower than the highest it has accepted.
+//! #[distributed_lock(key = "account:<id>", ttl = "5s", renew, fenced)]
+//! async fn post(id: u64, cents: i64) -> Result<(), AppError> {
+//!     let token = distlock::fencing_token().expect("a fenced lock has a token");
+//!     write_if_newer(id, token, cents).await
+//! }
+//! ```
+//!
+//! **What is guaranteed.** A token is the Redis server's clock in microseconds, raised above
+//! the last token handed out for the name. That last token (the *fence floor*) is kept in a
+//! small key per name that expires [`Config::fence_retention`] (10 minutes by default) after
+//! the name's last acquisition, so memory does not grow with names such as `order:<id>`.
+//! While a name's fence floor exists, every fresh token for that name is strictly greater than
+//! every earlier one: a re-entry shares its outer hold's token, and holders at once (a
+//! semaphore's permits, readers) never share one. The floor is gone when the retention passes
+//! without an acquisition, when Redis evicts it, after `FLUSHDB`/`FLUSHALL`, after a restart
+//! without persistence, and after a failover to a replica that had not received it. From then
+//! on, tokens are monotonic only as far as the server's clock is: a backwards clock step can
+//! hand out a token smaller than an earlier one. Keep server clocks slewing (NTP), the
+//! retention above your largest clock step and gap between uses of a name, and Redis
+//! persistent if tokens must survive a restart. Over a RedLock quorum a fenced acquire reads
+//! the fence floors of a majority of the masters, takes a token above all of them and raises a
+//! majority's floors to it before it hands the token out, so tokens increase across holders
+//! whichever majorities granted them (while a majority keeps its fence floors).
+//!
+//! ## Configuration
+//!
+//! [`init`] takes one server's URL. [`Config`] builds any deployment in code;
+//! [`Config::from_env`] reads the `DISTLOCK_*` environment variables, and with feature `serde`
+//! `Config` implements `serde::Deserialize`, so it loads from TOML, YAML, JSON or the `config`
+//! crate. Both check the result exactly as connecting does ([`Config::validate`]), so a bad
+//! value fails at start-up, naming its setting:
+//!
+//! | file field | variable | value (default) |
+//! | --- | --- | --- |
+//! | `url` | `DISTLOCK_URL` | `redis://[:password@]host[:port][/db]`: one server ([`Config::new`]) |
+//! | `cluster_nodes` | `DISTLOCK_CLUSTER_NODES` | seed node URLs of a Redis Cluster ([`Config::cluster`]; a list, comma-separated in the variable) |
+//! | `sentinels`, `sentinel_service` | `DISTLOCK_SENTINELS`, `DISTLOCK_SENTINEL_SERVICE` | sentinel URLs ([`Config::sentinel`]; a list, comma-separated in the variable) and the master's name at the sentinels |
+//! | `sentinel_master_username`, `sentinel_master_password` | `DISTLOCK_SENTINEL_MASTER_USERNAME`, `DISTLOCK_SENTINEL_MASTER_PASSWORD` | the Sentinel master's credentials ([`Config::sentinel_master_auth`]; none) |
+//! | `redlock_masters` | `DISTLOCK_REDLOCK_MASTERS` | URLs of the independent masters of a RedLock quorum ([`Config::redlock`]; a list, comma-separated in the variable; each with its own password, never shown) |
+//! | `key_prefix` | `DISTLOCK_KEY_PREFIX` | 1–128 bytes without braces (`distlock`) |
+//! | `default_ttl` | `DISTLOCK_DEFAULT_TTL` | a duration (`30s`) |
+//! | `connect_timeout` | `DISTLOCK_CONNECT_TIMEOUT` | a duration (`5s`) |
+//! | `response_timeout` | `DISTLOCK_RESPONSE_TIMEOUT` | a duration (`2s`) |
+//! | `fence_retention` | `DISTLOCK_FENCE_RETENTION` | a duration (`10m`) |
+//! | `renew_batch_size` | `DISTLOCK_RENEW_BATCH_SIZE` | a positive integer (`256`) |
+//! | `max_hold` | `DISTLOCK_MAX_HOLD` | a duration (no cap) |
+//! | `require_noeviction` | `DISTLOCK_REQUIRE_NOEVICTION` | `true`/`false`, also `1`/`0`, `yes`/`no`, `on`/`off` (`false`) |
+//! | `min_replicas` | `DISTLOCK_MIN_REPLICAS` | replicas that acknowledge each acquire and renewal (`0`) |
+//! | `replica_timeout` | `DISTLOCK_REPLICA_TIMEOUT` | a duration (`500ms`) |
+//! | `server_check` | `DISTLOCK_SERVER_CHECK` | a duration, or `off` (`250ms`): how often each server is checked for clock steps and restarts ([`Config::server_check`]) |
+//!
+//! Exactly one of `url`, `cluster_nodes`, `sentinels` and `redlock_masters` says where Redis
+//! is (`redlock_masters` next to another one, or with `min_replicas` above 0, is refused,
+//! naming both settings). Durations are written as in the attribute (`"500ms"`, `"10s"`,
+//! `"1m30s"`, `"1.5s"`) and read by [`parse_duration`]; unknown fields in a file are errors,
+//! other `DISTLOCK_*` variables are ignored. TLS certificates are set in code
+//! ([`Config::tls_root_certificates`], [`Config::tls_client_certificate`]).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), distlock::Error> {
+//! // DISTLOCK_URL=redis://127.0.0.1:6379/ DISTLOCK_DEFAULT_TTL=10s ./my-service
+//! let client = distlock::Config::from_env()?.install().await?;
+//! // ... the service runs; before the process exits:
+//! client.settle().await;
+//! # Ok(()) }
+//! ```
+//!
+//! ```toml
+//! # app.toml, read into `struct AppConfig { locks: distlock::Config }` (feature `serde`)
+//! [locks]
+//! url = "redis://:secret@10.0.0.5:6379/0"
+//! key_prefix = "payments-lock"
+//! default_ttl = "10s"
+//! response_timeout = "500ms"
+//! ```
+//!
+//! A process that exits right after a locked call awaits [`Client::settle`] first (see
+//! [Guarantees](#guarantees)): `run` and the attribute do not wait for their release's answer.
+//!
+//! ## Deployments
+//!
+//! One [`Client`] type, one API, whichever deployment: annotated code and the manual API stay
+//! as they are, only the start-up configuration changes.
+//!
+//! | deployment | configuration | what a lock guarantees under failover |
+//! | --- | --- | --- |
+//! | one Redis server | `distlock::Config::new("redis://host:6379/")` | no failover: a restart without persistence frees every lock (the holder is told, [`Config::server_check`]) |
+//! | a master with replicas | `Config::new(url).min_replicas(1)`, or per lock [`LockBuilder::min_replicas`] and the attribute's `min_replicas = 1` | a lock acknowledged by `n` replicas (`WAIT`, bounded by [`Config::replica_timeout`]; too few: [`Error::Unreplicated`]) survives a failover to any of them; a failover to a replica that had not acknowledged it can lose it |
+//! | Redis Sentinel | `Config::sentinel(["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"], "locks").min_replicas(1)` ([`Config::sentinel`]) | locks live on the master the sentinels name, and the client follows a failover by itself (waiters too); `SENTINEL FAILOVER` keeps a lock that asked for `min_replicas`; `min_replicas = all` ([`ALL_REPLICAS`]): every replica a failover could promote acknowledges; asynchronous replication as above otherwise |
+//! | Redis Cluster | `Config::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])` ([`Config::cluster`]) | each lock lives on the master of its hash slot (`MOVED`/`ASK` followed, sharded pub/sub for waiters); a coordinated `CLUSTER FAILOVER` and a migration of its slot keep it; an unplanned failover keeps it if it was taken with `min_replicas`, and can lose a lock just taken without; a master frozen past the node timeout loses its renewed locks, the holder told in time |
+//! | RedLock over independent masters | `Config::redlock(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])` ([`Config::redlock`]; 3 or 5 masters) | held while a majority of the masters keeps it: survives the loss (or restart with persistence) of a minority; an acquire counts only if a majority granted it while enough of the ttl is left, renewal and release by majority, [`Error::NoQuorum`] when too few answer; a semaphore's permit needs `⌊n·m/(n+1)⌋ + 1` of the `m` masters |
+//!
+//! Every deployment takes `rediss://` URLs with feature `tls`. What RedLock does not buy: its
+//! safety rests on timing (the masters' clocks and this machine's running at about the same
+//! rate, masters that keep their keys across a restart or stay down for a ttl, a holder not
+//! paused past its lease); a pause or a clock jump can let two holders believe they hold the
+//! lock, so protect the resource with fencing tokens there too. The runtime crate's own docs
+//! (`distlock_core`, re-exported below) give the longer arguments: Sentinel's failover window,
+//! the Cluster cases, RedLock's counting and waiting.
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -485,13 +619,15 @@ pub use distlock_core::describe_metrics;
 #[doc(inline)]
 pub use distlock_core::assert_locked;
 
-/// Testing code that takes distributed locks (feature `testing`): a throwaway `redis-server`
-/// per test process with the default client installed on it ([`testing::init`]).
+// The module's own docs are its summary: a doc comment here would be shown before them.
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+#[doc(inline)]
 pub use distlock_core::testing;
 
-/// The runtime crate, for its documentation of guarantees and limits.
+/// The runtime crate behind this one. Everything above is re-exported from it and documented
+/// here; its own docs add how it works inside (the wire protocol, the Sentinel, Cluster and
+/// RedLock arguments in full).
 pub use distlock_core;
 
 /// The redis-rs crate distlock is built on: match [`Error::Redis`]'s source with it.

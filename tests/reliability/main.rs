@@ -10,12 +10,16 @@
 //! * `RELIABILITY_HEAVY=1` runs the heavier variants (more processes, iterations, rounds).
 //! * `RELIABILITY_SEED=<u64>` replays the random choices of a previous run (each row that uses
 //!   randomness prints its seed).
+//! * `DISTLOCK_WRITE_RELIABILITY=1` writes the report of a whole run (no filter) to
+//!   RELIABILITY.md, above its hand-written part, which it keeps (`document.rs`). Without it
+//!   (as in CI) the run writes no file.
 //!
 //! A worker process is this binary with `DISTLOCK_RELIABILITY_WORKER=<role>` in its environment
 //! (see `worker.rs`); it talks to the suite through stdin/stdout lines.
 
 mod bugs;
 mod common;
+mod document;
 mod report;
 mod scenarios;
 mod worker;
@@ -51,5 +55,5 @@ fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    report::run_all(&settings, selected)
+    report::run_all(&settings, selected, filters.is_empty())
 }

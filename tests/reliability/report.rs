@@ -1,4 +1,5 @@
-//! Runs the scenarios one by one and prints the report table and the closing line.
+//! Runs the scenarios one by one and prints the report table and the closing line; a whole
+//! run with `DISTLOCK_WRITE_RELIABILITY=1` also writes it to RELIABILITY.md (`document`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -9,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::bugs::Bug;
 use crate::common::{lock_unpoisoned, Settings};
+use crate::document::{self, ReportRow, RunInfo};
 
 /// What one scenario counted while it ran; shared with every task of the scenario.
 #[derive(Default)]
@@ -173,7 +175,10 @@ struct Row {
 }
 
 /// Runs each scenario on a fresh runtime, then prints the table and `N passed, M failed`.
-pub(crate) fn run_all(settings: &Settings, scenarios: Vec<Scenario>) -> ExitCode {
+/// With `DISTLOCK_WRITE_RELIABILITY=1` a `whole` run (every scenario, no filter) also writes
+/// RELIABILITY.md; nothing else writes a file (CI does not set it).
+pub(crate) fn run_all(settings: &Settings, scenarios: Vec<Scenario>, whole: bool) -> ExitCode {
+    let write = std::env::var("DISTLOCK_WRITE_RELIABILITY").is_ok_and(|v| v == "1");
     println!(
         "distlock reliability suite: {} scenario(s), {} profile, seed {}",
         scenarios.len(),
@@ -194,9 +199,22 @@ pub(crate) fn run_all(settings: &Settings, scenarios: Vec<Scenario>) -> ExitCode
         .filter(|r| r.verdict.counts_as_failure())
         .count();
     let passed = rows.len() - failed;
-    println!("total {:.1}s", started.elapsed().as_secs_f64());
+    let total_secs = started.elapsed().as_secs_f64();
+    println!("total {total_secs:.1}s");
     println!("{passed} passed, {failed} failed");
-    if failed == 0 {
+    let mut written = true;
+    if write && !whole {
+        eprintln!("DISTLOCK_WRITE_RELIABILITY: a filtered run does not write RELIABILITY.md");
+    } else if write {
+        match write_document(settings, &rows, total_secs, passed, failed) {
+            Ok(path) => eprintln!("wrote {path}"),
+            Err(e) => {
+                eprintln!("could not write RELIABILITY.md: {e}");
+                written = false;
+            }
+        }
+    }
+    if failed == 0 && written {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
@@ -272,46 +290,38 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-fn print_table(rows: &[Row]) {
-    let title_width = rows
-        .iter()
-        .map(|r| r.title.chars().count())
-        .max()
-        .unwrap_or(8)
-        .max(8);
-    println!();
-    println!(
-        "| {:<3} | {:<title_width$} | {:>10} | {:>15} | {:>20} | {:<6} | {:>6} |",
-        "#", "scenario", "operations", "faults injected", "invariant violations", "result", "time"
-    );
-    println!(
-        "|{}|{}|{}|{}|{}|{}|{}|",
-        "-".repeat(5),
-        "-".repeat(title_width + 2),
-        "-".repeat(12),
-        "-".repeat(17),
-        "-".repeat(22),
-        "-".repeat(8),
-        "-".repeat(8)
-    );
-    for r in rows {
-        println!(
-            "| {:<3} | {:<title_width$} | {:>10} | {:>15} | {:>20} | {:<6} | {:>5.1}s |",
-            r.id,
-            r.title,
-            r.ops,
-            r.faults,
-            r.violations,
-            r.verdict.label(),
-            r.secs
-        );
-    }
+/// The report's lines for `rows`, in the form `document` renders.
+fn report_rows(rows: &[Row]) -> Vec<ReportRow> {
+    rows.iter()
+        .map(|r| ReportRow {
+            id: r.id.to_owned(),
+            title: r.title.clone(),
+            ops: r.ops,
+            faults: r.faults,
+            violations: r.violations,
+            result: r.verdict.label(),
+            secs: r.secs,
+            notes: r.notes.clone(),
+            problems: r.problems.clone(),
+        })
+        .collect()
+}
+
+/// The known bugs behind the XFAIL rows, each once.
+fn known_bugs(rows: &[Row]) -> Vec<&'static Bug> {
     let mut bugs: Vec<&'static Bug> = Vec::new();
     for bug in rows.iter().flat_map(|r| r.bugs.iter()) {
         if !bugs.iter().any(|b| b.id == bug.id) {
             bugs.push(bug);
         }
     }
+    bugs
+}
+
+fn print_table(rows: &[Row]) {
+    println!();
+    print!("{}", document::table(&report_rows(rows)));
+    let bugs = known_bugs(rows);
     if !bugs.is_empty() {
         println!();
         println!("XFAIL rows are explained by these known runtime bugs (reported, not yet fixed):");
@@ -333,4 +343,45 @@ fn print_table(rows: &[Row]) {
         }
     }
     println!();
+}
+
+/// Writes RELIABILITY.md from a whole run's `rows`: the generated part above
+/// [`document::KEPT_MARKER`], the file's hand-written part from it on kept as it was.
+fn write_document(
+    settings: &Settings,
+    rows: &[Row],
+    total_secs: f64,
+    passed: usize,
+    failed: usize,
+) -> std::io::Result<String> {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let run = RunInfo {
+        date: command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"], root),
+        commit: command_output("git", &["describe", "--always", "--dirty"], root),
+        profile: if settings.heavy { "heavy" } else { "CI" },
+        seed: settings.seed,
+        cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        total_secs,
+        passed,
+        failed,
+    };
+    let bugs: Vec<(&str, &str)> = known_bugs(rows).iter().map(|b| (b.id, b.title)).collect();
+    let text = document::generated(&run, &report_rows(rows), &bugs);
+    let path = format!("{root}/RELIABILITY.md");
+    let old = std::fs::read_to_string(&path).unwrap_or_default();
+    std::fs::write(&path, document::with_kept_part(&text, &old))?;
+    Ok(path)
+}
+
+/// The first line `program args` prints in `dir`, or `unknown`.
+fn command_output(program: &str, args: &[&str], dir: &str) -> String {
+    std::process::Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .and_then(|text| text.lines().next().map(str::to_owned))
+        .unwrap_or_else(|| "unknown".to_owned())
 }

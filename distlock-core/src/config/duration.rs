@@ -26,8 +26,9 @@ use std::time::Duration;
 /// milliseconds, or does not fit in `u64` milliseconds.
 ///
 /// ```
+/// # use distlock_core as distlock;
 /// use std::time::Duration;
-/// use distlock_core::{parse_duration, DurationError};
+/// use distlock::{parse_duration, DurationError};
 ///
 /// assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
 /// assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));

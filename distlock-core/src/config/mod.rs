@@ -13,9 +13,10 @@ use crate::wire::keys::validate_prefix;
 /// How to reach Redis and the defaults for locks taken through the client.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), distlock_core::Error> {
+/// # use distlock_core as distlock;
+/// # async fn demo() -> Result<(), distlock::Error> {
 /// use std::time::Duration;
-/// distlock_core::Config::new("redis://:secret@127.0.0.1:6379/")
+/// distlock::Config::new("redis://:secret@127.0.0.1:6379/")
 ///     .key_prefix("payments-lock")
 ///     .default_ttl(Duration::from_secs(10))
 ///     .response_timeout(Duration::from_millis(500))
@@ -91,8 +92,9 @@ impl Config {
     /// the rest), with the same defaults as [`Config::new`].
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), distlock_core::Error> {
-    /// distlock_core::Config::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), distlock::Error> {
+    /// distlock::Config::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
     ///     .install()
     ///     .await?;
     /// # Ok(()) }
@@ -146,8 +148,9 @@ impl Config {
     /// (`sentinel monitor <service_name> ...`), with the same defaults as [`Config::new`].
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), distlock_core::Error> {
-    /// distlock_core::Config::sentinel(
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), distlock::Error> {
+    /// distlock::Config::sentinel(
     ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
     ///     "locks",
     /// )
@@ -273,9 +276,10 @@ impl Config {
     /// lock. Fencing tokens remain what protects the resource.
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), distlock_core::Error> {
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), distlock::Error> {
     /// use std::time::Duration;
-    /// distlock_core::Config::new("redis://127.0.0.1:6379/")
+    /// distlock::Config::new("redis://127.0.0.1:6379/")
     ///     .min_replicas(1)
     ///     .replica_timeout(Duration::from_millis(200))
     ///     .install()
@@ -314,9 +318,10 @@ impl Config {
     /// stepped (NTP's default for small offsets, `chrony` with `makestep` off once synced).
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), distlock_core::Error> {
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), distlock::Error> {
     /// use std::time::Duration;
-    /// let client = distlock_core::Config::new("redis://127.0.0.1:6379/")
+    /// let client = distlock::Config::new("redis://127.0.0.1:6379/")
     ///     .server_check(Some(Duration::from_millis(100)))
     ///     .connect()
     ///     .await?;
@@ -333,9 +338,10 @@ impl Config {
     /// `rediss://` needs the `tls` feature.
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), distlock_core::Error> {
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), distlock::Error> {
     /// let ca = std::fs::read("/etc/redis/tls/ca.crt").expect("CA certificate");
-    /// distlock_core::Config::new("rediss://:secret@redis.internal:6380/")
+    /// distlock::Config::new("rediss://:secret@redis.internal:6380/")
     ///     .tls_root_certificates(ca)
     ///     .install()
     ///     .await?;

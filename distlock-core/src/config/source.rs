@@ -234,8 +234,8 @@ impl Config {
     /// `DISTLOCK_FENCE_RETENTION`, `DISTLOCK_RENEW_BATCH_SIZE`, `DISTLOCK_MAX_HOLD`,
     /// `DISTLOCK_REQUIRE_NOEVICTION`, `DISTLOCK_MIN_REPLICAS`, `DISTLOCK_REPLICA_TIMEOUT` and
     /// `DISTLOCK_SERVER_CHECK` (a duration or `off`),
-    /// each the builder method of the same name (the table in this module's docs lists them
-    /// all); durations as `"500ms"`, `"10s"`, `"1m30s"`. Unset variables keep the defaults of
+    /// each the builder method of the same name (the "Configuration" table of the `distlock`
+    /// crate docs lists them all); durations as `"500ms"`, `"10s"`, `"1m30s"`. Unset variables keep the defaults of
     /// [`Config::new`]; other `DISTLOCK_*` variables are ignored (a Kubernetes service named
     /// `distlock` injects some).
     ///
@@ -243,9 +243,10 @@ impl Config {
     /// fails here, at start-up, naming its variable.
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), distlock_core::Error> {
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), distlock::Error> {
     /// // DISTLOCK_URL=redis://127.0.0.1:6379/ DISTLOCK_DEFAULT_TTL=10s ./my-service
-    /// distlock_core::Config::from_env()?.install().await?;
+    /// distlock::Config::from_env()?.install().await?;
     /// # Ok(()) }
     /// ```
     ///
@@ -340,13 +341,15 @@ fn parse_flag(text: &str) -> Option<bool> {
     }
 }
 
-/// `Config` as a `serde` value: the settings of the table above, under their builder names.
+/// `Config` as a `serde` value: the settings [`Config::from_env`] reads, under their builder
+/// names (the "Configuration" table of the `distlock` crate docs lists them).
 ///
 /// ```
+/// # use distlock_core as distlock;
 /// # #[cfg(feature = "serde")] {
 /// #[derive(serde::Deserialize)]
 /// struct AppConfig {
-///     locks: distlock_core::Config,
+///     locks: distlock::Config,
 /// }
 /// # }
 /// ```

@@ -28,9 +28,10 @@ enum ClientChoice {
 /// Builds one lock acquisition; start with [`crate::lock()`] or [`Client::lock`].
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), distlock_core::Error> {
+/// # use distlock_core as distlock;
+/// # async fn demo() -> Result<(), distlock::Error> {
 /// use std::time::Duration;
-/// let guard = distlock_core::lock("order:42")
+/// let guard = distlock::lock("order:42")
 ///     .ttl(Duration::from_secs(10))
 ///     .renew(true)
 ///     .wait(Duration::from_secs(2))
@@ -128,9 +129,10 @@ impl Client {
 /// its acquire started.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), distlock_core::Error> {
+/// # use distlock_core as distlock;
+/// # async fn demo() -> Result<(), distlock::Error> {
 /// use std::time::Duration;
-/// let guard = distlock_core::semaphore("api:acme", 5)
+/// let guard = distlock::semaphore("api:acme", 5)
 ///     .ttl(Duration::from_secs(10))
 ///     .renew(true)
 ///     .wait(Duration::from_secs(2))
@@ -171,9 +173,10 @@ impl Client {
 /// RedLock quorum.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), distlock_core::Error> {
+/// # use distlock_core as distlock;
+/// # async fn demo() -> Result<(), distlock::Error> {
 /// use std::time::Duration;
-/// let guard = distlock_core::lock_all(["account:7", "account:3"])
+/// let guard = distlock::lock_all(["account:7", "account:3"])
 ///     .ttl(Duration::from_secs(5))
 ///     .wait(Duration::from_secs(2))
 ///     .acquire()
@@ -262,7 +265,7 @@ impl LockBuilder {
     /// The price: a fenced acquire runs a script that reads the server clock and raises the
     /// fence floor (about 8 µs of Redis CPU, and a second key per name for
     /// [`crate::Config::fence_retention`]) where a plain one is a single `SET NX PX GET`
-    /// (about 1 µs; see the README's profile).
+    /// (about 1 µs; BENCHMARKS.md, "Where the time goes").
     pub fn fenced(mut self, fenced: bool) -> Self {
         self.fenced = fenced;
         self
@@ -277,8 +280,9 @@ impl LockBuilder {
     /// promote).
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), distlock_core::Error> {
-    /// let guard = distlock_core::lock("ledger:7").min_replicas(1).acquire().await?;
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), distlock::Error> {
+    /// let guard = distlock::lock("ledger:7").min_replicas(1).acquire().await?;
     /// // The lock is on the master and on at least one replica.
     /// guard.release().await?;
     /// # Ok(()) }
@@ -296,8 +300,9 @@ impl LockBuilder {
     /// `"unlabeled"`.
     ///
     /// ```no_run
-    /// # async fn demo(id: u64) -> Result<(), distlock_core::Error> {
-    /// let guard = distlock_core::lock(format!("order:{id}")).label("order:<id>").acquire().await?;
+    /// # use distlock_core as distlock;
+    /// # async fn demo(id: u64) -> Result<(), distlock::Error> {
+    /// let guard = distlock::lock(format!("order:{id}")).label("order:<id>").acquire().await?;
     /// guard.release().await?;
     /// # Ok(()) }
     /// ```
@@ -524,9 +529,10 @@ impl LockBuilder {
     /// retry on releases, without the lock's FIFO queue.
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), distlock_core::Error> {
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), distlock::Error> {
     /// use std::time::Duration;
-    /// let guard = distlock_core::lock("doc:7")
+    /// let guard = distlock::lock("doc:7")
     ///     .read()
     ///     .ttl(Duration::from_secs(10))
     ///     .wait(Duration::from_secs(2))
