@@ -771,3 +771,194 @@ impl Call for RenewCall<'_> {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::request::Lua;
+
+    const TTL: Duration = Duration::from_millis(10_000);
+    const RETENTION: Duration = Duration::from_millis(60_000);
+
+    /// A script call's script and its arguments after the SHA1, as text.
+    fn sent(request: Request) -> (&'static Lua, Vec<String>) {
+        let Request::Script(script, cmd) = request else {
+            panic!("a script call");
+        };
+        let args = cmd
+            .args_iter()
+            .skip(2) // EVALSHA and the SHA1
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => "<not a plain argument>".to_owned(),
+            })
+            .collect();
+        (script, args)
+    }
+
+    /// A permit's (`Some(n)`) or a read's or write's shared-hold acquire, plain or fenced.
+    fn shared_request(
+        keys: &LockKeys,
+        permits: Option<u32>,
+        side: Side,
+        fenced: Option<Duration>,
+    ) -> Request {
+        match permits {
+            Some(permits) => PermitAcquireCall {
+                keys,
+                value: b"d2:o",
+                id: b"r1",
+                ttl: TTL,
+                permits,
+                fenced,
+                wait: None,
+            }
+            .request(),
+            None => RwAcquireCall {
+                keys,
+                value: b"d2:o",
+                id: b"r1",
+                ttl: TTL,
+                side,
+                fenced,
+                wait: None,
+            }
+            .request(),
+        }
+    }
+
+    #[test]
+    fn a_shared_holds_acquire_sends_each_scripts_keys_and_arguments_in_their_order() {
+        let keys = LockKeys::new("distlock", "k").unwrap();
+        let (lock, fence, writer) = (keys.lock().to_owned(), keys.fence(), keys.writer());
+        let strs = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+
+        let (script, args) = sent(shared_request(&keys, Some(3), Side::Read, None));
+        assert!(std::ptr::eq(script, &ACQUIRE_PERMIT_SCRIPT));
+        let want = strs(&["2", &lock, &fence, "d2:o", "10000", "3", "0", "r1"]);
+        assert_eq!(args, want, "a permit");
+        let (_, args) = sent(shared_request(&keys, Some(3), Side::Read, Some(RETENTION)));
+        let want = strs(&["2", &lock, &fence, "d2:o", "10000", "3", "60000", "r1"]);
+        assert_eq!(args, want, "a fenced permit");
+
+        let (script, args) = sent(shared_request(&keys, None, Side::Read, Some(RETENTION)));
+        assert!(std::ptr::eq(script, &ACQUIRE_READ_SCRIPT));
+        let want = strs(&["3", &lock, &fence, &writer, "d2:o", "10000", "60000", "r1"]);
+        assert_eq!(args, want, "a fenced read");
+
+        let write = |waits| Side::Write { waits };
+        let (script, args) = sent(shared_request(&keys, None, write(true), None));
+        assert!(std::ptr::eq(script, &ACQUIRE_WRITE_SCRIPT));
+        let want = strs(&[
+            "3", &lock, &fence, &writer, "d2:o", "10000", "0", "r1", "1000",
+        ]);
+        assert_eq!(args, want, "a waiting write");
+        let (_, args) = sent(shared_request(&keys, None, write(false), None));
+        let want = strs(&["3", &lock, &fence, &writer, "d2:o", "10000", "0", "r1", "0"]);
+        assert_eq!(args, want, "a write that does not wait");
+    }
+
+    /// What a shared-hold acquire decodes `raw` into: found, or `Err(n)`: a permit count
+    /// mismatch.
+    fn shared_decode(
+        permits: Option<u32>,
+        side: Side,
+        fenced: Option<Duration>,
+        raw: (i64, i64),
+    ) -> Option<Result<Acquired, u32>> {
+        let keys = LockKeys::new("distlock", "k").unwrap();
+        match permits {
+            Some(permits) => {
+                let call = PermitAcquireCall {
+                    keys: &keys,
+                    value: b"d2:o",
+                    id: b"r1",
+                    ttl: TTL,
+                    permits,
+                    fenced,
+                    wait: None,
+                };
+                call.decode(raw).map(|found| match found {
+                    PermitAcquired::Found(found) => Ok(found),
+                    PermitAcquired::Mismatch { permits } => Err(permits),
+                })
+            }
+            None => {
+                let call = RwAcquireCall {
+                    keys: &keys,
+                    value: b"d2:o",
+                    id: b"r1",
+                    ttl: TTL,
+                    side,
+                    fenced,
+                    wait: None,
+                };
+                call.decode(raw).map(Ok)
+            }
+        }
+    }
+
+    #[test]
+    fn a_shared_holds_acquire_decodes_a_count_mismatch_for_a_permit_only() {
+        let taken = |token| Some(Ok(Acquired::Taken { token }));
+        let busy = Some(Ok(Acquired::Busy {
+            pttl: Some(40),
+            pass: 0,
+        }));
+        let write = Side::Write { waits: true };
+        for (permits, side) in [(Some(2), Side::Read), (None, Side::Read), (None, write)] {
+            assert_eq!(shared_decode(permits, side, None, (1, 0)), taken(None));
+            assert_eq!(
+                shared_decode(permits, side, Some(RETENTION), (1, 9)),
+                taken(Some(9))
+            );
+            assert_eq!(shared_decode(permits, side, Some(RETENTION), (1, -9)), None);
+            assert_eq!(shared_decode(permits, side, None, (0, 40)), busy);
+            let incompatible = Some(Ok(Acquired::Incompatible));
+            assert_eq!(shared_decode(permits, side, None, (2, 0)), incompatible);
+            assert_eq!(shared_decode(permits, side, None, (4, 0)), None);
+        }
+        assert_eq!(
+            shared_decode(Some(2), Side::Read, None, (3, 5)),
+            Some(Err(5))
+        );
+        assert_eq!(shared_decode(Some(2), Side::Read, None, (3, -5)), None);
+        assert_eq!(shared_decode(None, Side::Read, None, (3, 5)), None);
+        assert_eq!(shared_decode(None, write, None, (3, 5)), None);
+    }
+
+    #[test]
+    fn an_acquire_scripts_status_decodes_as_taken_busy_or_incompatible() {
+        let keys = LockKeys::new("distlock", "k").unwrap();
+        let taken = |token| Some(Acquired::Taken { token });
+        let busy = Some(Acquired::Busy {
+            pttl: Some(40),
+            pass: 0,
+        });
+        let fenced = FencedAcquireCall {
+            keys: &keys,
+            value: b"d2:o",
+            id: b"r1",
+            ttl: TTL,
+            retention: RETENTION,
+            wait: None,
+        };
+        assert_eq!(fenced.decode((1, 7)), taken(Some(7)));
+        assert_eq!(fenced.decode((1, -7)), None);
+        assert_eq!(fenced.decode((0, 40)), busy);
+        assert_eq!(fenced.decode((2, 0)), Some(Acquired::Incompatible));
+        assert_eq!(fenced.decode((3, 2)), None);
+        let handed = HandedAcquireCall {
+            keys: &keys,
+            value: b"d2:o",
+            id: b"r1",
+            ttl: TTL,
+            ticket: 1,
+            window: TTL,
+            sharded: false,
+        };
+        assert_eq!(handed.decode((1, 0)), taken(None));
+        assert_eq!(handed.decode((0, 40)), busy);
+        assert_eq!(handed.decode((3, 2)), None);
+    }
+}
