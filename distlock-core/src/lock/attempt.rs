@@ -17,7 +17,8 @@ use crate::lock::queue::Place;
 use crate::lock::shared;
 use crate::metrics::Held;
 use crate::wire::calls::{
-    AcquireCall, Acquired, FencedAcquireCall, HandedAcquireCall, QueuedAcquireCall, RenewItem, Side,
+    AcquireCall, Acquired, FencedAcquireCall, HandedAcquireCall, QueuedAcquireCall, RenewItem,
+    Shared,
 };
 
 /// A take that too few replicas acknowledged: released again (in the background if the
@@ -163,9 +164,9 @@ pub(crate) async fn send_acquire(
         if let Kind::Permits(permits) = terms.kind {
             permits::try_acquire(hold, terms, permits, (id, replicas)).await
         } else if terms.kind == Kind::Read {
-            shared::try_acquire(hold, terms, Side::Read, (id, replicas)).await
+            shared::try_acquire(hold, terms, Shared::Read, (id, replicas)).await
         } else if readers {
-            let write = Side::Write {
+            let write = Shared::Write {
                 waits: terms.wait.is_some(),
             };
             shared::try_acquire(hold, terms, write, (id, replicas)).await

@@ -1,7 +1,7 @@
 //! Permits: a semaphore of `n` permits is a lock of another kind. It is built, acquired,
 //! waited for, renewed, held, run and released by the lock's own machinery (`acquire`, `run`,
 //! `guard`, the watchdog, the waiters); what differs is the acquire request
-//! (`PermitAcquireCall`), the checks of the count, and re-entry across kinds.
+//! (`SharedAcquireCall`), the checks of the count, and re-entry across kinds.
 //!
 //! ## Over a RedLock quorum: not a majority
 //!
@@ -17,7 +17,7 @@
 //! masters keep working with one master down, not two), where a lock needs a majority.
 //!
 //! * **Acquire**: `ACQUIRE_PERMIT` on every master, counted by `q` (`Quorate` for
-//!   `PermitAcquireCall`); a master whose live holders agreed on another count fails the
+//!   `SharedAcquireCall`); a master whose live holders agreed on another count fails the
 //!   acquire with [`Error::PermitsMismatch`] at once. Busy (or undecided) attempts release
 //!   what a minority granted, ordered after any late grant (`stragglers`), as a lock's do.
 //! * **Renewal**: a permit's renewal counts only when `q` masters renewed it
@@ -38,7 +38,7 @@ use crate::client::Client;
 use crate::error::{Error, HeldBy, Operation};
 use crate::lock::acquire::{lock, LockBuilder, Terms};
 use crate::lock::guard::Hold;
-use crate::wire::calls::{Acquired, PermitAcquireCall, PermitAcquired};
+use crate::wire::calls::{Acquired, Shared, SharedAcquireCall, SharedAcquired};
 use crate::wire::request::ReplicaWait;
 
 /// What one acquisition takes: the lock, or one of a semaphore's permits.
@@ -186,18 +186,18 @@ pub(crate) async fn try_acquire(
 ) -> Result<(Acquired, Option<usize>), Error> {
     let client = &hold.client;
     let name = hold.keys.name();
-    let call = PermitAcquireCall {
+    let call = SharedAcquireCall {
         keys: &hold.keys,
         value: hold.value.as_bytes(),
         id,
         ttl: terms.ttl,
-        permits,
+        shared: Shared::Permits(permits),
         fenced: terms.fenced.then_some(client.config().fence_retention),
         wait,
     };
     match client.call_acked(Operation::Acquire, name, &call).await? {
-        (PermitAcquired::Found(found), acked) => Ok((found, acked)),
-        (PermitAcquired::Mismatch { permits: held }, _) => Err(Error::PermitsMismatch {
+        (SharedAcquired::Found(found), acked) => Ok((found, acked)),
+        (SharedAcquired::Mismatch { permits: held }, _) => Err(Error::PermitsMismatch {
             key: name.to_owned(),
             asked: permits,
             held,

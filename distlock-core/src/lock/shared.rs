@@ -1,7 +1,7 @@
 //! Shared (read) holds: `lock(name).read()` is a lock of another kind, held by any number of
 //! readers at once and excluded by (and excluding) the lock itself, the write. Built, waited
 //! for, renewed, held, run and released by the lock's machinery; what differs is the acquire
-//! request (`RwAcquireCall`: `ACQUIRE_READ` for a reader, `ACQUIRE_WRITE` for a writer that
+//! request (`SharedAcquireCall`: `ACQUIRE_READ` for a reader, `ACQUIRE_WRITE` for a writer that
 //! met readers, which marks its intent so that new readers wait and writers do not starve)
 //! and the re-entry rules across kinds.
 //!
@@ -27,7 +27,7 @@ use crate::error::{Error, Operation};
 use crate::lock::acquire::{LockBuilder, Terms};
 use crate::lock::guard::Hold;
 use crate::lock::permits::Kind;
-use crate::wire::calls::{Acquired, RwAcquireCall, Side};
+use crate::wire::calls::{Acquired, Shared, SharedAcquireCall, SharedAcquired};
 use crate::wire::request::ReplicaWait;
 
 impl LockBuilder {
@@ -97,20 +97,25 @@ pub(crate) fn read_kind(name: &str, kind: Kind) -> Result<Kind, Error> {
 pub(crate) async fn try_acquire(
     hold: &Hold,
     terms: &Terms,
-    side: Side,
+    side: Shared,
     (id, wait): (&[u8], Option<ReplicaWait>),
 ) -> Result<(Acquired, Option<usize>), Error> {
     let client = &hold.client;
-    let call = RwAcquireCall {
+    let call = SharedAcquireCall {
         keys: &hold.keys,
         value: hold.value.as_bytes(),
         id,
         ttl: terms.ttl,
-        side,
+        shared: side,
         fenced: terms.fenced.then_some(client.config().fence_retention),
         wait,
     };
-    client
+    match client
         .call_acked(Operation::Acquire, hold.keys.name(), &call)
-        .await
+        .await?
+    {
+        (SharedAcquired::Found(found), acked) => Ok((found, acked)),
+        // Only a permit's acquire reads a count: a read's or a write's never decodes as this.
+        (SharedAcquired::Mismatch { .. }, acked) => Ok((Acquired::Incompatible, acked)),
+    }
 }

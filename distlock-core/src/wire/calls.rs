@@ -166,97 +166,28 @@ impl Call for FencedAcquireCall<'_> {
     }
 
     fn decode(&self, (status, value): (i64, i64)) -> Option<Acquired> {
-        Some(match status {
-            1 => Acquired::Taken {
-                token: Some(u64::try_from(value).ok()?),
-            },
-            0 => Acquired::Busy {
-                pttl: Some(value),
-                pass: 0,
-            },
-            2 => Acquired::Incompatible,
-            _ => return None,
-        })
+        script_acquired(status, value, true)
     }
 }
 
-/// What a permit's acquire found: as a lock's, or live holders that agreed on another count.
+/// What a shared hold's acquire found: as a lock's, or live holders that agreed on another
+/// count of permits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum PermitAcquired {
-    /// Taken, busy (every permit held: `pttl` is when the first lease ends) or incompatible.
+pub(crate) enum SharedAcquired {
+    /// Taken, busy (every permit held, a writer or readers there: `pttl` is when the first of
+    /// them ends) or incompatible.
     Found(Acquired),
-    /// The semaphore's live holders took it with this many permits.
+    /// The semaphore's live holders took it with this many permits (a permit's acquire only).
     Mismatch { permits: u32 },
 }
 
-/// [`ACQUIRE_PERMIT`]: one permit of a semaphore of `permits`, plain or fenced.
-pub(crate) struct PermitAcquireCall<'a> {
-    pub(crate) keys: &'a LockKeys,
-    /// `d2:<owner>`: the holder's member.
-    pub(crate) value: &'a [u8],
-    /// The request id (unique within the client).
-    pub(crate) id: &'a [u8],
-    pub(crate) ttl: Duration,
-    /// The semaphore's count, as this caller knows it.
-    pub(crate) permits: u32,
-    /// The fence floor's retention if the acquire hands out a fencing token.
-    pub(crate) fenced: Option<Duration>,
-    /// Replicas that must acknowledge the take (`min_replicas`).
-    pub(crate) wait: Option<ReplicaWait>,
-}
-
-impl Call for PermitAcquireCall<'_> {
-    type Raw = (i64, i64);
-    type Reply = PermitAcquired;
-
-    fn request(&self) -> Request {
-        let mut cmd = ACQUIRE_PERMIT_SCRIPT.evalsha();
-        let retention = self.fenced.map_or(0, |r| millis_ceil(r.max(self.ttl)));
-        cmd.arg(2)
-            .arg(self.keys.lock())
-            .arg(self.keys.fence())
-            .arg(self.value)
-            .arg(millis_ceil(self.ttl))
-            .arg(self.permits)
-            .arg(retention)
-            .arg(self.id);
-        Request::Script(&ACQUIRE_PERMIT_SCRIPT, cmd)
-    }
-
-    fn request_id(&self) -> &[u8] {
-        self.id
-    }
-
-    fn replica_wait(&self) -> Option<ReplicaWait> {
-        self.wait
-    }
-
-    fn decode(&self, (status, value): (i64, i64)) -> Option<PermitAcquired> {
-        Some(PermitAcquired::Found(match status {
-            1 => Acquired::Taken {
-                token: match self.fenced {
-                    Some(_) => Some(u64::try_from(value).ok()?),
-                    None => None,
-                },
-            },
-            0 => Acquired::Busy {
-                pttl: Some(value),
-                pass: 0,
-            },
-            2 => Acquired::Incompatible,
-            3 => {
-                return Some(PermitAcquired::Mismatch {
-                    permits: u32::try_from(value).ok()?,
-                })
-            }
-            _ => return None,
-        }))
-    }
-}
-
-/// Which side of a shared lock an [`RwAcquireCall`] takes.
+/// Which hold a [`SharedAcquireCall`] takes: one of those several holders share, or the lock
+/// where they may hold it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Side {
+pub(crate) enum Shared {
+    /// One permit of a semaphore of this many, as this caller knows the count:
+    /// [`ACQUIRE_PERMIT`].
+    Permits(u32),
     /// A shared (read) hold: [`ACQUIRE_READ`].
     Read,
     /// The lock, where readers may hold it: [`ACQUIRE_WRITE`]; `waits`: the caller waits, and
@@ -264,41 +195,60 @@ pub(crate) enum Side {
     Write { waits: bool },
 }
 
-/// [`ACQUIRE_READ`] or [`ACQUIRE_WRITE`]: a read hold, or a write hold that met readers.
-pub(crate) struct RwAcquireCall<'a> {
+impl Shared {
+    /// The permit count its grants are counted by over a RedLock quorum
+    /// (`quorum::permit_quorum`): 0 for a read or a write, which count by majority.
+    pub(crate) fn permits(self) -> u32 {
+        match self {
+            Shared::Permits(permits) => permits,
+            Shared::Read | Shared::Write { .. } => 0,
+        }
+    }
+}
+
+/// [`ACQUIRE_PERMIT`], [`ACQUIRE_READ`] or [`ACQUIRE_WRITE`]: a semaphore's permit, a read
+/// hold, or a write hold that met readers, plain or fenced.
+pub(crate) struct SharedAcquireCall<'a> {
     pub(crate) keys: &'a LockKeys,
-    /// `d2:<owner>`.
+    /// `d2:<owner>`: the holder's member (a permit, a read) or the lock's value (a write).
     pub(crate) value: &'a [u8],
     /// The request id (unique within the client).
     pub(crate) id: &'a [u8],
     pub(crate) ttl: Duration,
-    pub(crate) side: Side,
+    pub(crate) shared: Shared,
     /// The fence floor's retention if the acquire hands out a fencing token.
     pub(crate) fenced: Option<Duration>,
     /// Replicas that must acknowledge the take (`min_replicas`).
     pub(crate) wait: Option<ReplicaWait>,
 }
 
-impl Call for RwAcquireCall<'_> {
+impl Call for SharedAcquireCall<'_> {
     type Raw = (i64, i64);
-    type Reply = Acquired;
+    type Reply = SharedAcquired;
 
     fn request(&self) -> Request {
-        let script = match self.side {
-            Side::Read => &ACQUIRE_READ_SCRIPT,
-            Side::Write { .. } => &ACQUIRE_WRITE_SCRIPT,
+        let script = match self.shared {
+            Shared::Permits(_) => &ACQUIRE_PERMIT_SCRIPT,
+            Shared::Read => &ACQUIRE_READ_SCRIPT,
+            Shared::Write { .. } => &ACQUIRE_WRITE_SCRIPT,
         };
         let mut cmd = script.evalsha();
         let retention = self.fenced.map_or(0, |r| millis_ceil(r.max(self.ttl)));
-        cmd.arg(3)
-            .arg(self.keys.lock())
-            .arg(self.keys.fence())
-            .arg(self.keys.writer())
-            .arg(self.value)
-            .arg(millis_ceil(self.ttl))
-            .arg(retention)
-            .arg(self.id);
-        if let Side::Write { waits } = self.side {
+        // A semaphore has no writer's intent to look at; its count goes before the retention.
+        match self.shared {
+            Shared::Permits(_) => cmd.arg(2).arg(self.keys.lock()).arg(self.keys.fence()),
+            Shared::Read | Shared::Write { .. } => cmd
+                .arg(3)
+                .arg(self.keys.lock())
+                .arg(self.keys.fence())
+                .arg(self.keys.writer()),
+        };
+        cmd.arg(self.value).arg(millis_ceil(self.ttl));
+        if let Shared::Permits(permits) = self.shared {
+            cmd.arg(permits);
+        }
+        cmd.arg(retention).arg(self.id);
+        if let Shared::Write { waits } = self.shared {
             cmd.arg(if waits { millis_ceil(WRITER_INTENT) } else { 0 });
         }
         Request::Script(script, cmd)
@@ -312,22 +262,34 @@ impl Call for RwAcquireCall<'_> {
         self.wait
     }
 
-    fn decode(&self, (status, value): (i64, i64)) -> Option<Acquired> {
-        Some(match status {
-            1 => Acquired::Taken {
-                token: match self.fenced {
-                    Some(_) => Some(u64::try_from(value).ok()?),
-                    None => None,
-                },
-            },
-            0 => Acquired::Busy {
-                pttl: Some(value),
-                pass: 0,
-            },
-            2 => Acquired::Incompatible,
-            _ => return None,
-        })
+    fn decode(&self, (status, value): (i64, i64)) -> Option<SharedAcquired> {
+        match (status, self.shared) {
+            (3, Shared::Permits(_)) => Some(SharedAcquired::Mismatch {
+                permits: u32::try_from(value).ok()?,
+            }),
+            _ => script_acquired(status, value, self.fenced.is_some()).map(SharedAcquired::Found),
+        }
     }
+}
+
+/// What an acquire script's `{status, value}` says: 1 taken (`value`: the fencing token, when
+/// `fenced`), 0 held by another owner (`value`: its pttl) or 2 not a lock of this kind; `None`
+/// for any other status.
+fn script_acquired(status: i64, value: i64, fenced: bool) -> Option<Acquired> {
+    Some(match status {
+        1 => Acquired::Taken {
+            token: match fenced {
+                true => Some(u64::try_from(value).ok()?),
+                false => None,
+            },
+        },
+        0 => Acquired::Busy {
+            pttl: Some(value),
+            pass: 0,
+        },
+        2 => Acquired::Incompatible,
+        _ => return None,
+    })
 }
 
 /// [`ACQUIRE_QUEUED`]: an acquire over a RedLock quorum, plain or fenced, that takes a free
@@ -378,10 +340,6 @@ impl Call for QueuedAcquireCall<'_> {
     fn decode(&self, (status, value, ahead): (i64, i64, i64)) -> Option<Acquired> {
         let ahead = u32::try_from(ahead).ok()?;
         Some(match status {
-            1 if self.fenced.is_some() => Acquired::Taken {
-                token: Some(u64::try_from(value).ok()?),
-            },
-            1 => Acquired::Taken { token: None },
             // Held: each waiter ahead takes a turn after a release, then it is ours.
             0 => Acquired::Busy {
                 pttl: Some(value),
@@ -392,8 +350,7 @@ impl Call for QueuedAcquireCall<'_> {
                 pttl: Some(value),
                 pass: ahead.saturating_sub(1),
             },
-            2 => Acquired::Incompatible,
-            _ => return None,
+            _ => return script_acquired(status, value, self.fenced.is_some()),
         })
     }
 }
@@ -439,16 +396,8 @@ impl Call for HandedAcquireCall<'_> {
     }
 
     fn decode(&self, (status, value): (i64, i64)) -> Option<Acquired> {
-        Some(match status {
-            1 => Acquired::Taken { token: None },
-            // Held (maybe handed to an earlier waiter just now): a release hands it over.
-            0 => Acquired::Busy {
-                pttl: Some(value),
-                pass: 0,
-            },
-            2 => Acquired::Incompatible,
-            _ => return None,
-        })
+        // Busy: held (maybe handed to an earlier waiter just now), a release hands it over.
+        script_acquired(status, value, false)
     }
 }
 
@@ -773,192 +722,4 @@ impl Call for RenewCall<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::wire::request::Lua;
-
-    const TTL: Duration = Duration::from_millis(10_000);
-    const RETENTION: Duration = Duration::from_millis(60_000);
-
-    /// A script call's script and its arguments after the SHA1, as text.
-    fn sent(request: Request) -> (&'static Lua, Vec<String>) {
-        let Request::Script(script, cmd) = request else {
-            panic!("a script call");
-        };
-        let args = cmd
-            .args_iter()
-            .skip(2) // EVALSHA and the SHA1
-            .map(|arg| match arg {
-                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-                _ => "<not a plain argument>".to_owned(),
-            })
-            .collect();
-        (script, args)
-    }
-
-    /// A permit's (`Some(n)`) or a read's or write's shared-hold acquire, plain or fenced.
-    fn shared_request(
-        keys: &LockKeys,
-        permits: Option<u32>,
-        side: Side,
-        fenced: Option<Duration>,
-    ) -> Request {
-        match permits {
-            Some(permits) => PermitAcquireCall {
-                keys,
-                value: b"d2:o",
-                id: b"r1",
-                ttl: TTL,
-                permits,
-                fenced,
-                wait: None,
-            }
-            .request(),
-            None => RwAcquireCall {
-                keys,
-                value: b"d2:o",
-                id: b"r1",
-                ttl: TTL,
-                side,
-                fenced,
-                wait: None,
-            }
-            .request(),
-        }
-    }
-
-    #[test]
-    fn a_shared_holds_acquire_sends_each_scripts_keys_and_arguments_in_their_order() {
-        let keys = LockKeys::new("distlock", "k").unwrap();
-        let (lock, fence, writer) = (keys.lock().to_owned(), keys.fence(), keys.writer());
-        let strs = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-
-        let (script, args) = sent(shared_request(&keys, Some(3), Side::Read, None));
-        assert!(std::ptr::eq(script, &ACQUIRE_PERMIT_SCRIPT));
-        let want = strs(&["2", &lock, &fence, "d2:o", "10000", "3", "0", "r1"]);
-        assert_eq!(args, want, "a permit");
-        let (_, args) = sent(shared_request(&keys, Some(3), Side::Read, Some(RETENTION)));
-        let want = strs(&["2", &lock, &fence, "d2:o", "10000", "3", "60000", "r1"]);
-        assert_eq!(args, want, "a fenced permit");
-
-        let (script, args) = sent(shared_request(&keys, None, Side::Read, Some(RETENTION)));
-        assert!(std::ptr::eq(script, &ACQUIRE_READ_SCRIPT));
-        let want = strs(&["3", &lock, &fence, &writer, "d2:o", "10000", "60000", "r1"]);
-        assert_eq!(args, want, "a fenced read");
-
-        let write = |waits| Side::Write { waits };
-        let (script, args) = sent(shared_request(&keys, None, write(true), None));
-        assert!(std::ptr::eq(script, &ACQUIRE_WRITE_SCRIPT));
-        let want = strs(&[
-            "3", &lock, &fence, &writer, "d2:o", "10000", "0", "r1", "1000",
-        ]);
-        assert_eq!(args, want, "a waiting write");
-        let (_, args) = sent(shared_request(&keys, None, write(false), None));
-        let want = strs(&["3", &lock, &fence, &writer, "d2:o", "10000", "0", "r1", "0"]);
-        assert_eq!(args, want, "a write that does not wait");
-    }
-
-    /// What a shared-hold acquire decodes `raw` into: found, or `Err(n)`: a permit count
-    /// mismatch.
-    fn shared_decode(
-        permits: Option<u32>,
-        side: Side,
-        fenced: Option<Duration>,
-        raw: (i64, i64),
-    ) -> Option<Result<Acquired, u32>> {
-        let keys = LockKeys::new("distlock", "k").unwrap();
-        match permits {
-            Some(permits) => {
-                let call = PermitAcquireCall {
-                    keys: &keys,
-                    value: b"d2:o",
-                    id: b"r1",
-                    ttl: TTL,
-                    permits,
-                    fenced,
-                    wait: None,
-                };
-                call.decode(raw).map(|found| match found {
-                    PermitAcquired::Found(found) => Ok(found),
-                    PermitAcquired::Mismatch { permits } => Err(permits),
-                })
-            }
-            None => {
-                let call = RwAcquireCall {
-                    keys: &keys,
-                    value: b"d2:o",
-                    id: b"r1",
-                    ttl: TTL,
-                    side,
-                    fenced,
-                    wait: None,
-                };
-                call.decode(raw).map(Ok)
-            }
-        }
-    }
-
-    #[test]
-    fn a_shared_holds_acquire_decodes_a_count_mismatch_for_a_permit_only() {
-        let taken = |token| Some(Ok(Acquired::Taken { token }));
-        let busy = Some(Ok(Acquired::Busy {
-            pttl: Some(40),
-            pass: 0,
-        }));
-        let write = Side::Write { waits: true };
-        for (permits, side) in [(Some(2), Side::Read), (None, Side::Read), (None, write)] {
-            assert_eq!(shared_decode(permits, side, None, (1, 0)), taken(None));
-            assert_eq!(
-                shared_decode(permits, side, Some(RETENTION), (1, 9)),
-                taken(Some(9))
-            );
-            assert_eq!(shared_decode(permits, side, Some(RETENTION), (1, -9)), None);
-            assert_eq!(shared_decode(permits, side, None, (0, 40)), busy);
-            let incompatible = Some(Ok(Acquired::Incompatible));
-            assert_eq!(shared_decode(permits, side, None, (2, 0)), incompatible);
-            assert_eq!(shared_decode(permits, side, None, (4, 0)), None);
-        }
-        assert_eq!(
-            shared_decode(Some(2), Side::Read, None, (3, 5)),
-            Some(Err(5))
-        );
-        assert_eq!(shared_decode(Some(2), Side::Read, None, (3, -5)), None);
-        assert_eq!(shared_decode(None, Side::Read, None, (3, 5)), None);
-        assert_eq!(shared_decode(None, write, None, (3, 5)), None);
-    }
-
-    #[test]
-    fn an_acquire_scripts_status_decodes_as_taken_busy_or_incompatible() {
-        let keys = LockKeys::new("distlock", "k").unwrap();
-        let taken = |token| Some(Acquired::Taken { token });
-        let busy = Some(Acquired::Busy {
-            pttl: Some(40),
-            pass: 0,
-        });
-        let fenced = FencedAcquireCall {
-            keys: &keys,
-            value: b"d2:o",
-            id: b"r1",
-            ttl: TTL,
-            retention: RETENTION,
-            wait: None,
-        };
-        assert_eq!(fenced.decode((1, 7)), taken(Some(7)));
-        assert_eq!(fenced.decode((1, -7)), None);
-        assert_eq!(fenced.decode((0, 40)), busy);
-        assert_eq!(fenced.decode((2, 0)), Some(Acquired::Incompatible));
-        assert_eq!(fenced.decode((3, 2)), None);
-        let handed = HandedAcquireCall {
-            keys: &keys,
-            value: b"d2:o",
-            id: b"r1",
-            ttl: TTL,
-            ticket: 1,
-            window: TTL,
-            sharded: false,
-        };
-        assert_eq!(handed.decode((1, 0)), taken(None));
-        assert_eq!(handed.decode((0, 40)), busy);
-        assert_eq!(handed.decode((3, 2)), None);
-    }
-}
+mod tests;
