@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 /// The longest a lock handed to a queued waiter by a release (one server, Sentinel, a cluster:
-/// see [`RELEASE`](super::RELEASE)) is granted for before its new holder extends it: a waiter that went away
-/// can cost the lock this long at most (or its ttl, if shorter: `grant_window`), never its
-/// ttl (see [`ACQUIRE_HANDED`]).
+/// see [`RELEASE`](super::RELEASE)) is granted for before its new holder extends it: a waiter
+/// that went away can cost the lock this long at most (or its ttl, if shorter:
+/// `grant_window`), never its ttl (see [`ACQUIRE_HANDED`]).
 pub(crate) const GRANT_WINDOW: Duration = Duration::from_secs(1);
 
 /// The grant window of a lock of `ttl`: `GRANT_WINDOW`, or the ttl if that is shorter.
@@ -87,8 +87,9 @@ return {ARGV[3], {1, 0}}
 );
 
 /// A waiter whose acquire ended (without the lock, or over RedLock with it too: see
-/// `lock::queue::QueueEntry`) takes its entry out of the queue (see [`ACQUIRE_QUEUED`](super::ACQUIRE_QUEUED),
-/// [`ACQUIRE_HANDED`]), so the waiters behind it need not wait out its grace or its grant.
+/// `lock::queue::QueueEntry`) takes its entry out of the queue (see
+/// [`ACQUIRE_QUEUED`](super::ACQUIRE_QUEUED), [`ACQUIRE_HANDED`]), so the waiters behind it
+/// need not wait out its grace or its grant.
 /// Given the lock and its release channel too (one server, Sentinel, a cluster, where a release
 /// may have handed it the lock: a waiter leaving without it), a lock holding its value is let
 /// go: handed on to the next waiter, or deleted (`grant_prelude!`).

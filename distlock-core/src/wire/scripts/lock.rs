@@ -79,8 +79,8 @@ return {ARGV[2], release_lock(KEYS[1], KEYS[2], KEYS[3], v, ARGV[1], ARGV[3], AR
 /// Release several locks in one call (a batch of releases that arrived together, see `batch`;
 /// a set of locks held together).
 ///
-/// KEYS: per lock, its lock key and release channel, and with handoff (the third ARGV `3`) its queue
-/// (see [`RELEASE`]). ARGV: the request id, `s` for sharded release channels (else `-`), the
+/// KEYS: per lock, its lock key and release channel, and with handoff (the third ARGV `3`) its
+/// queue (see [`RELEASE`]). ARGV: the request id, `s` for sharded release channels (else `-`), the
 /// keys per lock (`2` or `3`), then for each lock its value (`d2:<owner>`) and keep ms, and
 /// with handoff (3 keys per lock) the value of the next waiter to queue (empty: none) and its
 /// ticket (see [`RELEASE`]).

@@ -132,8 +132,8 @@ pub const VERSION_TAG: &str = "d2:";
 pub const PERMITS_MEMBER: &str = "d2:permits";
 
 /// The Lua functions on a semaphore's or readers' sorted set shared by [`ACQUIRE_PERMIT`],
-/// [`ACQUIRE_READ`], [`RENEW`], [`RELEASE`] and [`RELEASE_MANY`] (a macro, so that `concat!` makes each script one constant
-/// string). Deadlines are the server's clock in ms; the count member's score is `-n`, below
+/// [`ACQUIRE_READ`], [`RENEW`], [`RELEASE`] and [`RELEASE_MANY`] (a macro, so that `concat!`
+/// makes each script one constant string). Deadlines are the server's clock in ms; the count member's score is `-n`, below
 /// every deadline. The lock scripts define them inside their branch for a key that is not a
 /// string, so a lock's renewal and release never pay for making them.
 macro_rules! permit_prelude {

@@ -12,9 +12,10 @@
 /// (lock `i` holds something that is not a `d2` lock or a set of readers: a semaphore, another
 /// version's or another program's key; nothing changed).
 ///
-/// Fenced, each lock's token comes from its own fence floor, raised as [`ACQUIRE_FENCED`](super::ACQUIRE_FENCED)
-/// raises it (a replay reads the floor back); a fence key that does not hold a number is put
-/// back as it was and the script fails before any lock is set.
+/// Fenced, each lock's token comes from its own fence floor, raised as
+/// [`ACQUIRE_FENCED`](super::ACQUIRE_FENCED) raises it (a replay reads the floor back); a fence
+/// key that does not hold a number is put back as it was and the script fails before any lock
+/// is set.
 pub const ACQUIRE_ALL: &str = r#"
 local n = #KEYS / 2
 for i = 1, n do
