@@ -10,18 +10,19 @@ cd "$(dirname "$0")/.."
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python3 - "$work" <<'PY'
-import re, sys
-src = open('distlock-core/src/wire/scripts.rs').read()
-# A script made with `concat!(r#"..."#, permit_prelude!(), r#"..."#)` has the semaphore's Lua
-# functions (`permit_prelude!`) where the macro stands.
-prelude = re.search(r'macro_rules! permit_prelude \{\s*\(\) => \{\s*r#"(.*?)"#', src, re.S).group(1)
+import glob, re, sys
+# The scripts' sources: one file per family in wire/scripts/, the preludes in its mod.rs.
+src = ''.join(open(f).read() for f in sorted(glob.glob('distlock-core/src/wire/scripts/*.rs')))
+# A script made with `concat!(r#"..."#, permit_prelude!(), r#"..."#)` has the prelude's Lua
+# functions (`permit_prelude!`, `grant_prelude!`, `fence_prelude!`) where the macro stands.
+preludes = dict(re.findall(r'macro_rules! (\w+_prelude) \{\s*\(\) => \{\s*r#"(.*?)"#', src, re.S))
 for name in ['ACQUIRE_FENCED', 'RELEASE', 'RELEASE_MANY', 'ACQUIRE_PERMIT', 'ACQUIRE_READ']:
     m = re.search(r'pub const ' + name + r': &str = (concat!\((.*?)\n\);|r#"(.*?)"#;)', src, re.S)
     if m.group(3) is not None:
         body = m.group(3)
     else:
-        parts = re.findall(r'r#"(.*?)"#|(permit_prelude!\(\))', m.group(2), re.S)
-        body = ''.join(prelude if macro else text for text, macro in parts)
+        parts = re.findall(r'r#"(.*?)"#|(\w+_prelude)!\(\)', m.group(2), re.S)
+        body = ''.join(preludes[macro] if macro else text for text, macro in parts)
     open(f'{sys.argv[1]}/{name}.lua', 'w').write(body)
 bench = open('benches/locks/contenders.rs').read()
 for name in ['REDISSON_ACQUIRE', 'REDISSON_RELEASE']:

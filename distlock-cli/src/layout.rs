@@ -2,7 +2,7 @@
 //! identity records, and the compare-and-delete a forced release runs. When the wire protocol
 //! changes, this module (and its tests) is what changes.
 //!
-//! Protocol `d2` (see `distlock-core/src/wire/scripts.rs` and `keys.rs`), for a lock named `order:42`
+//! Protocol `d2` (see `distlock-core/src/wire/scripts/` and `keys.rs`), for a lock named `order:42`
 //! under the prefix `distlock`:
 //!
 //! * `distlock:{order:42}` — a string `d2:<client id>:<counter>` (the owner), with the lease as

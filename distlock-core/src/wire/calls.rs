@@ -166,97 +166,28 @@ impl Call for FencedAcquireCall<'_> {
     }
 
     fn decode(&self, (status, value): (i64, i64)) -> Option<Acquired> {
-        Some(match status {
-            1 => Acquired::Taken {
-                token: Some(u64::try_from(value).ok()?),
-            },
-            0 => Acquired::Busy {
-                pttl: Some(value),
-                pass: 0,
-            },
-            2 => Acquired::Incompatible,
-            _ => return None,
-        })
+        script_acquired(status, value, true)
     }
 }
 
-/// What a permit's acquire found: as a lock's, or live holders that agreed on another count.
+/// What a shared hold's acquire found: as a lock's, or live holders that agreed on another
+/// count of permits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum PermitAcquired {
-    /// Taken, busy (every permit held: `pttl` is when the first lease ends) or incompatible.
+pub(crate) enum SharedAcquired {
+    /// Taken, busy (every permit held, a writer or readers there: `pttl` is when the first of
+    /// them ends) or incompatible.
     Found(Acquired),
-    /// The semaphore's live holders took it with this many permits.
+    /// The semaphore's live holders took it with this many permits (a permit's acquire only).
     Mismatch { permits: u32 },
 }
 
-/// [`ACQUIRE_PERMIT`]: one permit of a semaphore of `permits`, plain or fenced.
-pub(crate) struct PermitAcquireCall<'a> {
-    pub(crate) keys: &'a LockKeys,
-    /// `d2:<owner>`: the holder's member.
-    pub(crate) value: &'a [u8],
-    /// The request id (unique within the client).
-    pub(crate) id: &'a [u8],
-    pub(crate) ttl: Duration,
-    /// The semaphore's count, as this caller knows it.
-    pub(crate) permits: u32,
-    /// The fence floor's retention if the acquire hands out a fencing token.
-    pub(crate) fenced: Option<Duration>,
-    /// Replicas that must acknowledge the take (`min_replicas`).
-    pub(crate) wait: Option<ReplicaWait>,
-}
-
-impl Call for PermitAcquireCall<'_> {
-    type Raw = (i64, i64);
-    type Reply = PermitAcquired;
-
-    fn request(&self) -> Request {
-        let mut cmd = ACQUIRE_PERMIT_SCRIPT.evalsha();
-        let retention = self.fenced.map_or(0, |r| millis_ceil(r.max(self.ttl)));
-        cmd.arg(2)
-            .arg(self.keys.lock())
-            .arg(self.keys.fence())
-            .arg(self.value)
-            .arg(millis_ceil(self.ttl))
-            .arg(self.permits)
-            .arg(retention)
-            .arg(self.id);
-        Request::Script(&ACQUIRE_PERMIT_SCRIPT, cmd)
-    }
-
-    fn request_id(&self) -> &[u8] {
-        self.id
-    }
-
-    fn replica_wait(&self) -> Option<ReplicaWait> {
-        self.wait
-    }
-
-    fn decode(&self, (status, value): (i64, i64)) -> Option<PermitAcquired> {
-        Some(PermitAcquired::Found(match status {
-            1 => Acquired::Taken {
-                token: match self.fenced {
-                    Some(_) => Some(u64::try_from(value).ok()?),
-                    None => None,
-                },
-            },
-            0 => Acquired::Busy {
-                pttl: Some(value),
-                pass: 0,
-            },
-            2 => Acquired::Incompatible,
-            3 => {
-                return Some(PermitAcquired::Mismatch {
-                    permits: u32::try_from(value).ok()?,
-                })
-            }
-            _ => return None,
-        }))
-    }
-}
-
-/// Which side of a shared lock an [`RwAcquireCall`] takes.
+/// Which hold a [`SharedAcquireCall`] takes: one of those several holders share, or the lock
+/// where they may hold it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Side {
+pub(crate) enum Shared {
+    /// One permit of a semaphore of this many, as this caller knows the count:
+    /// [`ACQUIRE_PERMIT`].
+    Permits(u32),
     /// A shared (read) hold: [`ACQUIRE_READ`].
     Read,
     /// The lock, where readers may hold it: [`ACQUIRE_WRITE`]; `waits`: the caller waits, and
@@ -264,41 +195,60 @@ pub(crate) enum Side {
     Write { waits: bool },
 }
 
-/// [`ACQUIRE_READ`] or [`ACQUIRE_WRITE`]: a read hold, or a write hold that met readers.
-pub(crate) struct RwAcquireCall<'a> {
+impl Shared {
+    /// The permit count its grants are counted by over a RedLock quorum
+    /// (`quorum::permit_quorum`): 0 for a read or a write, which count by majority.
+    pub(crate) fn permits(self) -> u32 {
+        match self {
+            Shared::Permits(permits) => permits,
+            Shared::Read | Shared::Write { .. } => 0,
+        }
+    }
+}
+
+/// [`ACQUIRE_PERMIT`], [`ACQUIRE_READ`] or [`ACQUIRE_WRITE`]: a semaphore's permit, a read
+/// hold, or a write hold that met readers, plain or fenced.
+pub(crate) struct SharedAcquireCall<'a> {
     pub(crate) keys: &'a LockKeys,
-    /// `d2:<owner>`.
+    /// `d2:<owner>`: the holder's member (a permit, a read) or the lock's value (a write).
     pub(crate) value: &'a [u8],
     /// The request id (unique within the client).
     pub(crate) id: &'a [u8],
     pub(crate) ttl: Duration,
-    pub(crate) side: Side,
+    pub(crate) shared: Shared,
     /// The fence floor's retention if the acquire hands out a fencing token.
     pub(crate) fenced: Option<Duration>,
     /// Replicas that must acknowledge the take (`min_replicas`).
     pub(crate) wait: Option<ReplicaWait>,
 }
 
-impl Call for RwAcquireCall<'_> {
+impl Call for SharedAcquireCall<'_> {
     type Raw = (i64, i64);
-    type Reply = Acquired;
+    type Reply = SharedAcquired;
 
     fn request(&self) -> Request {
-        let script = match self.side {
-            Side::Read => &ACQUIRE_READ_SCRIPT,
-            Side::Write { .. } => &ACQUIRE_WRITE_SCRIPT,
+        let script = match self.shared {
+            Shared::Permits(_) => &ACQUIRE_PERMIT_SCRIPT,
+            Shared::Read => &ACQUIRE_READ_SCRIPT,
+            Shared::Write { .. } => &ACQUIRE_WRITE_SCRIPT,
         };
         let mut cmd = script.evalsha();
         let retention = self.fenced.map_or(0, |r| millis_ceil(r.max(self.ttl)));
-        cmd.arg(3)
-            .arg(self.keys.lock())
-            .arg(self.keys.fence())
-            .arg(self.keys.writer())
-            .arg(self.value)
-            .arg(millis_ceil(self.ttl))
-            .arg(retention)
-            .arg(self.id);
-        if let Side::Write { waits } = self.side {
+        // A semaphore has no writer's intent to look at; its count goes before the retention.
+        match self.shared {
+            Shared::Permits(_) => cmd.arg(2).arg(self.keys.lock()).arg(self.keys.fence()),
+            Shared::Read | Shared::Write { .. } => cmd
+                .arg(3)
+                .arg(self.keys.lock())
+                .arg(self.keys.fence())
+                .arg(self.keys.writer()),
+        };
+        cmd.arg(self.value).arg(millis_ceil(self.ttl));
+        if let Shared::Permits(permits) = self.shared {
+            cmd.arg(permits);
+        }
+        cmd.arg(retention).arg(self.id);
+        if let Shared::Write { waits } = self.shared {
             cmd.arg(if waits { millis_ceil(WRITER_INTENT) } else { 0 });
         }
         Request::Script(script, cmd)
@@ -312,22 +262,34 @@ impl Call for RwAcquireCall<'_> {
         self.wait
     }
 
-    fn decode(&self, (status, value): (i64, i64)) -> Option<Acquired> {
-        Some(match status {
-            1 => Acquired::Taken {
-                token: match self.fenced {
-                    Some(_) => Some(u64::try_from(value).ok()?),
-                    None => None,
-                },
-            },
-            0 => Acquired::Busy {
-                pttl: Some(value),
-                pass: 0,
-            },
-            2 => Acquired::Incompatible,
-            _ => return None,
-        })
+    fn decode(&self, (status, value): (i64, i64)) -> Option<SharedAcquired> {
+        match (status, self.shared) {
+            (3, Shared::Permits(_)) => Some(SharedAcquired::Mismatch {
+                permits: u32::try_from(value).ok()?,
+            }),
+            _ => script_acquired(status, value, self.fenced.is_some()).map(SharedAcquired::Found),
+        }
     }
+}
+
+/// What an acquire script's `{status, value}` says: 1 taken (`value`: the fencing token, when
+/// `fenced`), 0 held by another owner (`value`: its pttl) or 2 not a lock of this kind; `None`
+/// for any other status.
+fn script_acquired(status: i64, value: i64, fenced: bool) -> Option<Acquired> {
+    Some(match status {
+        1 => Acquired::Taken {
+            token: match fenced {
+                true => Some(u64::try_from(value).ok()?),
+                false => None,
+            },
+        },
+        0 => Acquired::Busy {
+            pttl: Some(value),
+            pass: 0,
+        },
+        2 => Acquired::Incompatible,
+        _ => return None,
+    })
 }
 
 /// [`ACQUIRE_QUEUED`]: an acquire over a RedLock quorum, plain or fenced, that takes a free
@@ -378,10 +340,6 @@ impl Call for QueuedAcquireCall<'_> {
     fn decode(&self, (status, value, ahead): (i64, i64, i64)) -> Option<Acquired> {
         let ahead = u32::try_from(ahead).ok()?;
         Some(match status {
-            1 if self.fenced.is_some() => Acquired::Taken {
-                token: Some(u64::try_from(value).ok()?),
-            },
-            1 => Acquired::Taken { token: None },
             // Held: each waiter ahead takes a turn after a release, then it is ours.
             0 => Acquired::Busy {
                 pttl: Some(value),
@@ -392,8 +350,7 @@ impl Call for QueuedAcquireCall<'_> {
                 pttl: Some(value),
                 pass: ahead.saturating_sub(1),
             },
-            2 => Acquired::Incompatible,
-            _ => return None,
+            _ => return script_acquired(status, value, self.fenced.is_some()),
         })
     }
 }
@@ -439,16 +396,8 @@ impl Call for HandedAcquireCall<'_> {
     }
 
     fn decode(&self, (status, value): (i64, i64)) -> Option<Acquired> {
-        Some(match status {
-            1 => Acquired::Taken { token: None },
-            // Held (maybe handed to an earlier waiter just now): a release hands it over.
-            0 => Acquired::Busy {
-                pttl: Some(value),
-                pass: 0,
-            },
-            2 => Acquired::Incompatible,
-            _ => return None,
-        })
+        // Busy: held (maybe handed to an earlier waiter just now), a release hands it over.
+        script_acquired(status, value, false)
     }
 }
 
@@ -771,3 +720,6 @@ impl Call for RenewCall<'_> {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests;

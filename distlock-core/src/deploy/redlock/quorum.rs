@@ -15,8 +15,8 @@ use std::time::Duration;
 use crate::lease::LEASE_MARGIN;
 use crate::wire::calls::{
     AcquireCall, Acquired, FenceFloorCall, FencedAcquireCall, HandedAcquireCall, LeaveQueueCall,
-    PermitAcquireCall, PermitAcquired, QueuedAcquireCall, ReleaseCall, Released, RenewCall,
-    RenewItem, Renewed, RwAcquireCall,
+    QueuedAcquireCall, ReleaseCall, Released, RenewCall, RenewItem, Renewed, SharedAcquireCall,
+    SharedAcquired,
 };
 use crate::wire::request::Call;
 use crate::wire::sets::{SetAcquireCall, SetAcquired, SetReleaseCall};
@@ -194,52 +194,63 @@ impl Quorate for FenceFloorCall<'_> {
     }
 }
 
-impl Quorate for ReleaseCall<'_> {
-    fn ordered_by(&self) -> Option<&[u8]> {
-        Some(self.owner.as_bytes())
-    }
+/// Releases, of one lock or of a set: counted by [`released`] (a set is released where a
+/// majority released every lock of it), ordered by the lock value, ended once only masters
+/// known to be down could still decide them.
+macro_rules! quorate_release {
+    ($call:ident) => {
+        impl Quorate for $call<'_> {
+            fn ordered_by(&self) -> Option<&[u8]> {
+                Some(self.owner.as_bytes())
+            }
 
-    fn count(
-        &self,
-        replies: &[Released],
-        nodes: usize,
-        silent: usize,
-        _elapsed: Duration,
-    ) -> Result<Released, NoQuorum> {
-        released(replies, nodes, silent)
-    }
+            fn count(
+                &self,
+                replies: &[Released],
+                nodes: usize,
+                silent: usize,
+                _elapsed: Duration,
+            ) -> Result<Released, NoQuorum> {
+                released(replies, nodes, silent)
+            }
 
-    fn gives_up_on_down(&self) -> bool {
-        true
-    }
+            fn gives_up_on_down(&self) -> bool {
+                true
+            }
+        }
+    };
 }
 
-/// A permit over `nodes` masters: taken by [`permit_quorum`] of them (not a majority: see
-/// `lock/kind/permits`) within the validity time; another count among any master's live holders
-/// is a mismatch at once (nothing is taken: what a master granted meanwhile is released by the
-/// failed acquire). Ordered by the lock value, ended once only masters known to be down could
-/// still decide it, as a lock's acquire.
-impl Quorate for PermitAcquireCall<'_> {
+quorate_release!(ReleaseCall);
+quorate_release!(SetReleaseCall);
+
+/// A shared hold over `nodes` masters, within the validity time: a permit taken by
+/// [`permit_quorum`] of them (not a majority: see `lock/kind/permits`), a read or a write that met
+/// readers by a majority (two majorities share a master, which granted only one kind); another
+/// count among any master's live holders is a mismatch at once (nothing is taken: what a master
+/// granted meanwhile is released by the failed acquire). Ordered by the lock value, ended once
+/// only masters known to be down could still decide it, as a lock's acquire.
+impl Quorate for SharedAcquireCall<'_> {
     fn ordered_by(&self) -> Option<&[u8]> {
         Some(self.value)
     }
 
     fn count(
         &self,
-        replies: &[PermitAcquired],
+        replies: &[SharedAcquired],
         nodes: usize,
         silent: usize,
         elapsed: Duration,
-    ) -> Result<PermitAcquired, NoQuorum> {
+    ) -> Result<SharedAcquired, NoQuorum> {
         let mut found = Vec::with_capacity(replies.len());
         for reply in replies {
             match *reply {
-                PermitAcquired::Found(acquired) => found.push(acquired),
-                mismatch @ PermitAcquired::Mismatch { .. } => return Ok(mismatch),
+                SharedAcquired::Found(acquired) => found.push(acquired),
+                mismatch @ SharedAcquired::Mismatch { .. } => return Ok(mismatch),
             }
         }
-        let required = permit_quorum(nodes, self.permits);
-        acquired_by(&found, required, silent, self.ttl, elapsed).map(PermitAcquired::Found)
+        let required = permit_quorum(nodes, self.shared.permits());
+        acquired_by(&found, required, silent, self.ttl, elapsed).map(SharedAcquired::Found)
     }
 
     fn gives_up_on_down(&self) -> bool {
@@ -247,9 +258,7 @@ impl Quorate for PermitAcquireCall<'_> {
     }
 }
 
-quorate_acquire!(RwAcquireCall, |call| call.value);
-
-/// A set's acquire (`lock::multi`): each master grants all of the set or none, so the set is
+/// A set's acquire (`lock::kind::set`): each master grants all of the set or none, so the set is
 /// taken when a majority granted it (within the validity time), as one lock is; busy at the
 /// first lock a master found held. Fenced sets are refused over RedLock before any request.
 impl Quorate for SetAcquireCall<'_> {
@@ -275,27 +284,6 @@ impl Quorate for SetAcquireCall<'_> {
             at,
             tokens: Vec::new(),
         })
-    }
-
-    fn gives_up_on_down(&self) -> bool {
-        true
-    }
-}
-
-/// A set's release: released where a majority released every lock of it.
-impl Quorate for SetReleaseCall<'_> {
-    fn ordered_by(&self) -> Option<&[u8]> {
-        Some(self.owner.as_bytes())
-    }
-
-    fn count(
-        &self,
-        replies: &[Released],
-        nodes: usize,
-        silent: usize,
-        _elapsed: Duration,
-    ) -> Result<Released, NoQuorum> {
-        released(replies, nodes, silent)
     }
 
     fn gives_up_on_down(&self) -> bool {
@@ -498,6 +486,7 @@ fn released(replies: &[Released], nodes: usize, silent: usize) -> Result<Release
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::calls::Shared;
 
     const TTL: Duration = Duration::from_secs(10);
     const FAST: Duration = Duration::from_millis(3);
@@ -596,18 +585,19 @@ mod tests {
     }
 
     #[test]
-    fn a_permit_counts_by_its_quorum_and_a_mismatch_anywhere_decides() {
+    fn a_permit_counts_by_its_quorum_a_read_by_majority_and_a_mismatch_anywhere_decides() {
         let keys = crate::wire::keys::LockKeys::new("distlock", "s").unwrap();
-        let call = PermitAcquireCall {
+        let shared = |shared| SharedAcquireCall {
             keys: &keys,
             value: b"d2:o",
             id: b"a",
             ttl: TTL,
-            permits: 2,
+            shared,
             fenced: None,
             wait: None,
         };
-        let found = |a| PermitAcquired::Found(a);
+        let call = shared(Shared::Permits(2));
+        let found = |a| SharedAcquired::Found(a);
         // 2 permits over 5 masters: 3 grants are a majority, not enough.
         let three = [
             found(taken()),
@@ -624,11 +614,15 @@ mod tests {
         assert_eq!(call.tally(&five, 5, FAST), Ok(found(busy(40))));
         let four = [found(taken()); 4];
         assert_eq!(call.tally(&four, 5, FAST), Ok(found(taken())));
-        let mismatch = [found(taken()), PermitAcquired::Mismatch { permits: 3 }];
+        let mismatch = [found(taken()), SharedAcquired::Mismatch { permits: 3 }];
         assert_eq!(
             call.tally(&mismatch, 5, FAST),
-            Ok(PermitAcquired::Mismatch { permits: 3 })
+            Ok(SharedAcquired::Mismatch { permits: 3 })
         );
+        // A read, or a write that met readers, through the same call: by majority.
+        for kind in [Shared::Read, Shared::Write { waits: true }] {
+            assert_eq!(shared(kind).tally(&three, 5, FAST), Ok(found(taken())));
+        }
         // A renewal of that permit: renewed by 3 of 5 is not renewed.
         use Renewed::*;
         let items = [RenewItem {

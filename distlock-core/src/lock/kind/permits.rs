@@ -1,7 +1,8 @@
 //! Permits: one of a semaphore's `n` permits is a kind of hold. It is built, acquired,
 //! waited for, renewed, held, run and released by the common machinery (the builder, the wait
 //! loop, the hold, `run`, the watchdog, the waiters); what is the permit's own is here: the
-//! acquire request (`PermitAcquireCall`), the check of the count, and re-entry.
+//! acquire request (`SharedAcquireCall` with `Shared::Permits`), the check of the count, and
+//! re-entry.
 //!
 //! ## Over a RedLock quorum: not a majority
 //!
@@ -17,7 +18,7 @@
 //! masters keep working with one master down, not two), where a lock needs a majority.
 //!
 //! * **Acquire**: `ACQUIRE_PERMIT` on every master, counted by `q` (`Quorate` for
-//!   `PermitAcquireCall`); a master whose live holders agreed on another count fails the
+//!   `SharedAcquireCall`); a master whose live holders agreed on another count fails the
 //!   acquire with [`Error::PermitsMismatch`] at once. Busy (or undecided) attempts release
 //!   what a minority granted, ordered after any late grant (`stragglers`), as a lock's do.
 //! * **Renewal**: a permit's renewal counts only when `q` masters renewed it
@@ -34,10 +35,11 @@
 //! * **Release**: by majority, as a lock's (releasing never lets a holder in early; what a
 //!   master still holds runs out with its lease).
 
-use crate::error::{Error, Operation};
+use crate::error::Error;
+use crate::lock::kind::shared;
 use crate::lock::kind::variant::{Kind, Target};
 use crate::lock::terms::Terms;
-use crate::wire::calls::{Acquired, PermitAcquireCall, PermitAcquired};
+use crate::wire::calls::{Acquired, Shared, SharedAcquired};
 use crate::wire::request::ReplicaWait;
 
 /// The check of a semaphore's count: at least one permit.
@@ -73,23 +75,12 @@ pub(crate) async fn send(
     target: Target<'_>,
     terms: &Terms,
     permits: u32,
-    (id, wait): (&[u8], Option<ReplicaWait>),
+    request: (&[u8], Option<ReplicaWait>),
 ) -> Result<(Acquired, Option<usize>), Error> {
-    let client = target.client;
-    let name = target.keys.name();
-    let call = PermitAcquireCall {
-        keys: target.keys,
-        value: target.value.as_bytes(),
-        id,
-        ttl: terms.ttl,
-        permits,
-        fenced: terms.fenced.then_some(client.config().fence_retention),
-        wait,
-    };
-    match client.call_acked(Operation::Acquire, name, &call).await? {
-        (PermitAcquired::Found(found), acked) => Ok((found, acked)),
-        (PermitAcquired::Mismatch { permits: held }, _) => Err(Error::PermitsMismatch {
-            key: name.to_owned(),
+    match shared::send(target, terms, Shared::Permits(permits), request).await? {
+        (SharedAcquired::Found(found), acked) => Ok((found, acked)),
+        (SharedAcquired::Mismatch { permits: held }, _) => Err(Error::PermitsMismatch {
+            key: target.keys.name().to_owned(),
             asked: permits,
             held,
         }),

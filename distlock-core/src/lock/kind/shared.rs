@@ -1,7 +1,7 @@
 //! Shared (read) holds: `lock(name).read()` is a kind of hold, held by any number of
 //! readers at once and excluded by (and excluding) the lock itself, the write. Built, waited
 //! for, renewed, held, run and released by the common machinery; what is its own is the acquire
-//! request (`RwAcquireCall`: `ACQUIRE_READ` for a reader, `ACQUIRE_WRITE` for a writer that
+//! request (`SharedAcquireCall`: `ACQUIRE_READ` for a reader, `ACQUIRE_WRITE` for a writer that
 //! met readers, which marks its intent so that new readers wait and writers do not starve)
 //! and the re-entry rules across kinds.
 //!
@@ -26,7 +26,7 @@
 use crate::error::{Error, Operation};
 use crate::lock::kind::variant::{Kind, Target};
 use crate::lock::terms::Terms;
-use crate::wire::calls::{Acquired, RwAcquireCall, Side};
+use crate::wire::calls::{Acquired, Shared, SharedAcquireCall, SharedAcquired};
 use crate::wire::request::ReplicaWait;
 
 /// The kind an acquisition takes once `read` is applied: a read hold of a lock; a semaphore
@@ -66,7 +66,7 @@ pub(crate) async fn send_read(
     terms: &Terms,
     request: (&[u8], Option<ReplicaWait>),
 ) -> Result<(Acquired, Option<usize>), Error> {
-    send(target, terms, Side::Read, request).await
+    found(send(target, terms, Shared::Read, request).await?)
 }
 
 /// A write's acquire request once it met readers (`ACQUIRE_WRITE`, marking its intent while
@@ -76,25 +76,38 @@ pub(crate) async fn send_write(
     terms: &Terms,
     request: (&[u8], Option<ReplicaWait>),
 ) -> Result<(Acquired, Option<usize>), Error> {
-    let side = Side::Write {
+    let write = Shared::Write {
         waits: terms.wait.is_some(),
     };
-    send(target, terms, side, request).await
+    found(send(target, terms, write, request).await?)
 }
 
-async fn send(
+/// A read's or a write's answer (only a permit's acquire reads a count: theirs never decodes
+/// as a mismatch).
+fn found(
+    (found, acked): (SharedAcquired, Option<usize>),
+) -> Result<(Acquired, Option<usize>), Error> {
+    match found {
+        SharedAcquired::Found(found) => Ok((found, acked)),
+        SharedAcquired::Mismatch { .. } => Ok((Acquired::Incompatible, acked)),
+    }
+}
+
+/// One acquire request of a hold several holders share (`shared`: a permit, a read) or of a
+/// write that met them: `SharedAcquireCall`.
+pub(crate) async fn send(
     target: Target<'_>,
     terms: &Terms,
-    side: Side,
+    shared: Shared,
     (id, wait): (&[u8], Option<ReplicaWait>),
-) -> Result<(Acquired, Option<usize>), Error> {
+) -> Result<(SharedAcquired, Option<usize>), Error> {
     let client = target.client;
-    let call = RwAcquireCall {
+    let call = SharedAcquireCall {
         keys: target.keys,
         value: target.value.as_bytes(),
         id,
         ttl: terms.ttl,
-        side,
+        shared,
         fenced: terms.fenced.then_some(client.config().fence_retention),
         wait,
     };

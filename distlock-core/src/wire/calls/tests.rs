@@ -1,0 +1,166 @@
+//! What the acquire calls put on the wire and how they read the replies: the keys and
+//! arguments of a shared hold's acquire in each script's order, and the status codes.
+
+use super::*;
+use crate::wire::request::Lua;
+
+const TTL: Duration = Duration::from_millis(10_000);
+const RETENTION: Duration = Duration::from_millis(60_000);
+
+/// A shared hold's acquire of the lock `k`, plain or fenced.
+fn shared_call(keys: &LockKeys, shared: Shared, fenced: Option<Duration>) -> SharedAcquireCall<'_> {
+    SharedAcquireCall {
+        keys,
+        value: b"d2:o",
+        id: b"r1",
+        ttl: TTL,
+        shared,
+        fenced,
+        wait: None,
+    }
+}
+
+/// A script call's script and its arguments after the SHA1, as text.
+fn sent(call: &impl Call) -> (&'static Lua, Vec<String>) {
+    let Request::Script(script, cmd) = call.request() else {
+        panic!("a script call");
+    };
+    let args = cmd
+        .args_iter()
+        .skip(2) // EVALSHA and the SHA1
+        .map(|arg| match arg {
+            redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+            _ => "<not a plain argument>".to_owned(),
+        })
+        .collect();
+    (script, args)
+}
+
+#[test]
+fn a_shared_holds_acquire_sends_each_scripts_keys_and_arguments_in_their_order() {
+    let keys = LockKeys::new("distlock", "k").unwrap();
+    let (lock, fence, writer) = (keys.lock(), &*keys.fence(), &*keys.writer());
+    let sends = |shared, fenced, script: &Lua, want: &[&str]| {
+        let (sent_script, args) = sent(&shared_call(&keys, shared, fenced));
+        assert!(std::ptr::eq(sent_script, script), "{shared:?}");
+        assert_eq!(args, want, "{shared:?}, fenced: {fenced:?}");
+    };
+    let (permit, read) = (&ACQUIRE_PERMIT_SCRIPT, &ACQUIRE_READ_SCRIPT);
+    let three = Shared::Permits(3);
+    sends(
+        three,
+        None,
+        permit,
+        &["2", lock, fence, "d2:o", "10000", "3", "0", "r1"],
+    );
+    let want = ["2", lock, fence, "d2:o", "10000", "3", "60000", "r1"];
+    sends(three, Some(RETENTION), permit, &want);
+    let want = ["3", lock, fence, writer, "d2:o", "10000", "60000", "r1"];
+    sends(Shared::Read, Some(RETENTION), read, &want);
+    let write = |waits| Shared::Write { waits };
+    let want = ["3", lock, fence, writer, "d2:o", "10000", "0", "r1", "1000"];
+    sends(write(true), None, &ACQUIRE_WRITE_SCRIPT, &want);
+    let want = ["3", lock, fence, writer, "d2:o", "10000", "0", "r1", "0"];
+    sends(write(false), None, &ACQUIRE_WRITE_SCRIPT, &want);
+}
+
+#[test]
+fn a_shared_holds_acquire_decodes_a_count_mismatch_for_a_permit_only() {
+    let keys = LockKeys::new("distlock", "k").unwrap();
+    let decode = |shared, fenced, raw| shared_call(&keys, shared, fenced).decode(raw);
+    let found = |acquired| Some(SharedAcquired::Found(acquired));
+    let taken = |token| found(Acquired::Taken { token });
+    let busy = found(Acquired::Busy {
+        pttl: Some(40),
+        pass: 0,
+    });
+    let write = Shared::Write { waits: true };
+    for shared in [Shared::Permits(2), Shared::Read, write] {
+        assert_eq!(decode(shared, None, (1, 0)), taken(None));
+        assert_eq!(decode(shared, Some(RETENTION), (1, 9)), taken(Some(9)));
+        assert_eq!(decode(shared, Some(RETENTION), (1, -9)), None);
+        assert_eq!(decode(shared, None, (0, 40)), busy);
+        assert_eq!(decode(shared, None, (2, 0)), found(Acquired::Incompatible));
+        assert_eq!(decode(shared, None, (4, 0)), None);
+    }
+    let mismatch = Some(SharedAcquired::Mismatch { permits: 5 });
+    assert_eq!(decode(Shared::Permits(2), None, (3, 5)), mismatch);
+    assert_eq!(decode(Shared::Permits(2), None, (3, -5)), None);
+    assert_eq!(decode(Shared::Read, None, (3, 5)), None);
+    assert_eq!(decode(write, None, (3, 5)), None);
+}
+
+#[test]
+fn an_acquire_scripts_status_decodes_as_taken_busy_or_incompatible() {
+    let keys = LockKeys::new("distlock", "k").unwrap();
+    let taken = |token| Some(Acquired::Taken { token });
+    let busy = Some(Acquired::Busy {
+        pttl: Some(40),
+        pass: 0,
+    });
+    let fenced = FencedAcquireCall {
+        keys: &keys,
+        value: b"d2:o",
+        id: b"r1",
+        ttl: TTL,
+        retention: RETENTION,
+        wait: None,
+    };
+    assert_eq!(fenced.decode((1, 7)), taken(Some(7)));
+    assert_eq!(fenced.decode((1, -7)), None);
+    assert_eq!(fenced.decode((0, 40)), busy);
+    assert_eq!(fenced.decode((2, 0)), Some(Acquired::Incompatible));
+    assert_eq!(fenced.decode((3, 2)), None);
+    let handed = HandedAcquireCall {
+        keys: &keys,
+        value: b"d2:o",
+        id: b"r1",
+        ttl: TTL,
+        ticket: 1,
+        window: TTL,
+        sharded: false,
+    };
+    assert_eq!(handed.decode((1, 0)), taken(None));
+    assert_eq!(handed.decode((0, 40)), busy);
+    assert_eq!(handed.decode((3, 2)), None);
+}
+
+#[test]
+fn a_queued_acquire_counts_the_waiters_ahead_when_busy() {
+    let keys = LockKeys::new("distlock", "k").unwrap();
+    let queued = |fenced| QueuedAcquireCall {
+        keys: &keys,
+        value: b"d2:o",
+        id: b"r1",
+        ttl: TTL,
+        fenced,
+        ticket: 1,
+        queue: true,
+    };
+    let busy = |pass| {
+        Some(Acquired::Busy {
+            pttl: Some(40),
+            pass,
+        })
+    };
+    let (plain, fenced) = (queued(None), queued(Some(RETENTION)));
+    assert_eq!(
+        plain.decode((1, 7, 0)),
+        Some(Acquired::Taken { token: None })
+    );
+    let token = Some(Acquired::Taken { token: Some(7) });
+    assert_eq!(fenced.decode((1, 7, 0)), token);
+    assert_eq!(
+        plain.decode((0, 40, 2)),
+        busy(2),
+        "held: each waiter ahead takes a turn"
+    );
+    assert_eq!(
+        plain.decode((3, 40, 2)),
+        busy(1),
+        "free: the first ahead takes it now"
+    );
+    assert_eq!(plain.decode((2, 0, 0)), Some(Acquired::Incompatible));
+    assert_eq!(plain.decode((5, 0, 0)), None);
+    assert_eq!(plain.decode((0, 40, -1)), None);
+}

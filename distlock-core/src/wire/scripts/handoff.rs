@@ -1,0 +1,109 @@
+//! A waiter's turn on one server, Sentinel or a cluster, where a release hands the lock over:
+//! the grant window and the ticket that carries it, a waiting plain lock's attempt
+//! (`ACQUIRE_HANDED`), and a waiter leaving its queue (`LEAVE_QUEUE`, RedLock's queue too).
+
+use std::time::Duration;
+
+/// The longest a lock handed to a queued waiter by a release (one server, Sentinel, a cluster:
+/// see [`RELEASE`](super::RELEASE)) is granted for before its new holder extends it: a waiter
+/// that went away can cost the lock this long at most (or its ttl, if shorter:
+/// `grant_window`), never its ttl (see [`ACQUIRE_HANDED`]).
+pub(crate) const GRANT_WINDOW: Duration = Duration::from_secs(1);
+
+/// The grant window of a lock of `ttl`: `GRANT_WINDOW`, or the ttl if that is shorter.
+pub(crate) fn grant_window(ttl: Duration) -> Duration {
+    ttl.min(GRANT_WINDOW)
+}
+
+/// The ticket of a waiter to whom a release may hand the lock: when its acquire started, in ms
+/// since the Unix epoch, times 1024, plus its grant window in ms (at most 1000): the queue's
+/// order is still the waiters' arrival, and the release that hands the lock over reads the
+/// window from the entry's own score, at no extra cost (exact in a score: below 2^53 for
+/// another 270 years).
+pub(crate) fn handed_ticket(started_ms: u64, window: Duration) -> u64 {
+    let window = u64::try_from(window.as_millis())
+        .unwrap_or(u64::MAX)
+        .clamp(1, 1000);
+    started_ms.saturating_mul(1024).saturating_add(window)
+}
+
+/// A plain lock's waiting attempt on one server, Sentinel or a cluster, where the lock is
+/// handed to the first waiter of its queue when it is let go (`grant_prelude!`): the queue is
+/// `:queue`, lock value → ticket (see `handed_ticket`: the waiters' order, and each one's
+/// grant window).
+///
+/// KEYS: lock, queue, release channel. ARGV: value (`d2:<owner>`), ttl ms, request id, ticket,
+/// grant window ms, `s` for a sharded release channel. Returns `{id, {1, 0}}` (ours: taken, or
+/// handed to us, or a replay after a lost reply; its expiry raised to the ttl, so the lease
+/// counts from this attempt), `{id, {0, pttl}}` (held by another `d2` owner: the caller is
+/// queued, and tries again at the latest at the pttl) or `{id, {2, 0}}` (not a `d2` lock).
+///
+/// A free lock is taken only by the first waiter: a lock found free with an earlier waiter
+/// queued is handed to that one now (as a release would have: a holder that expired, or a
+/// waiter that went away after it was handed the lock, let it go without a release) and the
+/// caller queues behind it. The queue key lasts as long as the latest holder's pttl plus a
+/// window after each attempt: a waiter that went away without leaving costs the lock one
+/// grant window when its turn comes, never its ttl. The queue only ever refuses a take:
+/// exclusion rests on the lock key alone.
+pub const ACQUIRE_HANDED: &str = concat!(
+    grant_prelude!(),
+    r#"
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' then
+  return {ARGV[3], {2, 0}}
+end
+if v == ARGV[1] then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
+  return {ARGV[3], {1, 0}}
+end
+if v and string.sub(v, 1, 3) ~= 'd2:' then
+  return {ARGV[3], {2, 0}}
+end
+local function queue(ms)
+  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
+  local keep = ms + tonumber(ARGV[5])
+  if redis.call('PTTL', KEYS[2]) < keep then
+    redis.call('PEXPIRE', KEYS[2], keep)
+  end
+end
+if v then
+  local pttl = redis.call('PTTL', KEYS[1])
+  queue(math.max(pttl, 0))
+  return {ARGV[3], {0, pttl}}
+end
+local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+if first[1] and first[1] ~= ARGV[1] and tonumber(first[2]) < tonumber(ARGV[4]) then
+  local window = hand_over(KEYS[1], KEYS[3], KEYS[2], first, ARGV[6] == 's')
+  queue(window)
+  return {ARGV[3], {0, window}}
+end
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return {ARGV[3], {1, 0}}
+"#
+);
+
+/// A waiter whose acquire ended (without the lock, or over RedLock with it too: see
+/// `lock::queue::QueueEntry`) takes its entry out of the queue (see
+/// [`ACQUIRE_QUEUED`](super::ACQUIRE_QUEUED), [`ACQUIRE_HANDED`]), so the waiters behind it
+/// need not wait out its grace or its grant.
+/// Given the lock and its release channel too (one server, Sentinel, a cluster, where a release
+/// may have handed it the lock: a waiter leaving without it), a lock holding its value is let
+/// go: handed on to the next waiter, or deleted (`grant_prelude!`).
+///
+/// KEYS: queue, queue until, and the lock and its release channel. ARGV: value (`d2:<owner>`),
+/// request id, and `s` for a sharded release channel. Returns `{id, removed}`.
+pub const LEAVE_QUEUE: &str = concat!(
+    grant_prelude!(),
+    r#"
+redis.call('ZREM', KEYS[2], ARGV[1])
+local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+if KEYS[3] and redis.pcall('GET', KEYS[3]) == ARGV[1] then
+  let_go(KEYS[3], KEYS[4], KEYS[1], ARGV[3] == 's')
+end
+return {ARGV[2], removed}
+"#
+);

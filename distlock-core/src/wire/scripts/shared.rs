@@ -1,0 +1,185 @@
+//! The holds that several holders share at one key: a semaphore's permit (`ACQUIRE_PERMIT`), a
+//! read hold (`ACQUIRE_READ`), and the lock taken where readers may hold it (`ACQUIRE_WRITE`,
+//! with the writer's intent, `WRITER_INTENT`).
+
+use std::time::Duration;
+
+/// Acquire a permit of a semaphore (see the `scripts` docs, "Permits").
+///
+/// KEYS: semaphore, fence. ARGV: value (`d2:<owner>`), ttl ms, permits `n`, fence retention ms
+/// (0: no fencing token), request id. Returns `{id, {1, token}}` (taken, or a replay of our own
+/// take, extended to the ttl; token 0 when not fenced), `{id, {0, ms}}` (all `n` permits held:
+/// the first lease ends in ms), `{id, {3, m}}` (live holders agreed on `m` permits, not `n`:
+/// nothing changed) or `{id, {2, 0}}` (the key holds something that is not a `d2` semaphore:
+/// a lock, another version's or another program's key).
+///
+/// The count member is written again with each take, so a semaphore whose holders all expired
+/// or left takes the `n` of its next holder.
+pub const ACQUIRE_PERMIT: &str = concat!(
+    permit_prelude!(),
+    fence_prelude!(),
+    r#"
+local now = permit_now()
+local want = tonumber(ARGV[3])
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local n = permit_count(KEYS[1])
+  if not n then
+    return {ARGV[5], {2, 0}}
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, now)
+  local held = redis.call('ZCARD', KEYS[1]) - 1
+  if held > 0 and n ~= want then
+    return {ARGV[5], {3, n}}
+  end
+  if held >= want and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+    local first = redis.call('ZRANGE', KEYS[1], 1, 1, 'WITHSCORES')
+    return {ARGV[5], {0, math.max(tonumber(first[2]) - now, 1)}}
+  end
+end
+local token, bad = fence_raise(KEYS[2], ARGV[4])
+if bad then
+  return redis.error_reply('ERR distlock: the fence key ' .. KEYS[2] .. ' does not hold a number; delete it to use this semaphore')
+end
+redis.call('ZADD', KEYS[1], string.format('%d', -want), 'd2:permits')
+redis.call('ZADD', KEYS[1], 'GT', string.format('%d', now + tonumber(ARGV[2])), ARGV[1])
+permit_settle(KEYS[1], now)
+return {ARGV[5], {1, token}}
+"#
+);
+
+/// How long a waiting writer's intent (`prefix:{name}:writer`, see the `scripts` docs, "Shared
+/// holds") stops new readers unless the writer renews it: a writer renews it at each attempt
+/// and attempts at least every third of it, so this bounds what a writer that went away costs
+/// the readers.
+pub(crate) const WRITER_INTENT: Duration = Duration::from_millis(1000);
+
+/// Acquire a shared (read) hold (see the `scripts` docs, "Shared holds").
+///
+/// KEYS: lock, fence, writer intent. ARGV: value (`d2:<owner>`), ttl ms, fence retention ms
+/// (0: no fencing token), request id. Returns `{id, {1, token}}` (a share taken, or a replay of
+/// our own take, extended to the ttl; token 0 when not fenced), `{id, {0, ms}}` (a writer holds
+/// the lock, for ms, or waits for it: its intent lasts ms more), or `{id, {2, 0}}` (the key
+/// holds something that is neither a `d2` lock nor a `d2` set of readers: a semaphore, another
+/// version's or another program's key).
+pub const ACQUIRE_READ: &str = concat!(
+    permit_prelude!(),
+    fence_prelude!(),
+    r#"
+local now = permit_now()
+local kind = redis.call('TYPE', KEYS[1])['ok']
+local replay = false
+if kind == 'string' then
+  local v = redis.call('GET', KEYS[1])
+  if string.sub(v, 1, 3) ~= 'd2:' then
+    return {ARGV[4], {2, 0}}
+  end
+  return {ARGV[4], {0, redis.call('PTTL', KEYS[1])}}
+elseif kind == 'zset' then
+  if not redis.call('ZSCORE', KEYS[1], 'd2:readers') then
+    return {ARGV[4], {2, 0}}
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, now)
+  replay = redis.call('ZSCORE', KEYS[1], ARGV[1]) ~= false
+elseif kind ~= 'none' then
+  return {ARGV[4], {2, 0}}
+end
+if not replay then
+  local intent = redis.call('PTTL', KEYS[3])
+  if intent ~= -2 then
+    if kind == 'zset' then
+      permit_settle(KEYS[1], now)
+    end
+    if intent < 0 then
+      intent = 1000
+    end
+    return {ARGV[4], {0, intent}}
+  end
+end
+local token, bad = fence_raise(KEYS[2], ARGV[3])
+if bad then
+  return redis.error_reply('ERR distlock: the fence key ' .. KEYS[2] .. ' does not hold a number; delete it to use this lock')
+end
+redis.call('ZADD', KEYS[1], '-1', 'd2:readers')
+redis.call('ZADD', KEYS[1], 'GT', string.format('%d', now + tonumber(ARGV[2])), ARGV[1])
+permit_settle(KEYS[1], now)
+return {ARGV[4], {1, token}}
+"#
+);
+
+/// Acquire the lock (exclusive, plain or fenced) where readers may hold it: a writer whose
+/// plain acquire met a set of readers, and every later attempt of that acquire (see the module
+/// docs, "Shared holds").
+///
+/// KEYS: lock, fence, writer intent. ARGV: value (`d2:<owner>`), ttl ms, fence retention ms (0:
+/// no fencing token), request id, intent ms (0: the caller does not wait, and marks no intent).
+/// Returns `{id, {1, token}}` (taken, or a replay of our own take; token 0 when not fenced),
+/// `{id, {0, ms}}` (readers or another writer hold it: try again within ms) or `{id, {2, 0}}`
+/// (not a `d2` lock or set of readers).
+///
+/// Busy, a waiting writer (intent ms > 0) sets the intent to its own value for intent ms (new
+/// readers wait while it lasts) and is told to try again within a third of it, so it renews
+/// the intent while it waits; taking the lock removes the intent if it is still its own.
+pub const ACQUIRE_WRITE: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local mark = tonumber(ARGV[5])
+local function busy(ms)
+  if mark > 0 then
+    redis.call('SET', KEYS[3], ARGV[1], 'PX', mark)
+    ms = math.min(ms, math.max(math.floor(mark / 3), 1))
+  end
+  return {ARGV[4], {0, ms}}
+end
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'zset' then
+  if not redis.call('ZSCORE', KEYS[1], 'd2:readers') then
+    return {ARGV[4], {2, 0}}
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, now)
+  local first = redis.call('ZRANGE', KEYS[1], 1, 1, 'WITHSCORES')
+  if first[2] then
+    local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+    redis.call('PEXPIRE', KEYS[1], string.format('%d', tonumber(last[2]) - now))
+    return busy(math.max(tonumber(first[2]) - now, 1))
+  end
+  redis.call('DEL', KEYS[1])
+elseif kind == 'string' then
+  local v = redis.call('GET', KEYS[1])
+  if v == ARGV[1] then
+    local token = 0
+    if tonumber(ARGV[3]) > 0 then
+      token = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+    end
+    return {ARGV[4], {1, token}}
+  end
+  if string.sub(v, 1, 3) ~= 'd2:' then
+    return {ARGV[4], {2, 0}}
+  end
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl < 0 then
+    pttl = 1000
+  end
+  return busy(pttl)
+elseif kind ~= 'none' then
+  return {ARGV[4], {2, 0}}
+end
+local token = 0
+if tonumber(ARGV[3]) > 0 then
+  token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local prev = redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3], 'GET')
+  local last = tonumber(prev or '0')
+  if last == nil then
+    redis.call('SET', KEYS[2], prev, 'PX', ARGV[3])
+    return redis.error_reply('ERR distlock: the fence key ' .. KEYS[2] .. ' does not hold a number; delete it to use this lock')
+  end
+  if token <= last then
+    token = last + 1
+    redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3])
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if redis.call('GET', KEYS[3]) == ARGV[1] then
+  redis.call('DEL', KEYS[3])
+end
+return {ARGV[4], {1, token}}
+"#;
