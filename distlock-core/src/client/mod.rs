@@ -1,9 +1,9 @@
 //! A connected client: the command connection, the watchdog and the release subscriber.
 
 pub(crate) mod batch;
-pub(crate) mod cohort;
+
 pub(crate) mod identity;
-pub(crate) mod waiters;
+pub(crate) mod waiting;
 pub(crate) mod watchdog;
 
 use std::fmt;
@@ -16,8 +16,8 @@ use std::pin::Pin;
 
 use crate::background::Background;
 use crate::client::batch::{Batcher, OnAnswer};
-use crate::client::cohort::Carry;
-use crate::client::waiters::{Subscription, Waiters};
+use crate::client::waiting::cohort::Carry;
+use crate::client::waiting::{Subscription, Waiters};
 use crate::client::watchdog::{Batching, Renewal, Watchdog};
 use crate::config::Config;
 use crate::deploy::backend::{Backend, Link};

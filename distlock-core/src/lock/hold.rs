@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::client::cohort::Carry;
+use crate::client::waiting::cohort::Carry;
+use crate::client::waiting::queue::QueueEntry;
 use crate::client::Client;
 use crate::error::Error;
 use crate::lock::kind::{Kind, Target};
-use crate::lock::queue::QueueEntry;
 use crate::wire::calls::ReleaseCall;
 pub(crate) use crate::wire::calls::Released;
 use crate::wire::ids::ShortId;
@@ -190,7 +190,7 @@ impl Hold {
     }
 
     /// This client's next waiter for the lock that waits in the client, for the release to
-    /// queue in Redis (see `client::cohort`), where the kind carries waiters.
+    /// queue in Redis (see `client::waiting::cohort`), where the kind carries waiters.
     pub(crate) fn carry_next(&self) -> Option<Carry> {
         let carries = self.kind.carries_waiters(&self.client);
         carries.then(|| self.client.carry_next(self.keys.channel()))?

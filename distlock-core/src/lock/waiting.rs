@@ -12,10 +12,10 @@
 //! script sets the lock to the first waiter's value and names it in its message
 //! (`scripts::RELEASE`, `grant_prelude!`), so the next holder starts after one message, not a
 //! message and a round trip, and the waiters of every client and process take their turns in
-//! the order they came (their tickets, `queue::handed_ticket`). A waiter whose client already
+//! the order they came (their tickets, `client::waiting::queue::handed_ticket`). A waiter whose client already
 //! has a waiter of the lock queued in Redis (or waiting so) sends no attempt of its own: it
 //! waits in the client, and the client's next release of the lock queues it with its own ticket
-//! (`client::cohort`), so a handoff between a client's tasks costs Redis one script, not two.
+//! (`client::waiting::cohort`), so a handoff between a client's tasks costs Redis one script, not two.
 //!
 //! * **The lease of a lock handed over.** The waiter knows only that the grant came after its
 //!   last attempt that found the lock held was applied, so after it was sent; the release set
@@ -27,7 +27,7 @@
 //!   the ttl by the watchdog a third of the way through what is left (`into_guard`), and
 //!   without `renew` no further; a short body lets go before that and costs nothing more.
 //! * **Waiters that went away.** A waiter that gives up, fails or is dropped leaves the queue
-//!   and, if it was handed the lock meanwhile, lets it go again (`queue::QueueEntry`). One
+//!   and, if it was handed the lock meanwhile, lets it go again (`client::waiting::queue::QueueEntry`). One
 //!   whose process died is handed the lock for its window at most, never its ttl; since nobody
 //!   publishes when that window lapses, a handed waiter looks again at least every
 //!   `HANDED_RECHECK` (1 s), and a lock found free with an earlier waiter queued is handed to
@@ -43,7 +43,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::client::waiters::Subscription;
+use crate::client::waiting::queue::{Place, QueueEntry};
+use crate::client::waiting::Subscription;
 use crate::client::Client;
 use crate::error::Error;
 use crate::lease::{deadline_after, guaranteed_until, millis_ceil};
@@ -53,7 +54,6 @@ use crate::lock::fence;
 use crate::lock::guard::LockGuard;
 use crate::lock::hold::{Hold, ReleaseOnDrop};
 use crate::lock::kind::{set, Found, Kind};
-use crate::lock::queue::{Place, QueueEntry};
 use crate::lock::reenter::{self, reenter};
 use crate::lock::terms::Terms;
 use crate::metrics::{self, Labels, Waiting};
@@ -131,7 +131,7 @@ struct Waiter {
     /// may hand it the lock: see the module docs, "Handoff").
     place: Place,
     /// Skip the next attempt: the waiter waits in the client behind one of its waiters
-    /// already queued in Redis (`client::cohort`), or tasks of this client already wait for
+    /// already queued in Redis (`client::waiting::cohort`), or tasks of this client already wait for
     /// the lock (queue behind them instead of barging).
     queue_first: bool,
     /// The last queued attempt that found the lock held (when it was sent, and the epoch then):

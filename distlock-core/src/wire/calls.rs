@@ -503,7 +503,7 @@ pub(crate) struct ReleaseCall<'a> {
     /// over RedLock).
     pub(crate) handoff: bool,
     /// With `handoff`: the releasing client's next waiter for the lock, queued by this
-    /// release (see `client::cohort`).
+    /// release (see `client::waiting::cohort`).
     pub(crate) next: Option<NextWaiter>,
 }
 

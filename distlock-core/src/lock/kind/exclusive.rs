@@ -8,9 +8,9 @@
 //! Its release is one key's, as a permit's or a read hold's (the script tells them apart by
 //! the key's type): `Kind::release_call`.
 
+use crate::client::waiting::queue::{self, Place};
 use crate::error::{Error, Operation};
 use crate::lock::kind::variant::{Kind, Target};
-use crate::lock::queue::{self, Place};
 use crate::lock::terms::Terms;
 use crate::wire::calls::{
     AcquireCall, Acquired, FencedAcquireCall, HandedAcquireCall, QueuedAcquireCall,

@@ -15,9 +15,9 @@
 use std::ops::Range;
 use std::time::Duration;
 
+use crate::client::waiting::queue::Place;
 use crate::client::Client;
 use crate::error::{Error, HeldBy};
-use crate::lock::queue::Place;
 use crate::lock::terms::Terms;
 use crate::wire::calls::{Acquired, NextWaiter, ReleaseCall, Released, RenewItem};
 use crate::wire::ids::ShortId;
@@ -235,7 +235,7 @@ impl Kind {
     }
 
     /// True if a release of this kind may carry its client's next waiter of the lock and hand
-    /// the lock over (`client::cohort`; not over RedLock).
+    /// the lock over (`client::waiting::cohort`; not over RedLock).
     pub(crate) fn carries_waiters(self, client: &Client) -> bool {
         self == Kind::Exclusive && !client.is_quorum()
     }

@@ -35,7 +35,7 @@
 //!   release channel names it; with nobody queued (and over RedLock) the lock is deleted and
 //!   the message is `1`, a wake (`grant_prelude!`). A release may also queue the releasing
 //!   client's next waiter for the lock, with that waiter's ticket (`NextWaiter`: a waiter that
-//!   waits in the client, `client::cohort`), before it lets go, so that waiter sends no attempt
+//!   waits in the client, `client::waiting::cohort`), before it lets go, so that waiter sends no attempt
 //!   of its own. Releases that arrive together go out as one
 //!   `RELEASE_MANY` call (`ReleaseManyCall`), and acquires that arrive together share one
 //!   pipeline and one `ECHO` (see `batch`). The queue is a key next to a `d2` lock that changes
@@ -220,7 +220,7 @@ end
 /// `release_lock`: a `d2` lock's release (`v`: what the lock key holds, `false` if nothing),
 /// as [`RELEASE`] returns its code. With a next waiter (`nv`, its ticket `nt`: a waiter of the
 /// releasing client that waits in the client behind one already queued, see
-/// `client::cohort`) the release queues it first (unless the lock is that waiter's already: it
+/// `client::waiting::cohort`) the release queues it first (unless the lock is that waiter's already: it
 /// took it by an attempt of its own), whatever else it finds, and keeps the
 /// queue key for the lock's pttl and that waiter's window: a lock found free is then handed to
 /// the first waiter at once, as [`ACQUIRE_HANDED`] would, and the waiter sends no attempt of

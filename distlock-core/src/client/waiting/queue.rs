@@ -16,7 +16,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::client::cohort::Deferral;
+use crate::client::waiting::cohort::Deferral;
 use crate::client::Client;
 use crate::error::Operation;
 use crate::wire::calls::LeaveQueueCall;
@@ -77,7 +77,7 @@ pub(crate) struct QueueEntry {
     release: Option<bool>,
     /// Leave the queue when dropped.
     armed: bool,
-    /// A waiter that waited in the client (`client::cohort`): it leaves the queue only once it
+    /// A waiter that waited in the client (`client::waiting::cohort`): it leaves the queue only once it
     /// is there, and after the release that queued it.
     deferral: Option<Deferral>,
 }
@@ -98,7 +98,7 @@ impl QueueEntry {
     }
 
     /// The entry of a waiter that waits in the client until a release of the client queues it
-    /// (see `client::cohort`).
+    /// (see `client::waiting::cohort`).
     pub(crate) fn deferred(mut self, deferral: Option<Deferral>) -> Self {
         self.deferral = deferral;
         self

@@ -23,7 +23,7 @@
 //! releases of busy attempts' minority grants), so those never wake anyone and waiters do not
 //! storm each other. Waiters of several clients woken by one release retry at once; they do
 //! not split the masters between them, because every master grants a free lock only to the
-//! waiter that came first (`lock/queue`: a queue per lock on the masters, ordered by the
+//! waiter that came first (`client/waiting/queue`: a queue per lock on the masters, ordered by the
 //! same ticket everywhere), and a client that releases and asks again at once queues behind
 //! them: waiters take their turns across clients in arrival order, and a woken waiter retries
 //! at once (no random pause). A waiter that the masters told how many waiters are queued ahead
@@ -43,88 +43,22 @@
 //! waiters is subscribed again on the slot's master now (a keyed read first, whose `MOVED` or
 //! failure refreshes the client's slot map), retried until a master serves the slot.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::{PushInfo, PushKind, Value};
-use tokio::sync::{mpsc, watch, OnceCell, OwnedSemaphorePermit, Semaphore};
-use tokio::time::Instant;
+use tokio::sync::{mpsc, OnceCell};
 
 use crate::background::Background;
-use crate::client::cohort::{self, Carry, Deferral, GrantSlot, Place};
+use crate::client::waiting::channel::{Channel, ChannelMap, Subscribers};
+use crate::client::waiting::cohort::{self, Carry, Place};
+use crate::client::waiting::subscription::Subscription;
 use crate::deploy::backend::{Backend, Subscriber};
 use crate::deploy::redlock::quorum::majority;
 use crate::error::{is_connection_failure, Error, Operation};
 use crate::sync;
-use crate::wire::calls::NextWaiter;
-use crate::wire::scripts::{TURN_GRACE, VERSION_TAG};
-
-type ChannelMap = HashMap<Vec<u8>, Arc<Channel>>;
-
-/// The subscriber connections: one, or one per master of a RedLock quorum (in the masters'
-/// order).
-type Subscribers = Arc<[Subscriber]>;
-
-/// How often a waiter looks again at a busy lock when its channel's subscription reached too
-/// few masters of a RedLock quorum for their messages to wake it (see the module docs), or
-/// (one server) is not known to be confirmed because the waiter making it was cancelled.
-const DEGRADED_POLL: Duration = Duration::from_millis(250);
-
-struct Channel {
-    /// Messages heard (and subscription confirmations; without a quorum, disconnections too),
-    /// one count per master (one in all without a quorum).
-    heard: watch::Sender<Box<[u64]>>,
-    /// Masters that confirmed the subscription (set while the state is held).
-    confirmed: AtomicUsize,
-    /// One permit: the waiter holding it is the one that retries.
-    turn: Arc<Semaphore>,
-    /// Serialises SUBSCRIBE/UNSUBSCRIBE for this channel and counts its waiters.
-    state: tokio::sync::Mutex<ChannelState>,
-    /// RedLock: the masters that confirmed the subscription, so that the last waiter's
-    /// departure unsubscribes there only (not waiting on masters that are down).
-    on: Mutex<On>,
-    /// The waiters to whom a release may hand the lock, by lock value: a message naming one
-    /// is its grant (see [`Subscription::expect_grant`]).
-    grants: Mutex<HashMap<Vec<u8>, Arc<GrantSlot>>>,
-    /// Those waiters as a cohort: the ones waiting in the client for a release of this client
-    /// to queue them (see `cohort`).
-    cohort: cohort::Shared,
-}
-
-/// See [`Channel::on`].
-#[derive(Default)]
-struct On {
-    masters: Vec<bool>,
-    /// The last waiter left: a subscription confirmed later is undone at once.
-    left: bool,
-}
-
-#[derive(Default)]
-struct ChannelState {
-    waiters: usize,
-    subscribed: bool,
-    retired: bool,
-}
-
-impl Channel {
-    fn new(masters: usize) -> Self {
-        Channel {
-            heard: watch::Sender::new(vec![0; masters].into_boxed_slice()),
-            confirmed: AtomicUsize::new(0),
-            turn: Arc::new(Semaphore::new(1)),
-            state: tokio::sync::Mutex::new(ChannelState::default()),
-            on: Mutex::new(On {
-                masters: vec![false; masters],
-                left: false,
-            }),
-            grants: Mutex::default(),
-            cohort: cohort::Shared::default(),
-        }
-    }
-}
-
+use crate::wire::scripts::VERSION_TAG;
 /// The subscriber side of one client.
 pub(crate) struct Waiters {
     /// The server (one backend) or the masters of a RedLock quorum.
@@ -569,260 +503,5 @@ async fn resubscribe_one(mut conn: Subscriber, channels: Arc<Mutex<ChannelMap>>,
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_secs(1));
-    }
-}
-
-/// One waiter's interest in a release channel; dropping it gives the interest back.
-pub(crate) struct Subscription {
-    rx: watch::Receiver<Box<[u64]>>,
-    /// The counts at the last [`Subscription::mark_seen`].
-    seen: Box<[u64]>,
-    /// Masters that must have been heard from since then to wake this waiter.
-    wake_after: usize,
-    entry: Arc<Channel>,
-    channels: Arc<Mutex<ChannelMap>>,
-    conns: Subscribers,
-    name: Vec<u8>,
-    background: Background,
-    response_timeout: Duration,
-    /// Held while this waiter is at the head of the queue; dropped with the subscription.
-    turn: Option<OwnedSemaphorePermit>,
-    /// A waiter to whom a release may hand the lock: its lock value and where the grant lands.
-    grant: Option<(Vec<u8>, Arc<GrantSlot>)>,
-    /// Such a waiter's place in the client's cohort of the lock (see `cohort`).
-    place: Place,
-    /// Such a waiter took the lock (its release carries the cohort on).
-    took: bool,
-}
-
-impl Subscription {
-    /// Waits (FIFO) until this waiter is the one to retry, or `deadline`; false on timeout.
-    pub(crate) async fn take_turn(&mut self, deadline: Instant) -> bool {
-        if self.turn.is_none() {
-            let turn = self.entry.turn.clone().acquire_owned();
-            // The semaphore is never closed.
-            self.turn = tokio::time::timeout_at(deadline, turn)
-                .await
-                .ok()
-                .and_then(Result::ok);
-        }
-        self.turn.is_some()
-    }
-
-    /// Makes this a waiter to whom a release may hand the lock (a plain lock's waiter on one
-    /// server, Sentinel or a cluster, queued in Redis: see `lock::waiting`): a message naming
-    /// `value` then ends [`Subscription::wait_grant`] as granted. Call before the attempt
-    /// that queues it, so no grant can come first.
-    pub(crate) fn expect_grant(&mut self, value: &[u8]) {
-        let slot = Arc::new(GrantSlot::default());
-        sync::lock(&self.entry.grants).insert(value.to_vec(), slot.clone());
-        self.grant = Some((value.to_vec(), slot));
-    }
-
-    /// A waiter of [`Subscription::expect_grant`] (`next`: its value and ticket) waits in the
-    /// client for a release of this client to queue it, if another waiter of this client is
-    /// queued for the lock or waits so already (see `cohort`): true if it does (it sends no
-    /// attempt until [`Subscription::wait_grant`] ends without a grant).
-    pub(crate) fn defer(&mut self, next: NextWaiter) -> bool {
-        let Some((_, slot)) = &self.grant else {
-            return false;
-        };
-        match cohort::defer(&self.entry.cohort, next, slot) {
-            Some(place) => {
-                self.place = place;
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// A deferred waiter (see [`Subscription::defer`]), as its queue entry sees it.
-    pub(crate) fn deferral(&self) -> Option<Deferral> {
-        Deferral::new(&self.entry.cohort, &self.place)
-    }
-
-    /// A waiter of [`Subscription::expect_grant`] is queued in Redis by an attempt of its own.
-    pub(crate) fn queued(&mut self) {
-        cohort::queued(&self.entry.cohort, &mut self.place);
-    }
-
-    /// A deferred waiter (see [`Subscription::defer`]) that a release of this client queued:
-    /// when that release was made, and the client's switch epoch then.
-    pub(crate) fn carried(&self) -> Option<(Instant, u64)> {
-        cohort::carried(&self.place)
-    }
-
-    /// The waiter took the lock (or was handed it).
-    pub(crate) fn took(&mut self) {
-        self.took = true;
-    }
-
-    /// A waiter of [`Subscription::expect_grant`]: waits until a release hands it the lock
-    /// (true), or a plain wake (a release without a waiter to hand it to, a resubscription)
-    /// came after the last [`Subscription::mark_seen`], or it is to queue itself (a deferred
-    /// waiter promoted, see `cohort`), or `deadline` (false).
-    pub(crate) async fn wait_grant(&mut self, deadline: Instant) -> bool {
-        let Some(slot) = self.grant.as_ref().map(|(_, slot)| slot.clone()) else {
-            self.wait_until(deadline, 0).await;
-            return false;
-        };
-        let deadline = self.poll_deadline(deadline);
-        loop {
-            if slot.handed.swap(false, Ordering::AcqRel) {
-                return true;
-            }
-            if slot.promoted.swap(false, Ordering::AcqRel) {
-                return false;
-            }
-            let woken = {
-                let heard = self.rx.borrow_and_update();
-                heard.iter().zip(&*self.seen).any(|(n, seen)| n != seen)
-            };
-            if woken {
-                return false;
-            }
-            tokio::select! {
-                () = slot.notify.notified() => {}
-                changed = tokio::time::timeout_at(deadline, self.rx.changed()) => {
-                    if !matches!(changed, Ok(Ok(()))) {
-                        return slot.handed.swap(false, Ordering::AcqRel);
-                    }
-                }
-            }
-        }
-    }
-
-    /// `deadline`, or sooner (`DEGRADED_POLL`) while the subscription reached too few masters
-    /// for their messages to wake this waiter (or is not known to be confirmed).
-    fn poll_deadline(&self, deadline: Instant) -> Instant {
-        if self.entry.confirmed.load(Ordering::Acquire) < self.wake_after {
-            deadline.min(Instant::now() + DEGRADED_POLL)
-        } else {
-            deadline
-        }
-    }
-
-    /// Call before each attempt: later messages wake [`Subscription::wait_until`].
-    pub(crate) fn mark_seen(&mut self) {
-        self.seen.copy_from_slice(&self.rx.borrow_and_update());
-    }
-
-    /// Waits for a release message published after the last [`Subscription::mark_seen`]
-    /// (over a RedLock quorum: from enough masters, see the module docs), or until `deadline`
-    /// (sooner, every `DEGRADED_POLL`, if too few masters took the subscription).
-    ///
-    /// RedLock: the first `pass` wakes go to the waiters queued ahead of this one (each takes
-    /// its turn after a release); after each, this one waits at most `TURN_GRACE` more, in
-    /// case a waiter ahead left the queue (its turn then comes without a release).
-    pub(crate) async fn wait_until(&mut self, deadline: Instant, mut pass: u32) {
-        let mut deadline = self.poll_deadline(deadline);
-        loop {
-            let heard_from = {
-                let heard = self.rx.borrow_and_update();
-                heard
-                    .iter()
-                    .zip(&*self.seen)
-                    .filter(|(n, seen)| n != seen)
-                    .count()
-            };
-            if heard_from >= self.wake_after {
-                if pass == 0 {
-                    return;
-                }
-                pass -= 1;
-                self.mark_seen();
-                deadline = deadline.min(Instant::now() + TURN_GRACE);
-                continue;
-            }
-            // (The sender lives in `entry`, as long as this receiver: `changed` does not fail.)
-            if !matches!(
-                tokio::time::timeout_at(deadline, self.rx.changed()).await,
-                Ok(Ok(()))
-            ) {
-                return;
-            }
-        }
-    }
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        // Hand the turn to the next waiter now, not after the unsubscribe bookkeeping.
-        self.turn = None;
-        if let Some((value, slot)) = self.grant.take() {
-            let mut grants = sync::lock(&self.entry.grants);
-            if grants.get(&value).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
-                grants.remove(&value);
-            }
-        }
-        cohort::leave(
-            &self.entry.cohort,
-            std::mem::take(&mut self.place),
-            self.took,
-        );
-        // Not the last waiter (the common case under contention): counted out here, without
-        // a task.
-        if let Ok(mut state) = self.entry.state.try_lock() {
-            if state.waiters > 1 {
-                state.waiters -= 1;
-                return;
-            }
-        }
-        let entry = self.entry.clone();
-        let channels = self.channels.clone();
-        let conns = self.conns.clone();
-        let name = std::mem::take(&mut self.name);
-        let timeout = self.response_timeout;
-        let leave = async move {
-            let mut state = entry.state.lock().await;
-            state.waiters -= 1;
-            if state.waiters > 0 {
-                return;
-            }
-            if state.subscribed {
-                // Over a quorum, where it was confirmed (a master that is down is not waited
-                // for); one confirmed later undoes itself (see `subscribe_masters`).
-                let which = {
-                    let mut on = sync::lock(&entry.on);
-                    on.left = true;
-                    std::mem::take(&mut on.masters)
-                };
-                unsubscribe(&conns, &which, &name, timeout).await;
-                state.subscribed = false;
-                entry.confirmed.store(0, Ordering::Release);
-            }
-            state.retired = true;
-            let mut map = sync::lock(&channels);
-            if map.get(&name).is_some_and(|e| Arc::ptr_eq(e, &entry)) {
-                map.remove(&name);
-            }
-        };
-        self.background.spawn(leave);
-    }
-}
-
-/// Unsubscribes from `name` on the subscriber, or on the masters of a RedLock quorum that
-/// confirmed it (`which`) at once, each bounded by `timeout` (a master that is down lost the subscription with its connection;
-/// should the subscriber reconnect to it later, it subscribes again to what that master last
-/// confirmed, and such a stale channel only delivers harmless extra wake-ups).
-async fn unsubscribe(conns: &Subscribers, which: &[bool], name: &[u8], timeout: Duration) {
-    if let [conn] = &conns[..] {
-        if let Err(error) = conn.clone().unsubscribe(name).await {
-            tracing::debug!(%error, "unsubscribe failed; the server drops it on reconnect");
-        }
-        return;
-    }
-    let confirmed = conns.iter().zip(which).filter(|(_, &on)| on);
-    let each = confirmed.map(|(conn, _)| {
-        let mut conn = conn.clone();
-        async move { tokio::time::timeout(timeout, conn.unsubscribe(name)).await }
-    });
-    for result in futures_util::future::join_all(each).await {
-        let error = match result {
-            Ok(Ok(())) => continue,
-            Ok(Err(error)) => error.to_string(),
-            Err(_) => "timed out".to_owned(),
-        };
-        tracing::debug!(%error, "unsubscribe on a RedLock master failed (down?)");
     }
 }
