@@ -426,3 +426,121 @@ async fn several_tasks_of_several_clients_stay_fair_and_exclusive() {
     }
     fair_and_exclusive(&tasks, "fair-cohorts", (1, 5)).await;
 }
+
+/// A grant delivered late (issue 28; reliability row 19's overlap): the release message that
+/// handed the lock to a waiter is held up on its subscriber connection until after the window
+/// lapsed and another client took the lock, and after the waiter's next attempt found the lock
+/// held. The grant predates that attempt, so it says nothing about the lock now: the waiter
+/// must not take it as its own while the other client holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_delivered_after_a_later_busy_attempt_is_not_trusted() {
+    let server = RedisServer::start();
+    let upstream = format!("127.0.0.1:{}", server.port()).parse().unwrap();
+    let proxy = testkit::proxy::Proxy::start(upstream).await;
+    let (a, c) = (client(&server).await, client(&server).await);
+    let b = testkit::client_with(proxy.url(), Duration::from_millis(300)).await;
+    let conn = server.conn().await;
+    let first = hold(&a, "late-grant", 5).await;
+    // B waits, queued in Redis behind A.
+    let took = Arc::new(Mutex::new(None));
+    let b_waiting = {
+        let took = took.clone();
+        tokio::spawn(async move {
+            let guard = b
+                .lock("late-grant")
+                .ttl(Duration::from_secs(5))
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+                .expect("B takes the lock in the end");
+            *took.lock().unwrap() = Some(Instant::now());
+            // Checked below: a lock B took while C held it is not B's to release.
+            let _ = guard.release().await;
+        })
+    };
+    until_queued(&conn, "late-grant", 1).await;
+    // B is cut off: the grant A's release hands it is held up in the proxy.
+    proxy.set_blackhole(true);
+    first.release().await.unwrap();
+    // B's grant window lapses unused and C takes the lock, for 3 s.
+    let c_guard = c
+        .lock("late-grant")
+        .ttl(Duration::from_secs(10))
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("C takes the lock once B's window lapsed");
+    let c_took = Instant::now();
+    // B comes back: its next attempts find the lock C's, and the held-up grant arrives.
+    proxy.set_blackhole(false);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let c_released = Instant::now();
+    c_guard.release().await.unwrap();
+    b_waiting.await.unwrap();
+    let b_took = took.lock().unwrap().expect("B took the lock");
+    assert!(
+        b_took >= c_released,
+        "B took the lock {:?} after C did, while C held it (C released {:?} after taking it)",
+        b_took - c_took,
+        c_released - c_took
+    );
+}
+
+/// A waiter one of whose attempts timed out (that request may still take the lock late, so
+/// the acquire keeps a cleanup armed) and that a release then hands the lock keeps it: the
+/// cleanup must not release the lock the new guard holds (issue 28; reliability row 19's
+/// overlap: the next waiter was handed the lock while this one held it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_handed_the_lock_after_a_timed_out_attempt_keeps_it() {
+    let server = RedisServer::start();
+    let upstream = format!("127.0.0.1:{}", server.port()).parse().unwrap();
+    let proxy = testkit::proxy::Proxy::start(upstream).await;
+    let a = client(&server).await;
+    let b = testkit::client_with(proxy.url(), Duration::from_millis(300)).await;
+    let conn = server.conn().await;
+    let first = hold(&a, "timed-out", 10).await;
+    let b_waiting = tokio::spawn(async move { wait_for(&b, "timed-out", 5).await });
+    until_queued(&conn, "timed-out", 1).await;
+    // B looks at the lock at least every second: one look times out while it is cut off.
+    proxy.set_blackhole(true);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    proxy.set_blackhole(false);
+    // Requests held up by the cut arrive at once; past the response timeout, the request
+    // that queues B next is a fresh one: A's release hands B the lock right after it, so B
+    // trusts the grant.
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let held_up = queued_id(&conn, "timed-out").await;
+    eventually(
+        Duration::from_secs(3),
+        "B queued by a fresh attempt",
+        || {
+            let (conn, held_up) = (&conn, held_up.clone());
+            async move { (queued_id(conn, "timed-out").await != held_up).then_some(()) }
+        },
+    )
+    .await;
+    first.release().await.unwrap();
+    let guard = b_waiting.await.unwrap().expect("B is handed the lock");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut c = conn.clone();
+    let holder: Option<String> = redis::cmd("GET")
+        .arg("distlock:{timed-out}")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(
+        holder.is_some(),
+        "the lock B was handed was let go while B's guard held it"
+    );
+    guard.release().await.expect("still B's when B releases it");
+}
+
+/// The request id recorded for the (one) waiter queued for `name`.
+async fn queued_id(conn: &redis::aio::MultiplexedConnection, name: &str) -> Vec<String> {
+    let mut conn = conn.clone();
+    redis::cmd("HVALS")
+        .arg(format!("distlock:{{{name}}}:queue:ids"))
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}

@@ -9,7 +9,8 @@
 //!
 //! On one server, Sentinel and a cluster, a plain lock's waiter (not a fenced one, nor one that
 //! asks for replicas) is queued in Redis and handed the lock by the release itself: the release
-//! script sets the lock to the first waiter's value and names it in its message
+//! script sets the lock to the first waiter's value and names it (and the request that queued
+//! it) in its message
 //! (`scripts::RELEASE`, `grant_prelude!`), so the next holder starts after one message, not a
 //! message and a round trip, and the waiters of every client and process take their turns in
 //! the order they came (their tickets, `client::waiting::queue::handed_ticket`). A waiter whose client already
@@ -17,11 +18,15 @@
 //! waits in the client, and the client's next release of the lock queues it with its own ticket
 //! (`client::waiting::cohort`), so a handoff between a client's tasks costs Redis one script, not two.
 //!
-//! * **The lease of a lock handed over.** The waiter knows only that the grant came after its
-//!   last attempt that found the lock held was applied, so after it was sent; the release set
-//!   the lock for the waiter's grant window (`scripts::grant_window`: 1 s, or the ttl if
-//!   shorter). So the lock is the waiter's for the window from that attempt's send, minus the
-//!   usual margin; if less than half of that is left when the grant is heard (the waiter waited
+//! * **The lease of a lock handed over.** The grant names the request that last queued the
+//!   waiter (its attempt that found the lock held, or the release of its client that carried
+//!   it: `queue:ids`), so the waiter knows the grant came after that request was applied, so
+//!   after it was sent; the release set the lock for the waiter's grant window
+//!   (`scripts::grant_window`: 1 s, or the ttl if shorter). So the lock is the waiter's for the
+//!   window from that request's send, minus the usual margin. A grant that names another
+//!   request (one that reached the waiter after a later attempt of its own found the lock
+//!   another's: the messages and the replies travel on two connections) proves nothing about
+//!   the lock now, and the waiter asks again at once; if less than half of that is left when the grant is heard (the waiter waited
 //!   long since its last attempt), it does not trust the grant and asks again: the lock is
 //!   found ours and extended to the ttl, one round trip. A trusted grant's lease is extended to
 //!   the ttl by the watchdog a third of the way through what is left (`into_guard`), and
@@ -58,6 +63,7 @@ use crate::lock::reenter::{self, reenter};
 use crate::lock::terms::Terms;
 use crate::metrics::{self, Labels, Waiting};
 use crate::wire::calls::NextWaiter;
+use crate::wire::ids::ShortId;
 use crate::wire::keys::LockKeys;
 
 /// How often a waiter looks again at a lock whose key has no expiry (someone created it by
@@ -134,11 +140,21 @@ struct Waiter {
     /// already queued in Redis (`client::waiting::cohort`), or tasks of this client already wait for
     /// the lock (queue behind them instead of barging).
     queue_first: bool,
-    /// The last queued attempt that found the lock held (when it was sent, and the epoch then):
-    /// a grant heard after its reply came after it.
-    last_busy: Option<(Instant, u64)>,
+    /// The last queued attempt that found the lock held: a grant naming it came after it.
+    last_busy: Option<Queued>,
+    /// The id a release of this client that carries the waiter (`client::waiting::cohort`)
+    /// gives it: a grant naming it came after that release was made.
+    carry_id: Option<ShortId>,
     /// A write that met readers: this and every later attempt goes as `ACQUIRE_WRITE`.
     met_readers: bool,
+}
+
+/// A queued attempt that found the lock held: when it was sent, the epoch then, and its
+/// request id (what a grant names).
+struct Queued {
+    sent: Instant,
+    epoch: u64,
+    id: ShortId,
 }
 
 /// Where the waiter stands after an attempt that did not take the hold: lock `at` busy (for
@@ -175,6 +191,7 @@ impl Waiter {
             place,
             queue_first,
             last_busy: None,
+            carry_id: None,
             met_readers: false,
         }
     }
@@ -223,13 +240,14 @@ impl Waiter {
             .take()
             .unwrap_or_else(|| ReleaseOnDrop::new(self.hold.clone()));
         let place = self.place_now();
+        let id = self.hold.client.new_request_id();
         let sent_at = Instant::now();
         let switches = self.hold.client.switches();
         let (hold, terms) = (&self.hold, &self.terms);
         let attempt = hold.kind.attempt(
             hold.target(),
             terms,
-            place,
+            (place, id),
             &self.groups,
             &mut self.met_readers,
         );
@@ -264,8 +282,12 @@ impl Waiter {
                 incompatible,
                 partial,
             }) => {
-                self.not_taken(pending, partial, (sent_at, switches), !incompatible)
-                    .await;
+                let sent = Queued {
+                    sent: sent_at,
+                    epoch: switches,
+                    id,
+                };
+                self.not_taken(pending, partial, sent, !incompatible).await;
                 if incompatible {
                     return Err(Error::Incompatible {
                         key: self.hold.all_keys()[at].name().to_owned(),
@@ -274,8 +296,12 @@ impl Waiter {
                 Ok(Err(Busy { at, pttl, pass }))
             }
             None => {
-                self.not_taken(pending, false, (sent_at, switches), false)
-                    .await;
+                let sent = Queued {
+                    sent: sent_at,
+                    epoch: switches,
+                    id,
+                };
+                self.not_taken(pending, false, sent, false).await;
                 let at = self.subscription.as_ref().map_or(0, |(at, _)| *at);
                 Ok(Err(Busy {
                     at,
@@ -321,6 +347,11 @@ impl Waiter {
         sent: (Instant, u64),
         granted: Option<Duration>,
     ) -> LockGuard {
+        // The guard owns the hold now: the cleanup armed after an attempt that failed would
+        // otherwise release the lock the guard holds when the waiter goes (reliability row 19).
+        if let Some(mut pending) = self.pending.take() {
+            pending.disarm();
+        }
         if let Some(entry) = self.queued.as_mut() {
             entry.took();
         }
@@ -346,7 +377,7 @@ impl Waiter {
         &mut self,
         mut pending: ReleaseOnDrop,
         partial: bool,
-        (sent_at, switches): (Instant, u64),
+        sent: Queued,
         busy: bool,
     ) {
         let (kind, quorum) = (self.hold.kind, self.hold.client.is_quorum());
@@ -362,7 +393,7 @@ impl Waiter {
         }
         let queued = self.place.ticket > 0 && self.subscription.is_some();
         if queued && self.place.window.is_some() && self.failed.is_none() && busy {
-            self.last_busy = Some((sent_at, switches));
+            self.last_busy = Some(sent);
             if let Some((_, sub)) = self.subscription.as_mut() {
                 sub.queued();
             }
@@ -403,13 +434,21 @@ impl Waiter {
         // Also at least every `HANDED_RECHECK`: a lock handed to a waiter that went away is
         // free again after its window, and nobody publishes that.
         let recheck = recheck.min(now + HANDED_RECHECK).min(give_up);
-        if !sub.wait_grant(recheck).await {
+        let Some(grant) = sub.wait_grant(recheck).await else {
             return Ok(None);
-        }
-        // Queued by its own attempt, or by a release of this client: whichever came last (the
-        // grant came after both).
-        let last_busy = self.last_busy.max(sub.carried());
-        Ok(self.granted(last_busy, window))
+        };
+        // The grant came after the request it names: the waiter's last queued attempt, or the
+        // release of this client that carried it. A grant naming neither (one that reached
+        // the waiter after a later attempt of its own found the lock another's, or from a
+        // client of an earlier version) proves nothing now: the next attempt, at once, finds
+        // out whether the lock is the waiter's.
+        let named = grant.named.as_deref();
+        let queued = match (&self.last_busy, self.carry_id) {
+            (Some(last), _) if named == Some(last.id.as_bytes()) => Some((last.sent, last.epoch)),
+            (_, Some(carry)) if named == Some(carry.as_bytes()) => sub.carried(),
+            _ => None,
+        };
+        Ok(self.granted(queued, window))
     }
 
     /// Subscribes to the release notifications of lock `at` (a set's busy lock may change
@@ -443,9 +482,13 @@ impl Waiter {
             return Ok(());
         }
         sub.expect_grant(self.hold.value.as_bytes());
+        let carry_id = *self
+            .carry_id
+            .get_or_insert_with(|| self.hold.client.new_request_id());
         let next = NextWaiter {
             value: self.hold.value,
             ticket: self.place.ticket,
+            id: carry_id,
         };
         if sub.defer(next) {
             // Leaves the queue in Redis too if it goes away once a release queued it there.

@@ -378,10 +378,11 @@ impl Call for HandedAcquireCall<'_> {
 
     fn request(&self) -> Request {
         let mut cmd = ACQUIRE_HANDED_SCRIPT.evalsha();
-        cmd.arg(3)
+        cmd.arg(4)
             .arg(self.keys.lock())
             .arg(self.keys.queue())
             .arg(self.keys.channel())
+            .arg(self.keys.queue_ids())
             .arg(self.value)
             .arg(millis_ceil(self.ttl))
             .arg(self.id)
@@ -420,11 +421,13 @@ impl Call for LeaveQueueCall<'_> {
 
     fn request(&self) -> Request {
         let mut cmd = LEAVE_QUEUE_SCRIPT.evalsha();
-        cmd.arg(if self.release.is_some() { 4 } else { 2 })
+        cmd.arg(if self.release.is_some() { 5 } else { 2 })
             .arg(self.keys.queue())
             .arg(self.keys.queue_until());
         if self.release.is_some() {
-            cmd.arg(self.keys.lock()).arg(self.keys.channel());
+            cmd.arg(self.keys.lock())
+                .arg(self.keys.channel())
+                .arg(self.keys.queue_ids());
         }
         cmd.arg(self.value)
             .arg(self.id)
@@ -508,12 +511,14 @@ pub(crate) struct ReleaseCall<'a> {
 }
 
 /// A waiter of the releasing client that a release queues for the lock (`RELEASE`'s optional
-/// arguments): its lock value and its ticket (`scripts::handed_ticket`).
+/// arguments): its lock value, its ticket (`scripts::handed_ticket`) and the id its grant will
+/// name (the waiter trusts a grant naming it from when the release was made).
 #[derive(Clone, Copy)]
 pub(crate) struct NextWaiter {
     /// `d2:<owner>` of the waiter's acquisition.
     pub(crate) value: ShortId,
     pub(crate) ticket: u64,
+    pub(crate) id: ShortId,
 }
 
 impl Call for ReleaseCall<'_> {
@@ -522,18 +527,20 @@ impl Call for ReleaseCall<'_> {
 
     fn request(&self) -> Request {
         let mut cmd = RELEASE_SCRIPT.evalsha();
-        cmd.arg(if self.handoff { 3 } else { 2 })
+        cmd.arg(if self.handoff { 4 } else { 2 })
             .arg(self.keys.lock())
             .arg(self.keys.channel());
         if self.handoff {
-            cmd.arg(self.keys.queue());
+            cmd.arg(self.keys.queue()).arg(self.keys.queue_ids());
         }
         cmd.arg(self.owner.as_bytes())
             .arg(self.id)
             .arg(millis_ceil(self.keep))
             .arg(if self.sharded { "s" } else { "-" });
         if let (true, Some(next)) = (self.handoff, self.next) {
-            cmd.arg(next.value.as_bytes()).arg(next.ticket);
+            cmd.arg(next.value.as_bytes())
+                .arg(next.ticket)
+                .arg(next.id.as_bytes());
         }
         Request::Script(&RELEASE_SCRIPT, cmd)
     }
@@ -593,18 +600,22 @@ impl ReleaseManyCall<'_> {
     /// The `EVALSHA` command (also sent inside a batch's pipeline).
     pub(crate) fn command(&self) -> Cmd {
         let mut cmd = RELEASE_MANY_SCRIPT.evalsha();
-        cmd.arg(self.items.len() * 3);
+        cmd.arg(self.items.len() * 4);
         for item in self.items {
             cmd.arg(item.keys.lock())
                 .arg(item.keys.channel())
-                .arg(item.keys.queue());
+                .arg(item.keys.queue())
+                .arg(item.keys.queue_ids());
         }
-        cmd.arg(self.id).arg("-").arg(3);
+        cmd.arg(self.id).arg("-").arg(4);
         for item in self.items {
             cmd.arg(item.value.as_bytes()).arg(millis_ceil(item.keep));
             match &item.next {
-                Some(next) => cmd.arg(next.value.as_bytes()).arg(next.ticket),
-                None => cmd.arg("").arg(0),
+                Some(next) => cmd
+                    .arg(next.value.as_bytes())
+                    .arg(next.ticket)
+                    .arg(next.id.as_bytes()),
+                None => cmd.arg("").arg(0).arg(""),
             };
         }
         cmd

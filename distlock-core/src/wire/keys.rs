@@ -90,6 +90,14 @@ impl LockKeys {
         Suffixed(self.lock(), ":queue")
     }
 
+    /// The request that last queued each waiter, `prefix:{name}:queue:ids` (a hash, value →
+    /// request id): a release's grant names it, so that the waiter trusts the grant from that
+    /// request's send and from no later one (one server, Sentinel, a cluster), as
+    /// [`LockKeys::queue`].
+    pub(crate) fn queue_ids(&self) -> Suffixed<'_> {
+        Suffixed(self.lock(), ":queue:ids")
+    }
+
     /// How long each waiter's entry lasts, `prefix:{name}:queue:until` (a sorted set), as
     /// [`LockKeys::queue`].
     pub(crate) fn queue_until(&self) -> Suffixed<'_> {
@@ -207,8 +215,10 @@ mod tests {
             k.queue_until().to_string(),
             "distlock:{order:42}:queue:until"
         );
+        assert_eq!(k.queue_ids().to_string(), "distlock:{order:42}:queue:ids");
         let slot = hash_slot(k.lock().as_bytes());
         assert_eq!(slot, hash_slot(b"order:42"));
+        assert_eq!(slot, hash_slot(k.queue_ids().to_string().as_bytes()));
         assert_eq!(slot, hash_slot(k.fence().as_bytes()));
         assert_eq!(slot, hash_slot(k.channel().as_bytes()));
         assert_eq!(slot, hash_slot(k.queue().to_string().as_bytes()));

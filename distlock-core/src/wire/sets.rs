@@ -119,13 +119,13 @@ impl Call for SetReleaseCall<'_> {
     type Reply = Released;
 
     fn request(&self) -> Request {
-        let per = if self.handoff { 3 } else { 2 };
+        let per = if self.handoff { 4 } else { 2 };
         let mut cmd = RELEASE_MANY_SCRIPT.evalsha();
         cmd.arg(self.keys.len() * per);
         for keys in self.keys {
             cmd.arg(keys.lock()).arg(keys.channel());
             if self.handoff {
-                cmd.arg(keys.queue());
+                cmd.arg(keys.queue()).arg(keys.queue_ids());
             }
         }
         cmd.arg(self.id)
@@ -136,7 +136,7 @@ impl Call for SetReleaseCall<'_> {
             cmd.arg(self.owner.as_bytes()).arg(keep);
             if self.handoff {
                 // No next waiter to queue (see `ReleaseManyCall`).
-                cmd.arg("").arg(0);
+                cmd.arg("").arg(0).arg("");
             }
         }
         Request::Script(&RELEASE_MANY_SCRIPT, cmd)

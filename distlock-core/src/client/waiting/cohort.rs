@@ -44,6 +44,9 @@ use crate::wire::calls::NextWaiter;
 pub(super) struct GrantSlot {
     /// A release handed the lock to this waiter.
     pub(super) handed: AtomicBool,
+    /// The request id the last grant named (the attempt, or the carry, that queued the waiter
+    /// it was handed to; `None`: it named none).
+    pub(super) named: Mutex<Option<Vec<u8>>>,
     /// The waiter is to queue itself in Redis now (see the module docs).
     pub(super) promoted: AtomicBool,
     pub(super) notify: Notify,
@@ -330,6 +333,7 @@ mod tests {
         NextWaiter {
             value: ShortId::with_counter("d2:test", b':', n),
             ticket: n,
+            id: ShortId::with_counter("", b'r', n),
         }
     }
 

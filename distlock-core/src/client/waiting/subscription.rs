@@ -15,6 +15,13 @@ use crate::client::waiting::cohort::{self, Deferral, GrantSlot, Place};
 use crate::sync;
 use crate::wire::calls::NextWaiter;
 use crate::wire::scripts::TURN_GRACE;
+/// A release's grant of the lock to this waiter, as its message said it.
+pub(crate) struct Grant {
+    /// The request id it names: the waiter's attempt, or the release of its client, that last
+    /// queued it (`None`: a grant that names none, from a client of an earlier version).
+    pub(crate) named: Option<Vec<u8>>,
+}
+
 /// One waiter's interest in a release channel; dropping it gives the interest back.
 pub(crate) struct Subscription {
     pub(super) rx: watch::Receiver<Box<[u64]>>,
@@ -101,34 +108,40 @@ impl Subscription {
     }
 
     /// A waiter of [`Subscription::expect_grant`]: waits until a release hands it the lock
-    /// (true), or a plain wake (a release without a waiter to hand it to, a resubscription)
-    /// came after the last [`Subscription::mark_seen`], or it is to queue itself (a deferred
-    /// waiter promoted, see `cohort`), or `deadline` (false).
-    pub(crate) async fn wait_grant(&mut self, deadline: Instant) -> bool {
+    /// (`Some`: the grant, naming the request that queued the waiter), or a plain wake (a
+    /// release without a waiter to hand it to, a resubscription) came after the last
+    /// [`Subscription::mark_seen`], or it is to queue itself (a deferred waiter promoted, see
+    /// `cohort`), or `deadline` (`None`).
+    pub(crate) async fn wait_grant(&mut self, deadline: Instant) -> Option<Grant> {
         let Some(slot) = self.grant.as_ref().map(|(_, slot)| slot.clone()) else {
             self.wait_until(deadline, 0).await;
-            return false;
+            return None;
         };
         let deadline = self.poll_deadline(deadline);
+        let granted = |slot: &GrantSlot| {
+            slot.handed.swap(false, Ordering::AcqRel).then(|| Grant {
+                named: sync::lock(&slot.named).take(),
+            })
+        };
         loop {
-            if slot.handed.swap(false, Ordering::AcqRel) {
-                return true;
+            if let Some(grant) = granted(&slot) {
+                return Some(grant);
             }
             if slot.promoted.swap(false, Ordering::AcqRel) {
-                return false;
+                return None;
             }
             let woken = {
                 let heard = self.rx.borrow_and_update();
                 heard.iter().zip(&*self.seen).any(|(n, seen)| n != seen)
             };
             if woken {
-                return false;
+                return None;
             }
             tokio::select! {
                 () = slot.notify.notified() => {}
                 changed = tokio::time::timeout_at(deadline, self.rx.changed()) => {
                     if !matches!(changed, Ok(Ok(()))) {
-                        return slot.handed.swap(false, Ordering::AcqRel);
+                        return granted(&slot);
                     }
                 }
             }

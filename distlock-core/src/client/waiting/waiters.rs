@@ -383,8 +383,14 @@ fn dispatch(
             if let [Value::BulkString(name), Value::BulkString(payload), ..] = &push.data[..] {
                 if let Some(entry) = map.get(name.as_slice()) {
                     if payload.starts_with(VERSION_TAG.as_bytes()) {
-                        let slot = sync::lock(&entry.grants).get(payload.as_slice()).cloned();
+                        // `<value> <request id>`: the request that queued the waiter.
+                        let (value, named) = match payload.iter().position(|&b| b == b' ') {
+                            Some(at) => (&payload[..at], Some(payload[at + 1..].to_vec())),
+                            None => (payload.as_slice(), None),
+                        };
+                        let slot = sync::lock(&entry.grants).get(value).cloned();
                         if let Some(slot) = slot {
+                            *sync::lock(&slot.named) = named;
                             slot.handed.store(true, Ordering::Release);
                             slot.notify.notify_one();
                         }

@@ -111,14 +111,14 @@ impl Kind {
     }
 
     /// One attempt at the hold: a set's (`set::attempt`, one call per slot group of
-    /// `groups`), or one request of a lock, permit or read hold from the waiter's `place` (two
-    /// if the connection dropped, or if a write met readers: `met_readers`, from then on asked
-    /// as such).
+    /// `groups`), or one request of a lock, permit or read hold (request id `id`) from the
+    /// waiter's `place` (two if the connection dropped, or if a write met readers:
+    /// `met_readers`, from then on asked as such, with a request id of its own).
     pub(crate) async fn attempt(
         self,
         target: Target<'_>,
         terms: &Terms,
-        place: Place,
+        (place, id): (Place, ShortId),
         groups: &[Range<usize>],
         met_readers: &mut bool,
     ) -> Result<Found, Error> {
@@ -127,10 +127,11 @@ impl Kind {
         }
         let replicas = target.client.replica_wait(terms.min_replicas);
         let readers = *met_readers;
-        let mut found = self.request(target, terms, place, readers).await?;
+        let mut found = self.request(target, terms, place, id, readers).await?;
         if !readers && self.meets_readers(&found.0) {
             *met_readers = true;
-            found = self.request(target, terms, place, true).await?;
+            let id = target.client.new_request_id();
+            found = self.request(target, terms, place, id, true).await?;
         }
         let (found, acked) = found;
         let required = replicas.map_or(0, |w| w.replicas);
@@ -164,9 +165,9 @@ impl Kind {
         target: Target<'_>,
         terms: &Terms,
         place: Place,
+        id: ShortId,
         readers: bool,
     ) -> Result<(Acquired, Option<usize>), Error> {
-        let id = target.client.new_request_id();
         let send = || self.send_acquire(target, terms, place, id.as_bytes(), readers);
         // A dropped connection fails fast and the connection reconnects: retry once, with the
         // same value so a reply lost after the lock was taken reads as our own take. A timeout

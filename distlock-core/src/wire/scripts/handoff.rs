@@ -32,8 +32,11 @@ pub(crate) fn handed_ticket(started_ms: u64, window: Duration) -> u64 {
 /// `:queue`, lock value → ticket (see `handed_ticket`: the waiters' order, and each one's
 /// grant window).
 ///
-/// KEYS: lock, queue, release channel. ARGV: value (`d2:<owner>`), ttl ms, request id, ticket,
-/// grant window ms, `s` for a sharded release channel. Returns `{id, {1, 0}}` (ours: taken, or
+/// KEYS: lock, queue, release channel, the waiters' request ids (`queue:ids`). ARGV: value
+/// (`d2:<owner>`), ttl ms, request id, ticket, grant window ms, `s` for a sharded release
+/// channel. A busy attempt queues the caller and records its request id: the grant that hands
+/// it the lock names that request (`hand_over` in `grant_prelude!`), so the waiter trusts the
+/// grant from that request's send, never from a later one's. Returns `{id, {1, 0}}` (ours: taken, or
 /// handed to us, or a replay after a lost reply; its expiry raised to the ttl, so the lease
 /// counts from this attempt), `{id, {0, pttl}}` (held by another `d2` owner: the caller is
 /// queued, and tries again at the latest at the pttl) or `{id, {2, 0}}` (not a `d2` lock).
@@ -54,6 +57,7 @@ if type(v) == 'table' then
 end
 if v == ARGV[1] then
   redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('HDEL', KEYS[4], ARGV[1])
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
   end
@@ -64,9 +68,13 @@ if v and string.sub(v, 1, 3) ~= 'd2:' then
 end
 local function queue(ms)
   redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
+  redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
   local keep = ms + tonumber(ARGV[5])
   if redis.call('PTTL', KEYS[2]) < keep then
     redis.call('PEXPIRE', KEYS[2], keep)
+  end
+  if redis.call('PTTL', KEYS[4]) < keep then
+    redis.call('PEXPIRE', KEYS[4], keep)
   end
 end
 if v then
@@ -76,11 +84,12 @@ if v then
 end
 local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 if first[1] and first[1] ~= ARGV[1] and tonumber(first[2]) < tonumber(ARGV[4]) then
-  local window = hand_over(KEYS[1], KEYS[3], KEYS[2], first, ARGV[6] == 's')
+  local window = hand_over(KEYS[1], KEYS[3], KEYS[2], KEYS[4], first, ARGV[6] == 's')
   queue(window)
   return {ARGV[3], {0, window}}
 end
 redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {ARGV[3], {1, 0}}
 "#
@@ -94,15 +103,19 @@ return {ARGV[3], {1, 0}}
 /// may have handed it the lock: a waiter leaving without it), a lock holding its value is let
 /// go: handed on to the next waiter, or deleted (`grant_prelude!`).
 ///
-/// KEYS: queue, queue until, and the lock and its release channel. ARGV: value (`d2:<owner>`),
-/// request id, and `s` for a sharded release channel. Returns `{id, removed}`.
+/// KEYS: queue, queue until, and the lock, its release channel and the waiters' request ids.
+/// ARGV: value (`d2:<owner>`), request id, and `s` for a sharded release channel. Returns
+/// `{id, removed}`.
 pub const LEAVE_QUEUE: &str = concat!(
     grant_prelude!(),
     r#"
 redis.call('ZREM', KEYS[2], ARGV[1])
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+if KEYS[5] then
+  redis.call('HDEL', KEYS[5], ARGV[1])
+end
 if KEYS[3] and redis.pcall('GET', KEYS[3]) == ARGV[1] then
-  let_go(KEYS[3], KEYS[4], KEYS[1], ARGV[3] == 's')
+  let_go(KEYS[3], KEYS[4], KEYS[1], KEYS[5], ARGV[3] == 's')
 end
 return {ARGV[2], removed}
 "#

@@ -48,11 +48,12 @@ return {ARGV[4], {0, redis.call('PTTL', KEYS[1])}}
 /// Release.
 ///
 /// KEYS: lock, release channel, and (one server, Sentinel, a cluster: where a lock let go is
-/// handed to its first waiter) the lock's queue. ARGV: value (`d2:<owner>`), request id, keep
-/// ms, `s` for a sharded release channel (a cluster: `SPUBLISH` reaches the subscribers of
-/// the lock's own shard, where `PUBLISH` would be broadcast to every node), and optionally the
-/// value and ticket of the releasing client's next waiter for the lock (see `release_lock` in
-/// `grant_prelude!`: queued by this release, so it sends no attempt of its own).
+/// handed to its first waiter) the lock's queue and its waiters' request ids (`queue:ids`).
+/// ARGV: value (`d2:<owner>`), request id, keep ms, `s` for a sharded release channel (a
+/// cluster: `SPUBLISH` reaches the subscribers of the lock's own shard, where `PUBLISH` would
+/// be broadcast to every node), and optionally the value, ticket and id of the releasing
+/// client's next waiter for the lock (see `release_lock` in `grant_prelude!`: queued by this
+/// release, so it sends no attempt of its own).
 /// Returns `{id, code}`: 0 released, -1 another owner holds it (nothing changed), -2 no lock (it
 /// expired, or a replayed release already freed it), -3 the key is not a `d2` lock. With keep
 /// ms > 0 (`min_hold` not reached yet) the lock is left to expire after keep ms instead of
@@ -72,25 +73,25 @@ if type(v) == 'table' then"#,
   end
   return {ARGV[2], math.min(code, 0)}
 end
-return {ARGV[2], release_lock(KEYS[1], KEYS[2], KEYS[3], v, ARGV[1], ARGV[3], ARGV[5], ARGV[6], ARGV[4] == 's')}
+return {ARGV[2], release_lock(KEYS[1], KEYS[2], KEYS[3], KEYS[4], v, ARGV[1], ARGV[3], ARGV[5], ARGV[6], ARGV[7], ARGV[4] == 's')}
 "#
 );
 
 /// Release several locks in one call (a batch of releases that arrived together, see `batch`;
 /// a set of locks held together).
 ///
-/// KEYS: per lock, its lock key and release channel, and with handoff (the third ARGV `3`) its
-/// queue (see [`RELEASE`]). ARGV: the request id, `s` for sharded release channels (else `-`), the
-/// keys per lock (`2` or `3`), then for each lock its value (`d2:<owner>`) and keep ms, and
-/// with handoff (3 keys per lock) the value of the next waiter to queue (empty: none) and its
-/// ticket (see [`RELEASE`]).
+/// KEYS: per lock, its lock key and release channel, and with handoff (the third ARGV `4`) its
+/// queue and its waiters' request ids (see [`RELEASE`]). ARGV: the request id, `s` for sharded
+/// release channels (else `-`), the keys per lock (`2` or `4`), then for each lock its value
+/// (`d2:<owner>`) and keep ms, and with handoff (4 keys per lock) the value of the next waiter
+/// to queue (empty: none), its ticket and its id (see [`RELEASE`]).
 /// Returns `{id, codes}` with one code per lock, as [`RELEASE`] returns it (a permit's too).
 pub const RELEASE_MANY: &str = concat!(
     grant_prelude!(),
     r#"
 local out = {}
 local per = tonumber(ARGV[3])
-local stride = per == 3 and 4 or 2
+local stride = per == 4 and 5 or 2
 local sharded = ARGV[2] == 's'
 for i = 1, #KEYS / per do
   local lock = KEYS[per * (i - 1) + 1]
@@ -107,14 +108,15 @@ for i = 1, #KEYS / per do
       wake(chan, '1', sharded)
     end
     out[i] = math.min(out[i], 0)
-  elseif per == 3 then
+  elseif per == 4 then
     local nv = ARGV[at + 3]
     if nv == '' then
       nv = nil
     end
-    out[i] = release_lock(lock, chan, KEYS[per * (i - 1) + 3], v, value, keep, nv, ARGV[at + 4], sharded)
+    local q, ids = KEYS[per * (i - 1) + 3], KEYS[per * (i - 1) + 4]
+    out[i] = release_lock(lock, chan, q, ids, v, value, keep, nv, ARGV[at + 4], ARGV[at + 5], sharded)
   else
-    out[i] = release_lock(lock, chan, nil, v, value, keep, nil, nil, sharded)
+    out[i] = release_lock(lock, chan, nil, nil, v, value, keep, nil, nil, nil, sharded)
   end
 end
 return {ARGV[1], out}

@@ -25,14 +25,16 @@
 //! * **A waiter's attempt** (`HandedAcquireCall`, `ACQUIRE_HANDED`; one server, Sentinel, a
 //!   cluster: a plain lock's waiter once it subscribed): queues the caller in
 //!   `prefix:{name}:queue` (a sorted set: lock value → ticket, the caller's start and grant
-//!   window in one score, `handed_ticket`) while the lock is held, and takes a free lock only
-//!   in the queue's order.
+//!   window in one score, `handed_ticket`) while the lock is held, records the request that
+//!   queued it (`prefix:{name}:queue:ids`, a hash: lock value → request id), and takes a free
+//!   lock only in the queue's order.
 //! * **Re-entry check** (`RenewCall` with one lease): the outer hold is still ours, and its
 //!   expiry reaches at least the inner hold's ttl.
 //! * **Release** (`ReleaseCall`, `RELEASE`): compare, then let go: on one server, Sentinel and
 //!   a cluster the lock is handed to the first waiter of its queue in place (set to that
 //!   waiter's value for its grant window, which its new holder extends) and the message on the
-//!   release channel names it; with nobody queued (and over RedLock) the lock is deleted and
+//!   release channel names it and the request that last queued it (`<value> <request id>`:
+//!   the waiter trusts the grant from that request's send only); with nobody queued (and over RedLock) the lock is deleted and
 //!   the message is `1`, a wake (`grant_prelude!`). A release may also queue the releasing
 //!   client's next waiter for the lock, with that waiter's ticket (`NextWaiter`: a waiter that
 //!   waits in the client, `client::waiting::cohort`), before it lets go, so that waiter sends no attempt
@@ -213,16 +215,18 @@ end
 /// `let_go`: with the lock's queue given (one server, Sentinel, a cluster; not over RedLock),
 /// the lock is handed in place to the first waiter queued for it: set to its value for its
 /// grant window (read from its ticket, see `handed_ticket`; its new holder extends it to its
-/// ttl), the entry removed, and the message names it; otherwise the lock is deleted and the
-/// message is `1`, a plain wake. Without waiters this costs one `ZRANGE`. `wake`: the message
+/// ttl), the entry removed, and the message names it and the request that last queued it
+/// (`<value> <request id>`, from `queue:ids`: the waiter trusts the grant from that request's
+/// send only, since a message can reach it after a later attempt of its own found the lock
+/// another's); otherwise the lock is deleted and the message is `1`, a plain wake. Without waiters this costs one `ZRANGE`. `wake`: the message
 /// alone (a permit or a read hold let go: their waiters are woken, not handed anything).
 ///
 /// `release_lock`: a `d2` lock's release (`v`: what the lock key holds, `false` if nothing),
-/// as [`RELEASE`] returns its code. With a next waiter (`nv`, its ticket `nt`: a waiter of the
-/// releasing client that waits in the client behind one already queued, see
-/// `client::waiting::cohort`) the release queues it first (unless the lock is that waiter's already: it
-/// took it by an attempt of its own), whatever else it finds, and keeps the
-/// queue key for the lock's pttl and that waiter's window: a lock found free is then handed to
+/// as [`RELEASE`] returns its code. With a next waiter (`nv`, its ticket `nt` and the id `nid`
+/// its grant will name: a waiter of the releasing client that waits in the client behind one
+/// already queued, see `client::waiting::cohort`) the release queues it first (unless the lock
+/// is that waiter's already: it took it by an attempt of its own), whatever else it finds, and
+/// keeps the queue keys for the lock's pttl and that waiter's window: a lock found free is then handed to
 /// the first waiter at once, as [`ACQUIRE_HANDED`] would, and the waiter sends no attempt of
 /// its own.
 macro_rules! grant_prelude {
@@ -235,30 +239,37 @@ local function wake(chan, msg, sharded)
     redis.call('PUBLISH', chan, msg)
   end
 end
-local function hand_over(lock, chan, q, first, sharded)
+local function hand_over(lock, chan, q, ids, first, sharded)
   redis.call('ZREM', q, first[1])
+  local id = redis.call('HGET', ids, first[1])
   local window = math.max(tonumber(first[2]) % 1024, 1)
   redis.call('SET', lock, first[1], 'PX', string.format('%d', window))
-  wake(chan, first[1], sharded)
+  if id then
+    redis.call('HDEL', ids, first[1])
+    wake(chan, first[1] .. ' ' .. id, sharded)
+  else
+    wake(chan, first[1], sharded)
+  end
   return window
 end
-local function let_go(lock, chan, q, sharded)
+local function let_go(lock, chan, q, ids, sharded)
   if q then
     local first = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
     if first[1] then
-      hand_over(lock, chan, q, first, sharded)
+      hand_over(lock, chan, q, ids, first, sharded)
       return
     end
   end
   redis.call('DEL', lock)
   wake(chan, '1', sharded)
 end
-local function release_lock(lock, chan, q, v, value, keep, nv, nt, sharded)
+local function release_lock(lock, chan, q, ids, v, value, keep, nv, nt, nid, sharded)
   if v and v ~= value and string.sub(v, 1, 3) ~= 'd2:' then
     return -3
   end
   if nv and v ~= nv then
     redis.call('ZADD', q, nt, nv)
+    redis.call('HSET', ids, nv, nid)
   end
   local code = 0
   if v == false then
@@ -269,12 +280,15 @@ local function release_lock(lock, chan, q, v, value, keep, nv, nt, sharded)
     redis.call('PEXPIRE', lock, keep)
   end
   if (code == 0 and tonumber(keep) <= 0) or (code == -2 and nv) then
-    let_go(lock, chan, q, sharded)
+    let_go(lock, chan, q, ids, sharded)
   end
   if nv then
     local left = math.max(redis.call('PTTL', lock), 0) + math.max(tonumber(nt) % 1024, 1)
     if redis.call('PTTL', q) < left then
       redis.call('PEXPIRE', q, left)
+    end
+    if redis.call('PTTL', ids) < left then
+      redis.call('PEXPIRE', ids, left)
     end
   end
   return code
