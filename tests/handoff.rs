@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use distlock::{hash_slot, Client, Config, Error, LockGuard};
 use testkit::{
-    command_calls, eventually, fairness_run, quick_client as client, Fairness, FairnessRun,
+    command_calls, eventually, fairness_run, quick_client as client, Fairness, FairnessRun, Hold,
     RedisCluster, RedisServer,
 };
 use tokio::task::JoinHandle;
@@ -238,14 +238,26 @@ async fn contended_clients_stay_fair_and_exclusive() {
 /// A 4 s contention run of one task per entry of `tasks` (holds of `hold_ms`): no overlap, no
 /// acquire without the lock, Jain's index at least 0.99.
 async fn fair_and_exclusive(tasks: &[Client], name: &str, hold_ms: (u64, u64)) -> Fairness {
+    fair_and_exclusive_holding(tasks, name, hold_ms, Hold::Lock).await
+}
+
+/// [`fair_and_exclusive`] taking `hold` (fenced: tokens rising from holder to holder).
+async fn fair_and_exclusive_holding(
+    tasks: &[Client],
+    name: &str,
+    hold_ms: (u64, u64),
+    hold: Hold,
+) -> Fairness {
     let run = FairnessRun {
         duration: Duration::from_secs(4),
         wait: Duration::from_secs(3),
         ttl: Duration::from_secs(5),
         hold_ms,
+        hold,
     };
     let figures = fairness_run(tasks, name, run).await;
     assert_eq!(figures.overlaps, 0, "{}", figures.summary());
+    assert_eq!(figures.token_regressions, 0, "{}", figures.summary());
     assert_eq!(
         figures.busy + figures.other_errors,
         0,
@@ -254,6 +266,70 @@ async fn fair_and_exclusive(tasks: &[Client], name: &str, hold_ms: (u64, u64)) -
     );
     assert!(figures.jain() >= 0.99, "{}", figures.summary());
     figures
+}
+
+/// Fenced waiters (issue 28): queued and handed the lock in turn like plain ones, each
+/// confirming its grant with one more attempt that raises its token while the lock is its own:
+/// fair, exclusive, and every holder's token above the previous holder's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_waiters_take_their_turns_with_rising_tokens() {
+    let server = RedisServer::start();
+    let mut clients: Vec<Client> = Vec::new();
+    for _ in 0..4 {
+        clients.push(client(&server).await);
+    }
+    let figures = fair_and_exclusive_holding(&clients, "fenced-fair", (2, 10), Hold::Fenced).await;
+    assert!(figures.longest_streak <= 2, "{}", figures.summary());
+}
+
+/// Waiters that ask for a replica's acknowledgement (issue 28): handed the lock in turn, each
+/// confirming its grant with one more attempt whose `WAIT` covers the grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicated_waiters_take_their_turns() {
+    let server = RedisServer::start();
+    let _replica = RedisServer::start_replica_of(&server);
+    let mut clients: Vec<Client> = Vec::new();
+    for _ in 0..4 {
+        clients.push(client(&server).await);
+    }
+    let figures =
+        fair_and_exclusive_holding(&clients, "replicated-fair", (2, 10), Hold::Replicated(1)).await;
+    assert!(figures.longest_streak <= 2, "{}", figures.summary());
+}
+
+/// A fenced waiter handed the lock by a release gets a token above the releasing holder's:
+/// the grant carries no token, and the waiter's confirming attempt raises it while the lock is
+/// its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_waiter_handed_the_lock_gets_a_token_above_the_holders() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server).await, client(&server).await);
+    let conn = server.conn().await;
+    let first = a
+        .lock("fenced-hand")
+        .ttl(Duration::from_secs(5))
+        .fenced(true)
+        .acquire()
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(async move {
+        b.lock("fenced-hand")
+            .ttl(Duration::from_secs(5))
+            .fenced(true)
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+    });
+    until_queued(&conn, "fenced-hand", 1).await;
+    let held = first.token().expect("a fenced lock's token");
+    first.release().await.unwrap();
+    let second = waiting.await.unwrap().expect("handed the lock in its turn");
+    assert!(second.token().expect("a token") > held);
+    assert!(
+        pttl(&conn, "fenced-hand").await > 2_000,
+        "extended to its ttl"
+    );
+    second.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -90,8 +90,10 @@
 //!   window; a grant heard too late to trust costs one more round trip, which finds the lock
 //!   ours and extends it. A waiter that leaves lets go a lock handed to it meanwhile, and one
 //!   whose process died costs the lock its window at most, never its ttl (a waiter looks again
-//!   at least every second while it waits). Fenced waiters, waiters that ask for replicas,
-//!   permits, read holds, sets and RedLock are woken and try again instead.
+//!   at least every second while it waits). Fenced waiters and waiters that ask for replicas
+//!   are handed the lock the same way but confirm the grant with one more attempt, which finds
+//!   the lock theirs and raises its fencing token (or waits for its replicas) then. Permits,
+//!   read holds, sets and RedLock are woken and try again instead.
 //! * **Cancellation safety.** Dropping an `acquire()` future, a `release()` future or a guard
 //!   never leaves the lock held until its ttl: the release runs in the background on the
 //!   client's own runtime thread.

@@ -259,8 +259,10 @@
 //!   to trust costs one more round trip. A waiter that went away costs the lock its window at
 //!   most, never its ttl. Tasks of one client that wait for the same lock queue through that
 //!   client's own releases, so a handoff between them costs Redis a single script. Fenced
-//!   waiters, waiters with `min_replicas`, permits, read holds and sets are woken by the
-//!   release and try again instead; over RedLock the masters keep a queue of a lock's waiters.
+//!   waiters and waiters with `min_replicas` are handed the lock in their turn too, and confirm
+//!   the grant with one more round trip (their token is raised, or their replicas waited for,
+//!   while the lock is theirs). Permits, read holds and sets are woken by the release and try
+//!   again instead; over RedLock the masters keep a queue of a lock's waiters.
 //! * **`Err(Lost)` means "this may not have run exclusively".** The lease ran out or was lost:
 //!   renewal found the lock expired or taken ([`LossReason::Expired`], [`LossReason::Stolen`]),
 //!   Redis stayed unreachable or refused renewal until the lease ran out

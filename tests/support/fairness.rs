@@ -9,6 +9,18 @@ use std::time::{Duration, Instant};
 
 use distlock::{Client, Error};
 
+/// What each acquire of a [`fairness_run`] takes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Hold {
+    /// The lock.
+    #[default]
+    Lock,
+    /// The lock with a fencing token (`fenced`): the tokens must rise from holder to holder.
+    Fenced,
+    /// The lock acknowledged by this many replicas (`min_replicas`).
+    Replicated(usize),
+}
+
 /// The shape of a [`fairness_run`].
 #[derive(Debug, Clone, Copy)]
 pub struct FairnessRun {
@@ -20,6 +32,8 @@ pub struct FairnessRun {
     pub ttl: Duration,
     /// Each hold lasts a random time in this range (ms).
     pub hold_ms: (u64, u64),
+    /// What is taken.
+    pub hold: Hold,
 }
 
 impl Default for FairnessRun {
@@ -30,6 +44,7 @@ impl Default for FairnessRun {
             wait: Duration::from_secs(3),
             ttl: Duration::from_secs(5),
             hold_ms: (20, 200),
+            hold: Hold::Lock,
         }
     }
 }
@@ -49,6 +64,8 @@ pub struct Fairness {
     pub longest_streak: usize,
     /// Holders that overlapped (must be 0).
     pub overlaps: u64,
+    /// Fenced holds whose token was not above the previous holder's (must be 0).
+    pub token_regressions: u64,
     /// Handoff latency (a release call to the next holder, of another client, acquiring):
     /// median and 90th percentile.
     pub handoff_p50: Duration,
@@ -66,7 +83,7 @@ impl Fairness {
     /// One line for a test's output.
     pub fn summary(&self) -> String {
         format!(
-            "ok per client {:?}, busy {}, other errors {}, longest streak {}, Jain {:.3}, handoff p50 {:.1} ms p90 {:.1} ms, overlaps {}",
+            "ok per client {:?}, busy {}, other errors {}, longest streak {}, Jain {:.3}, handoff p50 {:.1} ms p90 {:.1} ms, overlaps {}, token regressions {}",
             self.ok,
             self.busy,
             self.other_errors,
@@ -74,7 +91,8 @@ impl Fairness {
             self.jain(),
             self.handoff_p50.as_secs_f64() * 1e3,
             self.handoff_p90.as_secs_f64() * 1e3,
-            self.overlaps
+            self.overlaps,
+            self.token_regressions
         )
     }
 }
@@ -94,6 +112,9 @@ pub fn jain(x: &[u64]) -> f64 {
 struct Shared {
     inside: AtomicUsize,
     overlaps: AtomicU64,
+    token_regressions: AtomicU64,
+    /// The last fenced holder's token.
+    last_token: Mutex<Option<u64>>,
     /// The holders in order (client index) and, per handoff to another client, its latency.
     holders: Mutex<Vec<usize>>,
     handoffs: Mutex<Vec<Duration>>,
@@ -141,6 +162,7 @@ pub async fn fairness_run(clients: &[Client], name: &str, run: FairnessRun) -> F
         first_error,
         longest_streak,
         overlaps: shared.overlaps.load(Ordering::SeqCst),
+        token_regressions: shared.token_regressions.load(Ordering::SeqCst),
         handoff_p50: at(0.5),
         handoff_p90: at(0.9),
     }
@@ -165,13 +187,13 @@ async fn one_client(
     };
     let (mut ok, mut busy, mut errors, mut first) = (0, 0, 0, None);
     while Instant::now() < until {
-        let guard = match client
-            .lock(name)
-            .ttl(run.ttl)
-            .wait(run.wait)
-            .acquire()
-            .await
-        {
+        let builder = client.lock(name).ttl(run.ttl).wait(run.wait);
+        let builder = match run.hold {
+            Hold::Lock => builder,
+            Hold::Fenced => builder.fenced(true),
+            Hold::Replicated(n) => builder.min_replicas(n),
+        };
+        let guard = match builder.acquire().await {
             Ok(guard) => guard,
             Err(Error::Busy { .. }) => {
                 busy += 1;
@@ -193,6 +215,14 @@ async fn one_client(
             }
         }
         shared.holders.lock().unwrap().push(me);
+        if run.hold == Hold::Fenced {
+            let token = guard.token();
+            let mut last = shared.last_token.lock().unwrap();
+            if token.is_none() || token <= *last {
+                shared.token_regressions.fetch_add(1, Ordering::SeqCst);
+            }
+            *last = token.max(*last);
+        }
         ok += 1;
         let (low, high) = run.hold_ms;
         let hold = low + next() % (high - low + 1);

@@ -26,7 +26,7 @@ mod server;
 pub use child::ChildTest;
 pub use clock::{step_round, step_round_of, ShiftedClock, Stepped};
 pub use cluster::RedisCluster;
-pub use fairness::{fairness_run, jain, Fairness, FairnessRun};
+pub use fairness::{fairness_run, jain, Fairness, FairnessRun, Hold};
 pub use holds::{permit_race, read_write_race, writer_behind_readers, Inside};
 pub use inspect::{all_keys, command_calls, eventually, lock_keys, pubsub_channels};
 pub use locks::{acquire_soon, client_with, quick_client, take_and_release};

@@ -37,11 +37,14 @@
 //!   publishes when that window lapses, a handed waiter looks again at least every
 //!   `HANDED_RECHECK` (1 s), and a lock found free with an earlier waiter queued is handed to
 //!   that one by the finder (`scripts::ACQUIRE_HANDED`).
-//! * **Who still wakes and retries.** Fenced waiters (their token comes from their own
-//!   acquire), waiters that ask for replicas (their acquire waits for them), writers behind
-//!   readers, permits, sets and every waiter over RedLock keep the wake-and-retry path; they
-//!   take a lock that is let go with nobody queued, so behind handed waiters they wait for the
-//!   queue to empty.
+//! * **Fenced waiters and waiters that ask for replicas** are queued and handed the lock the
+//!   same way, but do not trust the grant: their next attempt (sent at once) finds the lock
+//!   their own and confirms it, raising its fencing token while it is theirs and writing its
+//!   expiry so that the `WAIT` for their replicas covers the grant (`scripts::ACQUIRE_HANDED`):
+//!   one more round trip per handoff, in their turn.
+//! * **Who still wakes and retries.** Writers behind readers, permits, sets and every waiter
+//!   over RedLock keep the wake-and-retry path; they take a lock that is let go with nobody
+//!   queued, so behind handed waiters they wait for the queue to empty.
 
 use std::ops::Range;
 use std::time::Duration;
@@ -437,6 +440,11 @@ impl Waiter {
         let Some(grant) = sub.wait_grant(recheck).await else {
             return Ok(None);
         };
+        if self.place.confirm {
+            // A confirming waiter's next attempt, at once, finds a lock handed to it its own
+            // and confirms it (its token, its replicas).
+            return Ok(None);
+        }
         // The grant came after the request it names: the waiter's last queued attempt, or the
         // release of this client that carried it. A grant naming neither (one that reached
         // the waiter after a later attempt of its own found the lock another's, or from a

@@ -370,6 +370,11 @@ pub(crate) struct HandedAcquireCall<'a> {
     pub(crate) window: Duration,
     /// Waiters are woken through sharded pub/sub (a cluster).
     pub(crate) sharded: bool,
+    /// A confirming waiter (see [`ACQUIRE_HANDED`]): `Some` with the fence retention if it
+    /// is fenced (`Some(None)`: not fenced, it asks for replicas). `None`: a plain waiter.
+    pub(crate) confirm: Option<Option<Duration>>,
+    /// Replicas that must acknowledge the take (`min_replicas`).
+    pub(crate) wait: Option<ReplicaWait>,
 }
 
 impl Call for HandedAcquireCall<'_> {
@@ -378,17 +383,24 @@ impl Call for HandedAcquireCall<'_> {
 
     fn request(&self) -> Request {
         let mut cmd = ACQUIRE_HANDED_SCRIPT.evalsha();
-        cmd.arg(4)
+        cmd.arg(if self.confirm.is_some() { 5 } else { 4 })
             .arg(self.keys.lock())
             .arg(self.keys.queue())
             .arg(self.keys.channel())
-            .arg(self.keys.queue_ids())
-            .arg(self.value)
+            .arg(self.keys.queue_ids());
+        if self.confirm.is_some() {
+            // The fence key is a key of the script even when not fenced (retention 0).
+            cmd.arg(self.keys.fence());
+        }
+        cmd.arg(self.value)
             .arg(millis_ceil(self.ttl))
             .arg(self.id)
             .arg(self.ticket)
             .arg(millis_ceil(self.window))
             .arg(if self.sharded { "s" } else { "-" });
+        if let Some(fenced) = self.confirm {
+            cmd.arg(fenced.map_or(0, |r| millis_ceil(r.max(self.ttl))));
+        }
         Request::Script(&ACQUIRE_HANDED_SCRIPT, cmd)
     }
 
@@ -396,9 +408,13 @@ impl Call for HandedAcquireCall<'_> {
         self.id
     }
 
+    fn replica_wait(&self) -> Option<ReplicaWait> {
+        self.wait
+    }
+
     fn decode(&self, (status, value): (i64, i64)) -> Option<Acquired> {
         // Busy: held (maybe handed to an earlier waiter just now), a release hands it over.
-        script_acquired(status, value, false)
+        script_acquired(status, value, self.confirm.is_some_and(|f| f.is_some()))
     }
 }
 

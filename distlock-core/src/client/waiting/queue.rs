@@ -32,8 +32,12 @@ pub(crate) struct Place {
     /// Queue the caller with this attempt (a waiter's attempts after it subscribed).
     pub(crate) queue: bool,
     /// One server, Sentinel, a cluster: the grant window of a waiter to whom a release may hand
-    /// the lock (its queued attempts go as `ACQUIRE_QUEUED`); `None` otherwise.
+    /// the lock (its queued attempts go as `ACQUIRE_HANDED`); `None` otherwise.
     pub(crate) window: Option<Duration>,
+    /// Such a waiter does not trust a grant but confirms it with one more attempt, which finds
+    /// the lock its own: a fenced waiter (its token is raised then) or one that asks for
+    /// replicas (their acknowledgement is waited for then). See `scripts::ACQUIRE_HANDED`.
+    pub(crate) confirm: bool,
 }
 
 /// A waiting acquire's ticket: now, in µs since the Unix epoch (never 0, which means "does not

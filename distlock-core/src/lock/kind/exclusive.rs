@@ -18,11 +18,11 @@ use crate::wire::calls::{
 use crate::wire::request::ReplicaWait;
 use crate::wire::scripts::grant_window;
 
-/// The place of a lock's waiter (`waits`): on one server, Sentinel and a cluster a plain
-/// lock's waiter queues in Redis and is handed the lock by the release, for its grant window.
-/// Not a fenced one (its token comes from its own acquire) nor one that asks for replicas (its
-/// acquire waits for them): those are woken and try again. Over RedLock every lock's waiter
-/// queues on the masters (ticketed, without a window).
+/// The place of a lock's waiter (`waits`): on one server, Sentinel and a cluster it queues in
+/// Redis and is handed the lock by the release, for its grant window; a fenced one, or one
+/// that asks for replicas, confirms the grant with one more attempt (its token and its
+/// replicas' acknowledgement come from that attempt: `Place::confirm`). Over RedLock every
+/// lock's waiter queues on the masters (ticketed, without a window).
 pub(crate) fn place(client: &crate::client::Client, terms: &Terms, waits: bool) -> Place {
     if !waits {
         return Place::default();
@@ -33,14 +33,12 @@ pub(crate) fn place(client: &crate::client::Client, terms: &Terms, waits: bool) 
             ..Place::default()
         };
     }
-    if terms.fenced || terms.min_replicas > 0 {
-        return Place::default();
-    }
     let window = grant_window(terms.ttl);
     Place {
         ticket: queue::handed_ticket(window),
         queue: false,
         window: Some(window),
+        confirm: terms.fenced || terms.min_replicas > 0,
     }
 }
 
@@ -79,6 +77,8 @@ pub(crate) async fn send(
             ticket: place.ticket,
             window,
             sharded: client.sharded_pubsub(),
+            confirm: place.confirm.then_some(fenced),
+            wait: replicas,
         };
         client.call_acked(Operation::Acquire, name, &call).await
     } else if client.is_quorum() {

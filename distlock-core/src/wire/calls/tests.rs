@@ -119,10 +119,53 @@ fn an_acquire_scripts_status_decodes_as_taken_busy_or_incompatible() {
         ticket: 1,
         window: TTL,
         sharded: false,
+        confirm: None,
+        wait: None,
     };
     assert_eq!(handed.decode((1, 0)), taken(None));
     assert_eq!(handed.decode((0, 40)), busy);
     assert_eq!(handed.decode((3, 2)), None);
+    let fenced_waiter = HandedAcquireCall {
+        confirm: Some(Some(RETENTION)),
+        ..handed
+    };
+    assert_eq!(fenced_waiter.decode((1, 7)), taken(Some(7)));
+    assert_eq!(fenced_waiter.decode((0, 40)), busy);
+    let replicated_waiter = HandedAcquireCall {
+        confirm: Some(None),
+        ..handed
+    };
+    assert_eq!(replicated_waiter.decode((1, 0)), taken(None));
+}
+
+#[test]
+fn a_handed_waiters_attempt_sends_its_keys_in_order_and_the_fence_key_when_it_confirms() {
+    let keys = LockKeys::new("distlock", "k").unwrap();
+    let (lock, chan, fence) = (keys.lock(), keys.channel(), keys.fence());
+    let (queue, ids) = (keys.queue().to_string(), keys.queue_ids().to_string());
+    let call = |confirm| HandedAcquireCall {
+        keys: &keys,
+        value: b"d2:o",
+        id: b"r1",
+        ttl: TTL,
+        ticket: 7,
+        window: Duration::from_millis(1000),
+        sharded: true,
+        confirm,
+        wait: None,
+    };
+    let plain = [
+        "4", lock, &queue, chan, &ids, "d2:o", "10000", "r1", "7", "1000", "s",
+    ];
+    assert_eq!(sent(&call(None)).1, plain);
+    let fenced = [
+        "5", lock, &queue, chan, &ids, &fence, "d2:o", "10000", "r1", "7", "1000", "s", "60000",
+    ];
+    assert_eq!(sent(&call(Some(Some(RETENTION)))).1, fenced);
+    let replicated = [
+        "5", lock, &queue, chan, &ids, &fence, "d2:o", "10000", "r1", "7", "1000", "s", "0",
+    ];
+    assert_eq!(sent(&call(Some(None))).1, replicated);
 }
 
 #[test]

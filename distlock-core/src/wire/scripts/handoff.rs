@@ -27,19 +27,21 @@ pub(crate) fn handed_ticket(started_ms: u64, window: Duration) -> u64 {
     started_ms.saturating_mul(1024).saturating_add(window)
 }
 
-/// A plain lock's waiting attempt on one server, Sentinel or a cluster, where the lock is
-/// handed to the first waiter of its queue when it is let go (`grant_prelude!`): the queue is
-/// `:queue`, lock value → ticket (see `handed_ticket`: the waiters' order, and each one's
-/// grant window).
+/// A lock's waiting attempt on one server, Sentinel or a cluster, where the lock is handed to
+/// the first waiter of its queue when it is let go (`grant_prelude!`): the queue is `:queue`,
+/// lock value → ticket (see `handed_ticket`: the waiters' order, and each one's grant window).
 ///
-/// KEYS: lock, queue, release channel, the waiters' request ids (`queue:ids`). ARGV: value
+/// KEYS: lock, queue, release channel, the waiters' request ids (`queue:ids`), and for a
+/// confirming waiter (fenced, or one that asks for replicas) the fence key. ARGV: value
 /// (`d2:<owner>`), ttl ms, request id, ticket, grant window ms, `s` for a sharded release
-/// channel. A busy attempt queues the caller and records its request id: the grant that hands
-/// it the lock names that request (`hand_over` in `grant_prelude!`), so the waiter trusts the
-/// grant from that request's send, never from a later one's. Returns `{id, {1, 0}}` (ours: taken, or
+/// channel, and for a confirming waiter the fence retention ms (0: not fenced). A busy attempt
+/// queues the caller and records its request id: the grant that hands it the lock names that
+/// request (`hand_over` in `grant_prelude!`), so the waiter trusts the grant from that
+/// request's send, never from a later one's. Returns `{id, {1, token}}` (ours: taken, or
 /// handed to us, or a replay after a lost reply; its expiry raised to the ttl, so the lease
-/// counts from this attempt), `{id, {0, pttl}}` (held by another `d2` owner: the caller is
-/// queued, and tries again at the latest at the pttl) or `{id, {2, 0}}` (not a `d2` lock).
+/// counts from this attempt; the token 0 unless fenced), `{id, {0, pttl}}` (held by another
+/// `d2` owner: the caller is queued, and tries again at the latest at the pttl) or
+/// `{id, {2, 0}}` (not a `d2` lock).
 ///
 /// A free lock is taken only by the first waiter: a lock found free with an earlier waiter
 /// queued is handed to that one now (as a release would have: a holder that expired, or a
@@ -48,9 +50,30 @@ pub(crate) fn handed_ticket(started_ms: u64, window: Duration) -> u64 {
 /// window after each attempt: a waiter that went away without leaving costs the lock one
 /// grant window when its turn comes, never its ttl. The queue only ever refuses a take:
 /// exclusion rests on the lock key alone.
+///
+/// **A confirming waiter** does not trust a grant: the release handed it the lock without a
+/// fencing token and without its replicas. It asks once more, and finding the lock its own
+/// this script confirms it: the expiry is always written (raised to the ttl), so the `WAIT`
+/// that follows covers the grant too (a replica applies the stream in order), and a fenced
+/// waiter's token is raised here, while the lock is its own (`fence_raise`: above every token
+/// handed out before, as `ACQUIRE_FENCED`'s). A free lock taken by a confirming waiter raises
+/// its token before it is set; a fence key that does not hold a number fails the script before
+/// it takes the lock.
 pub const ACQUIRE_HANDED: &str = concat!(
     grant_prelude!(),
+    fence_prelude!(),
     r#"
+local confirm = ARGV[7] ~= nil
+local function token()
+  if not confirm then
+    return 0
+  end
+  local t, bad = fence_raise(KEYS[5], ARGV[7])
+  if bad then
+    return redis.error_reply('ERR distlock: the fence key ' .. KEYS[5] .. ' does not hold a number; delete it to use this lock')
+  end
+  return t
+end
 local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'table' then
   return {ARGV[3], {2, 0}}
@@ -58,7 +81,16 @@ end
 if v == ARGV[1] then
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('HDEL', KEYS[4], ARGV[1])
-  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+  local pttl = redis.call('PTTL', KEYS[1])
+  if confirm then
+    redis.call('PEXPIRE', KEYS[1], math.max(pttl, tonumber(ARGV[2])))
+    local t = token()
+    if type(t) == 'table' then
+      return t
+    end
+    return {ARGV[3], {1, t}}
+  end
+  if pttl < tonumber(ARGV[2]) then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
   end
   return {ARGV[3], {1, 0}}
@@ -88,10 +120,14 @@ if first[1] and first[1] ~= ARGV[1] and tonumber(first[2]) < tonumber(ARGV[4]) t
   queue(window)
   return {ARGV[3], {0, window}}
 end
+local t = token()
+if type(t) == 'table' then
+  return t
+end
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return {ARGV[3], {1, 0}}
+return {ARGV[3], {1, t}}
 "#
 );
 

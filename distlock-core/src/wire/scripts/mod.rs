@@ -297,7 +297,8 @@ end
     };
 }
 
-/// The fence raise shared by [`ACQUIRE_PERMIT`] and [`ACQUIRE_READ`] (a macro, so that
+/// The fence raise shared by [`ACQUIRE_PERMIT`], [`ACQUIRE_READ`] and [`ACQUIRE_HANDED`] (a
+/// macro, so that
 /// `concat!` makes each script one constant string): with a retention above 0, the token is
 /// the server's time in µs, or one above the fence key's last token if that is not below it,
 /// and the key keeps it for the retention; a key that does not hold a number is left as it was
