@@ -503,6 +503,15 @@ async fn several_tasks_of_several_clients_stay_fair_and_exclusive() {
     fair_and_exclusive(&tasks, "fair-cohorts", (1, 5)).await;
 }
 
+/// A client that reaches `server` through a fault proxy (300 ms response timeout): cut it off
+/// with the proxy's black hole, which holds every byte until it is lifted.
+async fn behind_a_proxy(server: &RedisServer) -> (testkit::proxy::Proxy, Client) {
+    let upstream = format!("127.0.0.1:{}", server.port()).parse().unwrap();
+    let proxy = testkit::proxy::Proxy::start(upstream).await;
+    let client = testkit::client_with(proxy.url(), Duration::from_millis(300)).await;
+    (proxy, client)
+}
+
 /// A grant delivered late (issue 28; reliability row 19's overlap): the release message that
 /// handed the lock to a waiter is held up on its subscriber connection until after the window
 /// lapsed and another client took the lock, and after the waiter's next attempt found the lock
@@ -511,10 +520,8 @@ async fn several_tasks_of_several_clients_stay_fair_and_exclusive() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_delivered_after_a_later_busy_attempt_is_not_trusted() {
     let server = RedisServer::start();
-    let upstream = format!("127.0.0.1:{}", server.port()).parse().unwrap();
-    let proxy = testkit::proxy::Proxy::start(upstream).await;
     let (a, c) = (client(&server).await, client(&server).await);
-    let b = testkit::client_with(proxy.url(), Duration::from_millis(300)).await;
+    let (proxy, b) = behind_a_proxy(&server).await;
     let conn = server.conn().await;
     let first = hold(&a, "late-grant", 5).await;
     // B waits, queued in Redis behind A.
@@ -569,10 +576,8 @@ async fn a_grant_delivered_after_a_later_busy_attempt_is_not_trusted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_handed_the_lock_after_a_timed_out_attempt_keeps_it() {
     let server = RedisServer::start();
-    let upstream = format!("127.0.0.1:{}", server.port()).parse().unwrap();
-    let proxy = testkit::proxy::Proxy::start(upstream).await;
     let a = client(&server).await;
-    let b = testkit::client_with(proxy.url(), Duration::from_millis(300)).await;
+    let (proxy, b) = behind_a_proxy(&server).await;
     let conn = server.conn().await;
     let first = hold(&a, "timed-out", 10).await;
     let b_waiting = tokio::spawn(async move { wait_for(&b, "timed-out", 5).await });
