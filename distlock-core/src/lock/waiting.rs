@@ -89,7 +89,8 @@ pub(crate) async fn acquire(
     }
     let owner = client.new_owner();
     let hold = Hold::new(client, keys, owner, kind);
-    Waiter::new(hold, terms, started).run().await
+    let mut waiter = Waiter::new(hold, terms, started);
+    waiter.run().await
 }
 
 /// Acquires a set (at least two distinct locks, in canonical order), or re-enters it.
@@ -104,7 +105,8 @@ pub(crate) async fn acquire_set(
     }
     let owner = client.new_owner();
     let hold = Hold::new_set(client, set, owner);
-    Waiter::new(hold, terms, started).run().await
+    let mut waiter = Waiter::new(hold, terms, started);
+    waiter.run().await
 }
 
 /// One acquire of a hold of any kind, from its first attempt until it is taken, busy or
@@ -200,7 +202,7 @@ impl Waiter {
     }
 
     /// The loop: attempt, give up, pause after a failure, or wait for a turn.
-    async fn run(mut self) -> Result<LockGuard, Error> {
+    async fn run(&mut self) -> Result<LockGuard, Error> {
         loop {
             let busy = match std::mem::take(&mut self.queue_first) {
                 true => Busy {
