@@ -19,6 +19,10 @@ pub enum Hold {
     Fenced,
     /// The lock acknowledged by this many replicas (`min_replicas`).
     Replicated(usize),
+    /// One permit of a semaphore of this many (1: exclusive, as the lock).
+    Permits(u32),
+    /// A set of two locks, the name and `<name>:2` (`lock_all`).
+    Set,
 }
 
 /// The shape of a [`fairness_run`].
@@ -187,12 +191,14 @@ async fn one_client(
     };
     let (mut ok, mut busy, mut errors, mut first) = (0, 0, 0, None);
     while Instant::now() < until {
-        let builder = client.lock(name).ttl(run.ttl).wait(run.wait);
         let builder = match run.hold {
-            Hold::Lock => builder,
-            Hold::Fenced => builder.fenced(true),
-            Hold::Replicated(n) => builder.min_replicas(n),
+            Hold::Lock => client.lock(name),
+            Hold::Fenced => client.lock(name).fenced(true),
+            Hold::Replicated(n) => client.lock(name).min_replicas(n),
+            Hold::Permits(n) => client.semaphore(name, n),
+            Hold::Set => client.lock_all([name.to_owned(), format!("{name}:2")]),
         };
+        let builder = builder.ttl(run.ttl).wait(run.wait);
         let guard = match builder.acquire().await {
             Ok(guard) => guard,
             Err(Error::Busy { .. }) => {

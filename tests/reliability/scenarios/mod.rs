@@ -6,6 +6,7 @@ mod clock_steps;
 mod cluster_failover;
 mod connection_faults;
 mod failover_belief;
+mod fairness;
 mod holder_faults;
 mod long_hold;
 mod multi_stall;
@@ -53,6 +54,7 @@ pub(crate) fn all(settings: &Settings) -> Vec<Scenario> {
         cluster_failover::scenario(&s, heavy(40, 120)),
         redlock_loss::scenario(&s, heavy(40, 120)),
         redlock_fairness::scenario(&s, heavy(40, 120)),
+        fairness::scenario(&s, heavy(90, 200)),
         partition::scenario(&s, heavy(40, 120)),
         failover_belief::sentinel(&s, heavy(90, 240)),
         failover_belief::cluster(&s, heavy(90, 200)),
