@@ -10,10 +10,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::waiting::cohort::Carry;
-use crate::client::waiting::queue::QueueEntry;
 use crate::client::Client;
 use crate::error::Error;
 use crate::lock::kind::{Kind, Target};
+use crate::lock::queue_entry::QueueEntry;
 use crate::wire::calls::ReleaseCall;
 pub(crate) use crate::wire::calls::Released;
 use crate::wire::ids::ShortId;

@@ -32,7 +32,7 @@
 //!   the ttl by the watchdog a third of the way through what is left (`into_guard`), and
 //!   without `renew` no further; a short body lets go before that and costs nothing more.
 //! * **Waiters that went away.** A waiter that gives up, fails or is dropped leaves the queue
-//!   and, if it was handed the lock meanwhile, lets it go again (`client::waiting::queue::QueueEntry`). One
+//!   and, if it was handed the lock meanwhile, lets it go again (`lock::queue_entry::QueueEntry`). One
 //!   whose process died is handed the lock for its window at most, never its ttl; since nobody
 //!   publishes when that window lapses, a handed waiter looks again at least every
 //!   `HANDED_RECHECK` (1 s), and a lock found free with an earlier waiter queued is handed to
@@ -51,7 +51,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::client::waiting::queue::{Place, QueueEntry};
+use crate::client::waiting::queue::Place;
 use crate::client::waiting::Subscription;
 use crate::client::Client;
 use crate::error::Error;
@@ -62,6 +62,7 @@ use crate::lock::fence;
 use crate::lock::guard::LockGuard;
 use crate::lock::hold::{Hold, ReleaseOnDrop};
 use crate::lock::kind::{set, Found, Kind};
+use crate::lock::queue_entry::QueueEntry;
 use crate::lock::reenter::{self, reenter};
 use crate::lock::terms::Terms;
 use crate::metrics::{self, Labels, Waiting};

@@ -25,7 +25,7 @@
 //!   attempt of its own queues it.
 //!
 //! A waiter that goes away without the lock leaves the queue in Redis like any other
-//! (`client::waiting::queue::QueueEntry`), once it is there: one that goes away while the release carrying
+//! (`lock::queue_entry::QueueEntry`), once it is there: one that goes away while the release carrying
 //! it is still out leaves it through that release's answer ([`Carry::confirm`]), so its leaving
 //! never overtakes its queuing (which would leave an entry that is handed the lock for nobody).
 
@@ -224,7 +224,7 @@ fn promote(waiter: &Deferred, fate: &mut Fate) {
     waiter.slot.notify.notify_one();
 }
 
-/// A deferred waiter as its queue entry sees it (`client::waiting::queue::QueueEntry`).
+/// A deferred waiter as its queue entry sees it (`lock::queue_entry::QueueEntry`).
 pub(crate) struct Deferral {
     cohort: Shared,
     waiter: Arc<Deferred>,

@@ -132,7 +132,7 @@ return {ARGV[3], {1, t}}
 );
 
 /// A waiter whose acquire ended (without the lock, or over RedLock with it too: see
-/// `client::waiting::queue::QueueEntry`) takes its entry out of the queue (see
+/// `lock::queue_entry::QueueEntry`) takes its entry out of the queue (see
 /// [`ACQUIRE_QUEUED`](super::ACQUIRE_QUEUED), [`ACQUIRE_HANDED`]), so the waiters behind it
 /// need not wait out its grace or its grant.
 /// Given the lock and its release channel too (one server, Sentinel, a cluster, where a release
