@@ -57,8 +57,8 @@ pub struct LockBuilder {
     label: &'static str,
     /// A busy lock skips the body (`skip`): counted as `skipped`, not `busy`.
     skip: bool,
-    /// A lock, or one of a semaphore's permits (a set's and a read's kind are resolved with
-    /// the terms: `others`, `read`).
+    /// A lock, one of a semaphore's permits, or a set (a read's kind is resolved with the
+    /// terms: `read`).
     kind: Kind,
     /// `.read()`: a shared hold (checked against the kind when the acquire starts).
     read: bool,
@@ -324,8 +324,10 @@ impl LockBuilder {
         self
     }
 
-    /// The other names of a set taken together (see [`crate::lock_all`]).
+    /// The other names of a set taken together (see [`crate::lock_all`]): a set is its own
+    /// kind of hold.
     fn with_others(mut self, others: Vec<String>) -> Self {
+        self.kind = Kind::Set;
         self.others = Some(others);
         self
     }
@@ -420,10 +422,10 @@ impl LockBuilder {
     /// The labels of this acquisition's metrics: its `lock` label, and its `kind` as the
     /// builder says it (a set of one distinct name still counts as a set).
     fn labels(&self) -> Labels {
-        let kind = match (self.others.is_some(), self.read) {
-            (true, _) => Kind::Set.label(),
-            (false, true) => Kind::Read.label(),
-            (false, false) => self.kind.label(),
+        // A set asked for with `read` (refused) still counts as a set.
+        let kind = match self.read && self.others.is_none() {
+            true => Kind::Read.label(),
+            false => self.kind.label(),
         };
         Labels {
             lock: self.label,
@@ -477,18 +479,9 @@ impl LockBuilder {
             min_replicas,
             label: self.labels(),
         };
-        let kind = match (&self.others, self.kind) {
-            (None, kind) => kind,
-            (Some(_), Kind::Exclusive) => Kind::Set,
-            (Some(_), _) => {
-                return Err(Error::InvalidConfig {
-                    reason: format!("the set of locks starting with `{}` is asked for as a semaphore: sets of locks are exclusive locks only", self.name),
-                })
-            }
-        };
         let kind = match self.read {
-            true => kind.read(&self.name)?,
-            false => kind,
+            true => self.kind.read(&self.name)?,
+            false => self.kind,
         };
         kind.check(&self.name, &terms, &client)?;
         let keys = LockKeys::new(&config.key_prefix, &self.name)?;

@@ -206,11 +206,7 @@ impl Waiter {
     async fn run(&mut self) -> Result<LockGuard, Error> {
         loop {
             let busy = match std::mem::take(&mut self.queue_first) {
-                true => Busy {
-                    at: self.subscription.as_ref().map_or(0, |(at, _)| *at),
-                    pttl: None,
-                    pass: 0,
-                },
+                true => self.still_busy(),
                 false => match self.attempt().await? {
                     Ok(guard) => return Ok(guard),
                     Err(busy) => busy,
@@ -257,6 +253,11 @@ impl Waiter {
             &self.groups,
             &mut self.met_readers,
         );
+        let sent = Queued {
+            sent: sent_at,
+            epoch: switches,
+            id,
+        };
         let found = match attempt.await {
             // A waiter tries again, after a pause, until its wait runs out. (RedLock's
             // `NoQuorum` included: a split vote, masters that did not answer.)
@@ -278,7 +279,7 @@ impl Waiter {
                 if let Some((n, required)) = acked.filter(|(n, required)| n < required) {
                     return Err(unreplicated(self.hold.clone(), n, required).await);
                 }
-                let guard = self.taken(token, (sent_at, switches), None);
+                let guard = self.taken(token, (sent.sent, sent.epoch), None);
                 Ok(Ok(guard))
             }
             Some(Found::NotTaken {
@@ -288,11 +289,6 @@ impl Waiter {
                 incompatible,
                 partial,
             }) => {
-                let sent = Queued {
-                    sent: sent_at,
-                    epoch: switches,
-                    id,
-                };
                 self.not_taken(pending, partial, sent, !incompatible).await;
                 if incompatible {
                     return Err(Error::Incompatible {
@@ -302,19 +298,19 @@ impl Waiter {
                 Ok(Err(Busy { at, pttl, pass }))
             }
             None => {
-                let sent = Queued {
-                    sent: sent_at,
-                    epoch: switches,
-                    id,
-                };
                 self.not_taken(pending, false, sent, false).await;
-                let at = self.subscription.as_ref().map_or(0, |(at, _)| *at);
-                Ok(Err(Busy {
-                    at,
-                    pttl: None,
-                    pass: 0,
-                }))
+                Ok(Err(self.still_busy()))
             }
+        }
+    }
+
+    /// Where a waiter stands when no answer says more: busy at the lock it waits for (a
+    /// set's: the one it subscribed to), its pttl unknown.
+    fn still_busy(&self) -> Busy {
+        Busy {
+            at: self.subscription.as_ref().map_or(0, |(at, _)| *at),
+            pttl: None,
+            pass: 0,
         }
     }
 
@@ -512,16 +508,12 @@ impl Waiter {
     }
 
     /// The guard of a lock a release handed to this waiter: ours for the grant `window` from
-    /// the last queued attempt that found the lock held (`last_busy`: the grant came after it
-    /// was applied, so after it was sent, and lasts the window from then, or until the entry's
-    /// lapse, which is later), if at least half of that is left (otherwise `None`: the next
-    /// attempt finds the lock ours and extends it to the ttl, one round trip).
-    fn granted(
-        &mut self,
-        last_busy: Option<(Instant, u64)>,
-        window: Duration,
-    ) -> Option<LockGuard> {
-        let (sent_at, switches) = last_busy?;
+    /// the send of the request the grant names (`queued`, when it was sent and the epoch then:
+    /// the grant came after it was applied, so after it was sent, and lasts the window from
+    /// then), if at least half of that is left (otherwise, or without `queued`, `None`: the
+    /// next attempt finds the lock ours and extends it to the ttl, one round trip).
+    fn granted(&mut self, queued: Option<(Instant, u64)>, window: Duration) -> Option<LockGuard> {
+        let (sent_at, switches) = queued?;
         let left = guaranteed_until(sent_at, window).saturating_duration_since(Instant::now());
         if left < window / 2 {
             tracing::debug!(

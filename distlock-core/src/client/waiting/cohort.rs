@@ -39,14 +39,18 @@ use tokio::time::Instant;
 use crate::sync;
 use crate::wire::calls::NextWaiter;
 
+/// A release's grant of the lock to a waiter, as its message said it.
+pub(crate) struct Grant {
+    /// The request id it names: the waiter's attempt, or the release of its client, that last
+    /// queued it (`None`: a grant that names none, from a client of an earlier version).
+    pub(crate) named: Option<Vec<u8>>,
+}
+
 /// Where a release's grant (or a cohort's promotion) reaches its waiter.
 #[derive(Default)]
 pub(super) struct GrantSlot {
-    /// A release handed the lock to this waiter.
-    pub(super) handed: AtomicBool,
-    /// The request id the last grant named (the attempt, or the carry, that queued the waiter
-    /// it was handed to; `None`: it named none).
-    pub(super) named: Mutex<Option<Vec<u8>>>,
+    /// The grant a release made this waiter, until the waiter takes it.
+    pub(super) grant: Mutex<Option<Grant>>,
     /// The waiter is to queue itself in Redis now (see the module docs).
     pub(super) promoted: AtomicBool,
     pub(super) notify: Notify,

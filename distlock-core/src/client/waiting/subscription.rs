@@ -11,17 +11,10 @@ use tokio::time::Instant;
 
 use crate::background::Background;
 use crate::client::waiting::channel::{Channel, ChannelMap, Subscribers, DEGRADED_POLL};
-use crate::client::waiting::cohort::{self, Deferral, GrantSlot, Place};
+use crate::client::waiting::cohort::{self, Deferral, Grant, GrantSlot, Place};
 use crate::sync;
 use crate::wire::calls::NextWaiter;
 use crate::wire::scripts::TURN_GRACE;
-/// A release's grant of the lock to this waiter, as its message said it.
-pub(crate) struct Grant {
-    /// The request id it names: the waiter's attempt, or the release of its client, that last
-    /// queued it (`None`: a grant that names none, from a client of an earlier version).
-    pub(crate) named: Option<Vec<u8>>,
-}
-
 /// One waiter's interest in a release channel; dropping it gives the interest back.
 pub(crate) struct Subscription {
     pub(super) rx: watch::Receiver<Box<[u64]>>,
@@ -118,11 +111,7 @@ impl Subscription {
             return None;
         };
         let deadline = self.poll_deadline(deadline);
-        let granted = |slot: &GrantSlot| {
-            slot.handed.swap(false, Ordering::AcqRel).then(|| Grant {
-                named: sync::lock(&slot.named).take(),
-            })
-        };
+        let granted = |slot: &GrantSlot| sync::lock(&slot.grant).take();
         loop {
             if let Some(grant) = granted(&slot) {
                 return Some(grant);

@@ -52,7 +52,7 @@ use tokio::sync::{mpsc, OnceCell};
 
 use crate::background::Background;
 use crate::client::waiting::channel::{Channel, ChannelMap, Subscribers};
-use crate::client::waiting::cohort::{self, Carry, Place};
+use crate::client::waiting::cohort::{self, Carry, Grant, Place};
 use crate::client::waiting::subscription::Subscription;
 use crate::deploy::backend::{Backend, Subscriber};
 use crate::deploy::redlock::quorum::majority;
@@ -385,13 +385,13 @@ fn dispatch(
                     if payload.starts_with(VERSION_TAG.as_bytes()) {
                         // `<value> <request id>`: the request that queued the waiter.
                         let (value, named) = match payload.iter().position(|&b| b == b' ') {
-                            Some(at) => (&payload[..at], Some(payload[at + 1..].to_vec())),
+                            Some(at) => (&payload[..at], Some(&payload[at + 1..])),
                             None => (payload.as_slice(), None),
                         };
                         let slot = sync::lock(&entry.grants).get(value).cloned();
                         if let Some(slot) = slot {
-                            *sync::lock(&slot.named) = named;
-                            slot.handed.store(true, Ordering::Release);
+                            let named = named.map(<[u8]>::to_vec);
+                            *sync::lock(&slot.grant) = Some(Grant { named });
                             slot.notify.notify_one();
                         }
                     } else {

@@ -9,6 +9,7 @@
 //! the key's type): `Kind::release_call`.
 
 use crate::client::waiting::queue::{self, Place};
+use crate::client::Client;
 use crate::error::{Error, Operation};
 use crate::lock::kind::variant::{Kind, Target};
 use crate::lock::terms::Terms;
@@ -23,7 +24,7 @@ use crate::wire::scripts::grant_window;
 /// that asks for replicas, confirms the grant with one more attempt (its token and its
 /// replicas' acknowledgement come from that attempt: `Place::confirm`). Over RedLock every
 /// lock's waiter queues on the masters (ticketed, without a window).
-pub(crate) fn place(client: &crate::client::Client, terms: &Terms, waits: bool) -> Place {
+pub(crate) fn place(client: &Client, terms: &Terms, waits: bool) -> Place {
     if !waits {
         return Place::default();
     }

@@ -22,6 +22,7 @@ use crate::lock::terms::Terms;
 use crate::wire::calls::{Acquired, NextWaiter, ReleaseCall, Released, RenewItem};
 use crate::wire::ids::ShortId;
 use crate::wire::keys::LockKeys;
+use crate::wire::request::ReplicaWait;
 
 pub(crate) mod exclusive;
 pub(crate) mod permits;
@@ -127,11 +128,12 @@ impl Kind {
         }
         let replicas = target.client.replica_wait(terms.min_replicas);
         let readers = *met_readers;
-        let mut found = self.request(target, terms, place, id, readers).await?;
+        let asked = (place, replicas);
+        let mut found = self.request(target, terms, asked, id, readers).await?;
         if !readers && self.meets_readers(&found.0) {
             *met_readers = true;
             let id = target.client.new_request_id();
-            found = self.request(target, terms, place, id, true).await?;
+            found = self.request(target, terms, asked, id, true).await?;
         }
         let (found, acked) = found;
         let required = replicas.map_or(0, |w| w.replicas);
@@ -158,17 +160,18 @@ impl Kind {
         })
     }
 
-    /// One acquire request of a lock, permit or read hold (`readers`: a write that met
-    /// readers), retried once with the same request id and value if the connection dropped.
+    /// One acquire request of a lock, permit or read hold from the waiter's `place`, with the
+    /// `WAIT` of its replicas (`readers`: a write that met readers), retried once with the
+    /// same request id and value if the connection dropped.
     async fn request(
         self,
         target: Target<'_>,
         terms: &Terms,
-        place: Place,
+        asked: (Place, Option<ReplicaWait>),
         id: ShortId,
         readers: bool,
     ) -> Result<(Acquired, Option<usize>), Error> {
-        let send = || self.send_acquire(target, terms, place, id.as_bytes(), readers);
+        let send = || self.send_acquire(target, terms, asked, id.as_bytes(), readers);
         // A dropped connection fails fast and the connection reconnects: retry once, with the
         // same value so a reply lost after the lock was taken reads as our own take. A timeout
         // is not retried (the caller's bound is one response timeout); the caller's cleanup
@@ -188,11 +191,10 @@ impl Kind {
         self,
         target: Target<'_>,
         terms: &Terms,
-        place: Place,
+        (place, replicas): (Place, Option<ReplicaWait>),
         id: &[u8],
         readers: bool,
     ) -> Result<(Acquired, Option<usize>), Error> {
-        let replicas = target.client.replica_wait(terms.min_replicas);
         match self {
             Kind::Exclusive | Kind::Set if readers => {
                 shared::send_write(target, terms, (id, replicas)).await

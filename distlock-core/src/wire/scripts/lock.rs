@@ -9,29 +9,22 @@
 /// another `d2` owner) or `{id, {2, 0}}` (the key holds something that is not a `d2` lock).
 ///
 /// The token is the server's clock in microseconds, raised above the last token handed out for
-/// this name (the fence floor, kept for the retention time, read and written by one
-/// `SET ... GET`), so it strictly increases per name while the fence key stays bounded in
+/// this name (`fence_raise`: the fence floor, kept for the retention time, read and written by
+/// one `SET ... GET`), so it strictly increases per name while the fence key stays bounded in
 /// memory. A replay reads the floor back: nobody can have raised it while we hold the lock. A
 /// fence key that does not hold a number is put back as it was (expiring after the retention)
 /// and the script fails before it takes the lock.
-pub const ACQUIRE_FENCED: &str = r#"
+pub const ACQUIRE_FENCED: &str = concat!(
+    fence_prelude!(),
+    r#"
 local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'table' then
   return {ARGV[4], {2, 0}}
 end
 if v == false then
-  local t = redis.call('TIME')
-  local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local s = string.format('%d', token)
-  local prev = redis.call('SET', KEYS[2], s, 'PX', ARGV[3], 'GET')
-  local last = tonumber(prev or '0')
-  if last == nil then
-    redis.call('SET', KEYS[2], prev, 'PX', ARGV[3])
+  local token, bad = fence_raise(KEYS[2], ARGV[3])
+  if bad then
     return redis.error_reply('ERR distlock: the fence key ' .. KEYS[2] .. ' does not hold a number; delete it to use this lock')
-  end
-  if token <= last then
-    token = last + 1
-    redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3])
   end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return {ARGV[4], {1, token}}
@@ -43,7 +36,8 @@ if string.sub(v, 1, 3) ~= 'd2:' then
   return {ARGV[4], {2, 0}}
 end
 return {ARGV[4], {0, redis.call('PTTL', KEYS[1])}}
-"#;
+"#
+);
 
 /// Release.
 ///

@@ -297,12 +297,11 @@ end
     };
 }
 
-/// The fence raise shared by [`ACQUIRE_PERMIT`], [`ACQUIRE_READ`] and [`ACQUIRE_HANDED`] (a
-/// macro, so that
-/// `concat!` makes each script one constant string): with a retention above 0, the token is
-/// the server's time in µs, or one above the fence key's last token if that is not below it,
-/// and the key keeps it for the retention; a key that does not hold a number is left as it was
-/// and reported (`bad`). A retention of 0: no token (0).
+/// The fence raise shared by [`ACQUIRE_FENCED`], [`ACQUIRE_PERMIT`], [`ACQUIRE_READ`] and
+/// [`ACQUIRE_HANDED`] (a macro, so that `concat!` makes each script one constant string): with a
+/// retention above 0, the token is the server's time in µs, or one above the fence key's last token
+/// if that is not below it, and the key keeps it for the retention; a key that does not hold a
+/// number is left as it was and reported (`bad`). A retention of 0: no token (0).
 macro_rules! fence_prelude {
     () => {
         r#"
