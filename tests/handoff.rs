@@ -525,32 +525,21 @@ async fn a_grant_delivered_after_a_later_busy_attempt_is_not_trusted() {
     let conn = server.conn().await;
     let first = hold(&a, "late-grant", 5).await;
     // B waits, queued in Redis behind A.
-    let took = Arc::new(Mutex::new(None));
-    let b_waiting = {
-        let took = took.clone();
-        tokio::spawn(async move {
-            let guard = b
-                .lock("late-grant")
-                .ttl(Duration::from_secs(5))
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-                .expect("B takes the lock in the end");
-            *took.lock().unwrap() = Some(Instant::now());
-            // Checked below: a lock B took while C held it is not B's to release.
-            let _ = guard.release().await;
-        })
-    };
+    let b_waiting = tokio::spawn(async move {
+        let guard = wait_for(&b, "late-grant", 5)
+            .await
+            .expect("B takes the lock in the end");
+        let took = Instant::now();
+        // Checked below: a lock B took while C held it is not B's to release.
+        let _ = guard.release().await;
+        took
+    });
     until_queued(&conn, "late-grant", 1).await;
     // B is cut off: the grant A's release hands it is held up in the proxy.
     proxy.set_blackhole(true);
     first.release().await.unwrap();
     // B's grant window lapses unused and C takes the lock, for 3 s.
-    let c_guard = c
-        .lock("late-grant")
-        .ttl(Duration::from_secs(10))
-        .wait(Duration::from_secs(5))
-        .acquire()
+    let c_guard = wait_for(&c, "late-grant", 10)
         .await
         .expect("C takes the lock once B's window lapsed");
     let c_took = Instant::now();
@@ -559,8 +548,7 @@ async fn a_grant_delivered_after_a_later_busy_attempt_is_not_trusted() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let c_released = Instant::now();
     c_guard.release().await.unwrap();
-    b_waiting.await.unwrap();
-    let b_took = took.lock().unwrap().expect("B took the lock");
+    let b_took = b_waiting.await.unwrap();
     assert!(
         b_took >= c_released,
         "B took the lock {:?} after C did, while C held it (C released {:?} after taking it)",

@@ -143,7 +143,7 @@ async fn run(plan: Plan) -> BenchResult<()> {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/BENCHMARKS.md");
         // What other tools measured (below the marker) stays as it was.
         let old = std::fs::read_to_string(path).unwrap_or_default();
-        let text = report::with_kept_sections(&text, &old);
+        let text = testkit::with_kept_part(&text, &old, report::KEPT_MARKER);
         std::fs::write(path, &text)?;
         eprintln!("wrote {path}");
         for plot in plots::write(&report, std::path::Path::new(env!("CARGO_MANIFEST_DIR")))? {

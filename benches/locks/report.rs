@@ -694,11 +694,3 @@ impl Report {
 /// function, notes): a run rewrites everything above it and keeps everything from it on.
 pub(crate) const KEPT_MARKER: &str =
     "<!-- Measured by other tools: kept as is by `cargo bench --bench locks`. -->";
-
-/// `report` followed by the kept part of the `old` file (from [`KEPT_MARKER`] on), if any.
-pub(crate) fn with_kept_sections(report: &str, old: &str) -> String {
-    match old.find(KEPT_MARKER) {
-        Some(at) => format!("{}\n\n{}", report.trim_end(), &old[at..]),
-        None => report.to_owned(),
-    }
-}

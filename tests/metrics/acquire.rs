@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use distlock::{distributed_lock, Config, Error};
-use testkit::{eventually, RedisServer};
+use testkit::{eventually, take_and_release, RedisServer};
 
 use crate::{
     acquires, client, counter, gauge, histogram, lock_labels, outcomes, recorded, seen, series,
@@ -140,13 +140,7 @@ async fn acquire_outcomes_waits_and_holds_are_counted_per_label() {
     // Without a label: the bounded default, never the rendered key (other tests take
     // unlabeled locks too, so only "at least this one").
     let unlabeled = acquires("unlabeled", "acquired");
-    a.lock("plain:7")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_release(&a, "plain:7").await;
     assert!(acquires("unlabeled", "acquired") > unlabeled);
     let labels = lock_labels();
     assert!(labels.iter().any(|l| l == "unlabeled"), "{labels:?}");

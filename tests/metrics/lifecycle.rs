@@ -5,9 +5,10 @@
 use std::future::pending;
 use std::time::Duration;
 
-use distlock::{Client, Config, Error, LossReason};
+use distlock::{Client, Config, Error, LockGuard, LossReason};
 use redis::AsyncCommands;
 use testkit::{eventually, RedisServer};
+use tokio::task::JoinHandle;
 
 use crate::{acquires, client, counter, gauge, histogram, lock_key, outcomes, recorded, renewals};
 
@@ -175,20 +176,8 @@ async fn held_and_waiting_return_to_zero_on_every_exit_path() {
 
     // A waiter cancelled while it waits.
     let holder = a.lock("gone:1").label(GONE).acquire().await.unwrap();
-    let waiter = {
-        let b = b.clone();
-        tokio::spawn(async move {
-            b.lock("gone:1")
-                .label(GONE)
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await
-        })
-    };
-    eventually(Duration::from_secs(5), "the waiter waits", || async {
-        (gauge("distlock_waiting", GONE) == 1.0).then_some(())
-    })
-    .await;
+    let waiter = waiting_task(&b, "gone:1", GONE, Duration::from_secs(30));
+    until_waiting(GONE).await;
     waiter.abort();
     assert!(waiter.await.unwrap_err().is_cancelled());
     assert_eq!(gauge("distlock_waiting", GONE), 0.0);
@@ -315,16 +304,7 @@ async fn retried_transient_failures_are_counted() {
 
     server.demote().await;
     let before = server.error_replies("READONLY").await;
-    let waiting = tokio::spawn({
-        let c = c.clone();
-        async move {
-            c.lock("retry:1")
-                .label(RETRY)
-                .wait(Duration::from_secs(10))
-                .acquire()
-                .await
-        }
-    });
+    let waiting = waiting_task(&c, "retry:1", RETRY, Duration::from_secs(10));
     eventually(Duration::from_secs(5), "two attempts refused", || async {
         (retries() >= 2).then_some(())
     })
@@ -337,21 +317,28 @@ async fn retried_transient_failures_are_counted() {
     assert_eq!(outcomes(RETRY), [1, 0, 0, 0, 0, 0]);
 
     // A busy lock is waited for, not retried.
-    let waiter = tokio::spawn({
-        let c = c.clone();
-        async move {
-            c.lock("retry:1")
-                .label(RETRY)
-                .wait(Duration::from_secs(10))
-                .acquire()
-                .await
-        }
-    });
-    eventually(Duration::from_secs(5), "the waiter waits", || async {
-        (gauge("distlock_waiting", RETRY) == 1.0).then_some(())
-    })
-    .await;
+    let waiter = waiting_task(&c, "retry:1", RETRY, Duration::from_secs(10));
+    until_waiting(RETRY).await;
     guard.release().await.unwrap();
     waiter.await.unwrap().unwrap().release().await.unwrap();
     assert_eq!(retries(), refused, "no retry for a busy lock");
+}
+
+/// A task that takes `name` (metrics label `label`) through `c`, waiting up to `wait`.
+fn waiting_task(
+    c: &Client,
+    name: &'static str,
+    label: &'static str,
+    wait: Duration,
+) -> JoinHandle<Result<LockGuard, Error>> {
+    let c = c.clone();
+    tokio::spawn(async move { c.lock(name).label(label).wait(wait).acquire().await })
+}
+
+/// Until one acquire labelled `label` waits (`distlock_waiting`).
+async fn until_waiting(label: &str) {
+    eventually(Duration::from_secs(5), "the waiter waits", || async {
+        (gauge("distlock_waiting", label) == 1.0).then_some(())
+    })
+    .await;
 }

@@ -143,14 +143,6 @@ pub(crate) fn generated(run: &RunInfo, rows: &[ReportRow], bugs: &[(&str, &str)]
     out
 }
 
-/// `generated` followed by the kept part of the `old` file (from [`KEPT_MARKER`] on), if any.
-pub(crate) fn with_kept_part(generated: &str, old: &str) -> String {
-    match old.find(KEPT_MARKER) {
-        Some(at) => format!("{}\n\n{}", generated.trim_end(), &old[at..]),
-        None => format!("{}\n\n{KEPT_MARKER}\n", generated.trim_end()),
-    }
-}
-
 /// Text for a table cell or a list item: a `|` would end the cell, a line break the row.
 fn escape(text: &str) -> String {
     text.replace('|', "\\|").replace('\n', " ")

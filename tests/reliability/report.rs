@@ -369,7 +369,10 @@ fn write_document(
     let text = document::generated(&run, &report_rows(rows), &bugs);
     let path = format!("{root}/RELIABILITY.md");
     let old = std::fs::read_to_string(&path).unwrap_or_default();
-    std::fs::write(&path, document::with_kept_part(&text, &old))?;
+    std::fs::write(
+        &path,
+        testkit::with_kept_part(&text, &old, document::KEPT_MARKER),
+    )?;
     Ok(path)
 }
 

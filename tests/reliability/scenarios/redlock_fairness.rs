@@ -12,15 +12,14 @@
 use std::time::Duration;
 
 use distlock::{Client, Config};
-use testkit::{fairness_run, Fairness, FairnessRun, RedisServer};
+use testkit::{fairness_run, FairnessRun, RedisServer};
 
 use crate::common::Settings;
 use crate::report::{Scenario, Tally};
+use crate::scenarios::fairness::check;
 
 const MASTERS: usize = 5;
 const RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
-/// The least Jain's index over the clients' `Ok` counts.
-const MIN_JAIN: f64 = 0.9;
 
 pub(crate) fn scenario(s: &Settings, budget: Duration) -> Scenario {
     let clients = s.pick(4, 6);
@@ -62,7 +61,7 @@ async fn run(t: std::sync::Arc<Tally>, clients: usize, phase: Duration) {
         ..FairnessRun::default()
     };
     let up = fairness_run(&all, "fair", run).await;
-    check(&t, "all up", &up);
+    check(&t, "all up", Some(0), &up);
     let masters = tokio::task::spawn_blocking(move || {
         let mut masters = masters;
         for master in &mut masters[..2] {
@@ -74,36 +73,6 @@ async fn run(t: std::sync::Arc<Tally>, clients: usize, phase: Duration) {
     .expect("kill two masters");
     t.faults(2);
     let two_down = fairness_run(&all, "fair", run).await;
-    check(&t, "2 of 5 killed", &two_down);
+    check(&t, "2 of 5 killed", Some(0), &two_down);
     drop(masters);
-}
-
-/// The invariants of one phase, its counts and its note.
-fn check(t: &Tally, phase: &str, f: &Fairness) {
-    let ok: u64 = f.ok.iter().sum();
-    t.ops(ok + f.busy + f.other_errors);
-    t.check(f.overlaps == 0, || {
-        format!("{phase}: {} holders overlapped another", f.overlaps)
-    });
-    t.check(f.busy == 0, || {
-        format!("{phase}: {} waits ran out (Busy)", f.busy)
-    });
-    t.check(f.other_errors == 0, || {
-        format!(
-            "{phase}: {} acquires or releases failed: {:?}",
-            f.other_errors, f.first_error
-        )
-    });
-    t.check(f.jain() >= MIN_JAIN, || {
-        format!("{phase}: Jain {:.3} < {MIN_JAIN} (Ok {:?})", f.jain(), f.ok)
-    });
-    t.note(format!(
-        "{phase}: Ok {:?}, Busy {}, longest streak {}, Jain {:.3}, handoff p50 {:.1} ms p90 {:.1} ms",
-        f.ok,
-        f.busy,
-        f.longest_streak,
-        f.jain(),
-        f.handoff_p50.as_secs_f64() * 1e3,
-        f.handoff_p90.as_secs_f64() * 1e3,
-    ));
 }
