@@ -15,7 +15,7 @@ use futures_util::FutureExt;
 
 use crate::background::Background;
 use crate::deploy::backend::{Backend, Link};
-use crate::deploy::CallError;
+use crate::deploy::call_error::CallError;
 use crate::error::is_error_reply;
 use crate::sync;
 use crate::wire::request::{echoes, Call, Sent};

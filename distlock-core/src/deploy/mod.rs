@@ -5,6 +5,7 @@
 //! wall clocks for steps, which expire locks early.
 
 pub(crate) mod backend;
+pub(crate) mod call_error;
 pub(crate) mod connection;
 pub(crate) mod redlock;
 pub(crate) mod sentinel;
@@ -13,20 +14,10 @@ pub(crate) mod server_check;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub(crate) use crate::deploy::call_error::CallError;
 use crate::deploy::connection::Connection;
 use crate::deploy::redlock::quorum::Quorate;
 use crate::deploy::redlock::Quorum;
-
-/// Why a call failed.
-#[derive(Debug, Clone)]
-pub(crate) enum CallError {
-    /// No reply within the timeout (the connection was retired).
-    Timeout,
-    /// Redis or the connection failed (a mismatched reply is reported as an I/O error).
-    Redis(redis::RedisError),
-    /// A RedLock quorum: too few masters agreed (see `quorum`).
-    NoQuorum { agreed: usize, required: usize },
-}
 
 /// Where a client's calls go: each deployment with only its own state. A new deployment is a
 /// module of its own and a variant here.

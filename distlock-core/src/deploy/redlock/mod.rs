@@ -16,10 +16,10 @@ use futures_util::FutureExt;
 use crate::background::Background;
 use crate::config::Config;
 use crate::deploy::backend::{Backend, Link};
+use crate::deploy::call_error::CallError;
 use crate::deploy::connection::Connection;
 use crate::deploy::redlock::quorum::Quorate;
 use crate::deploy::redlock::stragglers::{expiry, Expired, Fanout, Stragglers};
-use crate::deploy::CallError;
 use crate::error::{is_connection_failure, Error};
 use crate::wire::request::{ReplicaWait, Request, Sent};
 
