@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use distlock::{hash_slot, Client, Config, Error, LockGuard};
 use testkit::{
-    command_calls, eventually, fairness_run, quick_client as client, Fairness, FairnessRun, Hold,
-    RedisCluster, RedisServer,
+    command_calls, eventually, fairness_run, queued, quick_client as client, until_queued,
+    Fairness, FairnessRun, Hold, RedisCluster, RedisServer,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -62,24 +62,6 @@ async fn pttl(conn: &redis::aio::MultiplexedConnection, name: &str) -> i64 {
         .query_async(&mut conn)
         .await
         .unwrap()
-}
-
-/// Entries in the lock's waiters' queue.
-async fn queued(conn: &redis::aio::MultiplexedConnection, name: &str) -> usize {
-    let mut conn = conn.clone();
-    redis::cmd("ZCARD")
-        .arg(format!("distlock:{{{name}}}:queue"))
-        .query_async(&mut conn)
-        .await
-        .unwrap()
-}
-
-/// Waits until `n` waiters are queued for `name`.
-async fn until_queued(conn: &redis::aio::MultiplexedConnection, name: &str, n: usize) {
-    eventually(Duration::from_secs(5), "waiters queued", || async move {
-        (queued(conn, name).await == n).then_some(())
-    })
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -92,8 +92,12 @@
 //!   whose process died costs the lock its window at most, never its ttl (a waiter looks again
 //!   at least every second while it waits). Fenced waiters and waiters that ask for replicas
 //!   are handed the lock the same way but confirm the grant with one more attempt, which finds
-//!   the lock theirs and raises its fencing token (or waits for its replicas) then. Permits,
-//!   read holds, sets and RedLock are woken and try again instead.
+//!   the lock theirs and raises its fencing token (or waits for its replicas) then. A
+//!   semaphore's waiters queue the same way (`prefix:{name}:queue`): a release hands the permit
+//!   it frees to the first of them (a holder for its grant window), and the waiter confirms it
+//!   with one more attempt, which finds the permit its own, extends it to the ttl and raises
+//!   its token; permits freed by a lease that ran out reach the queued waiters in their order
+//!   too. Read holds, sets and RedLock are woken and try again instead.
 //! * **Cancellation safety.** Dropping an `acquire()` future, a `release()` future or a guard
 //!   never leaves the lock held until its ttl: the release runs in the background on the
 //!   client's own runtime thread.

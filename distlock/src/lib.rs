@@ -261,8 +261,10 @@
 //!   client's own releases, so a handoff between them costs Redis a single script. Fenced
 //!   waiters and waiters with `min_replicas` are handed the lock in their turn too, and confirm
 //!   the grant with one more round trip (their token is raised, or their replicas waited for,
-//!   while the lock is theirs). Permits, read holds and sets are woken by the release and try
-//!   again instead; over RedLock the masters keep a queue of a lock's waiters.
+//!   while the lock is theirs). A semaphore's waiters queue the same way: a release hands the
+//!   permit it frees to the first of them, which confirms it with one more round trip. Read
+//!   holds and sets are woken by the release and try again instead; over RedLock the masters
+//!   keep a queue of a lock's waiters.
 //! * **`Err(Lost)` means "this may not have run exclusively".** The lease ran out or was lost:
 //!   renewal found the lock expired or taken ([`LossReason::Expired`], [`LossReason::Stolen`]),
 //!   Redis stayed unreachable or refused renewal until the lease ran out

@@ -66,15 +66,18 @@ pub struct Fairness {
     pub first_error: Option<String>,
     /// The longest run of consecutive holds by one client.
     pub longest_streak: usize,
-    /// Holders that overlapped (must be 0).
+    /// Holders that overlapped: more inside at once than the hold admits (one, or a
+    /// semaphore's permits). Must be 0.
     pub overlaps: u64,
     /// Fenced holds whose token was not above the previous holder's (must be 0).
     pub token_regressions: u64,
     /// Handoff latency (a release call to the next holder, of another client, acquiring):
-    /// median and 90th percentile.
+    /// median, 90th and 99th percentile.
     pub handoff_p50: Duration,
     /// See [`Fairness::handoff_p50`].
     pub handoff_p90: Duration,
+    /// See [`Fairness::handoff_p50`].
+    pub handoff_p99: Duration,
 }
 
 impl Fairness {
@@ -87,7 +90,7 @@ impl Fairness {
     /// One line for a test's output.
     pub fn summary(&self) -> String {
         format!(
-            "ok per client {:?}, busy {}, other errors {}, longest streak {}, Jain {:.3}, handoff p50 {:.1} ms p90 {:.1} ms, overlaps {}, token regressions {}",
+            "ok per client {:?}, busy {}, other errors {}, longest streak {}, Jain {:.3}, handoff p50 {:.1} ms p90 {:.1} ms p99 {:.1} ms, overlaps {}, token regressions {}",
             self.ok,
             self.busy,
             self.other_errors,
@@ -95,6 +98,7 @@ impl Fairness {
             self.jain(),
             self.handoff_p50.as_secs_f64() * 1e3,
             self.handoff_p90.as_secs_f64() * 1e3,
+            self.handoff_p99.as_secs_f64() * 1e3,
             self.overlaps,
             self.token_regressions
         )
@@ -169,6 +173,7 @@ pub async fn fairness_run(clients: &[Client], name: &str, run: FairnessRun) -> F
         token_regressions: shared.token_regressions.load(Ordering::SeqCst),
         handoff_p50: at(0.5),
         handoff_p90: at(0.9),
+        handoff_p99: at(0.99),
     }
 }
 
@@ -212,7 +217,11 @@ async fn one_client(
             }
         };
         let now = Instant::now();
-        if shared.inside.fetch_add(1, Ordering::SeqCst) > 0 {
+        let admits = match run.hold {
+            Hold::Permits(n) => n as usize,
+            _ => 1,
+        };
+        if shared.inside.fetch_add(1, Ordering::SeqCst) >= admits {
             shared.overlaps.fetch_add(1, Ordering::SeqCst);
         }
         if let Some((at, by)) = *shared.released.lock().unwrap() {

@@ -63,3 +63,22 @@ pub async fn pubsub_channels(conn: &mut redis::aio::MultiplexedConnection) -> Ve
         .await
         .unwrap()
 }
+
+/// Entries in the waiters' queue of the lock or semaphore `name` (default prefix), the queue a
+/// release hands the hold over from.
+pub async fn queued(conn: &redis::aio::MultiplexedConnection, name: &str) -> usize {
+    let mut conn = conn.clone();
+    redis::cmd("ZCARD")
+        .arg(format!("distlock:{{{name}}}:queue"))
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// Waits (up to 5 s) until `n` waiters are queued for `name` (see [`queued`]).
+pub async fn until_queued(conn: &redis::aio::MultiplexedConnection, name: &str, n: usize) {
+    eventually(Duration::from_secs(5), "waiters queued", || async move {
+        (queued(conn, name).await == n).then_some(())
+    })
+    .await;
+}

@@ -30,7 +30,9 @@ pub use cluster::RedisCluster;
 pub use document::with_kept_part;
 pub use fairness::{fairness_run, jain, Fairness, FairnessRun, Hold};
 pub use holds::{permit_race, read_write_race, writer_behind_readers, Inside};
-pub use inspect::{all_keys, command_calls, eventually, lock_keys, pubsub_channels};
+pub use inspect::{
+    all_keys, command_calls, eventually, lock_keys, pubsub_channels, queued, until_queued,
+};
 pub use locks::{acquire_soon, client_with, quick_client, take_and_release};
 #[cfg(feature = "tls")]
 pub use pki::Pki;

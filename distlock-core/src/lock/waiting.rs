@@ -42,7 +42,12 @@
 //!   their own and confirms it, raising its fencing token while it is theirs and writing its
 //!   expiry so that the `WAIT` for their replicas covers the grant (`scripts::ACQUIRE_HANDED`):
 //!   one more round trip per handoff, in their turn.
-//! * **Who still wakes and retries.** Writers behind readers, permits, sets and every waiter
+//! * **Permits** take their turns the same way (`Kind::place`): a semaphore's waiter queues
+//!   in Redis, a release hands the permit it frees to the first waiter (a holder for its grant
+//!   window: `scripts::ACQUIRE_PERMIT`), and the waiter always confirms the grant with one
+//!   more attempt, which finds the permit its own and extends it to the ttl. A permit's release
+//!   carries no waiter of its client (no cohort): each waiter queues itself.
+//! * **Who still wakes and retries.** Writers behind readers, readers, sets and every waiter
 //!   over RedLock keep the wake-and-retry path; they take a lock that is let go with nobody
 //!   queued, so behind handed waiters they wait for the queue to empty.
 
@@ -489,6 +494,10 @@ impl Waiter {
             return Ok(());
         }
         sub.expect_grant(self.hold.value.as_bytes());
+        if !self.hold.kind.carries_waiters(&self.hold.client) {
+            // A permit's releases carry no waiter: each waiter queues itself.
+            return Ok(());
+        }
         let carry_id = *self
             .carry_id
             .get_or_insert_with(|| self.hold.client.new_request_id());

@@ -220,6 +220,18 @@ pub(crate) struct SharedAcquireCall<'a> {
     pub(crate) fenced: Option<Duration>,
     /// Replicas that must acknowledge the take (`min_replicas`).
     pub(crate) wait: Option<ReplicaWait>,
+    /// A permit's waiter in its turn (one server, Sentinel, a cluster): queued, and handed a
+    /// permit by a release (see [`ACQUIRE_PERMIT`]). Ignored for a read or a write.
+    pub(crate) turn: Option<Turn>,
+}
+
+/// A waiter's place in the queue a release hands a permit over from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Turn {
+    /// Its ticket (`scripts::handed_ticket`: its arrival, and its grant window).
+    pub(crate) ticket: u64,
+    /// Waiters are woken through sharded pub/sub (a cluster).
+    pub(crate) sharded: bool,
 }
 
 impl Call for SharedAcquireCall<'_> {
@@ -234,10 +246,21 @@ impl Call for SharedAcquireCall<'_> {
         };
         let mut cmd = script.evalsha();
         let retention = self.fenced.map_or(0, |r| millis_ceil(r.max(self.ttl)));
-        // A semaphore has no writer's intent to look at; its count goes before the retention.
-        match self.shared {
-            Shared::Permits(_) => cmd.arg(2).arg(self.keys.lock()).arg(self.keys.fence()),
-            Shared::Read | Shared::Write { .. } => cmd
+        // A semaphore has no writer's intent to look at; its count goes before the retention,
+        // and a waiter in its turn adds its queue, release channel and ids, then its ticket.
+        let turn = self
+            .turn
+            .filter(|_| matches!(self.shared, Shared::Permits(_)));
+        match (self.shared, turn) {
+            (Shared::Permits(_), None) => cmd.arg(2).arg(self.keys.lock()).arg(self.keys.fence()),
+            (Shared::Permits(_), Some(_)) => cmd
+                .arg(5)
+                .arg(self.keys.lock())
+                .arg(self.keys.fence())
+                .arg(self.keys.queue())
+                .arg(self.keys.channel())
+                .arg(self.keys.queue_ids()),
+            (Shared::Read | Shared::Write { .. }, _) => cmd
                 .arg(3)
                 .arg(self.keys.lock())
                 .arg(self.keys.fence())
@@ -250,6 +273,10 @@ impl Call for SharedAcquireCall<'_> {
         cmd.arg(retention).arg(self.id);
         if let Shared::Write { waits } = self.shared {
             cmd.arg(if waits { millis_ceil(WRITER_INTENT) } else { 0 });
+        }
+        if let Some(turn) = turn {
+            cmd.arg(turn.ticket)
+                .arg(if turn.sharded { "s" } else { "-" });
         }
         Request::Script(script, cmd)
     }

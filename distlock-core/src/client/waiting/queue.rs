@@ -10,9 +10,10 @@
 //! their wake-ups arrive. Tickets from hosts whose clocks disagree are ordered by those clocks
 //! (a host ahead by a second queues behind waiters that came up to a second later).
 //!
-//! On one server, Sentinel and a cluster the queue serves a plain lock's waiters of every
-//! client, and the release itself hands the lock to the first of them (see `lock::waiting`,
-//! "Handoff"): the same tickets order them.
+//! On one server, Sentinel and a cluster the queue serves the waiters of a lock and of a
+//! semaphore's permits, of every client, and the release itself hands the lock (or the permit
+//! it frees) to the first of them (see `lock::waiting`, "Handoff"): the same tickets order
+//! them.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -32,6 +33,20 @@ pub(crate) struct Place {
     /// the lock its own: a fenced waiter (its token is raised then) or one that asks for
     /// replicas (their acknowledgement is waited for then). See `scripts::ACQUIRE_HANDED`.
     pub(crate) confirm: bool,
+}
+
+impl Place {
+    /// The place of a waiter to whom a release may hand the hold (one server, Sentinel, a
+    /// cluster: a lock's or a permit's), for its grant `window`, from now; `confirm`: it
+    /// confirms a grant with one more attempt.
+    pub(crate) fn handed(window: Duration, confirm: bool) -> Place {
+        Place {
+            ticket: handed_ticket(window),
+            queue: false,
+            window: Some(window),
+            confirm,
+        }
+    }
 }
 
 /// A waiting acquire's ticket: now, in µs since the Unix epoch (never 0, which means "does not

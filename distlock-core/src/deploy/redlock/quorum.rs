@@ -595,6 +595,7 @@ mod tests {
             shared,
             fenced: None,
             wait: None,
+            turn: None,
         };
         let call = shared(Shared::Permits(2));
         let found = |a| SharedAcquired::Found(a);

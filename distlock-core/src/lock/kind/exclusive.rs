@@ -34,13 +34,8 @@ pub(crate) fn place(client: &Client, terms: &Terms, waits: bool) -> Place {
             ..Place::default()
         };
     }
-    let window = grant_window(terms.ttl);
-    Place {
-        ticket: queue::handed_ticket(window),
-        queue: false,
-        window: Some(window),
-        confirm: terms.fenced || terms.min_replicas > 0,
-    }
+    let confirm = terms.fenced || terms.min_replicas > 0;
+    Place::handed(grant_window(terms.ttl), confirm)
 }
 
 /// What re-enters a lock (or a set) held by the call chain: the lock, a read (the exclusive

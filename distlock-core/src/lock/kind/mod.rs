@@ -102,12 +102,14 @@ impl Kind {
         }
     }
 
-    /// A waiter's place in the waiters' queue (`waits`: it waits for a busy lock): queued in
-    /// Redis and handed the lock by the release, queued on the RedLock masters, or not queued.
+    /// A waiter's place in the waiters' queue (`waits`: it waits for a busy hold): queued in
+    /// Redis and handed the lock (or a permit) by the release, queued on the RedLock masters,
+    /// or not queued.
     pub(crate) fn place(self, client: &Client, terms: &Terms, waits: bool) -> Place {
         match self {
             Kind::Exclusive => exclusive::place(client, terms, waits),
-            Kind::Permits(_) | Kind::Read | Kind::Set => Place::default(),
+            Kind::Permits(_) => permits::place(client, terms, waits),
+            Kind::Read | Kind::Set => Place::default(),
         }
     }
 
@@ -202,7 +204,9 @@ impl Kind {
             Kind::Exclusive | Kind::Set => {
                 exclusive::send(target, terms, place, (id, replicas)).await
             }
-            Kind::Permits(permits) => permits::send(target, terms, permits, (id, replicas)).await,
+            Kind::Permits(permits) => {
+                permits::send(target, terms, (permits, place), (id, replicas)).await
+            }
             Kind::Read => shared::send_read(target, terms, (id, replicas)).await,
         }
     }

@@ -35,12 +35,15 @@
 //! * **Release**: by majority, as a lock's (releasing never lets a holder in early; what a
 //!   master still holds runs out with its lease).
 
+use crate::client::waiting::queue::Place;
+use crate::client::Client;
 use crate::error::Error;
 use crate::lock::kind::shared;
 use crate::lock::kind::variant::{Kind, Target};
 use crate::lock::terms::Terms;
-use crate::wire::calls::{Acquired, Shared, SharedAcquired};
+use crate::wire::calls::{Acquired, Shared, SharedAcquired, Turn};
 use crate::wire::request::ReplicaWait;
+use crate::wire::scripts::grant_window;
 
 /// The check of a semaphore's count: at least one permit.
 pub(crate) fn check(name: &str, permits: u32) -> Result<(), Error> {
@@ -69,15 +72,33 @@ pub(crate) fn admits(name: &str, held: u32, inner: Kind) -> Result<(), Error> {
     }
 }
 
-/// One permit's acquire request (`ACQUIRE_PERMIT`), as a lock's acquire reports it; another
-/// count among the live holders is [`Error::PermitsMismatch`].
+/// The place of a permit's waiter (`waits`): on one server, Sentinel and a cluster it queues in
+/// Redis and a release hands it the permit it frees, for its grant window; the waiter confirms
+/// the grant with one more attempt (its lease extended to the ttl, its token raised, its
+/// replicas waited for: see `scripts::ACQUIRE_PERMIT`). Over RedLock a permit's waiter is not
+/// queued (see the module docs).
+pub(crate) fn place(client: &Client, terms: &Terms, waits: bool) -> Place {
+    match waits && !client.is_quorum() {
+        true => Place::handed(grant_window(terms.ttl), true),
+        false => Place::default(),
+    }
+}
+
+/// One permit's acquire request (`ACQUIRE_PERMIT`, in its turn from a waiter's queued
+/// `place`), as a lock's acquire reports it; another count among the live holders is
+/// [`Error::PermitsMismatch`].
 pub(crate) async fn send(
     target: Target<'_>,
     terms: &Terms,
-    permits: u32,
+    (permits, place): (u32, Place),
     request: (&[u8], Option<ReplicaWait>),
 ) -> Result<(Acquired, Option<usize>), Error> {
-    match shared::send(target, terms, Shared::Permits(permits), request).await? {
+    let turn = (place.queue && place.window.is_some()).then(|| Turn {
+        ticket: place.ticket,
+        sharded: target.client.sharded_pubsub(),
+    });
+    let asked = (Shared::Permits(permits), turn);
+    match shared::send(target, terms, asked, request).await? {
         (SharedAcquired::Found(found), acked) => Ok((found, acked)),
         (SharedAcquired::Mismatch { permits: held }, _) => Err(Error::PermitsMismatch {
             key: target.keys.name().to_owned(),

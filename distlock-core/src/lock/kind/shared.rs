@@ -26,7 +26,7 @@
 use crate::error::{Error, Operation};
 use crate::lock::kind::variant::{Kind, Target};
 use crate::lock::terms::Terms;
-use crate::wire::calls::{Acquired, Shared, SharedAcquireCall, SharedAcquired};
+use crate::wire::calls::{Acquired, Shared, SharedAcquireCall, SharedAcquired, Turn};
 use crate::wire::request::ReplicaWait;
 
 /// The kind an acquisition takes once `read` is applied: a read hold of a lock; a semaphore
@@ -66,7 +66,7 @@ pub(crate) async fn send_read(
     terms: &Terms,
     request: (&[u8], Option<ReplicaWait>),
 ) -> Result<(Acquired, Option<usize>), Error> {
-    found(send(target, terms, Shared::Read, request).await?)
+    found(send(target, terms, (Shared::Read, None), request).await?)
 }
 
 /// A write's acquire request once it met readers (`ACQUIRE_WRITE`, marking its intent while
@@ -79,7 +79,7 @@ pub(crate) async fn send_write(
     let write = Shared::Write {
         waits: terms.wait.is_some(),
     };
-    found(send(target, terms, write, request).await?)
+    found(send(target, terms, (write, None), request).await?)
 }
 
 /// A read's or a write's answer (only a permit's acquire reads a count: theirs never decodes
@@ -93,12 +93,12 @@ fn found(
     }
 }
 
-/// One acquire request of a hold several holders share (`shared`: a permit, a read) or of a
-/// write that met them: `SharedAcquireCall`.
+/// One acquire request of a hold several holders share (`shared`: a permit, in its `turn` if
+/// it waits so; a read) or of a write that met them: `SharedAcquireCall`.
 pub(crate) async fn send(
     target: Target<'_>,
     terms: &Terms,
-    shared: Shared,
+    (shared, turn): (Shared, Option<Turn>),
     (id, wait): (&[u8], Option<ReplicaWait>),
 ) -> Result<(SharedAcquired, Option<usize>), Error> {
     let client = target.client;
@@ -110,6 +110,7 @@ pub(crate) async fn send(
         shared,
         fenced: terms.fenced.then_some(client.config().fence_retention),
         wait,
+        turn,
     };
     client
         .call_acked(Operation::Acquire, target.keys.name(), &call)

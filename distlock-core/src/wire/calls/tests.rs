@@ -17,6 +17,7 @@ fn shared_call(keys: &LockKeys, shared: Shared, fenced: Option<Duration>) -> Sha
         shared,
         fenced,
         wait: None,
+        turn: None,
     }
 }
 
@@ -62,6 +63,27 @@ fn a_shared_holds_acquire_sends_each_scripts_keys_and_arguments_in_their_order()
     sends(write(true), None, &ACQUIRE_WRITE_SCRIPT, &want);
     let want = ["3", lock, fence, writer, "d2:o", "10000", "0", "r1", "0"];
     sends(write(false), None, &ACQUIRE_WRITE_SCRIPT, &want);
+    // A permit's waiter in its turn adds its queue, release channel and ids, then its ticket;
+    // a read ignores a turn.
+    let turn = Some(Turn {
+        ticket: 7,
+        sharded: true,
+    });
+    let (queue, ids) = (format!("{lock}:queue"), format!("{lock}:queue:ids"));
+    let (queue, chan, ids) = (&*queue, keys.channel(), &*ids);
+    let args = |shared| {
+        sent(&SharedAcquireCall {
+            turn,
+            ..shared_call(&keys, shared, None)
+        })
+        .1
+    };
+    let want = [
+        "5", lock, fence, queue, chan, ids, "d2:o", "10000", "3", "0", "r1", "7", "s",
+    ];
+    assert_eq!(args(three), want);
+    let want = ["3", lock, fence, writer, "d2:o", "10000", "0", "r1"];
+    assert_eq!(args(Shared::Read), want);
 }
 
 #[test]

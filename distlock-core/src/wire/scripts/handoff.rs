@@ -1,6 +1,7 @@
-//! A waiter's turn on one server, Sentinel or a cluster, where a release hands the lock over:
-//! the grant window and the ticket that carries it, a waiting plain lock's attempt
-//! (`ACQUIRE_HANDED`), and a waiter leaving its queue (`LEAVE_QUEUE`, RedLock's queue too).
+//! A waiter's turn on one server, Sentinel or a cluster, where a release hands the lock (or a
+//! permit, see `ACQUIRE_PERMIT`) over: the grant window and the ticket that carries it, a
+//! waiting lock's attempt (`ACQUIRE_HANDED`), and a waiter leaving its queue (`LEAVE_QUEUE`,
+//! RedLock's queue too).
 
 use std::time::Duration;
 
@@ -137,21 +138,30 @@ return {ARGV[3], {1, t}}
 /// need not wait out its grace or its grant.
 /// Given the lock and its release channel too (one server, Sentinel, a cluster, where a release
 /// may have handed it the lock: a waiter leaving without it), a lock holding its value is let
-/// go: handed on to the next waiter, or deleted (`grant_prelude!`).
+/// go: handed on to the next waiter, or deleted (`grant_prelude!`); a semaphore holding it as
+/// a permit (handed over, never confirmed) lets that permit go the same way
+/// (`permit_handoff_prelude!`).
 ///
 /// KEYS: queue, queue until, and the lock, its release channel and the waiters' request ids.
 /// ARGV: value (`d2:<owner>`), request id, and `s` for a sharded release channel. Returns
 /// `{id, removed}`.
 pub const LEAVE_QUEUE: &str = concat!(
     grant_prelude!(),
+    permit_prelude!(),
+    permit_handoff_prelude!(),
     r#"
 redis.call('ZREM', KEYS[2], ARGV[1])
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
 if KEYS[5] then
   redis.call('HDEL', KEYS[5], ARGV[1])
 end
-if KEYS[3] and redis.pcall('GET', KEYS[3]) == ARGV[1] then
-  let_go(KEYS[3], KEYS[4], KEYS[1], KEYS[5], ARGV[3] == 's')
+if KEYS[3] then
+  local v = redis.pcall('GET', KEYS[3])
+  if v == ARGV[1] then
+    let_go(KEYS[3], KEYS[4], KEYS[1], KEYS[5], ARGV[3] == 's')
+  elseif type(v) == 'table' then
+    permit_release(KEYS[3], ARGV[1], 0, KEYS[4], KEYS[1], KEYS[5], ARGV[3] == 's')
+  end
 end
 return {ARGV[2], removed}
 "#

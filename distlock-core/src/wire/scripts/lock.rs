@@ -53,18 +53,17 @@ return {ARGV[4], {0, redis.call('PTTL', KEYS[1])}}
 /// ms > 0 (`min_hold` not reached yet) the lock is left to expire after keep ms instead of
 /// being let go now; otherwise it is handed to the first waiter queued for it, or deleted and
 /// waiters woken (`grant_prelude!`). A semaphore's key (a key that is not a string) releases
-/// the permit of that value the same way (`permit_prelude!`; its waiters are woken).
+/// the permit of that value the same way, handing it to the first waiter queued for it
+/// (`permit_handoff_prelude!`); a read hold's release wakes its waiters.
 pub const RELEASE: &str = concat!(
     grant_prelude!(),
     r#"
 local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'table' then"#,
     permit_prelude!(),
+    permit_handoff_prelude!(),
     r#"
-  local code = permit_release(KEYS[1], ARGV[1], ARGV[3])
-  if code == 0 then
-    wake(KEYS[2], '1', ARGV[4] == 's')
-  end
+  local code = permit_release(KEYS[1], ARGV[1], ARGV[3], KEYS[2], KEYS[3], KEYS[4], ARGV[4] == 's')
   return {ARGV[2], math.min(code, 0)}
 end
 return {ARGV[2], release_lock(KEYS[1], KEYS[2], KEYS[3], KEYS[4], v, ARGV[1], ARGV[3], ARGV[5], ARGV[6], ARGV[7], ARGV[4] == 's')}
@@ -96,12 +95,13 @@ for i = 1, #KEYS / per do
   local v = redis.pcall('GET', lock)
   if type(v) == 'table' then"#,
     permit_prelude!(),
+    permit_handoff_prelude!(),
     r#"
-    out[i] = permit_release(lock, value, keep)
-    if out[i] == 0 then
-      wake(chan, '1', sharded)
+    local q, ids
+    if per == 4 then
+      q, ids = KEYS[per * (i - 1) + 3], KEYS[per * (i - 1) + 4]
     end
-    out[i] = math.min(out[i], 0)
+    out[i] = math.min(permit_release(lock, value, keep, chan, q, ids, sharded), 0)
   elseif per == 4 then
     local nv = ARGV[at + 3]
     if nv == '' then

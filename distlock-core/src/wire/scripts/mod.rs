@@ -61,10 +61,16 @@
 //!   never a resize.
 //!   Fenced, the token comes from the same fence floor as a lock's (a replay gets a fresh one,
 //!   still above every earlier token).
+//! * **A waiter in its turn** (one server, Sentinel, a cluster: `ACQUIRE_PERMIT` with the
+//!   queue keys): queues as a lock's waiter does (`prefix:{name}:queue`, `:queue:ids`), takes
+//!   a free permit only after the waiters queued ahead of it were handed one, and is handed a
+//!   permit by a release (a member for its grant window, the message `<value> <request id>`),
+//!   which its next attempt confirms (`permit_handoff_prelude!`).
 //! * **Renewal, release**: `RENEW`, `RELEASE` and `RELEASE_MANY` take a permit's key in the
 //!   same place as a lock's (a key that is not a string is looked at as a semaphore:
 //!   `permit_prelude!`), so the watchdog's batches, the re-entry check, the group commit and the
-//!   Sentinel confirmations serve both kinds unchanged. A release publishes on `:released`.
+//!   Sentinel confirmations serve both kinds unchanged. A release hands the permit to the first
+//!   waiter queued for it, or publishes `1` on the release channel.
 //!
 //! ### Shared holds (`distlock::lock(name).read()`)
 //!
@@ -134,7 +140,7 @@ pub const VERSION_TAG: &str = "d2:";
 pub const PERMITS_MEMBER: &str = "d2:permits";
 
 /// The Lua functions on a semaphore's or readers' sorted set shared by [`ACQUIRE_PERMIT`],
-/// [`ACQUIRE_READ`], [`RENEW`], [`RELEASE`] and [`RELEASE_MANY`] (a macro, so that `concat!`
+/// [`ACQUIRE_READ`], [`RENEW`], [`RELEASE`], [`RELEASE_MANY`] and [`LEAVE_QUEUE`] (a macro, so that `concat!`
 /// makes each script one constant string). Deadlines are the server's clock in ms; the count member's score is `-n`, below
 /// every deadline. The lock scripts define them inside their branch for a key that is not a
 /// string, so a lock's renewal and release never pay for making them.
@@ -186,25 +192,6 @@ local function permit_renew(key, value, ttl)
   end
   return 0
 end
-local function permit_release(key, value, keep)
-  if not permit_set(key) then
-    return -3
-  end
-  local now = permit_now()
-  redis.call('ZREMRANGEBYSCORE', key, 0, now)
-  local code = -2
-  if redis.call('ZSCORE', key, value) then
-    if tonumber(keep) > 0 then
-      redis.call('ZADD', key, 'XX', string.format('%d', now + tonumber(keep)), value)
-      code = 1
-    else
-      redis.call('ZREM', key, value)
-      code = 0
-    end
-  end
-  permit_settle(key, now)
-  return code
-end
 "#
     };
 }
@@ -218,8 +205,10 @@ end
 /// ttl), the entry removed, and the message names it and the request that last queued it
 /// (`<value> <request id>`, from `queue:ids`: the waiter trusts the grant from that request's
 /// send only, since a message can reach it after a later attempt of its own found the lock
-/// another's); otherwise the lock is deleted and the message is `1`, a plain wake. Without waiters this costs one `ZRANGE`. `wake`: the message
-/// alone (a permit or a read hold let go: their waiters are woken, not handed anything).
+/// another's); otherwise the lock is deleted and the message is `1`, a plain wake. Without
+/// waiters this costs one `ZRANGE`. `grant`: the first waiter's entry taken out and the
+/// message that names it (a permit handed over, `permit_handoff_prelude!`, sends the same);
+/// `wake`: a message alone.
 ///
 /// `release_lock`: a `d2` lock's release (`v`: what the lock key holds, `false` if nothing),
 /// as [`RELEASE`] returns its code. With a next waiter (`nv`, its ticket `nt` and the id `nid`
@@ -239,17 +228,20 @@ local function wake(chan, msg, sharded)
     redis.call('PUBLISH', chan, msg)
   end
 end
-local function hand_over(lock, chan, q, ids, first, sharded)
+local function grant(chan, q, ids, first, sharded)
   redis.call('ZREM', q, first[1])
   local id = redis.call('HGET', ids, first[1])
-  local window = math.max(tonumber(first[2]) % 1024, 1)
-  redis.call('SET', lock, first[1], 'PX', string.format('%d', window))
   if id then
     redis.call('HDEL', ids, first[1])
     wake(chan, first[1] .. ' ' .. id, sharded)
   else
     wake(chan, first[1], sharded)
   end
+  return math.max(tonumber(first[2]) % 1024, 1)
+end
+local function hand_over(lock, chan, q, ids, first, sharded)
+  local window = grant(chan, q, ids, first, sharded)
+  redis.call('SET', lock, first[1], 'PX', string.format('%d', window))
   return window
 end
 local function let_go(lock, chan, q, ids, sharded)
@@ -291,6 +283,76 @@ local function release_lock(lock, chan, q, ids, v, value, keep, nv, nt, nid, sha
       redis.call('PEXPIRE', ids, left)
     end
   end
+  return code
+end
+"#
+    };
+}
+
+/// A permit let go, and handed over (a macro, so that `concat!` makes each script one
+/// constant string; after [`grant_prelude!`] and [`permit_prelude!`], whose functions it uses),
+/// shared by [`ACQUIRE_PERMIT`], [`RELEASE`], [`RELEASE_MANY`] and [`LEAVE_QUEUE`].
+///
+/// `permit_hand`: with the semaphore's queue given (one server, Sentinel, a cluster), every free
+/// permit of the semaphore `key` of `n` (expired holders already removed) is handed to the
+/// waiters queued for it in their order (those with a ticket below `below`, if given: an
+/// acquire hands the permits to the waiters ahead of it): each becomes a holder for its grant
+/// window (read from its ticket, as a lock's), and the message names it and the request that
+/// queued it (`grant`). The new holder confirms its permit with one more attempt, which finds
+/// it its own and extends it to the ttl (see [`ACQUIRE_PERMIT`]). Returns the permits still
+/// free and how many were handed. A handed member never replaces a live one (`NX`).
+///
+/// `permit_release`: a permit's or a read hold's release (`keep` ms > 0: kept for `min_hold`
+/// instead): -3 not a `d2` set of holders, -2 not held (nothing changed), 1 kept, 0 let go. A
+/// permit let go is handed to the first waiter queued for it (`q` given); otherwise, or with
+/// permits still free after that, or for a read hold, the release channel gets `1`, a wake.
+macro_rules! permit_handoff_prelude {
+    () => {
+        r#"
+local function permit_hand(key, chan, q, ids, now, n, below, sharded)
+  local held = redis.call('ZCARD', key)
+  if held > 0 then
+    held = held - 1
+  end
+  local free, handed = n - held, 0
+  while free > 0 do
+    local first = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
+    if not first[1] or (below and tonumber(first[2]) >= below) then
+      break
+    end
+    local window = grant(chan, q, ids, first, sharded)
+    redis.call('ZADD', key, string.format('%d', -n), 'd2:permits')
+    redis.call('ZADD', key, 'NX', string.format('%d', now + window), first[1])
+    free, handed = free - 1, handed + 1
+  end
+  return free, handed
+end
+local function permit_release(key, value, keep, chan, q, ids, sharded)
+  if not permit_set(key) then
+    return -3
+  end
+  local now = permit_now()
+  redis.call('ZREMRANGEBYSCORE', key, 0, now)
+  local code = -2
+  if redis.call('ZSCORE', key, value) then
+    if tonumber(keep) > 0 then
+      redis.call('ZADD', key, 'XX', string.format('%d', now + tonumber(keep)), value)
+      code = 1
+    else
+      redis.call('ZREM', key, value)
+      code = 0
+    end
+  end
+  if code == 0 then
+    local n, free, handed = permit_count(key), 1, 0
+    if n and q then
+      free, handed = permit_hand(key, chan, q, ids, now, n, nil, sharded)
+    end
+    if handed == 0 or free > 0 then
+      wake(chan, '1', sharded)
+    end
+  end
+  permit_settle(key, now)
   return code
 end
 "#

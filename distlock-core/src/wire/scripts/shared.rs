@@ -6,39 +6,78 @@ use std::time::Duration;
 
 /// Acquire a permit of a semaphore (see the `scripts` docs, "Permits").
 ///
-/// KEYS: semaphore, fence. ARGV: value (`d2:<owner>`), ttl ms, permits `n`, fence retention ms
-/// (0: no fencing token), request id. Returns `{id, {1, token}}` (taken, or a replay of our own
-/// take, extended to the ttl; token 0 when not fenced), `{id, {0, ms}}` (all `n` permits held:
-/// the first lease ends in ms), `{id, {3, m}}` (live holders agreed on `m` permits, not `n`:
-/// nothing changed) or `{id, {2, 0}}` (the key holds something that is not a `d2` semaphore:
-/// a lock, another version's or another program's key).
+/// KEYS: semaphore, fence, and for a waiter in its turn (one server, Sentinel, a cluster) the
+/// waiters' queue, the release channel and the waiters' request ids (`queue:ids`). ARGV: value
+/// (`d2:<owner>`), ttl ms, permits `n`, fence retention ms (0: no fencing token), request id,
+/// and for a waiter in its turn its ticket (`handed_ticket`, which carries its grant window)
+/// and `s` for a sharded release channel. Returns `{id, {1, token}}` (taken, or a replay of our
+/// own take, or a permit handed to us, extended to the ttl; token 0 when not fenced),
+/// `{id, {0, ms}}` (all `n` permits held: the first lease ends in ms), `{id, {3, m}}` (live
+/// holders agreed on `m` permits, not `n`: nothing changed) or `{id, {2, 0}}` (the key holds
+/// something that is not a `d2` semaphore: a lock, another version's or another program's
+/// key).
 ///
 /// The count member is written again with each take, so a semaphore whose holders all expired
 /// or left takes the `n` of its next holder.
+///
+/// **A waiter in its turn** (the queue given) takes a free permit only after every waiter
+/// queued ahead of it (a lower ticket) was handed one (`permit_hand`: permits freed without a
+/// release, by a lease that ran out, reach the waiters in their order); busy, it queues itself
+/// (its entry and its request id, kept as long as the semaphore plus its window) and a release
+/// hands it the next permit freed (`permit_release`). Handed a permit, its next attempt finds
+/// it its own and confirms it: the lease extended to the ttl and, fenced, a fresh token raised
+/// while the permit is its own.
 pub const ACQUIRE_PERMIT: &str = concat!(
+    grant_prelude!(),
     permit_prelude!(),
+    permit_handoff_prelude!(),
     fence_prelude!(),
     r#"
 local now = permit_now()
 local want = tonumber(ARGV[3])
+local turn = KEYS[3] ~= nil
+local held = 0
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local n = permit_count(KEYS[1])
   if not n then
     return {ARGV[5], {2, 0}}
   end
   redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, now)
-  local held = redis.call('ZCARD', KEYS[1]) - 1
+  held = redis.call('ZCARD', KEYS[1]) - 1
   if held > 0 and n ~= want then
     return {ARGV[5], {3, n}}
   end
-  if held >= want and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-    local first = redis.call('ZRANGE', KEYS[1], 1, 1, 'WITHSCORES')
-    return {ARGV[5], {0, math.max(tonumber(first[2]) - now, 1)}}
+  if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+    held = -1
   end
+end
+local free = want - held
+if held >= 0 and turn then
+  free = permit_hand(KEYS[1], KEYS[4], KEYS[3], KEYS[5], now, want, tonumber(ARGV[6]), ARGV[7] == 's')
+end
+if held >= 0 and free <= 0 then
+  local first = redis.call('ZRANGE', KEYS[1], 1, 1, 'WITHSCORES')
+  local ms = math.max(tonumber(first[2]) - now, 1)
+  if turn then
+    permit_settle(KEYS[1], now)
+    redis.call('ZADD', KEYS[3], ARGV[6], ARGV[1])
+    redis.call('HSET', KEYS[5], ARGV[1], ARGV[5])
+    local keep = math.max(redis.call('PTTL', KEYS[1]), 0) + math.max(tonumber(ARGV[6]) % 1024, 1)
+    for _, key in ipairs({KEYS[3], KEYS[5]}) do
+      if redis.call('PTTL', key) < keep then
+        redis.call('PEXPIRE', key, keep)
+      end
+    end
+  end
+  return {ARGV[5], {0, ms}}
 end
 local token, bad = fence_raise(KEYS[2], ARGV[4])
 if bad then
   return redis.error_reply('ERR distlock: the fence key ' .. KEYS[2] .. ' does not hold a number; delete it to use this semaphore')
+end
+if turn then
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('HDEL', KEYS[5], ARGV[1])
 end
 redis.call('ZADD', KEYS[1], string.format('%d', -want), 'd2:permits')
 redis.call('ZADD', KEYS[1], 'GT', string.format('%d', now + tonumber(ARGV[2])), ARGV[1])
