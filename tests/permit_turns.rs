@@ -1,6 +1,7 @@
 //! Every permit waiter in its turn (issue 28, item 3), against real servers: a semaphore's
 //! waiters queue in Redis as a lock's do, and a release hands the permit it frees to the first
-//! of them (which confirms it with one more attempt: its lease, its fencing token), so waiters
+//! of them (trusted for its grant window as a lock's; a fenced waiter confirms it with one more
+//! attempt, which raises its token), so waiters
 //! of every client take their turns in the order they came, never more than `n` inside at
 //! once; a waiter that went away costs the semaphore its grant window at most, never its ttl;
 //! one cancelled after a permit was handed to it hands the permit on; on one server, through

@@ -94,10 +94,13 @@
 //!   are handed the lock the same way but confirm the grant with one more attempt, which finds
 //!   the lock theirs and raises its fencing token (or waits for its replicas) then. A
 //!   semaphore's waiters queue the same way (`prefix:{name}:queue`): a release hands the permit
-//!   it frees to the first of them (a holder for its grant window), and the waiter confirms it
-//!   with one more attempt, which finds the permit its own, extends it to the ttl and raises
-//!   its token; permits freed by a lease that ran out reach the queued waiters in their order
-//!   too. Read holds, sets and RedLock are woken and try again instead.
+//!   it frees to the first of them (a holder for its grant window, on the lock's terms: trusted
+//!   and extended by the watchdog, or confirmed by a fenced or replicated waiter); permits
+//!   freed by a lease that ran out reach the queued waiters in their order too. A set's waiters
+//!   queue at the lock they find held and are handed it; their next attempt takes the whole set
+//!   or gives that lock back and queues at the lock now held (a set never waits holding part of
+//!   itself). Read holds, sets over several cluster hash slots and RedLock are woken and try
+//!   again instead.
 //! * **Cancellation safety.** Dropping an `acquire()` future, a `release()` future or a guard
 //!   never leaves the lock held until its ttl: the release runs in the background on the
 //!   client's own runtime thread.

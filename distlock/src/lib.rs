@@ -262,8 +262,10 @@
 //!   waiters and waiters with `min_replicas` are handed the lock in their turn too, and confirm
 //!   the grant with one more round trip (their token is raised, or their replicas waited for,
 //!   while the lock is theirs). A semaphore's waiters queue the same way: a release hands the
-//!   permit it frees to the first of them, which confirms it with one more round trip. Read
-//!   holds and sets are woken by the release and try again instead; over RedLock the masters
+//!   permit it frees to the first of them, on the same terms; a set's
+//!   waiters queue at the lock they find held, are handed it, and take the whole set with one
+//!   more round trip if its other locks are free. Read holds (and, in a cluster, sets that span
+//!   several hash slots) are woken by the release and try again instead; over RedLock the masters
 //!   keep a queue of a lock's waiters.
 //! * **`Err(Lost)` means "this may not have run exclusively".** The lease ran out or was lost:
 //!   renewal found the lock expired or taken ([`LossReason::Expired`], [`LossReason::Stolen`]),

@@ -182,7 +182,7 @@ impl Hold {
         if let Some(gone) = next.confirm() {
             drop(QueueEntry::new(
                 self.client.clone(),
-                self.keys.clone(),
+                vec![self.keys.clone()],
                 gone.value,
                 true,
             ));

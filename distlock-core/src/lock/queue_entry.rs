@@ -24,7 +24,8 @@ use crate::wire::keys::LockKeys;
 /// sends nothing ([`QueueEntry::took`]): taking, or being handed the lock, removed its entry.
 pub(crate) struct QueueEntry {
     client: Client,
-    keys: LockKeys,
+    /// The lock, or a set's locks (the set waits in one lock's queue at a time).
+    keys: Vec<LockKeys>,
     /// The waiter's value (its lock value once taken).
     value: ShortId,
     /// One server, Sentinel, a cluster: `Some(sharded)`, see [`LeaveQueueCall::release`].
@@ -37,9 +38,9 @@ pub(crate) struct QueueEntry {
 }
 
 impl QueueEntry {
-    /// The entry of the waiter `value` of the lock `keys`; `handed` where a release may hand
-    /// the lock to it (not over RedLock).
-    pub(crate) fn new(client: Client, keys: LockKeys, value: ShortId, handed: bool) -> Self {
+    /// The entry of the waiter `value` of the lock `keys` (a set: its locks); `handed` where a
+    /// release may hand the lock to it (not over RedLock).
+    pub(crate) fn new(client: Client, keys: Vec<LockKeys>, value: ShortId, handed: bool) -> Self {
         let release = handed.then(|| client.sharded_pubsub());
         QueueEntry {
             client,
@@ -85,7 +86,7 @@ impl Drop for QueueEntry {
                 id: id.as_bytes(),
                 release,
             };
-            let name = keys.name();
+            let name = keys[0].name();
             if let Err(error) = client.call(Operation::Acquire, name, &call).await {
                 tracing::debug!(key = %name, %error, "leaving the waiters' queue failed; the entry lapses by itself");
             }

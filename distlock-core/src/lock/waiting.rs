@@ -44,11 +44,14 @@
 //!   one more round trip per handoff, in their turn.
 //! * **Permits** take their turns the same way (`Kind::place`): a semaphore's waiter queues
 //!   in Redis, a release hands the permit it frees to the first waiter (a holder for its grant
-//!   window: `scripts::ACQUIRE_PERMIT`), and the waiter always confirms the grant with one
-//!   more attempt, which finds the permit its own and extends it to the ttl. A permit's release
+//!   window: `scripts::ACQUIRE_PERMIT`), and the waiter trusts the grant as a lock's does (or,
+//!   fenced or asking for replicas, confirms it with one more attempt). A permit's release
 //!   carries no waiter of its client (no cohort): each waiter queues itself.
-//! * **Who still wakes and retries.** Writers behind readers, readers, sets and every waiter
-//!   over RedLock keep the wake-and-retry path; they take a lock that is let go with nobody
+//! * **Sets** (where the whole set is one call: `set::place`) queue at the lock they find
+//!   held, are handed it by its release, and always confirm: the next attempt takes the whole
+//!   set, or gives that lock back and queues at the lock now held (`scripts::ACQUIRE_ALL`).
+//! * **Who still wakes and retries.** Writers behind readers, readers, sets over several hash
+//!   slot groups and every waiter over RedLock keep the wake-and-retry path; they take a lock that is let go with nobody
 //!   queued, so behind handed waiters they wait for the queue to empty.
 
 use std::ops::Range;
@@ -180,12 +183,14 @@ impl Waiter {
     fn new(hold: Hold, terms: Terms, started: Instant) -> Self {
         let client = &hold.client;
         let give_up = terms.wait.map(|w| deadline_after(started, w));
-        let place = hold.kind.place(client, &terms, give_up.is_some());
         let queue_first = give_up.is_some() && client.has_waiters(hold.keys.channel());
         let groups = match hold.set.is_empty() {
             true => Vec::new(),
             false => set::slot_groups(&hold.set, client.sharded_pubsub()),
         };
+        let place = hold
+            .kind
+            .place(client, &terms, give_up.is_some(), groups.len());
         Waiter {
             queued: None,
             pending: None,
@@ -552,10 +557,11 @@ impl Waiter {
     }
 }
 
-/// The waiter's entry in the queue of its hold's lock (`handed`: a release may hand it the
-/// lock).
+/// The waiter's entry in the queue of its hold's lock, or of one of its set's locks at a time
+/// (`handed`: a release may hand it the lock).
 fn queue_entry(hold: &Hold, handed: bool) -> QueueEntry {
-    QueueEntry::new(hold.client.clone(), hold.keys.clone(), hold.value, handed)
+    let keys = hold.all_keys().to_vec();
+    QueueEntry::new(hold.client.clone(), keys, hold.value, handed)
 }
 
 /// Releases what an attempt that did not take the hold may have taken (owner-checked:

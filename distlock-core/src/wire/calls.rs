@@ -445,9 +445,10 @@ impl Call for HandedAcquireCall<'_> {
     }
 }
 
-/// [`LEAVE_QUEUE`]: a waiter whose acquire ended leaves the queue.
+/// [`LEAVE_QUEUE`]: a waiter whose acquire ended leaves the queue (of each lock of its set).
 pub(crate) struct LeaveQueueCall<'a> {
-    pub(crate) keys: &'a LockKeys,
+    /// The lock, or a set's locks (one server, Sentinel, a cluster: one hash slot).
+    pub(crate) keys: &'a [LockKeys],
     /// `d2:<owner>`: the entry.
     pub(crate) value: &'a [u8],
     pub(crate) id: &'a [u8],
@@ -464,17 +465,20 @@ impl Call for LeaveQueueCall<'_> {
 
     fn request(&self) -> Request {
         let mut cmd = LEAVE_QUEUE_SCRIPT.evalsha();
-        cmd.arg(if self.release.is_some() { 5 } else { 2 })
-            .arg(self.keys.queue())
-            .arg(self.keys.queue_until());
-        if self.release.is_some() {
-            cmd.arg(self.keys.lock())
-                .arg(self.keys.channel())
-                .arg(self.keys.queue_ids());
+        let per = if self.release.is_some() { 5 } else { 2 };
+        cmd.arg(per * self.keys.len());
+        for keys in self.keys {
+            cmd.arg(keys.queue()).arg(keys.queue_until());
+            if self.release.is_some() {
+                cmd.arg(keys.lock())
+                    .arg(keys.channel())
+                    .arg(keys.queue_ids());
+            }
         }
         cmd.arg(self.value)
             .arg(self.id)
-            .arg(if self.release == Some(true) { "s" } else { "-" });
+            .arg(if self.release == Some(true) { "s" } else { "-" })
+            .arg(per);
         Request::Script(&LEAVE_QUEUE_SCRIPT, cmd)
     }
 

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::lease::millis_ceil;
-use crate::wire::calls::{released, Acquired, Released};
+use crate::wire::calls::{released, Acquired, Released, Turn};
 use crate::wire::ids::ShortId;
 use crate::wire::keys::LockKeys;
 use crate::wire::request::{Call, ReplicaWait, Request, ACQUIRE_ALL_SCRIPT, RELEASE_MANY_SCRIPT};
@@ -34,6 +34,10 @@ pub(crate) struct SetAcquireCall<'a> {
     pub(crate) fenced: Option<Duration>,
     /// Replicas that must acknowledge the take (`min_replicas`).
     pub(crate) wait: Option<ReplicaWait>,
+    /// A waiter in its turn (one server, Sentinel, a cluster whose set lies in one hash
+    /// slot): queued at the lock it finds held, and handed it by its release (see
+    /// [`ACQUIRE_ALL`](crate::wire::scripts::ACQUIRE_ALL)).
+    pub(crate) turn: Option<Turn>,
 }
 
 impl Call for SetAcquireCall<'_> {
@@ -43,14 +47,24 @@ impl Call for SetAcquireCall<'_> {
     fn request(&self) -> Request {
         let mut cmd = ACQUIRE_ALL_SCRIPT.evalsha();
         let retention = self.fenced.map_or(0, |r| millis_ceil(r.max(self.ttl)));
-        cmd.arg(self.keys.len() * 2);
+        let per = if self.turn.is_some() { 5 } else { 2 };
+        cmd.arg(self.keys.len() * per);
         for keys in self.keys {
             cmd.arg(keys.lock()).arg(keys.fence());
+            if self.turn.is_some() {
+                cmd.arg(keys.queue())
+                    .arg(keys.channel())
+                    .arg(keys.queue_ids());
+            }
         }
         cmd.arg(self.value)
             .arg(millis_ceil(self.ttl))
             .arg(retention)
             .arg(self.id);
+        if let Some(turn) = self.turn {
+            cmd.arg(turn.ticket)
+                .arg(if turn.sharded { "s" } else { "-" });
+        }
         Request::Script(&ACQUIRE_ALL_SCRIPT, cmd)
     }
 

@@ -34,6 +34,13 @@ pub(crate) fn place(client: &Client, terms: &Terms, waits: bool) -> Place {
             ..Place::default()
         };
     }
+    handed(terms)
+}
+
+/// The place of a waiter to whom a release hands the hold (a lock, or a permit), for its grant
+/// window: a fenced one, or one that asks for replicas, confirms the grant with one more
+/// attempt; any other trusts it (see `lock::waiting`, "Handoff").
+pub(crate) fn handed(terms: &Terms) -> Place {
     let confirm = terms.fenced || terms.min_replicas > 0;
     Place::handed(grant_window(terms.ttl), confirm)
 }

@@ -102,14 +102,15 @@ impl Kind {
         }
     }
 
-    /// A waiter's place in the waiters' queue (`waits`: it waits for a busy hold): queued in
-    /// Redis and handed the lock (or a permit) by the release, queued on the RedLock masters,
-    /// or not queued.
-    pub(crate) fn place(self, client: &Client, terms: &Terms, waits: bool) -> Place {
+    /// A waiter's place in the waiters' queue (`waits`: it waits for a busy hold; a set's
+    /// attempts go in `groups` calls): queued in Redis and handed the lock (a permit, a lock of
+    /// its set) by the release, queued on the RedLock masters, or not queued.
+    pub(crate) fn place(self, client: &Client, terms: &Terms, waits: bool, groups: usize) -> Place {
         match self {
             Kind::Exclusive => exclusive::place(client, terms, waits),
             Kind::Permits(_) => permits::place(client, terms, waits),
-            Kind::Read | Kind::Set => Place::default(),
+            Kind::Set => set::place(client, terms, waits, groups),
+            Kind::Read => Place::default(),
         }
     }
 
@@ -126,7 +127,7 @@ impl Kind {
         met_readers: &mut bool,
     ) -> Result<Found, Error> {
         if self == Kind::Set {
-            return set::attempt(target, groups, terms).await;
+            return set::attempt(target, (groups, place), terms).await;
         }
         let replicas = target.client.replica_wait(terms.min_replicas);
         let readers = *met_readers;

@@ -38,12 +38,11 @@
 use crate::client::waiting::queue::Place;
 use crate::client::Client;
 use crate::error::Error;
-use crate::lock::kind::shared;
 use crate::lock::kind::variant::{Kind, Target};
+use crate::lock::kind::{exclusive, shared};
 use crate::lock::terms::Terms;
 use crate::wire::calls::{Acquired, Shared, SharedAcquired, Turn};
 use crate::wire::request::ReplicaWait;
-use crate::wire::scripts::grant_window;
 
 /// The check of a semaphore's count: at least one permit.
 pub(crate) fn check(name: &str, permits: u32) -> Result<(), Error> {
@@ -73,13 +72,14 @@ pub(crate) fn admits(name: &str, held: u32, inner: Kind) -> Result<(), Error> {
 }
 
 /// The place of a permit's waiter (`waits`): on one server, Sentinel and a cluster it queues in
-/// Redis and a release hands it the permit it frees, for its grant window; the waiter confirms
-/// the grant with one more attempt (its lease extended to the ttl, its token raised, its
-/// replicas waited for: see `scripts::ACQUIRE_PERMIT`). Over RedLock a permit's waiter is not
-/// queued (see the module docs).
+/// Redis and a release hands it the permit it frees, for its grant window, as a lock's waiter
+/// is handed the lock (`exclusive::handed`: trusted for that window and extended by the
+/// watchdog; fenced or asking for replicas, confirmed by one more attempt, which extends it to
+/// the ttl, raises its token and waits for its replicas: see `scripts::ACQUIRE_PERMIT`). Over
+/// RedLock a permit's waiter is not queued (see the module docs).
 pub(crate) fn place(client: &Client, terms: &Terms, waits: bool) -> Place {
     match waits && !client.is_quorum() {
-        true => Place::handed(grant_window(terms.ttl), true),
+        true => exclusive::handed(terms),
         false => Place::default(),
     }
 }

@@ -12,17 +12,28 @@
 //! already taken, then waits for the busy lock's release (or its ttl), then starts over. The
 //! cost there: one round trip per slot group for an acquire (plus one release round trip per
 //! group taken when a later group is busy), and a set can be overtaken while it waits (no
-//! queue across locks), as a lock can.
+//! queue across slot groups).
+//!
+//! **In its turn.** Where the set is one call (one server, Sentinel, a cluster whose set lies in
+//! one hash slot) a waiting set queues at the lock it finds held, as a lock's waiter does, and
+//! that lock's release hands it over; its next attempt takes the whole set if the other locks
+//! are free, and otherwise gives the handed lock back (to that lock's next waiter) and queues
+//! at the lock now held, with the same ticket (`place`, `scripts::ACQUIRE_ALL`). So a set
+//! still holds nothing while it waits, and its early ticket puts it first in each queue it
+//! joins; among users of its single locks it can still be overtaken between two of its
+//! attempts.
 
 use std::ops::Range;
 use std::time::Duration;
 
+use crate::client::waiting::queue::Place;
 use crate::client::Client;
 use crate::error::{Error, Operation};
 use crate::lock::kind::variant::{Found, Target};
 use crate::lock::terms::Terms;
-use crate::wire::calls::{Acquired, Released};
+use crate::wire::calls::{Acquired, Released, Turn};
 use crate::wire::keys::{hash_slot, LockKeys};
+use crate::wire::scripts::grant_window;
 use crate::wire::sets::{worst, SetAcquireCall, SetAcquired, SetReleaseCall};
 
 /// The keys of a set in its canonical order: sorted by name (in a cluster, `per_slot`, by hash
@@ -78,14 +89,31 @@ pub(crate) fn slot_groups(keys: &[LockKeys], per_slot: bool) -> Vec<Range<usize>
     groups
 }
 
+/// The place of a set's waiter (`waits`; its attempts go in `groups` calls): where the whole
+/// set is one call (one server, Sentinel, a cluster whose set lies in one hash slot) it waits
+/// in the queue of the lock it finds held and is handed that lock by its release, for its grant
+/// window; it always confirms the grant with one more attempt, which takes the whole set if
+/// the other locks are free (see `scripts::ACQUIRE_ALL`). Over several slot groups, and over
+/// RedLock, it is not queued: it is woken and tries again.
+pub(crate) fn place(client: &Client, terms: &Terms, waits: bool, groups: usize) -> Place {
+    match waits && groups == 1 && !client.is_quorum() {
+        true => Place::handed(grant_window(terms.ttl), true),
+        false => Place::default(),
+    }
+}
+
 /// One attempt at the whole set: one `ACQUIRE_ALL` call per slot group, in order, stopping at
-/// the first group not taken.
+/// the first group not taken; in its turn (`place`: queued, one group) from its waiter's queue.
 pub(crate) async fn attempt(
     target: Target<'_>,
-    groups: &[Range<usize>],
+    (groups, place): (&[Range<usize>], Place),
     terms: &Terms,
 ) -> Result<Found, Error> {
     let client = target.client;
+    let turn = (place.queue && place.window.is_some()).then(|| Turn {
+        ticket: place.ticket,
+        sharded: client.sharded_pubsub(),
+    });
     let wait = client.replica_wait(terms.min_replicas);
     let required = wait.map_or(0, |w| w.replicas);
     let mut tokens = Vec::new();
@@ -100,6 +128,7 @@ pub(crate) async fn attempt(
             ttl: terms.ttl,
             fenced: terms.fenced.then_some(client.config().fence_retention),
             wait,
+            turn,
         };
         let name = keys[0].name();
         // A dropped connection is retried once with the same value: a take whose reply was

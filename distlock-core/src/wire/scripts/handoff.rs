@@ -142,25 +142,29 @@ return {ARGV[3], {1, t}}
 /// a permit (handed over, never confirmed) lets that permit go the same way
 /// (`permit_handoff_prelude!`).
 ///
-/// KEYS: queue, queue until, and the lock, its release channel and the waiters' request ids.
-/// ARGV: value (`d2:<owner>`), request id, and `s` for a sharded release channel. Returns
-/// `{id, removed}`.
+/// KEYS: per lock (one, or each lock of a set), its queue, queue until, and (where a release
+/// may have handed it over) the lock, its release channel and the waiters' request ids: 2 or 5
+/// keys per lock. ARGV: value (`d2:<owner>`), request id, `s` for a sharded release channel
+/// (else `-`), and the keys per lock (`2` or `5`). Returns `{id, removed}` (entries removed, all locks together).
 pub const LEAVE_QUEUE: &str = concat!(
     grant_prelude!(),
     permit_prelude!(),
     permit_handoff_prelude!(),
     r#"
-redis.call('ZREM', KEYS[2], ARGV[1])
-local removed = redis.call('ZREM', KEYS[1], ARGV[1])
-if KEYS[5] then
-  redis.call('HDEL', KEYS[5], ARGV[1])
-end
-if KEYS[3] then
-  local v = redis.pcall('GET', KEYS[3])
-  if v == ARGV[1] then
-    let_go(KEYS[3], KEYS[4], KEYS[1], KEYS[5], ARGV[3] == 's')
-  elseif type(v) == 'table' then
-    permit_release(KEYS[3], ARGV[1], 0, KEYS[4], KEYS[1], KEYS[5], ARGV[3] == 's')
+local per = tonumber(ARGV[4])
+local removed = 0
+for at = 0, #KEYS - per, per do
+  local q, lock, chan, ids = KEYS[at + 1], KEYS[at + 3], KEYS[at + 4], KEYS[at + 5]
+  redis.call('ZREM', KEYS[at + 2], ARGV[1])
+  removed = removed + redis.call('ZREM', q, ARGV[1])
+  if lock then
+    redis.call('HDEL', ids, ARGV[1])
+    local v = redis.pcall('GET', lock)
+    if v == ARGV[1] then
+      let_go(lock, chan, q, ids, ARGV[3] == 's')
+    elseif type(v) == 'table' then
+      permit_release(lock, ARGV[1], 0, chan, q, ids, ARGV[3] == 's')
+    end
   end
 end
 return {ARGV[2], removed}

@@ -64,8 +64,8 @@
 //! * **A waiter in its turn** (one server, Sentinel, a cluster: `ACQUIRE_PERMIT` with the
 //!   queue keys): queues as a lock's waiter does (`prefix:{name}:queue`, `:queue:ids`), takes
 //!   a free permit only after the waiters queued ahead of it were handed one, and is handed a
-//!   permit by a release (a member for its grant window, the message `<value> <request id>`),
-//!   which its next attempt confirms (`permit_handoff_prelude!`).
+//!   permit by a release (a member for its grant window, the message `<value> <request id>`:
+//!   `permit_handoff_prelude!`), trusted or confirmed as a lock's grant (`ACQUIRE_HANDED`).
 //! * **Renewal, release**: `RENEW`, `RELEASE` and `RELEASE_MANY` take a permit's key in the
 //!   same place as a lock's (a key that is not a string is looked at as a semaphore:
 //!   `permit_prelude!`), so the watchdog's batches, the re-entry check, the group commit and the
@@ -109,7 +109,10 @@
 //! * **Acquire** (`SetAcquireCall`, `ACQUIRE_ALL`): every key checked, then all set, or none
 //!   (busy at the first lock held by another owner or by readers; incompatible at the first
 //!   key that is neither). On one server, Sentinel and each RedLock master the whole set is one
-//!   call; in a cluster one call per hash slot, in a fixed order (see `lock::kind::set`).
+//!   call; in a cluster one call per hash slot, in a fixed order (see `lock::kind::set`). A
+//!   waiter in its turn (the whole set one call, not over RedLock) queues at the lock it finds
+//!   held (that lock's `:queue` and `:queue:ids`, as a lock's waiter) and is handed that lock
+//!   by its release; its next attempt takes the set or gives the lock back.
 //! * **Renewal**: `RENEW`, one item per lock (the watchdog's batches, the re-entry check).
 //! * **Release** (`SetReleaseCall`): `RELEASE_MANY` over the set's locks (per hash slot in a
 //!   cluster), each compared and deleted on its own, and published.
@@ -298,8 +301,8 @@ end
 /// waiters queued for it in their order (those with a ticket below `below`, if given: an
 /// acquire hands the permits to the waiters ahead of it): each becomes a holder for its grant
 /// window (read from its ticket, as a lock's), and the message names it and the request that
-/// queued it (`grant`). The new holder confirms its permit with one more attempt, which finds
-/// it its own and extends it to the ttl (see [`ACQUIRE_PERMIT`]). Returns the permits still
+/// queued it (`grant`). The new holder trusts it for that window, or confirms it with one more
+/// attempt, which finds it its own and extends it to the ttl (see [`ACQUIRE_PERMIT`]). Returns the permits still
 /// free and how many were handed. A handed member never replaces a live one (`NX`).
 ///
 /// `permit_release`: a permit's or a read hold's release (`keep` ms > 0: kept for `min_hold`

@@ -24,9 +24,10 @@ use std::time::Duration;
 /// queued ahead of it (a lower ticket) was handed one (`permit_hand`: permits freed without a
 /// release, by a lease that ran out, reach the waiters in their order); busy, it queues itself
 /// (its entry and its request id, kept as long as the semaphore plus its window) and a release
-/// hands it the next permit freed (`permit_release`). Handed a permit, its next attempt finds
-/// it its own and confirms it: the lease extended to the ttl and, fenced, a fresh token raised
-/// while the permit is its own.
+/// hands it the next permit freed (`permit_release`), for its grant window (the waiter trusts
+/// that as a lock's waiter trusts a grant, `lock::waiting`). A confirming waiter's next
+/// attempt (fenced, or asking for replicas; or a grant heard too late) finds the permit its
+/// own: its lease extended to the ttl and, fenced, a fresh token raised while it is its own.
 pub const ACQUIRE_PERMIT: &str = concat!(
     grant_prelude!(),
     permit_prelude!(),
