@@ -99,8 +99,8 @@
 //!   freed by a lease that ran out reach the queued waiters in their order too. A set's waiters
 //!   queue at the lock they find held and are handed it; their next attempt takes the whole set
 //!   or gives that lock back and queues at the lock now held (a set never waits holding part of
-//!   itself). Read holds, sets over several cluster hash slots and RedLock are woken and try
-//!   again instead.
+//!   itself). Readers and writers wait in one line (see "shared holds" below).
+//!   Sets over several cluster hash slots and RedLock are woken and try again instead.
 //! * **Cancellation safety.** Dropping an `acquire()` future, a `release()` future or a guard
 //!   never leaves the lock held until its ttl: the release runs in the background on the
 //!   client's own runtime thread.
@@ -133,10 +133,15 @@
 //! frees its share at its own ttl; expired readers removed by the scripts, no sweeper); renewal
 //! extends only a live share; loss cancels the body and reports [`Error::Lost`]; a release
 //! wakes waiters; fencing tokens strictly increase per name across readers and writers. A
-//! writer meeting readers (or a reader meeting a writer) is busy, never incompatible. A waiting
-//! writer marks its intent (`prefix:{name}:writer`, one second, renewed at each of its
-//! attempts) and no new reader enters while it lives, so writers are not starved by a stream of
-//! readers, and a writer that went away holds readers up for a second at most. A read inside a
+//! writer meeting readers (or a reader meeting a writer) is busy, never incompatible. Readers
+//! and writers wait in one line (one server, Sentinel, a cluster): a writer's release hands the
+//! lock to the next writer or to every reader at the head of the line together, the last
+//! reader's release to a writer queued behind, and no new reader enters past a writer waiting
+//! before it, so writers are not starved by a stream of readers nor readers by writers; a
+//! writer whose process died holds new readers up for 2 s at most (a waiting writer asks again
+//! at least every 500 ms). Over RedLock a waiting writer marks its intent
+//! (`prefix:{name}:writer`, one second, renewed at each of its attempts) and no new reader
+//! enters while it lives. A read inside a
 //! read re-enters (no second share), a read inside a write re-enters the write, a write inside
 //! a read is [`Error::WriteInsideRead`]. Over [`Config::redlock`] shared holds are refused
 //! ([`Error::InvalidConfig`]) until they are built there.

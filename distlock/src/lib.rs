@@ -264,8 +264,9 @@
 //!   while the lock is theirs). A semaphore's waiters queue the same way: a release hands the
 //!   permit it frees to the first of them, on the same terms; a set's
 //!   waiters queue at the lock they find held, are handed it, and take the whole set with one
-//!   more round trip if its other locks are free. Read holds (and, in a cluster, sets that span
-//!   several hash slots) are woken by the release and try again instead; over RedLock the masters
+//!   more round trip if its other locks are free. Readers and writers wait in one line (below,
+//!   shared holds). In a cluster, sets that span several hash slots are woken by the release
+//!   and try again instead; over RedLock the masters
 //!   keep a queue of a lock's waiters.
 //! * **`Err(Lost)` means "this may not have run exclusively".** The lease ran out or was lost:
 //!   renewal found the lock expired or taken ([`LossReason::Expired`], [`LossReason::Stolen`]),
@@ -318,18 +319,21 @@
 //! ttl), renewed on its own, released on every exit path (a release wakes waiting writers and
 //! readers); loss cancels the body and gives `Err(Lost)`; fencing tokens strictly increase per
 //! name across readers and writers. A writer meeting readers, or a reader meeting a writer, is
-//! busy (it waits with `wait`), never [`Error::Incompatible`]. **Writers do not starve**: a
-//! waiting writer marks its intent (a key next to the lock, in the same hash slot, that it
-//! renews while it waits) and no new reader enters while it lives, so the writer waits only
-//! for the readers already inside; a writer that went away holds new readers up for one second
-//! at most. Re-entry: a read inside a read takes no second share, a read inside a write
+//! busy (it waits with `wait`), never [`Error::Incompatible`]. **Nobody starves**: readers and
+//! writers wait in one line (a queue next to the lock, in the same hash slot) and take their
+//! turns in the order they came: a writer's release hands the lock to the next writer, or to
+//! every reader at the head of the line together; the last reader's release hands it to the
+//! writer behind; no new reader enters past a writer waiting before it, so a writer waits only
+//! for the readers already inside. A writer whose process died holds new readers up for 2 s at
+//! most. Re-entry: a read inside a read takes no second share, a read inside a write
 //! re-enters the write, a write inside a read is [`Error::WriteInsideRead`] at once (a read
 //! hold is never upgraded). Since a waiting writer stops new readers, a body holding a read must
 //! not wait for another task that reads the same name (it could wait behind the writer that
 //! waits for it; each gives up at its `wait`). A semaphore and readers of one name are
 //! [`Error::Incompatible`]. Over [`Config::redlock`] a read and a write each count when a
 //! majority of the masters granted them (two majorities share a master, which granted only
-//! one of them); a waiting writer marks its intent on every master where readers are.
+//! one of them); a waiting writer marks its intent (a key renewed while it waits) on every
+//! master where readers are, and one that went away holds new readers up for a second at most.
 //!
 //! **Sets of locks** ([`lock_all`], `key = [...]`): while you believe you hold a set, you hold
 //! every lock of it and nobody else holds any; when that can no longer be guaranteed for any

@@ -23,6 +23,9 @@ pub enum Hold {
     Permits(u32),
     /// A set of two locks, the name and `<name>:2` (`lock_all`).
     Set,
+    /// Readers and writers of one lock: the clients of even index take read holds, the others
+    /// write (take the lock). A writer overlapping anyone counts as an overlap.
+    ReadWrite,
 }
 
 /// The shape of a [`fairness_run`].
@@ -56,6 +59,8 @@ impl Default for FairnessRun {
 /// What a [`fairness_run`] measured.
 #[derive(Debug, Clone)]
 pub struct Fairness {
+    /// What was taken.
+    pub hold: Hold,
     /// `Ok` acquisitions per client (in the order of the clients given).
     pub ok: Vec<u64>,
     /// Acquires that ended `Busy` (a whole `wait` without the lock).
@@ -67,7 +72,7 @@ pub struct Fairness {
     /// The longest run of consecutive holds by one client.
     pub longest_streak: usize,
     /// Holders that overlapped: more inside at once than the hold admits (one, or a
-    /// semaphore's permits). Must be 0.
+    /// semaphore's permits; readers share, a writer admits nobody). Must be 0.
     pub overlaps: u64,
     /// Fenced holds whose token was not above the previous holder's (must be 0).
     pub token_regressions: u64,
@@ -82,9 +87,15 @@ pub struct Fairness {
 
 impl Fairness {
     /// Jain's fairness index over the `Ok` counts: (Σx)² / (n·Σx²), 1 when all are equal,
-    /// 1/n when one client got everything.
+    /// 1/n when one client got everything. For [`Hold::ReadWrite`] the lower of the readers'
+    /// and the writers' (readers share, so they get more turns than writers).
     pub fn jain(&self) -> f64 {
-        jain(&self.ok)
+        if self.hold != Hold::ReadWrite {
+            return jain(&self.ok);
+        }
+        let pick =
+            |parity| -> Vec<u64> { self.ok.iter().skip(parity).step_by(2).copied().collect() };
+        jain(&pick(0)).min(jain(&pick(1)))
     }
 
     /// One line for a test's output.
@@ -119,6 +130,8 @@ pub fn jain(x: &[u64]) -> f64 {
 #[derive(Default)]
 struct Shared {
     inside: AtomicUsize,
+    /// Writers inside ([`Hold::ReadWrite`]).
+    writers: AtomicUsize,
     overlaps: AtomicU64,
     token_regressions: AtomicU64,
     /// The last fenced holder's token.
@@ -164,6 +177,7 @@ pub async fn fairness_run(clients: &[Client], name: &str, run: FairnessRun) -> F
             .unwrap_or_default()
     };
     Fairness {
+        hold: run.hold,
         ok,
         busy,
         other_errors,
@@ -196,8 +210,11 @@ async fn one_client(
     };
     let (mut ok, mut busy, mut errors, mut first) = (0, 0, 0, None);
     while Instant::now() < until {
+        let reader = run.hold == Hold::ReadWrite && me.is_multiple_of(2);
         let builder = match run.hold {
             Hold::Lock => client.lock(name),
+            Hold::ReadWrite if reader => client.lock(name).read(),
+            Hold::ReadWrite => client.lock(name),
             Hold::Fenced => client.lock(name).fenced(true),
             Hold::Replicated(n) => client.lock(name).min_replicas(n),
             Hold::Permits(n) => client.semaphore(name, n),
@@ -219,9 +236,15 @@ async fn one_client(
         let now = Instant::now();
         let admits = match run.hold {
             Hold::Permits(n) => n as usize,
+            Hold::ReadWrite if reader => usize::MAX,
             _ => 1,
         };
-        if shared.inside.fetch_add(1, Ordering::SeqCst) >= admits {
+        let writer = run.hold == Hold::ReadWrite && !reader;
+        let writers = match writer {
+            true => shared.writers.fetch_add(1, Ordering::SeqCst) + 1,
+            false => shared.writers.load(Ordering::SeqCst),
+        };
+        if shared.inside.fetch_add(1, Ordering::SeqCst) >= admits || (reader && writers > 0) {
             shared.overlaps.fetch_add(1, Ordering::SeqCst);
         }
         if let Some((at, by)) = *shared.released.lock().unwrap() {
@@ -243,6 +266,9 @@ async fn one_client(
         let hold = low + next() % (high - low + 1);
         tokio::time::sleep(Duration::from_millis(hold)).await;
         shared.inside.fetch_sub(1, Ordering::SeqCst);
+        if writer {
+            shared.writers.fetch_sub(1, Ordering::SeqCst);
+        }
         // From the release call: the next holder cannot take the lock before it.
         *shared.released.lock().unwrap() = Some((Instant::now(), me));
         match guard.release().await {

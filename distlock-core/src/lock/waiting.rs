@@ -50,8 +50,14 @@
 //! * **Sets** (where the whole set is one call: `set::place`) queue at the lock they find
 //!   held, are handed it by its release, and always confirm: the next attempt takes the whole
 //!   set, or gives that lock back and queues at the lock now held (`scripts::ACQUIRE_ALL`).
-//! * **Who still wakes and retries.** Writers behind readers, readers, sets over several hash
-//!   slot groups and every waiter over RedLock keep the wake-and-retry path; they take a lock that is let go with nobody
+//! * **Readers and writers** wait in one line (`scripts::ACQUIRE_READ`, `ACQUIRE_HANDED`): a
+//!   writer's release hands the lock to the first waiter, and if that is a reader to every
+//!   reader at the head of the line together (a share each, for its window); the last reader's
+//!   release hands it to a writer queued behind; a reader never enters past a writer queued
+//!   before it, and a writer queued behind readers waits there (not asked as a write that
+//!   marks its intent, as a writer that does not wait is).
+//! * **Who still wakes and retries.** Sets over several hash slot groups and every waiter over
+//!   RedLock keep the wake-and-retry path; they take a lock that is let go with nobody
 //!   queued, so behind handed waiters they wait for the queue to empty.
 
 use std::ops::Range;
@@ -159,7 +165,8 @@ struct Waiter {
     /// The id a release of this client that carries the waiter (`client::waiting::cohort`)
     /// gives it: a grant naming it came after that release was made.
     carry_id: Option<ShortId>,
-    /// A write that met readers: this and every later attempt goes as `ACQUIRE_WRITE`.
+    /// A write that met readers (what a `Busy` reports): unless it waits in its turn (then it
+    /// queues behind them), this and every later attempt goes as `ACQUIRE_WRITE`.
     met_readers: bool,
 }
 
@@ -396,12 +403,6 @@ impl Waiter {
         let mut held = self.stale && !quorum || kind.may_hold_part(quorum, self.groups.len());
         if kind.releases_untaken(quorum, partial, self.failed.is_some()) {
             held |= !release_untaken(&self.hold).await;
-        }
-        if self.place.window.is_some() && self.met_readers {
-            // A write that met readers no longer queues: out of the queue (a lock handed
-            // over meanwhile is released and handed on), woken like other writers.
-            self.place.window = None;
-            self.queued = None;
         }
         let queued = self.place.ticket > 0 && self.subscription.is_some();
         if queued && self.place.window.is_some() && self.failed.is_none() && busy {

@@ -27,6 +27,9 @@ pub(crate) enum Acquired {
     /// `pass`: release wakes the waiter lets pass before it retries, because the waiters
     /// queued ahead of it take those turns (RedLock; 0 elsewhere).
     Busy { pttl: Option<i64>, pass: u32 },
+    /// Readers hold the lock: a writer waiting in its turn is queued behind them (see
+    /// [`ACQUIRE_HANDED`]); the first reader's lease ends in `pttl` ms.
+    Readers { pttl: i64 },
     /// The key holds something that is not a lock of this protocol.
     Incompatible,
 }
@@ -220,15 +223,19 @@ pub(crate) struct SharedAcquireCall<'a> {
     pub(crate) fenced: Option<Duration>,
     /// Replicas that must acknowledge the take (`min_replicas`).
     pub(crate) wait: Option<ReplicaWait>,
-    /// A permit's waiter in its turn (one server, Sentinel, a cluster): queued, and handed a
-    /// permit by a release (see [`ACQUIRE_PERMIT`]). Ignored for a read or a write.
+    /// A permit's or a read's waiter in its turn (one server, Sentinel, a cluster): queued,
+    /// and handed a permit or a share by a release (see [`ACQUIRE_PERMIT`], [`ACQUIRE_READ`]);
+    /// a read not queued (ticket 0) still lets the waiters queued ahead of it go first.
+    /// Ignored for a write.
     pub(crate) turn: Option<Turn>,
 }
 
-/// A waiter's place in the queue a release hands a permit over from.
+/// A waiter's place in the queue a release hands a hold over from (a permit, a read hold, a
+/// set's lock).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Turn {
-    /// Its ticket (`scripts::handed_ticket`: its arrival, and its grant window).
+    /// Its ticket (`scripts::handed_ticket`: its arrival, and its grant window; 0 for a read
+    /// that does not queue).
     pub(crate) ticket: u64,
     /// Waiters are woken through sharded pub/sub (a cluster).
     pub(crate) sharded: bool,
@@ -246,26 +253,36 @@ impl Call for SharedAcquireCall<'_> {
         };
         let mut cmd = script.evalsha();
         let retention = self.fenced.map_or(0, |r| millis_ceil(r.max(self.ttl)));
-        // A semaphore has no writer's intent to look at; its count goes before the retention,
-        // and a waiter in its turn adds its queue, release channel and ids, then its ticket.
+        // A semaphore has no writer's intent to look at; its count goes before the retention.
+        // A permit's or a read's turn adds the queue, release channel and ids, then the ticket.
         let turn = self
             .turn
-            .filter(|_| matches!(self.shared, Shared::Permits(_)));
-        match (self.shared, turn) {
-            (Shared::Permits(_), None) => cmd.arg(2).arg(self.keys.lock()).arg(self.keys.fence()),
-            (Shared::Permits(_), Some(_)) => cmd
-                .arg(5)
-                .arg(self.keys.lock())
-                .arg(self.keys.fence())
-                .arg(self.keys.queue())
-                .arg(self.keys.channel())
-                .arg(self.keys.queue_ids()),
-            (Shared::Read | Shared::Write { .. }, _) => cmd
-                .arg(3)
-                .arg(self.keys.lock())
-                .arg(self.keys.fence())
-                .arg(self.keys.writer()),
+            .filter(|_| !matches!(self.shared, Shared::Write { .. }));
+        let keys = match self.shared {
+            Shared::Permits(_) => 2,
+            Shared::Read | Shared::Write { .. } => 3,
         };
+        // A read's turn also adds the writers' lapses (`queue:until`): 3 + 4 keys, a permit's
+        // 2 + 3.
+        let queued = match (turn, keys) {
+            (None, _) => 0,
+            (Some(_), 2) => 3,
+            (Some(_), _) => 4,
+        };
+        cmd.arg(keys + queued)
+            .arg(self.keys.lock())
+            .arg(self.keys.fence());
+        if keys == 3 {
+            cmd.arg(self.keys.writer());
+        }
+        if turn.is_some() {
+            cmd.arg(self.keys.queue())
+                .arg(self.keys.channel())
+                .arg(self.keys.queue_ids());
+            if keys == 3 {
+                cmd.arg(self.keys.queue_until());
+            }
+        }
         cmd.arg(self.value).arg(millis_ceil(self.ttl));
         if let Shared::Permits(permits) = self.shared {
             cmd.arg(permits);
@@ -410,11 +427,12 @@ impl Call for HandedAcquireCall<'_> {
 
     fn request(&self) -> Request {
         let mut cmd = ACQUIRE_HANDED_SCRIPT.evalsha();
-        cmd.arg(if self.confirm.is_some() { 5 } else { 4 })
+        cmd.arg(if self.confirm.is_some() { 6 } else { 5 })
             .arg(self.keys.lock())
             .arg(self.keys.queue())
             .arg(self.keys.channel())
-            .arg(self.keys.queue_ids());
+            .arg(self.keys.queue_ids())
+            .arg(self.keys.queue_until());
         if self.confirm.is_some() {
             // The fence key is a key of the script even when not fenced (retention 0).
             cmd.arg(self.keys.fence());
@@ -441,7 +459,10 @@ impl Call for HandedAcquireCall<'_> {
 
     fn decode(&self, (status, value): (i64, i64)) -> Option<Acquired> {
         // Busy: held (maybe handed to an earlier waiter just now), a release hands it over.
-        script_acquired(status, value, self.confirm.is_some_and(|f| f.is_some()))
+        match status {
+            3 => Some(Acquired::Readers { pttl: value }),
+            _ => script_acquired(status, value, self.confirm.is_some_and(|f| f.is_some())),
+        }
     }
 }
 

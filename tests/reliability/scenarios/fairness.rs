@@ -4,14 +4,15 @@
 //! Clients (one task each, as separate processes would be) take one hold again and again: each
 //! hold lasts 20–200 ms, and each acquire waits up to 3 s. One phase per kind: the lock, the
 //! lock `fenced`, the lock with `min_replicas(1)`, a semaphore of one permit, one of two
-//! permits, a set of two locks.
+//! permits, a set of two locks, and readers (half the clients) with writers (the others).
 //!
 //! Invariants, every phase: no more holders at once than the hold admits (one; a semaphore's
 //! permits), no acquire fails otherwise than `Busy`; a fenced holder's token is above the
 //! previous holder's. For the kinds whose waiters are handed the hold in their turn (the lock,
-//! fenced or replicated; a permit; a set, queued at the lock it finds held): at most one
-//! acquire ends `Busy` (a whole wait without a turn) and Jain's index over the clients' `Ok`
-//! counts is at least 0.9.
+//! fenced or replicated; a permit; a set, queued at the lock it finds held; readers and
+//! writers in one line): at most one acquire ends `Busy` (a whole wait without a turn) and
+//! Jain's index over the clients' `Ok` counts is at least 0.9 (among the readers and among
+//! the writers, for that phase).
 
 use std::time::Duration;
 
@@ -31,7 +32,7 @@ pub(crate) fn scenario(s: &Settings, budget: Duration) -> Scenario {
     Scenario::new(
         "22",
         format!(
-            "fairness per kind of hold, one server + replica: {clients} clients, holds 20-200 ms, wait 3 s, {phase:?} each: lock, fenced, min_replicas, permit of 1, 2 permits, set of 2"
+            "fairness per kind of hold, one server + replica: {clients} clients, holds 20-200 ms, wait 3 s, {phase:?} each: lock, fenced, min_replicas, permit of 1, 2 permits, set of 2, readers and writers"
         ),
         budget,
         move |t| run(t, clients, phase),
@@ -63,6 +64,7 @@ async fn run(t: std::sync::Arc<Tally>, clients: usize, phase: Duration) {
         ("permit of 1", Hold::Permits(1), true),
         ("2 permits", Hold::Permits(2), true),
         ("set of 2", Hold::Set, true),
+        ("readers and writers", Hold::ReadWrite, true),
     ];
     for (i, (name, hold, turns)) in phases.into_iter().enumerate() {
         let run = FairnessRun {

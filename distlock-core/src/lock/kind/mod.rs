@@ -108,16 +108,16 @@ impl Kind {
     pub(crate) fn place(self, client: &Client, terms: &Terms, waits: bool, groups: usize) -> Place {
         match self {
             Kind::Exclusive => exclusive::place(client, terms, waits),
-            Kind::Permits(_) => permits::place(client, terms, waits),
+            Kind::Permits(_) | Kind::Read => shared::place(client, terms, waits),
             Kind::Set => set::place(client, terms, waits, groups),
-            Kind::Read => Place::default(),
         }
     }
 
     /// One attempt at the hold: a set's (`set::attempt`, one call per slot group of
     /// `groups`), or one request of a lock, permit or read hold (request id `id`) from the
-    /// waiter's `place` (two if the connection dropped, or if a write met readers:
-    /// `met_readers`, from then on asked as such, with a request id of its own).
+    /// waiter's `place` (two if the connection dropped, or if a write that does not wait in its
+    /// turn met readers: `met_readers`, from then on asked as such, with a request id of its
+    /// own; one in its turn queues behind them instead).
     pub(crate) async fn attempt(
         self,
         target: Target<'_>,
@@ -130,13 +130,25 @@ impl Kind {
             return set::attempt(target, (groups, place), terms).await;
         }
         let replicas = target.client.replica_wait(terms.min_replicas);
-        let readers = *met_readers;
+        // A writer waiting in its turn (`place.window`) queues behind readers like any other
+        // waiter (`ACQUIRE_HANDED`); any other writer that met readers is asked as a write
+        // where readers may hold the lock from then on.
+        let in_turn = place.window.is_some();
+        let readers = *met_readers && !in_turn;
         let asked = (place, replicas);
         let mut found = self.request(target, terms, asked, id, readers).await?;
         if !readers && self.meets_readers(&found.0) {
             *met_readers = true;
-            let id = target.client.new_request_id();
-            found = self.request(target, terms, asked, id, true).await?;
+            if in_turn && !place.queue {
+                // Its first attempt, not queued yet: it queues behind them by the next.
+                found.0 = Acquired::Busy {
+                    pttl: None,
+                    pass: 0,
+                };
+            } else if !in_turn {
+                let id = target.client.new_request_id();
+                found = self.request(target, terms, asked, id, true).await?;
+            }
         }
         let (found, acked) = found;
         let required = replicas.map_or(0, |w| w.replicas);
@@ -153,6 +165,16 @@ impl Kind {
                 incompatible: false,
                 partial: false,
             },
+            Acquired::Readers { pttl } => {
+                *met_readers = true;
+                Found::NotTaken {
+                    at: 0,
+                    pttl: Some(pttl),
+                    pass: 0,
+                    incompatible: false,
+                    partial: false,
+                }
+            }
             Acquired::Incompatible => Found::NotTaken {
                 at: 0,
                 pttl: None,
@@ -208,7 +230,7 @@ impl Kind {
             Kind::Permits(permits) => {
                 permits::send(target, terms, (permits, place), (id, replicas)).await
             }
-            Kind::Read => shared::send_read(target, terms, (id, replicas)).await,
+            Kind::Read => shared::send_read(target, terms, place, (id, replicas)).await,
         }
     }
 

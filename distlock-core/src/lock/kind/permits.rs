@@ -36,10 +36,9 @@
 //!   master still holds runs out with its lease).
 
 use crate::client::waiting::queue::Place;
-use crate::client::Client;
 use crate::error::Error;
+use crate::lock::kind::shared;
 use crate::lock::kind::variant::{Kind, Target};
-use crate::lock::kind::{exclusive, shared};
 use crate::lock::terms::Terms;
 use crate::wire::calls::{Acquired, Shared, SharedAcquired, Turn};
 use crate::wire::request::ReplicaWait;
@@ -68,19 +67,6 @@ pub(crate) fn admits(name: &str, held: u32, inner: Kind) -> Result<(), Error> {
         Kind::Exclusive | Kind::Read | Kind::Set => Err(Error::Incompatible {
             key: name.to_owned(),
         }),
-    }
-}
-
-/// The place of a permit's waiter (`waits`): on one server, Sentinel and a cluster it queues in
-/// Redis and a release hands it the permit it frees, for its grant window, as a lock's waiter
-/// is handed the lock (`exclusive::handed`: trusted for that window and extended by the
-/// watchdog; fenced or asking for replicas, confirmed by one more attempt, which extends it to
-/// the ttl, raises its token and waits for its replicas: see `scripts::ACQUIRE_PERMIT`). Over
-/// RedLock a permit's waiter is not queued (see the module docs).
-pub(crate) fn place(client: &Client, terms: &Terms, waits: bool) -> Place {
-    match waits && !client.is_quorum() {
-        true => exclusive::handed(terms),
-        false => Place::default(),
     }
 }
 

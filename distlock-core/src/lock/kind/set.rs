@@ -145,30 +145,23 @@ pub(crate) async fn attempt(
             at,
             tokens: taken,
         } = found;
-        match found {
+        let (pttl, incompatible) = match found {
             Acquired::Taken { .. } => {
                 tokens.extend(taken);
                 acked_min = acked_min.min(acked.unwrap_or(0));
+                continue;
             }
-            Acquired::Busy { pttl, .. } => {
-                return Ok(Found::NotTaken {
-                    at: group.start + at,
-                    pttl,
-                    pass: 0,
-                    incompatible: false,
-                    partial: g > 0,
-                })
-            }
-            Acquired::Incompatible => {
-                return Ok(Found::NotTaken {
-                    at: group.start + at,
-                    pttl: None,
-                    pass: 0,
-                    incompatible: true,
-                    partial: g > 0,
-                })
-            }
-        }
+            Acquired::Busy { pttl, .. } => (pttl, false),
+            Acquired::Readers { pttl } => (Some(pttl), false),
+            Acquired::Incompatible => (None, true),
+        };
+        return Ok(Found::NotTaken {
+            at: group.start + at,
+            pttl,
+            pass: 0,
+            incompatible,
+            partial: g > 0,
+        });
     }
     Ok(Found::Taken {
         tokens,

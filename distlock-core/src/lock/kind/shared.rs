@@ -23,7 +23,10 @@
 //! tokens come from the quorum's fence floors (`fence`): unique, and above every token handed
 //! out before the acquire started.
 
+use crate::client::waiting::queue::Place;
+use crate::client::Client;
 use crate::error::{Error, Operation};
+use crate::lock::kind::exclusive;
 use crate::lock::kind::variant::{Kind, Target};
 use crate::lock::terms::Terms;
 use crate::wire::calls::{Acquired, Shared, SharedAcquireCall, SharedAcquired, Turn};
@@ -60,13 +63,38 @@ pub(crate) fn admits(name: &str, inner: Kind) -> Result<(), Error> {
     }
 }
 
-/// One read hold's acquire request (`ACQUIRE_READ`).
+/// The place of a permit's or a reader's waiter (`waits`): on one server, Sentinel and a
+/// cluster it queues in Redis (a reader in one line with the lock's writers) and a release hands
+/// it a permit or a share, for its grant window, as a lock's waiter is handed the lock
+/// (`exclusive::handed`: trusted for that window and extended by the watchdog; fenced or
+/// asking for replicas, confirmed by one more attempt, which extends it to the ttl, raises its
+/// token and waits for its replicas: see `scripts::ACQUIRE_PERMIT`, `scripts::ACQUIRE_READ`).
+/// Over RedLock such a waiter is not queued (see the module docs).
+pub(crate) fn place(client: &Client, terms: &Terms, waits: bool) -> Place {
+    match waits && !client.is_quorum() {
+        true => exclusive::handed(terms),
+        false => Place::default(),
+    }
+}
+
+/// One read hold's acquire request (`ACQUIRE_READ`): where a release hands the lock over (not
+/// over RedLock), with the queue, so that it never passes a writer queued before it, and in
+/// its turn from a waiter's queued `place`.
 pub(crate) async fn send_read(
     target: Target<'_>,
     terms: &Terms,
+    place: Place,
     request: (&[u8], Option<ReplicaWait>),
 ) -> Result<(Acquired, Option<usize>), Error> {
-    found(send(target, terms, (Shared::Read, None), request).await?)
+    let client = target.client;
+    let turn = (!client.is_quorum()).then(|| Turn {
+        ticket: match place.queue && place.window.is_some() {
+            true => place.ticket,
+            false => 0,
+        },
+        sharded: client.sharded_pubsub(),
+    });
+    found(send(target, terms, (Shared::Read, turn), request).await?)
 }
 
 /// A write's acquire request once it met readers (`ACQUIRE_WRITE`, marking its intent while

@@ -64,13 +64,14 @@ fn a_shared_holds_acquire_sends_each_scripts_keys_and_arguments_in_their_order()
     let want = ["3", lock, fence, writer, "d2:o", "10000", "0", "r1", "0"];
     sends(write(false), None, &ACQUIRE_WRITE_SCRIPT, &want);
     // A permit's waiter in its turn adds its queue, release channel and ids, then its ticket;
-    // a read ignores a turn.
+    // a read's the writers' lapses too; a write ignores a turn.
     let turn = Some(Turn {
         ticket: 7,
         sharded: true,
     });
     let (queue, ids) = (format!("{lock}:queue"), format!("{lock}:queue:ids"));
-    let (queue, chan, ids) = (&*queue, keys.channel(), &*ids);
+    let until = format!("{lock}:queue:until");
+    let (queue, chan, ids, until) = (&*queue, keys.channel(), &*ids, &*until);
     let args = |shared| {
         sent(&SharedAcquireCall {
             turn,
@@ -82,8 +83,12 @@ fn a_shared_holds_acquire_sends_each_scripts_keys_and_arguments_in_their_order()
         "5", lock, fence, queue, chan, ids, "d2:o", "10000", "3", "0", "r1", "7", "s",
     ];
     assert_eq!(args(three), want);
-    let want = ["3", lock, fence, writer, "d2:o", "10000", "0", "r1"];
+    let want = [
+        "7", lock, fence, writer, queue, chan, ids, until, "d2:o", "10000", "0", "r1", "7", "s",
+    ];
     assert_eq!(args(Shared::Read), want);
+    let want = ["3", lock, fence, writer, "d2:o", "10000", "0", "r1", "1000"];
+    assert_eq!(args(write(true)), want);
 }
 
 #[test]
@@ -146,7 +151,8 @@ fn an_acquire_scripts_status_decodes_as_taken_busy_or_incompatible() {
     };
     assert_eq!(handed.decode((1, 0)), taken(None));
     assert_eq!(handed.decode((0, 40)), busy);
-    assert_eq!(handed.decode((3, 2)), None);
+    // Readers hold it: queued behind them.
+    assert_eq!(handed.decode((3, 2)), Some(Acquired::Readers { pttl: 2 }));
     let fenced_waiter = HandedAcquireCall {
         confirm: Some(Some(RETENTION)),
         ..handed
@@ -165,6 +171,7 @@ fn a_handed_waiters_attempt_sends_its_keys_in_order_and_the_fence_key_when_it_co
     let keys = LockKeys::new("distlock", "k").unwrap();
     let (lock, chan, fence) = (keys.lock(), keys.channel(), keys.fence());
     let (queue, ids) = (keys.queue().to_string(), keys.queue_ids().to_string());
+    let until = keys.queue_until().to_string();
     let call = |confirm| HandedAcquireCall {
         keys: &keys,
         value: b"d2:o",
@@ -177,15 +184,16 @@ fn a_handed_waiters_attempt_sends_its_keys_in_order_and_the_fence_key_when_it_co
         wait: None,
     };
     let plain = [
-        "4", lock, &queue, chan, &ids, "d2:o", "10000", "r1", "7", "1000", "s",
+        "5", lock, &queue, chan, &ids, &until, "d2:o", "10000", "r1", "7", "1000", "s",
     ];
     assert_eq!(sent(&call(None)).1, plain);
     let fenced = [
-        "5", lock, &queue, chan, &ids, &fence, "d2:o", "10000", "r1", "7", "1000", "s", "60000",
+        "6", lock, &queue, chan, &ids, &until, &fence, "d2:o", "10000", "r1", "7", "1000", "s",
+        "60000",
     ];
     assert_eq!(sent(&call(Some(Some(RETENTION)))).1, fenced);
     let replicated = [
-        "5", lock, &queue, chan, &ids, &fence, "d2:o", "10000", "r1", "7", "1000", "s", "0",
+        "6", lock, &queue, chan, &ids, &until, &fence, "d2:o", "10000", "r1", "7", "1000", "s", "0",
     ];
     assert_eq!(sent(&call(Some(None))).1, replicated);
 }

@@ -32,22 +32,27 @@ pub(crate) fn handed_ticket(started_ms: u64, window: Duration) -> u64 {
 /// the first waiter of its queue when it is let go (`grant_prelude!`): the queue is `:queue`,
 /// lock value → ticket (see `handed_ticket`: the waiters' order, and each one's grant window).
 ///
-/// KEYS: lock, queue, release channel, the waiters' request ids (`queue:ids`), and for a
-/// confirming waiter (fenced, or one that asks for replicas) the fence key. ARGV: value
+/// KEYS: lock, queue, release channel, the waiters' request ids (`queue:ids`), when each writer
+/// waiting behind readers lapses (`queue:until`), and for a confirming waiter (fenced, or one
+/// that asks for replicas) the fence key. ARGV: value
 /// (`d2:<owner>`), ttl ms, request id, ticket, grant window ms, `s` for a sharded release
 /// channel, and for a confirming waiter the fence retention ms (0: not fenced). A busy attempt
 /// queues the caller and records its request id: the grant that hands it the lock names that
-/// request (`hand_over` in `grant_prelude!`), so the waiter trusts the grant from that
-/// request's send, never from a later one's. Returns `{id, {1, token}}` (ours: taken, or
-/// handed to us, or a replay after a lost reply; its expiry raised to the ttl, so the lease
-/// counts from this attempt; the token 0 unless fenced), `{id, {0, pttl}}` (held by another
-/// `d2` owner: the caller is queued, and tries again at the latest at the pttl) or
-/// `{id, {2, 0}}` (not a `d2` lock).
+/// request (`grant` in `grant_prelude!`), so the waiter trusts the grant from that request's
+/// send, never from a later one's. Returns `{id, {1, token}}` (ours: taken, or handed to us,
+/// or a replay after a lost reply; its expiry raised to the ttl, so the lease counts from this
+/// attempt; the token 0 unless fenced), `{id, {0, pttl}}` (held by another `d2` owner: the
+/// caller is queued, and tries again at the latest at the pttl), `{id, {3, ms}}` (readers hold
+/// it: the caller is queued behind them, the first reader's lease ends in ms, and the last
+/// reader's release hands the caller the lock if it is first in line: a writer waits its turn
+/// among readers and new readers queue behind it; it asks again within 500 ms, each time
+/// pushing its lapse in `queue:until` 2 s on: a writer that stops asking went away, see
+/// `turn_over`) or `{id, {2, 0}}` (neither a `d2` lock nor a `d2` set of readers).
 ///
-/// A free lock is taken only by the first waiter: a lock found free with an earlier waiter
-/// queued is handed to that one now (as a release would have: a holder that expired, or a
-/// waiter that went away after it was handed the lock, let it go without a release) and the
-/// caller queues behind it. The queue key lasts as long as the latest holder's pttl plus a
+/// A free lock is taken only by the first waiter: a lock found free with earlier waiters
+/// queued is turned over to them now (`turn_over`: readers a share each, a writer the lock; as
+/// a release would have: a holder that expired, or a waiter that went away after it was handed
+/// the lock, let it go without a release) and the caller queues behind them. The queue key lasts as long as the latest holder's pttl plus a
 /// window after each attempt: a waiter that went away without leaving costs the lock one
 /// grant window when its turn comes, never its ttl. The queue only ever refuses a take:
 /// exclusion rests on the lock key alone.
@@ -61,6 +66,7 @@ pub(crate) fn handed_ticket(started_ms: u64, window: Duration) -> u64 {
 /// its token before it is set; a fence key that does not hold a number fails the script before
 /// it takes the lock.
 pub const ACQUIRE_HANDED: &str = concat!(
+    holders_prelude!(),
     grant_prelude!(),
     fence_prelude!(),
     r#"
@@ -69,19 +75,49 @@ local function token()
   if not confirm then
     return 0
   end
-  local t, bad = fence_raise(KEYS[5], ARGV[7])
+  local t, bad = fence_raise(KEYS[6], ARGV[7])
   if bad then
-    return redis.error_reply('ERR distlock: the fence key ' .. KEYS[5] .. ' does not hold a number; delete it to use this lock')
+    return redis.error_reply('ERR distlock: the fence key ' .. KEYS[6] .. ' does not hold a number; delete it to use this lock')
   end
   return t
 end
+local sharded = ARGV[6] == 's'
+local function queue(ms)
+  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
+  redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
+  local keep = ms + tonumber(ARGV[5])
+  if redis.call('PTTL', KEYS[2]) < keep then
+    redis.call('PEXPIRE', KEYS[2], keep)
+  end
+  if redis.call('PTTL', KEYS[4]) < keep then
+    redis.call('PEXPIRE', KEYS[4], keep)
+  end
+end
 local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'table' then
-  return {ARGV[3], {2, 0}}
+  if redis.call('TYPE', KEYS[1])['ok'] ~= 'zset' or not redis.call('ZSCORE', KEYS[1], 'd2:readers') then
+    return {ARGV[3], {2, 0}}
+  end
+  local now = permit_now()
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, now)
+  local first = redis.call('ZRANGE', KEYS[1], 1, 1, 'WITHSCORES')
+  if first[1] then
+    local ms = math.min(math.max(tonumber(first[2]) - now, 1), writer_lapse / 4)
+    permit_settle(KEYS[1], now)
+    queue(math.max(redis.call('PTTL', KEYS[1]), 0))
+    redis.call('ZADD', KEYS[5], string.format('%d', now + writer_lapse), ARGV[1])
+    if redis.call('PTTL', KEYS[5]) < 2 * writer_lapse then
+      redis.call('PEXPIRE', KEYS[5], 2 * writer_lapse)
+    end
+    return {ARGV[3], {3, ms}}
+  end
+  redis.call('DEL', KEYS[1])
+  v = false
 end
 if v == ARGV[1] then
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('HDEL', KEYS[4], ARGV[1])
+  redis.call('ZREM', KEYS[5], ARGV[1])
   local pttl = redis.call('PTTL', KEYS[1])
   if confirm then
     redis.call('PEXPIRE', KEYS[1], math.max(pttl, tonumber(ARGV[2])))
@@ -99,27 +135,19 @@ end
 if v and string.sub(v, 1, 3) ~= 'd2:' then
   return {ARGV[3], {2, 0}}
 end
-local function queue(ms)
-  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
-  redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
-  local keep = ms + tonumber(ARGV[5])
-  if redis.call('PTTL', KEYS[2]) < keep then
-    redis.call('PEXPIRE', KEYS[2], keep)
-  end
-  if redis.call('PTTL', KEYS[4]) < keep then
-    redis.call('PEXPIRE', KEYS[4], keep)
-  end
-end
 if v then
   local pttl = redis.call('PTTL', KEYS[1])
   queue(math.max(pttl, 0))
   return {ARGV[3], {0, pttl}}
 end
-local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-if first[1] and first[1] ~= ARGV[1] and tonumber(first[2]) < tonumber(ARGV[4]) then
-  local window = hand_over(KEYS[1], KEYS[3], KEYS[2], KEYS[4], first, ARGV[6] == 's')
-  queue(window)
-  return {ARGV[3], {0, window}}
+local turned = turn_over(KEYS[1], KEYS[3], KEYS[2], KEYS[4], nil, tonumber(ARGV[4]), sharded, nil)
+if turned then
+  local pttl = math.max(redis.call('PTTL', KEYS[1]), 1)
+  queue(pttl)
+  if turned == 'readers' then
+    return {ARGV[3], {3, pttl}}
+  end
+  return {ARGV[3], {0, pttl}}
 end
 local t = token()
 if type(t) == 'table' then
@@ -127,6 +155,7 @@ if type(t) == 'table' then
 end
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
+redis.call('ZREM', KEYS[5], ARGV[1])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {ARGV[3], {1, t}}
 "#
@@ -147,6 +176,7 @@ return {ARGV[3], {1, t}}
 /// keys per lock. ARGV: value (`d2:<owner>`), request id, `s` for a sharded release channel
 /// (else `-`), and the keys per lock (`2` or `5`). Returns `{id, removed}` (entries removed, all locks together).
 pub const LEAVE_QUEUE: &str = concat!(
+    holders_prelude!(),
     grant_prelude!(),
     permit_prelude!(),
     permit_handoff_prelude!(),

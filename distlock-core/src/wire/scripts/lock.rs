@@ -56,6 +56,7 @@ return {ARGV[4], {0, redis.call('PTTL', KEYS[1])}}
 /// the permit of that value the same way, handing it to the first waiter queued for it
 /// (`permit_handoff_prelude!`); a read hold's release wakes its waiters.
 pub const RELEASE: &str = concat!(
+    holders_prelude!(),
     grant_prelude!(),
     r#"
 local v = redis.pcall('GET', KEYS[1])
@@ -80,6 +81,7 @@ return {ARGV[2], release_lock(KEYS[1], KEYS[2], KEYS[3], KEYS[4], v, ARGV[1], AR
 /// to queue (empty: none), its ticket and its id (see [`RELEASE`]).
 /// Returns `{id, codes}` with one code per lock, as [`RELEASE`] returns it (a permit's too).
 pub const RELEASE_MANY: &str = concat!(
+    holders_prelude!(),
     grant_prelude!(),
     r#"
 local out = {}

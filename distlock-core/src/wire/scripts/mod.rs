@@ -77,20 +77,32 @@
 //! Readers lie at the lock key too, as a sorted set like a semaphore's (one member per reader
 //! scored by its lease deadline, expired readers removed by every script that touches it, the
 //! key's expiry kept at the latest deadline), marked by the member `d2:readers` scored `-1`
-//! instead of a count. Next to it, `prefix:{name}:writer` holds the value of a writer waiting
-//! for the readers (its intent), with a short expiry (`WRITER_INTENT`, 1 s) that the writer renews
-//! at each attempt.
+//! instead of a count.
+//!
+//! **In one line** (one server, Sentinel, a cluster): readers and writers wait in the lock's
+//! queue (`prefix:{name}:queue`; a reader's request id recorded as `r:<id>` in `queue:ids`), and
+//! every release turns the lock over to the head of the line (`turn_over`): a writer's release
+//! to the next writer, or to every reader at the head together (a share each, for its grant
+//! window); the last reader's release to a writer queued behind. A writer waiting behind
+//! readers asks again at least every 500 ms and its entry lapses 2 s after its last attempt
+//! (`prefix:{name}:queue:until`), so one whose process died holds new readers up for 2 s at
+//! most.
 //!
 //! * **Read acquire** (`SharedAcquireCall` with `Shared::Read`, `ACQUIRE_READ`): a share if no
-//!   writer holds the lock (a `d2` string) and no writer's intent lives; a replay finds our
-//!   member and extends it. Fenced, the token comes from the lock's fence floor.
-//! * **Write acquire**: a lock's plain or fenced acquire; one that meets readers (`WRONGTYPE`,
-//!   or the fenced script's "not a string") is sent again as `ACQUIRE_WRITE`
-//!   (`SharedAcquireCall` with `Shared::Write`), and so is every later attempt of that acquire:
-//!   busy while readers live, a waiting writer marks its intent (so no new reader enters:
-//!   writers do not starve) and takes the lock when the last reader left, removing its intent.
+//!   writer holds the lock (a `d2` string), no writer queued ahead waits for it and no writer's
+//!   intent lives; a replay, or a share handed over, finds our member and extends it. Fenced,
+//!   the token comes from the lock's fence floor.
+//! * **Write acquire**: a lock's plain or fenced acquire; a waiter's queued attempts
+//!   (`ACQUIRE_HANDED`) queue behind readers like behind a writer. Elsewhere (a writer that does
+//!   not wait, or over RedLock) one that meets readers (`WRONGTYPE`, or the fenced script's
+//!   "not a string") is sent again as `ACQUIRE_WRITE` (`SharedAcquireCall` with
+//!   `Shared::Write`), and so is every later attempt of that acquire: busy while readers live,
+//!   a waiting writer marks its intent (`prefix:{name}:writer`, `WRITER_INTENT`, 1 s, renewed at
+//!   each attempt: no new reader enters, writers do not starve) and takes the lock when the
+//!   last reader left, removing its intent.
 //! * **Renewal, release**: `RENEW`, `RELEASE` and `RELEASE_MANY`, as for a permit (a key that
-//!   is not a string is a set of holders, `permit_prelude!`); a reader's release publishes.
+//!   is not a string is a set of holders, `permit_prelude!`); a reader's release turns the lock
+//!   over to the line, or publishes.
 //!
 //! A semaphore and a set of readers of one name are incompatible with each other, as is a
 //! distlock of an earlier protocol (its `SET ... GET` meets `WRONGTYPE`).
@@ -142,255 +154,8 @@ pub const VERSION_TAG: &str = "d2:";
 /// The member of a semaphore's sorted set that holds its permit count (as the score `-n`).
 pub const PERMITS_MEMBER: &str = "d2:permits";
 
-/// The Lua functions on a semaphore's or readers' sorted set shared by [`ACQUIRE_PERMIT`],
-/// [`ACQUIRE_READ`], [`RENEW`], [`RELEASE`], [`RELEASE_MANY`] and [`LEAVE_QUEUE`] (a macro, so that `concat!`
-/// makes each script one constant string). Deadlines are the server's clock in ms; the count member's score is `-n`, below
-/// every deadline. The lock scripts define them inside their branch for a key that is not a
-/// string, so a lock's renewal and release never pay for making them.
-macro_rules! permit_prelude {
-    () => {
-        r#"
-local function permit_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local function permit_count(key)
-  if redis.call('TYPE', key)['ok'] ~= 'zset' then
-    return nil
-  end
-  local n = redis.call('ZSCORE', key, 'd2:permits')
-  if not n then
-    return nil
-  end
-  return -tonumber(n)
-end
-local function permit_settle(key, now)
-  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  local at = tonumber(last[2] or '0')
-  if at <= now then
-    redis.call('DEL', key)
-  else
-    redis.call('PEXPIRE', key, string.format('%d', at - now))
-  end
-end
-local function permit_set(key)
-  if redis.call('TYPE', key)['ok'] ~= 'zset' then
-    return false
-  end
-  return redis.call('ZSCORE', key, 'd2:permits') or redis.call('ZSCORE', key, 'd2:readers')
-end
-local function permit_renew(key, value, ttl)
-  if not permit_set(key) then
-    return -2
-  end
-  local now = permit_now()
-  redis.call('ZREMRANGEBYSCORE', key, 0, now)
-  local s = redis.call('ZSCORE', key, value)
-  if s then
-    redis.call('ZADD', key, 'GT', string.format('%d', now + tonumber(ttl)), value)
-  end
-  permit_settle(key, now)
-  if s then
-    return 1
-  end
-  return 0
-end
-"#
-    };
-}
-
-/// How a lock is let go, shared by [`RELEASE`], [`RELEASE_MANY`], [`LEAVE_QUEUE`] and
-/// [`ACQUIRE_HANDED`] (a macro, so that `concat!` makes each script one constant string).
-///
-/// `let_go`: with the lock's queue given (one server, Sentinel, a cluster; not over RedLock),
-/// the lock is handed in place to the first waiter queued for it: set to its value for its
-/// grant window (read from its ticket, see `handed_ticket`; its new holder extends it to its
-/// ttl), the entry removed, and the message names it and the request that last queued it
-/// (`<value> <request id>`, from `queue:ids`: the waiter trusts the grant from that request's
-/// send only, since a message can reach it after a later attempt of its own found the lock
-/// another's); otherwise the lock is deleted and the message is `1`, a plain wake. Without
-/// waiters this costs one `ZRANGE`. `grant`: the first waiter's entry taken out and the
-/// message that names it (a permit handed over, `permit_handoff_prelude!`, sends the same);
-/// `wake`: a message alone.
-///
-/// `release_lock`: a `d2` lock's release (`v`: what the lock key holds, `false` if nothing),
-/// as [`RELEASE`] returns its code. With a next waiter (`nv`, its ticket `nt` and the id `nid`
-/// its grant will name: a waiter of the releasing client that waits in the client behind one
-/// already queued, see `client::waiting::cohort`) the release queues it first (unless the lock
-/// is that waiter's already: it took it by an attempt of its own), whatever else it finds, and
-/// keeps the queue keys for the lock's pttl and that waiter's window: a lock found free is then handed to
-/// the first waiter at once, as [`ACQUIRE_HANDED`] would, and the waiter sends no attempt of
-/// its own.
-macro_rules! grant_prelude {
-    () => {
-        r#"
-local function wake(chan, msg, sharded)
-  if sharded then
-    redis.call('SPUBLISH', chan, msg)
-  else
-    redis.call('PUBLISH', chan, msg)
-  end
-end
-local function grant(chan, q, ids, first, sharded)
-  redis.call('ZREM', q, first[1])
-  local id = redis.call('HGET', ids, first[1])
-  if id then
-    redis.call('HDEL', ids, first[1])
-    wake(chan, first[1] .. ' ' .. id, sharded)
-  else
-    wake(chan, first[1], sharded)
-  end
-  return math.max(tonumber(first[2]) % 1024, 1)
-end
-local function hand_over(lock, chan, q, ids, first, sharded)
-  local window = grant(chan, q, ids, first, sharded)
-  redis.call('SET', lock, first[1], 'PX', string.format('%d', window))
-  return window
-end
-local function let_go(lock, chan, q, ids, sharded)
-  if q then
-    local first = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
-    if first[1] then
-      hand_over(lock, chan, q, ids, first, sharded)
-      return
-    end
-  end
-  redis.call('DEL', lock)
-  wake(chan, '1', sharded)
-end
-local function release_lock(lock, chan, q, ids, v, value, keep, nv, nt, nid, sharded)
-  if v and v ~= value and string.sub(v, 1, 3) ~= 'd2:' then
-    return -3
-  end
-  if nv and v ~= nv then
-    redis.call('ZADD', q, nt, nv)
-    redis.call('HSET', ids, nv, nid)
-  end
-  local code = 0
-  if v == false then
-    code = -2
-  elseif v ~= value then
-    code = -1
-  elseif tonumber(keep) > 0 then
-    redis.call('PEXPIRE', lock, keep)
-  end
-  if (code == 0 and tonumber(keep) <= 0) or (code == -2 and nv) then
-    let_go(lock, chan, q, ids, sharded)
-  end
-  if nv then
-    local left = math.max(redis.call('PTTL', lock), 0) + math.max(tonumber(nt) % 1024, 1)
-    if redis.call('PTTL', q) < left then
-      redis.call('PEXPIRE', q, left)
-    end
-    if redis.call('PTTL', ids) < left then
-      redis.call('PEXPIRE', ids, left)
-    end
-  end
-  return code
-end
-"#
-    };
-}
-
-/// A permit let go, and handed over (a macro, so that `concat!` makes each script one
-/// constant string; after [`grant_prelude!`] and [`permit_prelude!`], whose functions it uses),
-/// shared by [`ACQUIRE_PERMIT`], [`RELEASE`], [`RELEASE_MANY`] and [`LEAVE_QUEUE`].
-///
-/// `permit_hand`: with the semaphore's queue given (one server, Sentinel, a cluster), every free
-/// permit of the semaphore `key` of `n` (expired holders already removed) is handed to the
-/// waiters queued for it in their order (those with a ticket below `below`, if given: an
-/// acquire hands the permits to the waiters ahead of it): each becomes a holder for its grant
-/// window (read from its ticket, as a lock's), and the message names it and the request that
-/// queued it (`grant`). The new holder trusts it for that window, or confirms it with one more
-/// attempt, which finds it its own and extends it to the ttl (see [`ACQUIRE_PERMIT`]). Returns the permits still
-/// free and how many were handed. A handed member never replaces a live one (`NX`).
-///
-/// `permit_release`: a permit's or a read hold's release (`keep` ms > 0: kept for `min_hold`
-/// instead): -3 not a `d2` set of holders, -2 not held (nothing changed), 1 kept, 0 let go. A
-/// permit let go is handed to the first waiter queued for it (`q` given); otherwise, or with
-/// permits still free after that, or for a read hold, the release channel gets `1`, a wake.
-macro_rules! permit_handoff_prelude {
-    () => {
-        r#"
-local function permit_hand(key, chan, q, ids, now, n, below, sharded)
-  local held = redis.call('ZCARD', key)
-  if held > 0 then
-    held = held - 1
-  end
-  local free, handed = n - held, 0
-  while free > 0 do
-    local first = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
-    if not first[1] or (below and tonumber(first[2]) >= below) then
-      break
-    end
-    local window = grant(chan, q, ids, first, sharded)
-    redis.call('ZADD', key, string.format('%d', -n), 'd2:permits')
-    redis.call('ZADD', key, 'NX', string.format('%d', now + window), first[1])
-    free, handed = free - 1, handed + 1
-  end
-  return free, handed
-end
-local function permit_release(key, value, keep, chan, q, ids, sharded)
-  if not permit_set(key) then
-    return -3
-  end
-  local now = permit_now()
-  redis.call('ZREMRANGEBYSCORE', key, 0, now)
-  local code = -2
-  if redis.call('ZSCORE', key, value) then
-    if tonumber(keep) > 0 then
-      redis.call('ZADD', key, 'XX', string.format('%d', now + tonumber(keep)), value)
-      code = 1
-    else
-      redis.call('ZREM', key, value)
-      code = 0
-    end
-  end
-  if code == 0 then
-    local n, free, handed = permit_count(key), 1, 0
-    if n and q then
-      free, handed = permit_hand(key, chan, q, ids, now, n, nil, sharded)
-    end
-    if handed == 0 or free > 0 then
-      wake(chan, '1', sharded)
-    end
-  end
-  permit_settle(key, now)
-  return code
-end
-"#
-    };
-}
-
-/// The fence raise shared by [`ACQUIRE_FENCED`], [`ACQUIRE_PERMIT`], [`ACQUIRE_READ`] and
-/// [`ACQUIRE_HANDED`] (a macro, so that `concat!` makes each script one constant string): with a
-/// retention above 0, the token is the server's time in µs, or one above the fence key's last token
-/// if that is not below it, and the key keeps it for the retention; a key that does not hold a
-/// number is left as it was and reported (`bad`). A retention of 0: no token (0).
-macro_rules! fence_prelude {
-    () => {
-        r#"
-local function fence_raise(key, retention)
-  if tonumber(retention) <= 0 then
-    return 0, false
-  end
-  local t = redis.call('TIME')
-  local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local prev = redis.call('SET', key, string.format('%d', token), 'PX', retention, 'GET')
-  local last = tonumber(prev or '0')
-  if last == nil then
-    redis.call('SET', key, prev, 'PX', retention)
-    return 0, true
-  end
-  if token <= last then
-    token = last + 1
-    redis.call('SET', key, string.format('%d', token), 'PX', retention)
-  end
-  return token, false
-end
-"#
-    };
-}
+#[macro_use]
+mod preludes;
 
 mod handoff;
 mod lock;

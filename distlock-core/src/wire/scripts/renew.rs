@@ -15,6 +15,7 @@ local out = {}
 for i, key in ipairs(KEYS) do
   local v = redis.pcall('GET', key)
   if type(v) == 'table' then"#,
+    holders_prelude!(),
     permit_prelude!(),
     r#"
     out[i] = permit_renew(key, ARGV[2 * i + 1], ARGV[2 * i])

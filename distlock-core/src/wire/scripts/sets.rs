@@ -26,11 +26,13 @@
 /// held: a busy attempt queues it there (its ticket and request id, as a lock's waiter,
 /// [`ACQUIRE_HANDED`](super::ACQUIRE_HANDED)), takes it out of its other locks' queues, and lets
 /// go every lock of the set a release handed to it meanwhile (handed on to that lock's next
-/// waiter, `let_go`): a set never waits holding a part of itself. A lock found free with an
-/// earlier waiter queued for it is handed to that one, and the caller queues behind it. A
+/// waiter, `let_go`): a set never waits holding a part of itself. A lock found free with
+/// earlier waiters queued for it is turned over to them (`turn_over`), and the caller queues
+/// behind them. A
 /// release of the lock it waits at hands that lock to it (`grant_prelude!`), and its next
 /// attempt, at once, finds that lock its own and takes the whole set if the others are free.
 pub const ACQUIRE_ALL: &str = concat!(
+    holders_prelude!(),
     grant_prelude!(),
     r#"
 local turn = ARGV[5] ~= nil
@@ -84,9 +86,8 @@ for i = 1, n do
     return busy(i, redis.call('PTTL', lock))
   end
   if turn and v == false then
-    local first = redis.call('ZRANGE', key(i, 3), 0, 0, 'WITHSCORES')
-    if first[1] and first[1] ~= ARGV[1] and tonumber(first[2]) < tonumber(ARGV[5]) then
-      return busy(i, hand_over(lock, key(i, 4), key(i, 3), key(i, 5), first, sharded))
+    if turn_over(lock, key(i, 4), key(i, 3), key(i, 5), nil, tonumber(ARGV[5]), sharded, nil) then
+      return busy(i, math.max(redis.call('PTTL', lock), 1))
     end
   end
 end

@@ -29,6 +29,7 @@ use std::time::Duration;
 /// attempt (fenced, or asking for replicas; or a grant heard too late) finds the permit its
 /// own: its lease extended to the ttl and, fenced, a fresh token raised while it is its own.
 pub const ACQUIRE_PERMIT: &str = concat!(
+    holders_prelude!(),
     grant_prelude!(),
     permit_prelude!(),
     permit_handoff_prelude!(),
@@ -95,17 +96,47 @@ pub(crate) const WRITER_INTENT: Duration = Duration::from_millis(1000);
 
 /// Acquire a shared (read) hold (see the `scripts` docs, "Shared holds").
 ///
-/// KEYS: lock, fence, writer intent. ARGV: value (`d2:<owner>`), ttl ms, fence retention ms
-/// (0: no fencing token), request id. Returns `{id, {1, token}}` (a share taken, or a replay of
-/// our own take, extended to the ttl; token 0 when not fenced), `{id, {0, ms}}` (a writer holds
-/// the lock, for ms, or waits for it: its intent lasts ms more), or `{id, {2, 0}}` (the key
-/// holds something that is neither a `d2` lock nor a `d2` set of readers: a semaphore, another
-/// version's or another program's key).
+/// KEYS: lock, fence, writer intent, and where a release hands the lock over (one server,
+/// Sentinel, a cluster) the waiters' queue, the release channel, the waiters' request ids
+/// (`queue:ids`) and when each writer waiting behind readers lapses (`queue:until`: a writer
+/// at the head that went away is taken out, see `turn_over`). ARGV: value (`d2:<owner>`), ttl ms, fence retention ms (0: no fencing token),
+/// request id, and with the queue the caller's ticket (`handed_ticket`; 0: it does not queue)
+/// and `s` for a sharded release channel. Returns `{id, {1, token}}` (a share taken, or a
+/// replay of our own take, or a share handed to us, extended to the ttl; token 0 when not
+/// fenced), `{id, {0, ms}}` (a writer holds the lock, for ms, or waits for it: queued ahead
+/// of the caller, or its intent lasts ms more), or `{id, {2, 0}}` (the key holds something
+/// that is neither a `d2` lock nor a `d2` set of readers: a semaphore, another version's or
+/// another program's key).
+///
+/// **With the queue** readers and writers take their turns in one line: a reader enters only
+/// once the waiters queued ahead of it had theirs (`turn_over` hands them the lock now: the
+/// readers ahead a share each, a writer ahead the lock if no reader holds it), so it never
+/// passes a writer queued before it (and a writer queued behind readers is handed the lock by
+/// the last reader's release). Busy, a reader with a ticket queues itself (its request id
+/// recorded as `r:<id>`: a reader) and is handed a share by the release that turns the lock
+/// over to it.
 pub const ACQUIRE_READ: &str = concat!(
+    holders_prelude!(),
+    grant_prelude!(),
     permit_prelude!(),
     fence_prelude!(),
     r#"
 local now = permit_now()
+local turn = KEYS[4] ~= nil
+local ticket = tonumber(ARGV[5] or '0')
+local function busy(ms)
+  if ticket > 0 then
+    redis.call('ZADD', KEYS[4], ARGV[5], ARGV[1])
+    redis.call('HSET', KEYS[6], ARGV[1], 'r:' .. ARGV[4])
+    local keep = math.max(redis.call('PTTL', KEYS[1]), 0) + math.max(ticket % 1024, 1)
+    for _, key in ipairs({KEYS[4], KEYS[6]}) do
+      if redis.call('PTTL', key) < keep then
+        redis.call('PEXPIRE', key, keep)
+      end
+    end
+  end
+  return {ARGV[4], {0, ms}}
+end
 local kind = redis.call('TYPE', KEYS[1])['ok']
 local replay = false
 if kind == 'string' then
@@ -113,7 +144,7 @@ if kind == 'string' then
   if string.sub(v, 1, 3) ~= 'd2:' then
     return {ARGV[4], {2, 0}}
   end
-  return {ARGV[4], {0, redis.call('PTTL', KEYS[1])}}
+  return busy(redis.call('PTTL', KEYS[1]))
 elseif kind == 'zset' then
   if not redis.call('ZSCORE', KEYS[1], 'd2:readers') then
     return {ARGV[4], {2, 0}}
@@ -123,21 +154,39 @@ elseif kind == 'zset' then
 elseif kind ~= 'none' then
   return {ARGV[4], {2, 0}}
 end
+if not replay and turn then
+  local held = nil
+  if kind == 'zset' then
+    held = 'zset'
+  end
+  local below = nil
+  if ticket > 0 then
+    below = ticket
+  end
+  local turned = turn_over(KEYS[1], KEYS[5], KEYS[4], KEYS[6], held, below, ARGV[6] == 's', KEYS[7])
+  if turned == 'writer' or turned == 'handed' then
+    return busy(math.max(redis.call('PTTL', KEYS[1]), 1))
+  end
+end
 if not replay then
   local intent = redis.call('PTTL', KEYS[3])
   if intent ~= -2 then
-    if kind == 'zset' then
+    if redis.call('TYPE', KEYS[1])['ok'] == 'zset' then
       permit_settle(KEYS[1], now)
     end
     if intent < 0 then
       intent = 1000
     end
-    return {ARGV[4], {0, intent}}
+    return busy(intent)
   end
 end
 local token, bad = fence_raise(KEYS[2], ARGV[3])
 if bad then
   return redis.error_reply('ERR distlock: the fence key ' .. KEYS[2] .. ' does not hold a number; delete it to use this lock')
+end
+if turn then
+  redis.call('ZREM', KEYS[4], ARGV[1])
+  redis.call('HDEL', KEYS[6], ARGV[1])
 end
 redis.call('ZADD', KEYS[1], '-1', 'd2:readers')
 redis.call('ZADD', KEYS[1], 'GT', string.format('%d', now + tonumber(ARGV[2])), ARGV[1])

@@ -1,0 +1,376 @@
+//! The Lua functions several scripts share, as macros (so that `concat!` makes each script one
+//! constant string), defined here before the script files so each can use them. Each names the
+//! preludes it needs before it in a script:
+//!
+//! * `holders_prelude!`: the server's clock and a sorted set of holders' expiry;
+//! * `permit_prelude!` (after `holders_prelude!`): a semaphore's count, a set of holders'
+//!   mark, a permit's or a read hold's renewal;
+//! * `grant_prelude!` (after `holders_prelude!`): a lock let go or handed over, in turn to the
+//!   writers and readers queued for it;
+//! * `permit_handoff_prelude!` (after the three above): a permit or a read hold let go, and a
+//!   freed permit handed over;
+//! * `fence_prelude!`: the fence raise.
+
+/// The Lua functions on a sorted set of holders (a semaphore's, or readers') that every script
+/// touching one needs: `permit_now`, the server's clock in ms (`TIME`: deadlines are in it), and
+/// `permit_settle`, the key's own expiry set to its latest deadline (the count or readers
+/// member's negative score is below every deadline), or the key deleted when none is left. The
+/// lock scripts define them inside their branch for a key that is not a string where they can,
+/// so a lock's renewal never pays for making them.
+macro_rules! holders_prelude {
+    () => {
+        r#"
+local function permit_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function permit_settle(key, now)
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  local at = tonumber(last[2] or '0')
+  if at <= now then
+    redis.call('DEL', key)
+  else
+    redis.call('PEXPIRE', key, string.format('%d', at - now))
+  end
+end
+"#
+    };
+}
+
+/// The Lua functions on a semaphore's or readers' sorted set shared by [`ACQUIRE_PERMIT`],
+/// [`ACQUIRE_READ`], [`RENEW`], [`RELEASE`], [`RELEASE_MANY`] and [`LEAVE_QUEUE`] (after
+/// `holders_prelude!`): `permit_count`, a semaphore's `n` (its count member's score is `-n`);
+/// `permit_set`, true for a `d2` set of holders (permits or readers); `permit_renew`, a
+/// holder's renewal (only ever extends).
+///
+/// [`ACQUIRE_PERMIT`]: super::ACQUIRE_PERMIT
+/// [`ACQUIRE_READ`]: super::ACQUIRE_READ
+/// [`RENEW`]: super::RENEW
+/// [`RELEASE`]: super::RELEASE
+/// [`RELEASE_MANY`]: super::RELEASE_MANY
+/// [`LEAVE_QUEUE`]: super::LEAVE_QUEUE
+macro_rules! permit_prelude {
+    () => {
+        r#"
+local function permit_count(key)
+  if redis.call('TYPE', key)['ok'] ~= 'zset' then
+    return nil
+  end
+  local n = redis.call('ZSCORE', key, 'd2:permits')
+  if not n then
+    return nil
+  end
+  return -tonumber(n)
+end
+local function permit_set(key)
+  if redis.call('TYPE', key)['ok'] ~= 'zset' then
+    return false
+  end
+  return redis.call('ZSCORE', key, 'd2:permits') or redis.call('ZSCORE', key, 'd2:readers')
+end
+local function permit_renew(key, value, ttl)
+  if not permit_set(key) then
+    return -2
+  end
+  local now = permit_now()
+  redis.call('ZREMRANGEBYSCORE', key, 0, now)
+  local s = redis.call('ZSCORE', key, value)
+  if s then
+    redis.call('ZADD', key, 'GT', string.format('%d', now + tonumber(ttl)), value)
+  end
+  permit_settle(key, now)
+  if s then
+    return 1
+  end
+  return 0
+end
+"#
+    };
+}
+
+/// How a lock is let go and handed over, shared by [`RELEASE`], [`RELEASE_MANY`],
+/// [`LEAVE_QUEUE`], [`ACQUIRE_HANDED`], [`ACQUIRE_ALL`], [`ACQUIRE_PERMIT`] and
+/// [`ACQUIRE_READ`] (after `holders_prelude!`).
+///
+/// The queue (`prefix:{name}:queue`: value → ticket, see `handed_ticket`) holds a lock's
+/// writers and readers alike (and a semaphore's waiters); `queue:ids` records the request that
+/// last queued each, prefixed `r:` for a reader.
+///
+/// * `grant`: the first waiter's entry taken out and the message that names it and that
+///   request (`<value> <request id>`: the waiter trusts the grant from that request's send
+///   only, since a message can reach it after a later attempt of its own found the lock
+///   another's); returns its grant window (from its ticket).
+/// * `turn_over`: the lock (a writer's being let go, `held` `string`; a set of readers, `zset`;
+///   or free) handed to the waiters at the head of its queue, in their order (those with a
+///   ticket below `below`, if given: an attempt hands the lock to the waiters ahead of it):
+///   readers each get a share for their grant window (a member of the readers' set), as many as
+///   come in a row; a writer gets the lock for its window (set to its value) if no reader holds
+///   it. Returns `readers` (shares handed), `handed` (a writer handed the lock), `writer` (a
+///   writer at the head waits for the readers inside), or nothing (nobody queued ahead).
+///   Given `lapses` (`queue:until`: when each writer waiting behind readers lapses), a writer at
+///   the head that waits for readers and has not asked again within `writer_lapse` (2 s; it
+///   asks at least every 500 ms there, see [`ACQUIRE_HANDED`]) went away: its entry is taken
+///   out and the next waiter's turn comes (`writer_waits` starts the clock of one that never
+///   asked behind readers). So a writer whose process died holds new readers up for 2 s at
+///   most.
+/// * `let_go`: a writer's lock let go: with the queue given (one server, Sentinel, a cluster;
+///   not over RedLock) handed over (`turn_over`), otherwise, or with nobody queued, deleted and
+///   the message `1`, a plain wake. Without waiters this costs one `ZRANGE`.
+/// * `release_lock`: a `d2` lock's release (`v`: what the lock key holds, `false` if nothing),
+///   as [`RELEASE`] returns its code. With a next waiter (`nv`, its ticket `nt` and the id `nid`
+///   its grant will name: a waiter of the releasing client that waits in the client behind one
+///   already queued, see `client::waiting::cohort`) the release queues it first (unless the
+///   lock is that waiter's already: it took it by an attempt of its own), whatever else it
+///   finds, and keeps the queue keys for the lock's pttl and that waiter's window: a lock found
+///   free is then handed to the first waiter at once, as [`ACQUIRE_HANDED`] would, and the
+///   waiter sends no attempt of its own.
+///
+/// [`RELEASE`]: super::RELEASE
+/// [`RELEASE_MANY`]: super::RELEASE_MANY
+/// [`LEAVE_QUEUE`]: super::LEAVE_QUEUE
+/// [`ACQUIRE_HANDED`]: super::ACQUIRE_HANDED
+/// [`ACQUIRE_ALL`]: super::ACQUIRE_ALL
+/// [`ACQUIRE_PERMIT`]: super::ACQUIRE_PERMIT
+/// [`ACQUIRE_READ`]: super::ACQUIRE_READ
+macro_rules! grant_prelude {
+    () => {
+        r#"
+local function wake(chan, msg, sharded)
+  if sharded then
+    redis.call('SPUBLISH', chan, msg)
+  else
+    redis.call('PUBLISH', chan, msg)
+  end
+end
+local function grant(chan, q, ids, first, id, sharded)
+  redis.call('ZREM', q, first[1])
+  if id then
+    redis.call('HDEL', ids, first[1])
+    if string.sub(id, 1, 2) == 'r:' then
+      id = string.sub(id, 3)
+    end
+    wake(chan, first[1] .. ' ' .. id, sharded)
+  else
+    wake(chan, first[1], sharded)
+  end
+  return math.max(tonumber(first[2]) % 1024, 1)
+end
+local writer_lapse = 2000
+local function writer_waits(lapses, first, now)
+  if not lapses then
+    return true
+  end
+  local at = redis.call('ZSCORE', lapses, first[1])
+  if at and tonumber(at) <= now then
+    return false
+  end
+  if not at then
+    redis.call('ZADD', lapses, string.format('%d', now + writer_lapse), first[1])
+    redis.call('PEXPIRE', lapses, 2 * writer_lapse)
+  end
+  return true
+end
+local function turn_over(lock, chan, q, ids, held, below, sharded, lapses)
+  local now, out = nil, nil
+  while true do
+    local first = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
+    if not first[1] or (below and tonumber(first[2]) >= below) then
+      break
+    end
+    local id = redis.call('HGET', ids, first[1])
+    local blocked = false
+    if id and string.sub(id, 1, 2) == 'r:' then
+      if held == 'string' then
+        redis.call('DEL', lock)
+      end
+      held, now = 'zset', now or permit_now()
+      local window = grant(chan, q, ids, first, id, sharded)
+      redis.call('ZADD', lock, '-1', 'd2:readers')
+      redis.call('ZADD', lock, 'NX', string.format('%d', now + window), first[1])
+      out = 'readers'
+    elseif held == 'zset' then
+      now = now or permit_now()
+      redis.call('ZREMRANGEBYSCORE', lock, 0, now)
+      blocked = redis.call('ZCARD', lock) > 1
+      if not blocked then
+        redis.call('DEL', lock)
+        held = nil
+      elseif writer_waits(lapses, first, now) then
+        permit_settle(lock, now)
+        return 'writer'
+      else
+        redis.call('ZREM', q, first[1])
+        redis.call('HDEL', ids, first[1])
+        redis.call('ZREM', lapses, first[1])
+      end
+    end
+    if not blocked and not (id and string.sub(id, 1, 2) == 'r:') then
+      local window = grant(chan, q, ids, first, id, sharded)
+      redis.call('SET', lock, first[1], 'PX', string.format('%d', window))
+      return 'handed'
+    end
+  end
+  if held == 'zset' and now then
+    permit_settle(lock, now)
+  end
+  return out
+end
+local function let_go(lock, chan, q, ids, sharded)
+  if q and turn_over(lock, chan, q, ids, 'string', nil, sharded, nil) then
+    return
+  end
+  redis.call('DEL', lock)
+  wake(chan, '1', sharded)
+end
+local function release_lock(lock, chan, q, ids, v, value, keep, nv, nt, nid, sharded)
+  if v and v ~= value and string.sub(v, 1, 3) ~= 'd2:' then
+    return -3
+  end
+  if nv and v ~= nv then
+    redis.call('ZADD', q, nt, nv)
+    redis.call('HSET', ids, nv, nid)
+  end
+  local code = 0
+  if v == false then
+    code = -2
+  elseif v ~= value then
+    code = -1
+  elseif tonumber(keep) > 0 then
+    redis.call('PEXPIRE', lock, keep)
+  end
+  if code == 0 and tonumber(keep) <= 0 then
+    let_go(lock, chan, q, ids, sharded)
+  elseif code == -2 and nv then
+    if not turn_over(lock, chan, q, ids, nil, nil, sharded, nil) then
+      wake(chan, '1', sharded)
+    end
+  end
+  if nv then
+    local left = math.max(redis.call('PTTL', lock), 0) + math.max(tonumber(nt) % 1024, 1)
+    if redis.call('PTTL', q) < left then
+      redis.call('PEXPIRE', q, left)
+    end
+    if redis.call('PTTL', ids) < left then
+      redis.call('PEXPIRE', ids, left)
+    end
+  end
+  return code
+end
+"#
+    };
+}
+
+/// A permit or a read hold let go, and a freed permit handed over, shared by
+/// [`ACQUIRE_PERMIT`], [`RELEASE`], [`RELEASE_MANY`] and [`LEAVE_QUEUE`] (after
+/// `holders_prelude!`, `permit_prelude!` and `grant_prelude!`, whose functions it uses).
+///
+/// `permit_hand`: with the semaphore's queue given (one server, Sentinel, a cluster), every free
+/// permit of the semaphore `key` of `n` (expired holders already removed) is handed to the
+/// waiters queued for it in their order (those with a ticket below `below`, if given: an
+/// acquire hands the permits to the waiters ahead of it): each becomes a holder for its grant
+/// window (read from its ticket, as a lock's), and the message names it and the request that
+/// queued it (`grant`). The new holder trusts it for that window, or confirms it with one more
+/// attempt, which finds it its own and extends it to the ttl (see [`ACQUIRE_PERMIT`]). Returns
+/// the permits still free and how many were handed. A handed member never replaces a live one
+/// (`NX`).
+///
+/// `permit_release`: a permit's or a read hold's release (`keep` ms > 0: kept for `min_hold`
+/// instead): -3 not a `d2` set of holders, -2 not held (nothing changed), 1 kept, 0 let go.
+/// With the queue given, a permit let go is handed to the first waiter queued for it
+/// (`permit_hand`), and a read hold let go turns the lock over to the waiters queued for it
+/// (`turn_over`: a writer once no reader is left); a release that hands nothing over (or
+/// leaves permits free) sends the release channel `1`, a wake.
+///
+/// [`ACQUIRE_PERMIT`]: super::ACQUIRE_PERMIT
+/// [`RELEASE`]: super::RELEASE
+/// [`RELEASE_MANY`]: super::RELEASE_MANY
+/// [`LEAVE_QUEUE`]: super::LEAVE_QUEUE
+macro_rules! permit_handoff_prelude {
+    () => {
+        r#"
+local function permit_hand(key, chan, q, ids, now, n, below, sharded)
+  local held = redis.call('ZCARD', key)
+  if held > 0 then
+    held = held - 1
+  end
+  local free, handed = n - held, 0
+  while free > 0 do
+    local first = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
+    if not first[1] or (below and tonumber(first[2]) >= below) then
+      break
+    end
+    local window = grant(chan, q, ids, first, redis.call('HGET', ids, first[1]), sharded)
+    redis.call('ZADD', key, string.format('%d', -n), 'd2:permits')
+    redis.call('ZADD', key, 'NX', string.format('%d', now + window), first[1])
+    free, handed = free - 1, handed + 1
+  end
+  return free, handed
+end
+local function permit_release(key, value, keep, chan, q, ids, sharded)
+  if not permit_set(key) then
+    return -3
+  end
+  local now = permit_now()
+  redis.call('ZREMRANGEBYSCORE', key, 0, now)
+  local code = -2
+  if redis.call('ZSCORE', key, value) then
+    if tonumber(keep) > 0 then
+      redis.call('ZADD', key, 'XX', string.format('%d', now + tonumber(keep)), value)
+      code = 1
+    else
+      redis.call('ZREM', key, value)
+      code = 0
+    end
+  end
+  if code == 0 then
+    local n, woken = permit_count(key), false
+    if n and q then
+      local free, handed = permit_hand(key, chan, q, ids, now, n, nil, sharded)
+      woken = handed > 0 and free == 0
+    elseif q then
+      local turned = turn_over(key, chan, q, ids, 'zset', nil, sharded, nil)
+      if turned == 'handed' then
+        return code
+      end
+      woken = turned == 'readers'
+    end
+    if not woken then
+      wake(chan, '1', sharded)
+    end
+  end
+  permit_settle(key, now)
+  return code
+end
+"#
+    };
+}
+
+/// The fence raise shared by `ACQUIRE_FENCED`, `ACQUIRE_PERMIT`, `ACQUIRE_READ` and
+/// `ACQUIRE_HANDED` (a macro, so that `concat!` makes each script one constant string): with a
+/// retention above 0, the token is the server's time in µs, or one above the fence key's last token
+/// if that is not below it, and the key keeps it for the retention; a key that does not hold a
+/// number is left as it was and reported (`bad`). A retention of 0: no token (0).
+macro_rules! fence_prelude {
+    () => {
+        r#"
+local function fence_raise(key, retention)
+  if tonumber(retention) <= 0 then
+    return 0, false
+  end
+  local t = redis.call('TIME')
+  local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local prev = redis.call('SET', key, string.format('%d', token), 'PX', retention, 'GET')
+  local last = tonumber(prev or '0')
+  if last == nil then
+    redis.call('SET', key, prev, 'PX', retention)
+    return 0, true
+  end
+  if token <= last then
+    token = last + 1
+    redis.call('SET', key, string.format('%d', token), 'PX', retention)
+  end
+  return token, false
+end
+"#
+    };
+}
