@@ -307,7 +307,11 @@ local function permit_hand(key, chan, q, ids, now, n, below, sharded)
   return free, handed
 end
 local function permit_release(key, value, keep, chan, q, ids, sharded)
-  if not permit_set(key) then
+  if redis.call('TYPE', key)['ok'] ~= 'zset' then
+    return -3
+  end
+  local n = redis.call('ZSCORE', key, 'd2:permits')
+  if not n and not redis.call('ZSCORE', key, 'd2:readers') then
     return -3
   end
   local now = permit_now()
@@ -323,9 +327,9 @@ local function permit_release(key, value, keep, chan, q, ids, sharded)
     end
   end
   if code == 0 then
-    local n, woken = permit_count(key), false
+    local woken = false
     if n and q then
-      local free, handed = permit_hand(key, chan, q, ids, now, n, nil, sharded)
+      local free, handed = permit_hand(key, chan, q, ids, now, -tonumber(n), nil, sharded)
       woken = handed > 0 and free == 0
     elseif q then
       local turned = turn_over(key, chan, q, ids, 'zset', nil, sharded, nil)

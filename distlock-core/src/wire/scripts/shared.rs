@@ -184,7 +184,7 @@ local token, bad = fence_raise(KEYS[2], ARGV[3])
 if bad then
   return redis.error_reply('ERR distlock: the fence key ' .. KEYS[2] .. ' does not hold a number; delete it to use this lock')
 end
-if turn then
+if ticket > 0 then
   redis.call('ZREM', KEYS[4], ARGV[1])
   redis.call('HDEL', KEYS[6], ARGV[1])
 end
