@@ -1,5 +1,5 @@
-//! Readers and writers in their turn (issue 28, item 3), against a real redis-server: on one
-//! server (Sentinel and a cluster run the same scripts) a read hold's waiters and the lock's
+//! Readers and writers in their turn (issue 28, item 3), against real servers: on one server
+//! and through a cluster's shard (Sentinel runs the same scripts) a read hold's waiters and the lock's
 //! (the writers) queue in one queue, in arrival order; a writer's release hands the lock to the
 //! first waiter, and if that is a reader, to every reader at the head of the queue together; the
 //! last reader's release hands the lock to a writer queued behind it; a reader never enters
@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock::{Client, Error, LockGuard};
+use distlock::{hash_slot, Client, Config, Error, LockGuard};
 use testkit::{
     eventually, fairness_run, queued, quick_client as client, until_queued, FairnessRun, Hold,
-    RedisServer,
+    RedisCluster, RedisServer,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -36,18 +36,20 @@ async fn take(c: &Client, name: &str, read: bool) -> Result<LockGuard, Error> {
     builder.wait(Duration::from_secs(20)).acquire().await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readers_queued_behind_a_writer_are_handed_their_shares_together() {
-    let server = RedisServer::start();
-    let all = clients(&server, 4).await;
-    let conn = server.conn().await;
-    let writer = take(&all[0], "rw-batch", false).await.unwrap();
+/// A writer of `clients[0]` holds `name` (30 s); three readers of the other clients queue
+/// behind it: its release hands all three their shares together, at once.
+async fn readers_handed_their_shares_together(
+    all: &[Client],
+    conn: &redis::aio::MultiplexedConnection,
+    name: &'static str,
+) {
+    let writer = take(&all[0], name, false).await.unwrap();
     let inside = Arc::new(AtomicUsize::new(0));
     let mut readers: Vec<JoinHandle<Instant>> = Vec::new();
-    for (i, c) in all[1..].iter().enumerate() {
+    for (i, c) in all[1..4].iter().enumerate() {
         let (c, inside) = (c.clone(), inside.clone());
         readers.push(tokio::spawn(async move {
-            let g = take(&c, "rw-batch", true).await.unwrap();
+            let g = take(&c, name, true).await.unwrap();
             let at = Instant::now();
             inside.fetch_add(1, Ordering::SeqCst);
             // All three inside together: each waits (bounded) until the others are in.
@@ -58,7 +60,7 @@ async fn readers_queued_behind_a_writer_are_handed_their_shares_together() {
             g.release().await.unwrap();
             at
         }));
-        until_queued(&conn, "rw-batch", i + 1).await;
+        until_queued(conn, name, i + 1).await;
     }
     let released = Instant::now();
     writer.release().await.unwrap();
@@ -66,6 +68,26 @@ async fn readers_queued_behind_a_writer_are_handed_their_shares_together() {
         let took = r.await.unwrap() - released;
         assert!(took < Duration::from_secs(1), "handed at once: {took:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_queued_behind_a_writer_are_handed_their_shares_together() {
+    let server = RedisServer::start();
+    let conn = server.conn().await;
+    readers_handed_their_shares_together(&clients(&server, 4).await, &conn, "rw-batch").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_hands_queued_readers_their_shares_through_the_shard() {
+    let cluster = RedisCluster::start(3, 0);
+    let name = "rw-shard";
+    let node = cluster.master_of_slot(hash_slot(format!("distlock:{{{name}}}").as_bytes()));
+    let conn = cluster.node(node).conn().await;
+    let mut all = Vec::new();
+    for _ in 0..4 {
+        all.push(Config::cluster(cluster.urls()).connect().await.unwrap());
+    }
+    readers_handed_their_shares_together(&all, &conn, name).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

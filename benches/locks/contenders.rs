@@ -109,13 +109,17 @@ pub(crate) enum Hold {
     Permits(u32),
     /// A shared (read) hold of the lock.
     Read,
+    /// The lock with a fencing token (distlock only: S3).
+    Fenced,
+    /// A set of two locks, the name and `<name>:2` (distlock only: S3).
+    Set,
 }
 
 impl Hold {
     /// How many holders may be inside at once.
     pub(crate) fn capacity(self) -> u32 {
         match self {
-            Hold::Lock => 1,
+            Hold::Lock | Hold::Fenced | Hold::Set => 1,
             Hold::Permits(n) => n,
             Hold::Read => u32::MAX,
         }
@@ -644,6 +648,7 @@ async fn floor_try_acquire(c: &Contenders, t: &Target) -> BenchResult<bool> {
             .arg(0)
             .arg("r1"),
         Hold::Lock => return Err("the lock's floor is `Floor::try_acquire`".into()),
+        Hold::Fenced | Hold::Set => return Err(format!("no floor for {:?}", t.hold).into()),
     };
     let (_, (status, _)): (String, (i64, i64)) = cmd.query_async(&mut floor.conn.clone()).await?;
     match status {
@@ -659,6 +664,8 @@ fn builder(c: &Contenders, t: &Target) -> distlock::LockBuilder {
         Hold::Permits(n) => c.client.semaphore(t.name.as_str(), n),
         Hold::Read => c.client.lock(t.name.as_str()).read(),
         Hold::Lock => c.client.lock(t.name.as_str()),
+        Hold::Fenced => c.client.lock(t.name.as_str()).fenced(true),
+        Hold::Set => c.client.lock_all([t.name.clone(), format!("{}:2", t.name)]),
     };
     b.ttl(TTL)
 }

@@ -49,11 +49,13 @@ pub(crate) struct Holds {
     s2: Vec<(Kind, Vec<HandoffRow>, u64)>,
 }
 
-fn hold_label(hold: Hold) -> String {
+pub(crate) fn hold_label(hold: Hold) -> String {
     match hold {
         Hold::Lock => "lock".to_owned(),
         Hold::Permits(n) => format!("permit (of {n})"),
         Hold::Read => "read hold".to_owned(),
+        Hold::Fenced => "lock, fenced".to_owned(),
+        Hold::Set => "set of 2 locks".to_owned(),
     }
 }
 
@@ -66,11 +68,13 @@ fn kind_label(kind: Kind) -> &'static str {
 }
 
 /// The key-name tag of a hold.
-fn hold_tag(hold: Hold) -> &'static str {
+pub(crate) fn hold_tag(hold: Hold) -> &'static str {
     match hold {
         Hold::Lock => "lock",
         Hold::Permits(_) => "permits",
         Hold::Read => "read",
+        Hold::Fenced => "fenced",
+        Hold::Set => "set",
     }
 }
 
@@ -144,7 +148,7 @@ pub(crate) async fn run(
 }
 
 /// Column-wise medians of per-repetition rows.
-fn median_cols<const N: usize>(rows: &[[f64; N]]) -> [f64; N] {
+pub(crate) fn median_cols<const N: usize>(rows: &[[f64; N]]) -> [f64; N] {
     std::array::from_fn(|i| median(&rows.iter().map(|r| r[i]).collect::<Vec<_>>()))
 }
 

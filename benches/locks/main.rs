@@ -11,6 +11,8 @@
 //! * B5 the marketplace of "Redis in Action" ch. 6 (WATCH vs coarse lock vs per-item locks);
 //! * S1 B1 for a semaphore's permit and a read hold, S2 B3 for permits (8 tasks, 2 permits),
 //!   against their raw floor and a hand-written Redisson-style semaphore;
+//! * S3 B3 per kind of hold (8 tasks: the lock, fenced, a permit of one, a set of two), every
+//!   waiter in its turn, distlock only;
 //! * C1/C2 B1/B2's distlock loop on a Redis Cluster (1 and 3 masters) and a RedLock quorum (3 and
 //!   5 masters) against one server.
 //!
@@ -18,7 +20,7 @@
 //! plots (`docs/benchmarks/*.svg`).
 //!
 //! Environment: `BENCH_QUICK=1` for a short run (under a minute); `BENCH_REPS`, `BENCH_SECS`
-//! (measured seconds per run), `BENCH_ONLY=B1,B3` to pick scenarios (`S1`, `S2`: permits and read holds; `C1`, `C2`: the cluster and RedLock rows), `BENCH_WORKERS` (tokio
+//! (measured seconds per run), `BENCH_ONLY=B1,B3` to pick scenarios (`S1`, `S2`: permits and read holds; `S3`: every kind in its turn; `C1`, `C2`: the cluster and RedLock rows), `BENCH_WORKERS` (tokio
 //! worker threads, default: the number of CPUs), `BENCH_NO_WRITE=1` to leave BENCHMARKS.md and
 //! the plots alone.
 
@@ -33,6 +35,7 @@ mod report;
 mod scenarios;
 mod semaphores;
 mod stats;
+mod turns;
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -133,6 +136,7 @@ async fn run(plan: Plan) -> BenchResult<()> {
     if plan.runs("S1") || plan.runs("S2") {
         report.holds = holds::run(&plan, &mut bench.runner, &mut bench.admin).await?;
     }
+    report.turns = turns::run(&plan, &mut bench.runner, &mut bench.admin).await?;
     if plan.runs("C1") || plan.runs("C2") {
         report.deployments = deployments::run(&plan, &url).await?;
     }

@@ -113,6 +113,8 @@ pub(crate) struct Report {
     pub(crate) b5: Vec<B5Row>,
     /// S1/S2: permits and read holds.
     pub(crate) holds: crate::holds::Holds,
+    /// S3: every waiter in its turn, per kind of hold.
+    pub(crate) turns: crate::turns::Turns,
     /// C1/C2: the cluster and RedLock rows.
     pub(crate) deployments: Vec<crate::deployments::Row>,
 }
@@ -195,6 +197,7 @@ impl Report {
             b4: Vec::new(),
             b5: Vec::new(),
             holds: Default::default(),
+            turns: Vec::new(),
             deployments: Vec::new(),
         })
     }
@@ -247,6 +250,15 @@ impl Report {
                 ),
                 measured: format!("{overlaps} overlaps"),
                 pass: overlaps == 0,
+            });
+        }
+        if let Some((overlaps, worst)) = crate::turns::render(&self.turns, &mut out) {
+            targets.push(Target {
+                what:
+                    "S3 every kind of hold: handed over in turn, p99 gap ≤ 1 ms, never two inside"
+                        .to_owned(),
+                measured: format!("worst p99 {worst:.0} µs, {overlaps} overlaps"),
+                pass: overlaps == 0 && worst <= 1000.0,
             });
         }
         crate::deployments::render(&self.deployments, &mut out);
