@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use distlock::{hash_slot, Client, Config, Error, LockGuard};
 use testkit::{
-    eventually, fairness_run, queued, quick_client as client, until_queued, Fairness, FairnessRun,
-    Hold, LoneSentinel, RedisCluster, RedisSentinel, RedisServer,
+    fairness_run, queued, quick_client as client, until_queued, Fairness, FairnessRun, Hold,
+    LoneSentinel, RedisCluster, RedisSentinel, RedisServer,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -61,14 +61,7 @@ async fn fair_and_bounded(clients: &[Client], name: &str, permits: u32) -> Fairn
         hold: Hold::Permits(permits),
     };
     let figures = fairness_run(clients, name, run).await;
-    assert_eq!(figures.overlaps, 0, "{}", figures.summary());
-    assert_eq!(
-        figures.busy + figures.other_errors,
-        0,
-        "{}",
-        figures.summary()
-    );
-    assert!(figures.jain() >= 0.99, "{}", figures.summary());
+    figures.assert_in_turn(0.99);
     figures
 }
 
@@ -104,14 +97,9 @@ async fn through_sentinel_permit_and_lock_waiters_take_their_turns() {
         hold_ms: (2, 10),
         ..FairnessRun::default()
     };
-    let figures = fairness_run(&all, "sentinel-lock-fair", run).await;
-    let summary = figures.summary();
-    assert_eq!(
-        figures.overlaps + figures.busy + figures.other_errors,
-        0,
-        "{summary}"
-    );
-    assert!(figures.jain() >= 0.99, "{summary}");
+    fairness_run(&all, "sentinel-lock-fair", run)
+        .await
+        .assert_in_turn(0.99);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -250,8 +238,5 @@ async fn a_cancelled_permit_waiter_hands_on_a_permit_handed_to_it() {
         "handed on at once: {took:?}"
     );
     all[1].settle().await;
-    eventually(Duration::from_secs(5), "queue empty", || async {
-        (queued(&conn, "permit-cx").await == 0).then_some(())
-    })
-    .await;
+    until_queued(&conn, "permit-cx", 0).await;
 }

@@ -171,11 +171,9 @@ async fn mixed_readers_and_writers_stay_exclusive_and_fair() {
         hold: Hold::ReadWrite,
         ..FairnessRun::default()
     };
-    let figures = fairness_run(&clients(&server, 4).await, "rw-fair", run).await;
-    let summary = figures.summary();
-    assert_eq!(figures.overlaps, 0, "{summary}");
-    assert_eq!(figures.busy + figures.other_errors, 0, "{summary}");
-    assert!(figures.jain() >= 0.95, "{summary}");
+    fairness_run(&clients(&server, 4).await, "rw-fair", run)
+        .await
+        .assert_in_turn(0.95);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -207,8 +205,5 @@ async fn a_cancelled_reader_hands_on_a_share_handed_to_it() {
         "handed on at once: {took:?}"
     );
     all[1].settle().await;
-    eventually(Duration::from_secs(5), "queue empty", || async {
-        (queued(&conn, "rw-cx").await == 0).then_some(())
-    })
-    .await;
+    until_queued(&conn, "rw-cx", 0).await;
 }

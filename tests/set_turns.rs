@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use distlock::{hash_slot, Client, Config, LockGuard};
 use testkit::{
-    eventually, fairness_run, queued, quick_client as client, until_queued, FairnessRun, Hold,
-    RedisCluster, RedisServer,
+    fairness_run, queued, quick_client as client, until_queued, FairnessRun, Hold, RedisCluster,
+    RedisServer,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -47,11 +47,8 @@ async fn waiters_of_several_clients_take_a_set_in_turn() {
         ..FairnessRun::default()
     };
     let figures = fairness_run(&clients(&server, 4).await, "set-fair", run).await;
-    let summary = figures.summary();
-    assert_eq!(figures.overlaps, 0, "{summary}");
-    assert_eq!(figures.busy + figures.other_errors, 0, "{summary}");
-    assert!(figures.jain() >= 0.99, "{summary}");
-    assert!(figures.longest_streak <= 2, "{summary}");
+    figures.assert_in_turn(0.99);
+    assert!(figures.longest_streak <= 2, "{}", figures.summary());
 }
 
 /// A holder of the set `names` with a 30 s lease and three set waiters of three clients queued
@@ -231,8 +228,5 @@ async fn a_cancelled_set_waiter_hands_on_a_lock_handed_to_it() {
         "handed on at once: {took:?}"
     );
     all[1].settle().await;
-    eventually(Duration::from_secs(5), "queue empty", || async {
-        (queued(&conn, names[0]).await == 0).then_some(())
-    })
-    .await;
+    until_queued(&conn, names[0], 0).await;
 }

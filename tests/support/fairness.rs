@@ -98,6 +98,17 @@ impl Fairness {
         jain(&pick(0)).min(jain(&pick(1)))
     }
 
+    /// Asserts that every waiter took its turn: no holders overlapping, fenced tokens rising,
+    /// no acquire failing or running out of its wait (`Busy`), and Jain's index at least
+    /// `min_jain`; each failure says the run's [`Fairness::summary`].
+    pub fn assert_in_turn(&self, min_jain: f64) {
+        let summary = self.summary();
+        assert_eq!(self.overlaps, 0, "{summary}");
+        assert_eq!(self.token_regressions, 0, "{summary}");
+        assert_eq!(self.busy + self.other_errors, 0, "{summary}");
+        assert!(self.jain() >= min_jain, "{summary}");
+    }
+
     /// One line for a test's output.
     pub fn summary(&self) -> String {
         format!(

@@ -83,15 +83,7 @@ local function token()
 end
 local sharded = ARGV[6] == 's'
 local function queue(ms)
-  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
-  redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
-  local keep = ms + tonumber(ARGV[5])
-  if redis.call('PTTL', KEYS[2]) < keep then
-    redis.call('PEXPIRE', KEYS[2], keep)
-  end
-  if redis.call('PTTL', KEYS[4]) < keep then
-    redis.call('PEXPIRE', KEYS[4], keep)
-  end
+  enqueue(KEYS[2], KEYS[4], ARGV[1], ARGV[4], ARGV[3], ms)
 end
 local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'table' then

@@ -96,6 +96,8 @@ end
 /// writers and readers alike (and a semaphore's waiters); `queue:ids` records the request that
 /// last queued each, prefixed `r:` for a reader.
 ///
+/// * `enqueue`: a waiter queued (`value` at `ticket`, its request `id`), the queue and its ids
+///   kept for `ms` (the holders' time left) plus the waiter's window at least.
 /// * `grant`: the first waiter's entry taken out and the message that names it and that
 ///   request (`<value> <request id>`: the waiter trusts the grant from that request's send
 ///   only, since a message can reach it after a later attempt of its own found the lock
@@ -121,7 +123,7 @@ end
 ///   its grant will name: a waiter of the releasing client that waits in the client behind one
 ///   already queued, see `client::waiting::cohort`) the release queues it first (unless the
 ///   lock is that waiter's already: it took it by an attempt of its own), whatever else it
-///   finds, and keeps the queue keys for the lock's pttl and that waiter's window: a lock found
+///   finds, and keeps the queue keys for the lock's pttl and that waiter's window (`enqueue`): a lock found
 ///   free is then handed to the first waiter at once, as [`ACQUIRE_HANDED`] would, and the
 ///   waiter sends no attempt of its own.
 ///
@@ -140,6 +142,16 @@ local function wake(chan, msg, sharded)
     redis.call('SPUBLISH', chan, msg)
   else
     redis.call('PUBLISH', chan, msg)
+  end
+end
+local function enqueue(q, ids, value, ticket, id, ms)
+  redis.call('ZADD', q, ticket, value)
+  redis.call('HSET', ids, value, id)
+  local keep = math.max(ms, 0) + math.max(tonumber(ticket) % 1024, 1)
+  for _, key in ipairs({q, ids}) do
+    if redis.call('PTTL', key) < keep then
+      redis.call('PEXPIRE', key, keep)
+    end
   end
 end
 local function grant(chan, q, ids, first, id, sharded)
@@ -227,8 +239,7 @@ local function release_lock(lock, chan, q, ids, v, value, keep, nv, nt, nid, sha
     return -3
   end
   if nv and v ~= nv then
-    redis.call('ZADD', q, nt, nv)
-    redis.call('HSET', ids, nv, nid)
+    enqueue(q, ids, nv, nt, nid, redis.call('PTTL', lock))
   end
   local code = 0
   if v == false then
@@ -243,15 +254,6 @@ local function release_lock(lock, chan, q, ids, v, value, keep, nv, nt, nid, sha
   elseif code == -2 and nv then
     if not turn_over(lock, chan, q, ids, nil, nil, sharded, nil) then
       wake(chan, '1', sharded)
-    end
-  end
-  if nv then
-    local left = math.max(redis.call('PTTL', lock), 0) + math.max(tonumber(nt) % 1024, 1)
-    if redis.call('PTTL', q) < left then
-      redis.call('PEXPIRE', q, left)
-    end
-    if redis.call('PTTL', ids) < left then
-      redis.call('PEXPIRE', ids, left)
     end
   end
   return code

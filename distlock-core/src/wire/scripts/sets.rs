@@ -47,14 +47,7 @@ local function busy(i, ms)
     for j = 1, n do
       local q, ids = key(j, 3), key(j, 5)
       if j == i then
-        redis.call('ZADD', q, ARGV[5], ARGV[1])
-        redis.call('HSET', ids, ARGV[1], ARGV[4])
-        local keep = math.max(ms, 0) + math.max(tonumber(ARGV[5]) % 1024, 1)
-        for _, k in ipairs({q, ids}) do
-          if redis.call('PTTL', k) < keep then
-            redis.call('PEXPIRE', k, keep)
-          end
-        end
+        enqueue(q, ids, ARGV[1], ARGV[5], ARGV[4], ms)
       else
         redis.call('ZREM', q, ARGV[1])
         redis.call('HDEL', ids, ARGV[1])

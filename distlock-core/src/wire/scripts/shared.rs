@@ -62,14 +62,7 @@ if held >= 0 and free <= 0 then
   local ms = math.max(tonumber(first[2]) - now, 1)
   if turn then
     permit_settle(KEYS[1], now)
-    redis.call('ZADD', KEYS[3], ARGV[6], ARGV[1])
-    redis.call('HSET', KEYS[5], ARGV[1], ARGV[5])
-    local keep = math.max(redis.call('PTTL', KEYS[1]), 0) + math.max(tonumber(ARGV[6]) % 1024, 1)
-    for _, key in ipairs({KEYS[3], KEYS[5]}) do
-      if redis.call('PTTL', key) < keep then
-        redis.call('PEXPIRE', key, keep)
-      end
-    end
+    enqueue(KEYS[3], KEYS[5], ARGV[1], ARGV[6], ARGV[5], redis.call('PTTL', KEYS[1]))
   end
   return {ARGV[5], {0, ms}}
 end
@@ -126,14 +119,7 @@ local turn = KEYS[4] ~= nil
 local ticket = tonumber(ARGV[5] or '0')
 local function busy(ms)
   if ticket > 0 then
-    redis.call('ZADD', KEYS[4], ARGV[5], ARGV[1])
-    redis.call('HSET', KEYS[6], ARGV[1], 'r:' .. ARGV[4])
-    local keep = math.max(redis.call('PTTL', KEYS[1]), 0) + math.max(ticket % 1024, 1)
-    for _, key in ipairs({KEYS[4], KEYS[6]}) do
-      if redis.call('PTTL', key) < keep then
-        redis.call('PEXPIRE', key, keep)
-      end
-    end
+    enqueue(KEYS[4], KEYS[6], ARGV[1], ARGV[5], 'r:' .. ARGV[4], redis.call('PTTL', KEYS[1]))
   end
   return {ARGV[4], {0, ms}}
 end
