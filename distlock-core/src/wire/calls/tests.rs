@@ -2,7 +2,7 @@
 //! arguments of a shared hold's acquire in each script's order, and the status codes.
 
 use super::*;
-use crate::wire::request::Lua;
+use crate::wire::request::{Lua, ACQUIRE_PERMIT_SCRIPT, ACQUIRE_READ_SCRIPT, ACQUIRE_WRITE_SCRIPT};
 
 const TTL: Duration = Duration::from_millis(10_000);
 const RETENTION: Duration = Duration::from_millis(60_000);
