@@ -577,6 +577,20 @@ async fn a_non_numeric_fence_is_not_overwritten() {
     let value: String = conn.get(&fence).await.unwrap();
     assert_eq!(value, "abc", "the corrupt fence was overwritten");
     assert!(!exists(&mut conn, &lock_key("fence")).await);
+    // The same for a set (its own raise per lock), a permit and a read hold.
+    let builders = [
+        c.lock_all(["fence", "fence:b"]),
+        c.semaphore("fence", 2),
+        c.lock("fence").read(),
+    ];
+    for builder in builders {
+        let acquired = builder.fenced(true).acquire().await;
+        assert!(acquired.is_err(), "acquired over a corrupt fence");
+        let value: String = conn.get(&fence).await.unwrap();
+        assert_eq!(value, "abc", "the corrupt fence was overwritten");
+        assert!(!exists(&mut conn, &lock_key("fence")).await);
+        assert!(!exists(&mut conn, &lock_key("fence:b")).await);
+    }
 }
 
 #[tokio::test]

@@ -77,7 +77,7 @@ local function token()
   end
   local t, bad = fence_raise(KEYS[6], ARGV[7])
   if bad then
-    return redis.error_reply('ERR distlock: the fence key ' .. KEYS[6] .. ' does not hold a number; delete it to use this lock')
+    return fence_error(KEYS[6], 'lock')
   end
   return t
 end

@@ -24,7 +24,7 @@ end
 if v == false then
   local token, bad = fence_raise(KEYS[2], ARGV[3])
   if bad then
-    return redis.error_reply('ERR distlock: the fence key ' .. KEYS[2] .. ' does not hold a number; delete it to use this lock')
+    return fence_error(KEYS[2], 'lock')
   end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return {ARGV[4], {1, token}}

@@ -355,10 +355,14 @@ end
 /// `ACQUIRE_HANDED` (a macro, so that `concat!` makes each script one constant string): with a
 /// retention above 0, the token is the server's time in µs, or one above the fence key's last token
 /// if that is not below it, and the key keeps it for the retention; a key that does not hold a
-/// number is left as it was and reported (`bad`). A retention of 0: no token (0).
+/// number is left as it was and reported (`bad`; `fence_error` is the script's error for it).
+/// A retention of 0: no token (0).
 macro_rules! fence_prelude {
     () => {
         r#"
+local function fence_error(key, what)
+  return redis.error_reply('ERR distlock: the fence key ' .. key .. ' does not hold a number; delete it to use this ' .. what)
+end
 local function fence_raise(key, retention)
   if tonumber(retention) <= 0 then
     return 0, false

@@ -34,6 +34,7 @@
 pub const ACQUIRE_ALL: &str = concat!(
     holders_prelude!(),
     grant_prelude!(),
+    fence_prelude!(),
     r#"
 local turn = ARGV[5] ~= nil
 local per = turn and 5 or 2
@@ -86,28 +87,15 @@ for i = 1, n do
 end
 local replay = mine == n and (n > 1 or not turn)
 local out = {1}
-local retention = tonumber(ARGV[3])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 for i = 1, n do
-  local token = 0
-  if retention > 0 then
-    local fence = key(i, 2)
-    if replay then
-      token = tonumber(redis.call('GET', fence) or '0') or 0
-    else
-      token = now
-      local prev = redis.call('SET', fence, string.format('%d', token), 'PX', ARGV[3], 'GET')
-      local last = tonumber(prev or '0')
-      if last == nil then
-        redis.call('SET', fence, prev, 'PX', ARGV[3])
-        return redis.error_reply('ERR distlock: the fence key ' .. fence .. ' does not hold a number; delete it to use this lock')
-      end
-      if token <= last then
-        token = last + 1
-        redis.call('SET', fence, string.format('%d', token), 'PX', ARGV[3])
-      end
-    end
+  local token, bad = 0, false
+  if replay and tonumber(ARGV[3]) > 0 then
+    token = tonumber(redis.call('GET', key(i, 2)) or '0') or 0
+  elseif not replay then
+    token, bad = fence_raise(key(i, 2), ARGV[3])
+  end
+  if bad then
+    return fence_error(key(i, 2), 'lock')
   end
   out[i + 1] = token
 end

@@ -68,7 +68,7 @@ if held >= 0 and free <= 0 then
 end
 local token, bad = fence_raise(KEYS[2], ARGV[4])
 if bad then
-  return redis.error_reply('ERR distlock: the fence key ' .. KEYS[2] .. ' does not hold a number; delete it to use this semaphore')
+  return fence_error(KEYS[2], 'semaphore')
 end
 if turn then
   redis.call('ZREM', KEYS[3], ARGV[1])
@@ -168,7 +168,7 @@ if not replay then
 end
 local token, bad = fence_raise(KEYS[2], ARGV[3])
 if bad then
-  return redis.error_reply('ERR distlock: the fence key ' .. KEYS[2] .. ' does not hold a number; delete it to use this lock')
+  return fence_error(KEYS[2], 'lock')
 end
 if ticket > 0 then
   redis.call('ZREM', KEYS[4], ARGV[1])
@@ -194,7 +194,9 @@ return {ARGV[4], {1, token}}
 /// Busy, a waiting writer (intent ms > 0) sets the intent to its own value for intent ms (new
 /// readers wait while it lasts) and is told to try again within a third of it, so it renews
 /// the intent while it waits; taking the lock removes the intent if it is still its own.
-pub const ACQUIRE_WRITE: &str = r#"
+pub const ACQUIRE_WRITE: &str = concat!(
+    fence_prelude!(),
+    r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local mark = tonumber(ARGV[5])
@@ -238,23 +240,14 @@ elseif kind == 'string' then
 elseif kind ~= 'none' then
   return {ARGV[4], {2, 0}}
 end
-local token = 0
-if tonumber(ARGV[3]) > 0 then
-  token = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local prev = redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3], 'GET')
-  local last = tonumber(prev or '0')
-  if last == nil then
-    redis.call('SET', KEYS[2], prev, 'PX', ARGV[3])
-    return redis.error_reply('ERR distlock: the fence key ' .. KEYS[2] .. ' does not hold a number; delete it to use this lock')
-  end
-  if token <= last then
-    token = last + 1
-    redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3])
-  end
+local token, bad = fence_raise(KEYS[2], ARGV[3])
+if bad then
+  return fence_error(KEYS[2], 'lock')
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if redis.call('GET', KEYS[3]) == ARGV[1] then
   redis.call('DEL', KEYS[3])
 end
 return {ARGV[4], {1, token}}
-"#;
+"#
+);
