@@ -17,6 +17,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::wire::calls::Turn;
 use crate::wire::scripts;
 
 /// Where an acquire attempt stands in the waiters' queue.
@@ -46,6 +47,15 @@ impl Place {
             window: Some(window),
             confirm,
         }
+    }
+
+    /// This attempt's turn in the queue a release hands the hold over from (`sharded`: its
+    /// release channel is a cluster's): `Some` for a queued attempt of a handed waiter.
+    pub(crate) fn turn(self, sharded: bool) -> Option<Turn> {
+        (self.queue && self.window.is_some()).then_some(Turn {
+            ticket: self.ticket,
+            sharded,
+        })
     }
 }
 

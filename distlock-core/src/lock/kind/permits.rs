@@ -40,7 +40,7 @@ use crate::error::Error;
 use crate::lock::kind::shared;
 use crate::lock::kind::variant::{Kind, Target};
 use crate::lock::terms::Terms;
-use crate::wire::calls::{Acquired, Shared, SharedAcquired, Turn};
+use crate::wire::calls::{Acquired, Shared, SharedAcquired};
 use crate::wire::request::ReplicaWait;
 
 /// The check of a semaphore's count: at least one permit.
@@ -79,10 +79,7 @@ pub(crate) async fn send(
     (permits, place): (u32, Place),
     request: (&[u8], Option<ReplicaWait>),
 ) -> Result<(Acquired, Option<usize>), Error> {
-    let turn = (place.queue && place.window.is_some()).then(|| Turn {
-        ticket: place.ticket,
-        sharded: target.client.sharded_pubsub(),
-    });
+    let turn = place.turn(target.client.sharded_pubsub());
     let asked = (Shared::Permits(permits), turn);
     match shared::send(target, terms, asked, request).await? {
         (SharedAcquired::Found(found), acked) => Ok((found, acked)),

@@ -31,7 +31,7 @@ use crate::client::Client;
 use crate::error::{Error, Operation};
 use crate::lock::kind::variant::{Found, Target};
 use crate::lock::terms::Terms;
-use crate::wire::calls::{Acquired, Released, Turn};
+use crate::wire::calls::{Acquired, Released};
 use crate::wire::keys::{hash_slot, LockKeys};
 use crate::wire::scripts::grant_window;
 use crate::wire::sets::{worst, SetAcquireCall, SetAcquired, SetReleaseCall};
@@ -110,10 +110,7 @@ pub(crate) async fn attempt(
     terms: &Terms,
 ) -> Result<Found, Error> {
     let client = target.client;
-    let turn = (place.queue && place.window.is_some()).then(|| Turn {
-        ticket: place.ticket,
-        sharded: client.sharded_pubsub(),
-    });
+    let turn = place.turn(client.sharded_pubsub());
     let wait = client.replica_wait(terms.min_replicas);
     let required = wait.map_or(0, |w| w.replicas);
     let mut tokens = Vec::new();

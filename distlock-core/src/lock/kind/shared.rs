@@ -87,13 +87,11 @@ pub(crate) async fn send_read(
     request: (&[u8], Option<ReplicaWait>),
 ) -> Result<(Acquired, Option<usize>), Error> {
     let client = target.client;
-    let turn = (!client.is_quorum()).then(|| Turn {
-        ticket: match place.queue && place.window.is_some() {
-            true => place.ticket,
-            false => 0,
-        },
-        sharded: client.sharded_pubsub(),
-    });
+    // An unqueued read still carries the queue (ticket 0), so it never passes a writer
+    // queued before it.
+    let sharded = client.sharded_pubsub();
+    let turn =
+        (!client.is_quorum()).then(|| place.turn(sharded).unwrap_or(Turn { ticket: 0, sharded }));
     found(send(target, terms, (Shared::Read, turn), request).await?)
 }
 

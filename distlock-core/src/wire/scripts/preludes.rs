@@ -184,39 +184,40 @@ local function writer_waits(lapses, first, now)
 end
 local function turn_over(lock, chan, q, ids, held, below, sharded, lapses)
   local now, out = nil, nil
+  local function clock()
+    now = now or permit_now()
+    return now
+  end
+  local function readers_inside()
+    redis.call('ZREMRANGEBYSCORE', lock, 0, clock())
+    return redis.call('ZCARD', lock) > 1
+  end
   while true do
     local first = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
     if not first[1] or (below and tonumber(first[2]) >= below) then
       break
     end
     local id = redis.call('HGET', ids, first[1])
-    local blocked = false
     if id and string.sub(id, 1, 2) == 'r:' then
       if held == 'string' then
         redis.call('DEL', lock)
       end
-      held, now = 'zset', now or permit_now()
+      held, out = 'zset', 'readers'
       local window = grant(chan, q, ids, first, id, sharded)
       redis.call('ZADD', lock, '-1', 'd2:readers')
-      redis.call('ZADD', lock, 'NX', string.format('%d', now + window), first[1])
-      out = 'readers'
-    elseif held == 'zset' then
-      now = now or permit_now()
-      redis.call('ZREMRANGEBYSCORE', lock, 0, now)
-      blocked = redis.call('ZCARD', lock) > 1
-      if not blocked then
-        redis.call('DEL', lock)
-        held = nil
-      elseif writer_waits(lapses, first, now) then
+      redis.call('ZADD', lock, 'NX', string.format('%d', clock() + window), first[1])
+    elseif held == 'zset' and readers_inside() then
+      if writer_waits(lapses, first, clock()) then
         permit_settle(lock, now)
         return 'writer'
-      else
-        redis.call('ZREM', q, first[1])
-        redis.call('HDEL', ids, first[1])
-        redis.call('ZREM', lapses, first[1])
       end
-    end
-    if not blocked and not (id and string.sub(id, 1, 2) == 'r:') then
+      redis.call('ZREM', q, first[1])
+      redis.call('HDEL', ids, first[1])
+      redis.call('ZREM', lapses, first[1])
+    else
+      if held == 'zset' then
+        redis.call('DEL', lock)
+      end
       local window = grant(chan, q, ids, first, id, sharded)
       redis.call('SET', lock, first[1], 'PX', string.format('%d', window))
       return 'handed'
@@ -249,12 +250,8 @@ local function release_lock(lock, chan, q, ids, v, value, keep, nv, nt, nid, sha
   elseif tonumber(keep) > 0 then
     redis.call('PEXPIRE', lock, keep)
   end
-  if code == 0 and tonumber(keep) <= 0 then
+  if (code == 0 and tonumber(keep) <= 0) or (code == -2 and nv) then
     let_go(lock, chan, q, ids, sharded)
-  elseif code == -2 and nv then
-    if not turn_over(lock, chan, q, ids, nil, nil, sharded, nil) then
-      wake(chan, '1', sharded)
-    end
   end
   return code
 end

@@ -141,14 +141,8 @@ elseif kind ~= 'none' then
   return {ARGV[4], {2, 0}}
 end
 if not replay and turn then
-  local held = nil
-  if kind == 'zset' then
-    held = 'zset'
-  end
-  local below = nil
-  if ticket > 0 then
-    below = ticket
-  end
+  local held = kind == 'zset' and 'zset' or nil
+  local below = ticket > 0 and ticket or nil
   local turned = turn_over(KEYS[1], KEYS[5], KEYS[4], KEYS[6], held, below, ARGV[6] == 's', KEYS[7])
   if turned == 'writer' or turned == 'handed' then
     return busy(math.max(redis.call('PTTL', KEYS[1]), 1))
