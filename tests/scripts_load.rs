@@ -6,7 +6,7 @@
 use distlock::scripts;
 use testkit::RedisServer;
 
-const SCRIPTS: [(&str, &str); 12] = [
+const SCRIPTS: [(&str, &str); 13] = [
     ("ACQUIRE_FENCED", scripts::ACQUIRE_FENCED),
     ("ACQUIRE_HANDED", scripts::ACQUIRE_HANDED),
     ("ACQUIRE_QUEUED", scripts::ACQUIRE_QUEUED),
@@ -15,6 +15,7 @@ const SCRIPTS: [(&str, &str); 12] = [
     ("ACQUIRE_WRITE", scripts::ACQUIRE_WRITE),
     ("ACQUIRE_ALL", scripts::ACQUIRE_ALL),
     ("FENCE_FLOOR", scripts::FENCE_FLOOR),
+    ("FENCED_WRITE", scripts::FENCED_WRITE),
     ("LEAVE_QUEUE", scripts::LEAVE_QUEUE),
     ("RELEASE", scripts::RELEASE),
     ("RELEASE_MANY", scripts::RELEASE_MANY),

@@ -250,6 +250,68 @@ pub enum Error {
         #[source]
         source: redis::RedisError,
     },
+    /// A fenced write ([`crate::fence`]) was refused because a holder with a higher fencing
+    /// token of the same lock has written the resource already: the writer lost its lock (a
+    /// pause past its lease, a partition, a failover) and someone else has held it since.
+    /// Nothing was changed (in SQL: the transaction can no longer commit).
+    #[error("write to `{resource}` refused: fencing token {token} is older than {seen}, which has written it already, so this holder lost its lock and another holder has written since; nothing was changed (do not retry with this token: take the lock again)")]
+    Fenced {
+        /// The resource written: the Redis key, or the SQL `resource` name.
+        resource: String,
+        /// The writer's token.
+        token: u64,
+        /// The highest token that has written the resource.
+        seen: u64,
+    },
+    /// A fenced write ([`crate::fence`]) met a resource fenced by another lock, or a Redis key
+    /// holding a value that was not written through [`crate::fence::redis`]. Tokens compare
+    /// only within one lock name, so this is a misuse, not a stale writer: nothing was
+    /// compared or changed.
+    #[error("{}", fence_mismatch_message(resource, lock, .fenced_by.as_deref()))]
+    FenceMismatch {
+        /// The resource written.
+        resource: String,
+        /// The lock whose token the write carried.
+        lock: String,
+        /// The lock that fenced the resource; `None` when the Redis key holds a value that is
+        /// not a fenced value (a plain string, a list, ...).
+        fenced_by: Option<String>,
+    },
+    /// [`crate::fence()`] (or [`crate::fence_of`]) was called where there is no fencing
+    /// token to give: outside a body run under a lock, or under a lock taken without
+    /// `fenced`.
+    #[error("{}", not_fenced_message(.key.as_deref()))]
+    NotFenced {
+        /// The lock the body holds, taken without `fenced`; `None` outside any locked body
+        /// (or, for [`crate::fence_of`], when the body does not hold that name).
+        key: Option<String>,
+    },
+    /// The store of a fenced write ([`crate::fence`]) failed: a Redis error on the caller's
+    /// connection, or a database error. Whether the write landed is unknown only if the
+    /// connection failed mid-call; a refused write is [`Error::Fenced`], never this.
+    #[error("fenced write to `{resource}` failed in its store: {source}")]
+    Store {
+        /// The resource written.
+        resource: String,
+        /// The store's own error (`redis::RedisError`, or `sqlx::Error` with the
+        /// `sqlx-postgres` feature).
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+}
+
+fn fence_mismatch_message(resource: &str, lock: &str, fenced_by: Option<&str>) -> String {
+    match fenced_by {
+        Some(other) => format!("`{resource}` is fenced by lock `{other}`, not by `{lock}`: tokens compare only within one lock name, so nothing was compared or changed; protect each resource with one lock name"),
+        None => format!("`{resource}` holds a value that was not written through `distlock::fence::redis` (a fenced value is a hash of `value`, `token` and `lock`), so the write under lock `{lock}` was refused; delete the key once, then write it only through `fence::redis::set`"),
+    }
+}
+
+fn not_fenced_message(key: Option<&str>) -> String {
+    match key {
+        Some(key) => format!("lock `{key}` was taken without a fencing token: add `fenced` to the attribute (or `.fenced(true)` to the builder) to get one"),
+        None => "no fencing token here: `distlock::fence()` gives the token of the lock held by the body it is called from (an annotated function or `run`), and this call chain holds no such lock (a task spawned inside the body does not inherit it: pass it the `Fence`)".to_owned(),
+    }
 }
 
 fn busy_message(key: &str, waited: &Duration, held_by: &HeldBy) -> String {
@@ -293,6 +355,12 @@ impl Error {
     /// True for [`Error::Busy`]: the lock (or every permit) was held by someone else.
     pub fn is_busy(&self) -> bool {
         matches!(self, Error::Busy { .. })
+    }
+
+    /// True for [`Error::Fenced`]: a fenced write was refused because a newer holder of the
+    /// lock has written the resource already.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, Error::Fenced { .. })
     }
 
     /// True for [`Error::Lost`]: a held lock can no longer be guaranteed.

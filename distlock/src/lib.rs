@@ -69,6 +69,7 @@
 //! | `testing` | a throwaway `redis-server` per test process, with the default client installed on it, for the tests of code that takes locks | the module `distlock::testing`: `testing::init`, `testing::TestRedis` |
 //! | `tls` | `rediss://` URLs (one server, Cluster, Sentinel, RedLock masters) through rustls, with your roots or the system's, and client certificates for mutual TLS | none: [`Config::tls_root_certificates`] and [`Config::tls_client_certificate`] are always there; without the feature a `rediss://` URL is refused by [`Config::validate`] |
 //! | `metrics` | counters, histograms and gauges through the `metrics` facade (see [Metrics](#metrics)); install any recorder to collect them | `distlock::describe_metrics` |
+//! | `sqlx-postgres` | fenced writes in PostgreSQL through your sqlx (0.8) transaction (see [`fence`](mod@fence)) | the module `distlock::fence::sqlx`: `advance`, `advance_resource`, `SCHEMA` |
 //!
 //! Items behind a feature are compiled, and so documented, only with it. docs.rs builds these
 //! docs with every feature and marks each such item with the feature it needs; locally, run
@@ -610,9 +611,9 @@
 
 #[doc(inline)]
 pub use distlock_core::{
-    fencing_token, fencing_token_of, hash_slot, init, lock, lock_all, semaphore, Client, Config,
-    Error, HeldBy, LockBuilder, LockGuard, LossReason, Operation, Result, ALL_REPLICAS,
-    LEASE_MARGIN, MAX_NAME_LEN, MAX_TTL, MIN_TTL,
+    fence, fence_of, fencing_token, fencing_token_of, hash_slot, init, lock, lock_all, semaphore,
+    Client, Config, Error, Fence, HeldBy, LockBuilder, LockGuard, LossReason, Operation, Result,
+    ALL_REPLICAS, LEASE_MARGIN, MAX_NAME_LEN, MAX_TTL, MIN_TTL,
 };
 
 #[doc(inline)]

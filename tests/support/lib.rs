@@ -17,6 +17,7 @@ mod inspect;
 mod locks;
 #[cfg(feature = "tls")]
 mod pki;
+mod postgres;
 pub mod proxy;
 mod quorum;
 mod races;
@@ -36,6 +37,7 @@ pub use inspect::{
 pub use locks::{acquire_soon, client_with, quick_client, take_and_release};
 #[cfg(feature = "tls")]
 pub use pki::Pki;
+pub use postgres::PostgresServer;
 pub use quorum::{at_rest, expect_no_quorum};
 pub use races::{counter, counter_race, race_counter, wait_for_release};
 pub use sentinel::{LoneSentinel, RedisSentinel, SentinelOptions};

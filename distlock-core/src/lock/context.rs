@@ -129,18 +129,29 @@ pub fn fencing_token() -> Option<u64> {
 /// has its own token, strictly increasing per name: pass each resource the token of its own
 /// lock. For one lock this is [`fencing_token`] when `name` is the innermost lock.
 pub fn fencing_token_of(name: &str) -> Option<u64> {
+    holds(name).flatten()
+}
+
+/// `Some(token)` if this call chain holds `name` (the innermost hold of it), the token `None`
+/// when it was taken without one.
+pub(crate) fn holds(name: &str) -> Option<Option<u64>> {
     let innermost = current();
     let mut cursor = innermost.as_ref();
     while let Some(Frame(data)) = cursor {
         if data.hold.covers(name) {
-            return match data.hold.set.is_empty() {
+            return Some(match data.hold.set.is_empty() {
                 true => data.token,
                 false => data.hold.token_of(name),
-            };
+            });
         }
         cursor = data.parent.as_ref();
     }
     None
+}
+
+/// The innermost lock held by this call chain (a set: its first lock) and its token.
+pub(crate) fn held_lock() -> Option<(String, Option<u64>)> {
+    current().map(|frame| (frame.0.hold.keys.name().to_owned(), frame.0.token))
 }
 
 /// `Some` inside a body run under a lock, holding the innermost lock's fencing token (if it has

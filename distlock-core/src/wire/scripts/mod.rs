@@ -163,6 +163,7 @@ mod redlock;
 mod renew;
 mod sets;
 mod shared;
+mod store;
 
 pub(crate) use handoff::{grant_window, handed_ticket};
 pub use handoff::{ACQUIRE_HANDED, LEAVE_QUEUE};
@@ -173,3 +174,4 @@ pub use renew::RENEW;
 pub use sets::ACQUIRE_ALL;
 pub(crate) use shared::WRITER_INTENT;
 pub use shared::{ACQUIRE_PERMIT, ACQUIRE_READ, ACQUIRE_WRITE};
+pub use store::FENCED_WRITE;
