@@ -48,7 +48,7 @@
 //! resource apart, when one lock protects several resources with fences of their own.
 
 use ::sqlx::postgres::PgConnection;
-use ::sqlx::Row;
+use ::sqlx::{Executor, Row};
 
 use crate::error::Error;
 use crate::fence::Fence;
@@ -80,29 +80,27 @@ pub async fn advance_resource(
         resource: resource.to_owned(),
         source: Box::new(source),
     };
-    let token = fence.token().to_string();
-    let moved = ::sqlx::query(ADVANCE)
+    // Each statement through `Executor`'s boxed futures on the connection itself: `Query`'s
+    // own `fetch_*` futures, generic over the executor, make this future's `Send` depend on
+    // a higher-ranked `Executor` bound the compiler cannot prove, and callers spawn it (axum,
+    // `tokio::spawn`).
+    let advance = ::sqlx::query(ADVANCE)
         .bind(resource)
         .bind(fence.name())
-        .bind(&token)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(store)?;
+        .bind(fence.token().to_string());
+    let moved = conn.fetch_optional(advance).await.map_err(store)?;
     if moved.is_some() {
         return Ok(());
     }
     // Refused: the row (locked by the upsert) holds a higher token, or another lock's.
-    let row = ::sqlx::query(SEEN)
-        .bind(resource)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(store)?;
+    let seen = ::sqlx::query(SEEN).bind(resource);
+    let row = conn.fetch_one(seen).await.map_err(store)?;
     let (fenced_by, seen): (String, String) = (
         row.try_get(0).map_err(store)?,
         row.try_get(1).map_err(store)?,
     );
     // Fail the transaction, so that its writes cannot commit even if the error is ignored.
-    let _failed = ::sqlx::raw_sql(FAIL_TRANSACTION).execute(&mut *conn).await;
+    let _failed = conn.execute(FAIL_TRANSACTION).await;
     if fenced_by != fence.name() {
         return Err(Error::FenceMismatch {
             resource: resource.to_owned(),
