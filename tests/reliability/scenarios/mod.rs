@@ -19,6 +19,7 @@ mod redlock_loss;
 mod registry_misuse;
 mod sentinel_failover;
 mod stall;
+mod zombie_writes;
 
 use std::time::Duration;
 
@@ -59,6 +60,7 @@ pub(crate) fn all(settings: &Settings) -> Vec<Scenario> {
         failover_belief::sentinel(&s, heavy(90, 240)),
         failover_belief::cluster(&s, heavy(90, 200)),
         clock_steps::scenario(&s, heavy(90, 120)),
+        zombie_writes::scenario(&s, heavy(90, 240)),
     ]
 }
 
@@ -72,6 +74,7 @@ pub(crate) async fn worker_role(role: &str, ctx: Ctx) -> Result<(), String> {
         "registry" => registry_misuse::worker(ctx).await,
         "stall" => stall::worker(ctx).await,
         "multi-stall" => multi_stall::worker(ctx).await,
+        "zombie" => zombie_writes::worker(ctx).await,
         other => Err(format!("unknown worker role `{other}`")),
     }
 }
