@@ -250,7 +250,7 @@ pub enum Error {
         #[source]
         source: redis::RedisError,
     },
-    /// A fenced write ([`crate::fence`]) was refused because a holder with a higher fencing
+    /// A fenced write ([`fence`](mod@crate::fence)) was refused because a holder with a higher fencing
     /// token of the same lock has written the resource already: the writer lost its lock (a
     /// pause past its lease, a partition, a failover) and someone else has held it since.
     /// Nothing was changed (in SQL: the transaction can no longer commit).
@@ -263,7 +263,7 @@ pub enum Error {
         /// The highest token that has written the resource.
         seen: u64,
     },
-    /// A fenced write ([`crate::fence`]) met a resource fenced by another lock, or a Redis key
+    /// A fenced write ([`fence`](mod@crate::fence)) met a resource fenced by another lock, or a Redis key
     /// holding a value that was not written through [`crate::fence::redis`]. Tokens compare
     /// only within one lock name, so this is a misuse, not a stale writer: nothing was
     /// compared or changed.
@@ -286,7 +286,7 @@ pub enum Error {
         /// (or, for [`crate::fence_of`], when the body does not hold that name).
         key: Option<String>,
     },
-    /// The store of a fenced write ([`crate::fence`]) failed: a Redis error on the caller's
+    /// The store of a fenced write ([`fence`](mod@crate::fence)) failed: a Redis error on the caller's
     /// connection, or a database error. Whether the write landed is unknown only if the
     /// connection failed mid-call; a refused write is [`Error::Fenced`], never this.
     #[error("fenced write to `{resource}` failed in its store: {source}")]

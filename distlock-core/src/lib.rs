@@ -608,10 +608,10 @@ pub use client::Client;
 pub use config::duration::{parse_duration, DurationError};
 pub use config::{Config, ALL_REPLICAS};
 pub use error::{Error, HeldBy, LossReason, Operation, Result};
-pub use fence::{fence, fence_of, Fence};
+pub use fence::Fence;
 pub use lease::{LEASE_MARGIN, MAX_TTL, MIN_TTL};
 pub use lock::builder::{lock, lock_all, semaphore, LockBuilder};
-pub use lock::context::{fencing_token, fencing_token_of};
+pub use lock::context::{fence, fence_of, fencing_token, fencing_token_of};
 pub use lock::guard::LockGuard;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]

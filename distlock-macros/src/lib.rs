@@ -62,7 +62,7 @@ use proc_macro::TokenStream;
 /// | `wait` | how long to wait for a busy lock: a duration | don't wait |
 /// | `skip` | flag: if busy, return `Ok(Default::default())` | off |
 /// | `min_hold` | keep the lock at least this long after acquiring it: a duration | release when the body ends |
-/// | `fenced` | flag: hand out a fencing token with the lock (`distlock::fencing_token()`) | no token |
+/// | `fenced` | flag: hand out a fencing token with the lock (`distlock::fence()`, for writes through `distlock::fence`) | no token |
 /// | `min_replicas` | replicas that must acknowledge the acquire and each renewal (`WAIT`): an integer, 0 to 1000, or `all` (Redis Sentinel: every replica a failover could promote, `distlock::ALL_REPLICAS`) | the client's `Config::min_replicas` (0 unless configured) |
 /// | `client` | name of a client installed with `Config::install_as` | the default client |
 /// | `crate` | path to `distlock`, for crates that re-export it | `"::distlock"` |
@@ -201,23 +201,27 @@ use proc_macro::TokenStream;
 ///
 /// ## `fenced`
 ///
-/// Take the lock with a fencing token, which the body reads with `distlock::fencing_token()`
-/// and passes to the resource it protects, so that a holder whose lease ran out cannot write
-/// after the next holder (see `LockBuilder::fenced` for the guarantee and its price: a fenced
+/// Take the lock with a fencing token, which the body reads with `distlock::fence()` (the
+/// lock's name and token) and writes the resource it protects with, so that a holder whose
+/// lease ran out cannot write after the next holder: `distlock::fence::redis::set` (your own
+/// Redis data) or `distlock::fence::sqlx::advance` (a Postgres transaction) refuse its write
+/// with `Error::Fenced` (see `LockBuilder::fenced` for the guarantee and its price: a fenced
 /// acquire runs a script where a plain one is a single `SET NX PX GET`). A nested call that
 /// re-enters the lock shares its token.
 ///
 /// ```no_run
 /// # use distlock::distributed_lock;
-/// # use std::time::Duration;
 /// # #[derive(Debug)] pub struct AppError;
 /// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
-/// # pub struct Db;
-/// # impl Db { async fn write_if_newer(&self, _: u64, _: u64) -> Result<(), AppError> { Ok(()) } }
+/// # async fn store() -> distlock::redis::aio::MultiplexedConnection { unimplemented!() }
 /// #[distributed_lock(key = "ledger:<account>", ttl = "10s", fenced)]
-/// async fn post(account: u64, db: &Db) -> Result<(), AppError> {
-///     let token = distlock::fencing_token().expect("fenced lock");
-///     db.write_if_newer(account, token).await
+/// async fn post(account: u64, entry: String) -> Result<(), AppError> {
+///     let fence = distlock::fence()?;
+///     let mut conn = store().await;
+///     let key = format!("ledger:{account}:last");
+///     // Refused (Error::Fenced), nothing written, if a newer holder has written it.
+///     distlock::fence::redis::set(&mut conn, &key, entry, &fence).await?;
+///     Ok(())
 /// }
 /// # fn main() {}
 /// ```

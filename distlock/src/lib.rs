@@ -89,7 +89,7 @@
 //! | `wait = "2s"` | wait this long for a busy lock (woken by the holder's release); transient failures (a reset connection, a timeout, a failover) are retried within it, and the last one is returned when it runs out | fail at once with [`Error::Busy`] (or the first error) |
 //! | `skip` | busy lock: return `Ok(Default::default())` without running the body | off |
 //! | `min_hold = "1m"` | keep the lock at least this long after acquiring it (ShedLock's `lockAtLeastFor`) | release when the body ends |
-//! | `fenced` | hand out a fencing token with the lock ([`fencing_token()`], [`LockBuilder::fenced`]) | no token |
+//! | `fenced` | hand out a fencing token with the lock ([`fence()`] for the body's fenced writes, [`fencing_token()`], [`LockBuilder::fenced`]) | no token |
 //! | `min_replicas = 1` | replicas that must acknowledge the acquire and each renewal ([`LockBuilder::min_replicas`]); too few: [`Error::Unreplicated`]; `min_replicas = all` over Redis Sentinel: every replica a failover could promote ([`ALL_REPLICAS`]) | the client's [`Config::min_replicas`] (0) |
 //! | `client = "payments"` | a client installed with [`Config::install_as`] | the default client |
 //! | `crate = "my::reexport"` | path to this crate, for re-exporters | `::distlock` |
@@ -280,9 +280,10 @@
 //!   lease has its result dropped. Some of its side effects may already have happened while
 //!   another holder ran: treat them as unprotected.
 //! * **Side effects need fencing.** Code between two `.await` points cannot be interrupted, and
-//!   a stall can strike between your last check and a write. Pass [`fencing_token()`] (or
-//!   [`LockGuard::token`]) to the resource you protect and have it reject a token lower than
-//!   one it has seen: that is what keeps a stale holder's write out, whatever the timing. The
+//!   a stall can strike between your last check and a write. Write the resource you protect
+//!   through [`fence`](mod@fence) (Redis data, Postgres through sqlx) with [`fence()`] (or
+//!   [`LockGuard::fence`]), or pass [`fencing_token()`] to a store that rejects a token lower
+//!   than one it has seen: that is what keeps a stale holder's write out, whatever the timing. The
 //!   tokens' exact guarantee (and when it weakens to "as monotonic as the Redis server's clock")
 //!   is in [Fencing tokens](#fencing-tokens).
 //! * **Before an irreversible step**, call [`LockGuard::ensure_held`] (manual API) — it fails
@@ -501,16 +502,31 @@
 //! the name's fence floor: about 13 µs of Redis CPU per acquire + release against about 5 µs
 //! for a plain lock (`scripts/profile-scripts.sh` in the repository).
 //!
+//! The store must check the token, or it protects nothing: [`fence`](mod@fence) does it for
+//! you. `fence::redis::set` / `get` / `del` write your own Redis data (on any redis-rs
+//! connection, the lock's server or another) only if no newer holder has written it, and
+//! `fence::sqlx::advance` (feature `sqlx-postgres`) does the same in your Postgres
+//! transaction. A stale write fails with [`Error::Fenced`] and changes nothing (reliability
+//! row 23: holders frozen past their lease and writing with old tokens land 0 stale writes in
+//! either store, where plain writes in the same run land them).
+//!
 //! ```no_run
 //! # use distlock::distributed_lock;
 //! # #[derive(Debug)] struct AppError;
 //! # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
-//! # async fn write_if_newer(_: u64, _: u64, _: i64) -> Result<(), AppError> { Ok(()) }
-//! /// The ledger refuses a write whose token is lower than the highest it has accepted.
+//! # async fn ledger() -> distlock::redis::aio::MultiplexedConnection { unimplemented!() }
+//! /// The balance is written only by the newest holder of `account:<id>`.
 //! #[distributed_lock(key = "account:<id>", ttl = "5s", renew, fenced)]
-//! async fn post(id: u64, cents: i64) -> Result<(), AppError> {
-//!     let token = distlock::fencing_token().expect("a fenced lock has a token");
-//!     write_if_newer(id, token, cents).await
+//! async fn post(id: u64, cents: i64) -> Result<i64, AppError> {
+//!     let fence = distlock::fence()?; // the lock's name and token
+//!     let mut conn = ledger().await;
+//!     let key = format!("balance:{id}");
+//!     let balance = distlock::fence::redis::get::<i64, _>(&mut conn, &key).await?
+//!         .map_or(0, |stored| stored.value);
+//!     // Err(Fenced) and nothing written if a newer holder wrote since: this one was paused
+//!     // past its lease after its read.
+//!     distlock::fence::redis::set(&mut conn, &key, balance + cents, &fence).await?;
+//!     Ok(balance + cents)
 //! }
 //! ```
 //!

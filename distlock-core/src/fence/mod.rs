@@ -18,23 +18,20 @@
 //!   its writes: a row per resource that only moves forward.
 //!
 //! ```no_run
-//! use distlock::distributed_lock;
-//! # #[derive(Debug)] struct AppError;
-//! # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
-//! # async fn connection() -> distlock::redis::aio::MultiplexedConnection { unimplemented!() }
+//! # async fn connection() -> redis::aio::MultiplexedConnection { unimplemented!() }
+//! # async fn demo() -> Result<(), distlock_core::Error> {
+//! use distlock_core::fence::redis::{get, set};
 //!
-//! #[distributed_lock(key = "balance:<account>", ttl = "5s", fenced)]
-//! async fn deposit(account: u64, amount: i64) -> Result<i64, AppError> {
+//! // `#[distributed_lock(key = "balance:7", fenced)]` runs its body like this.
+//! distlock_core::lock("balance:7").fenced(true).run(async {
 //!     let mut conn = connection().await; // any redis-rs connection, to any Redis
-//!     let key = format!("balance:{account}");
-//!     let fence = distlock::fence()?; // this lock's name and token
-//!     let balance = distlock::fence::redis::get::<i64, _>(&mut conn, &key)
-//!         .await?
-//!         .map_or(0, |stored| stored.value);
-//!     // Refused with `Error::Fenced` (and nothing written) if a newer holder wrote it since.
-//!     distlock::fence::redis::set(&mut conn, &key, balance + amount, &fence).await?;
-//!     Ok(balance + amount)
-//! }
+//!     let fence = distlock_core::fence()?; // this lock's name and token
+//!     let balance = get::<i64, _>(&mut conn, "balance:7").await?.map_or(0, |s| s.value);
+//!     // Refused with `Error::Fenced` (and nothing written) if a newer holder wrote since.
+//!     set(&mut conn, "balance:7", balance + 100, &fence).await
+//! })
+//! .await??;
+//! # Ok(()) }
 //! ```
 //!
 //! # What is promised
@@ -90,9 +87,6 @@ pub mod sqlx;
 
 use std::fmt;
 
-use crate::error::Error;
-use crate::lock::context;
-
 /// A lock's name and one of its fencing tokens: what a fenced write carries to the store.
 ///
 /// From [`LockGuard::fence`](crate::LockGuard::fence) (or
@@ -131,34 +125,5 @@ impl Fence {
 impl fmt::Display for Fence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}#{}", self.name, self.token)
-    }
-}
-
-/// The fence of the innermost lock held by the body this is called from (an annotated
-/// function or a [`run`](crate::LockBuilder::run) body); for a set of locks, its first lock's
-/// ([`fence_of`] names one).
-///
-/// Fails with [`Error::NotFenced`], saying which: `key: None` outside any locked body (a task
-/// spawned inside the body does not inherit it: pass it the [`Fence`]), `key: Some(name)` when
-/// the innermost lock was taken without `fenced`.
-pub fn fence() -> Result<Fence, Error> {
-    match context::held_lock() {
-        None => Err(Error::NotFenced { key: None }),
-        Some((name, None)) => Err(Error::NotFenced { key: Some(name) }),
-        Some((name, Some(token))) => Ok(Fence { name, token }),
-    }
-}
-
-/// The fence of the lock `name` held by the body this is called from (the innermost hold of
-/// it): for a set of locks each lock has its own token. Fails with [`Error::NotFenced`]:
-/// `key: None` when the call chain does not hold `name`, `key: Some(name)` when it holds it
-/// without `fenced`.
-pub fn fence_of(name: &str) -> Result<Fence, Error> {
-    match context::holds(name) {
-        None => Err(Error::NotFenced { key: None }),
-        Some(None) => Err(Error::NotFenced {
-            key: Some(name.to_owned()),
-        }),
-        Some(Some(token)) => Ok(Fence::new(name, token)),
     }
 }

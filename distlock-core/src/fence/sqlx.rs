@@ -4,11 +4,11 @@
 //!
 //! ```no_run
 //! # async fn demo(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
-//! use distlock::fence::sqlx::{advance, SCHEMA};
+//! use distlock_core::fence::sqlx::{advance, SCHEMA};
 //!
 //! sqlx::raw_sql(SCHEMA).execute(&pool).await?; // once, at startup (or run the migration)
 //!
-//! let guard = distlock::lock("order:42").fenced(true).acquire().await?;
+//! let guard = distlock_core::lock("order:42").fenced(true).acquire().await?;
 //! let fence = guard.fence().expect("taken with fenced(true)");
 //! let mut tx = pool.begin().await?;
 //! advance(&mut *tx, &fence).await?; // first: Err(Fenced) if a newer holder has written

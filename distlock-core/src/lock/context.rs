@@ -12,6 +12,8 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
+use crate::error::Error;
+use crate::fence::Fence;
 use crate::lease::Lease;
 use crate::lock::hold::Hold;
 
@@ -108,6 +110,35 @@ pub(crate) fn reentry(client: usize, name: &str) -> Option<Outer> {
         cursor = data.parent.as_ref();
     }
     None
+}
+
+/// The fence of the innermost lock held by the body this is called from (an annotated
+/// function or a [`run`](crate::LockBuilder::run) body); for a set of locks, its first lock's
+/// ([`fence_of`] names one).
+///
+/// Fails with [`Error::NotFenced`], saying which: `key: None` outside any locked body (a task
+/// spawned inside the body does not inherit it: pass it the [`Fence`]), `key: Some(name)` when
+/// the innermost lock was taken without `fenced`.
+pub fn fence() -> Result<Fence, Error> {
+    match held_lock() {
+        None => Err(Error::NotFenced { key: None }),
+        Some((name, None)) => Err(Error::NotFenced { key: Some(name) }),
+        Some((name, Some(token))) => Ok(Fence::new(name, token)),
+    }
+}
+
+/// The fence of the lock `name` held by the body this is called from (the innermost hold of
+/// it): for a set of locks each lock has its own token. Fails with [`Error::NotFenced`]:
+/// `key: None` when the call chain does not hold `name`, `key: Some(name)` when it holds it
+/// without `fenced`.
+pub fn fence_of(name: &str) -> Result<Fence, Error> {
+    match holds(name) {
+        None => Err(Error::NotFenced { key: None }),
+        Some(None) => Err(Error::NotFenced {
+            key: Some(name.to_owned()),
+        }),
+        Some(Some(token)) => Ok(Fence::new(name, token)),
+    }
 }
 
 /// The fencing token of the innermost lock held by this call chain, or `None` outside a body

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use crate::client::Boxed;
 use crate::error::{Error, LossReason};
+use crate::fence::Fence;
 use crate::lease::{millis_ceil, Lease};
 use crate::lock::backoff::Backoff;
 use crate::lock::hold::{release_later, Hold, ReleaseOnDrop, Released};
@@ -173,20 +174,20 @@ impl LockGuard {
     }
 
     /// The [`Fence`](crate::Fence) to write the protected resource with
-    /// ([`crate::fence`]): this lock's name and token. `None` when the lock was taken without
+    /// ([`fence`](mod@crate::fence)): this lock's name and token. `None` when the lock was taken without
     /// [`LockBuilder::fenced`](crate::LockBuilder::fenced). For a set ([`crate::lock_all`])
     /// its first lock's; [`LockGuard::fence_of`] names one.
-    pub fn fence(&self) -> Option<crate::Fence> {
+    pub fn fence(&self) -> Option<Fence> {
         let token = self.token?;
-        Some(crate::Fence::new(self.name(), token))
+        Some(Fence::new(self.name(), token))
     }
 
     /// The [`Fence`](crate::Fence) of the lock `name` of this guard: each lock of a fenced set
     /// has its own token. `None` if the guard does not hold `name` or was taken without
     /// fencing.
-    pub fn fence_of(&self, name: &str) -> Option<crate::Fence> {
+    pub fn fence_of(&self, name: &str) -> Option<Fence> {
         let token = self.token_of(name)?;
-        Some(crate::Fence::new(name, token))
+        Some(Fence::new(name, token))
     }
 
     /// The number of permits of the semaphore this guard holds one of

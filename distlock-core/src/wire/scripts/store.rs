@@ -8,7 +8,7 @@
 //! tombstone (`token` and `lock`, no `value`) that expires after the time it is given, so a
 //! stale holder cannot write the value back while it lives.
 
-/// One fenced write (`set` or `del`) to KEYS[1].
+/// One fenced write (`set` or `del`) to `KEYS[1]`.
 ///
 /// ARGV: 1 = `set` or `del`, 2 = the lock's name, 3 = the token (decimal, no leading zeros),
 /// 4 = the value (`set`) or the tombstone's lifetime in ms (`del`).
