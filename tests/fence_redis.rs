@@ -208,6 +208,35 @@ async fn tokens_compare_as_u64_not_as_text_or_floats() {
     }
 }
 
+/// A name's token sequence that restarts lower (its fence floor gone, a clock behind) is
+/// refused, and the documented operator step moves the store forward.
+#[tokio::test]
+async fn a_sequence_restarted_lower_is_refused_until_the_operator_moves_it() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let mut conn = server.conn().await;
+    let written = token(&c, "restart").await;
+    set(&mut conn, "restart:data", "before", &written)
+        .await
+        .unwrap();
+    // As if the floor were gone and the server's clock an hour behind.
+    let lower = Fence::new("restart", written.token() - 3_600_000_000);
+    let refused = set(&mut conn, "restart:data", "after", &lower)
+        .await
+        .unwrap_err();
+    assert!(refused.is_fenced(), "{refused}");
+    // The operator, once the old holders are gone: `HSET key token 0`.
+    let _: () = conn.hset("restart:data", "token", 0).await.unwrap();
+    set(&mut conn, "restart:data", "after", &lower)
+        .await
+        .unwrap();
+    let stored: Stored<String> = get(&mut conn, "restart:data").await.unwrap().unwrap();
+    assert_eq!(
+        (stored.value.as_str(), stored.token),
+        ("after", lower.token())
+    );
+}
+
 #[tokio::test]
 async fn the_data_may_live_on_another_server_or_in_a_cluster() {
     let locks = RedisServer::start();

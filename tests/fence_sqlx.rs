@@ -103,6 +103,25 @@ async fn tokens_are_kept_exactly_as_u64() {
     assert_eq!(body(&pool).await, "b");
 }
 
+/// A token sequence restarted lower is refused; the documented operator step (deleting the
+/// resource's fence row) moves the store forward.
+#[tokio::test]
+async fn a_sequence_restarted_lower_is_refused_until_the_operator_moves_it() {
+    let server = PostgresServer::start();
+    let pool = pool(&server).await;
+    write(&pool, &Fence::new("note:1", 5_000), "before")
+        .await
+        .unwrap();
+    let lower = Fence::new("note:1", 1_000);
+    assert!(write(&pool, &lower, "after").await.unwrap_err().is_fenced());
+    sqlx::query("DELETE FROM distlock_fences WHERE resource = 'note:1'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    write(&pool, &lower, "after").await.unwrap();
+    assert_eq!(body(&pool).await, "after");
+}
+
 #[tokio::test]
 async fn another_locks_resource_is_a_misuse() {
     let server = PostgresServer::start();

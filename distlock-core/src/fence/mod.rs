@@ -38,14 +38,14 @@
 //!
 //! * **A stale token never lands.** A write carrying token `t` of lock `L` lands only if no
 //!   write with a higher token of `L` has landed on the resource; otherwise it fails with
-//!   [`Error::Fenced`] `{ resource, token, seen }` and changes nothing. Writes with the same
+//!   [`Error::Fenced`](crate::Error::Fenced) `{ resource, token, seen }` and changes nothing. Writes with the same
 //!   token all land: a body may write many times, and a re-entered body shares its outer
 //!   hold's token.
 //! * **Tokens of different locks are never compared.** The store keeps the lock's name with
-//!   the token; a write under another name is refused with [`Error::FenceMismatch`] (a misuse:
+//!   the token; a write under another name is refused with [`Error::FenceMismatch`](crate::Error::FenceMismatch) (a misuse:
 //!   protect each resource with one lock name), never ordered against the other lock's
 //!   tokens.
-//! * **Every failure is typed.** Store errors are [`Error::Store`]; a store that refused is
+//! * **Every failure is typed.** Store errors are [`Error::Store`](crate::Error::Store); a store that refused is
 //!   never reported as a failure to reach it, nor the other way round.
 //!
 //! A token is what the lock handed out: strictly greater than every earlier token of the name
@@ -63,12 +63,12 @@
 //!
 //! * **Writes that bypass the adapter are not fenced.** A plain `SET` of the key, or an SQL
 //!   write in a transaction that did not call `advance`, is not checked (and a plain Redis
-//!   value is refused by the next fenced write as [`Error::FenceMismatch`] rather than
+//!   value is refused by the next fenced write as [`Error::FenceMismatch`](crate::Error::FenceMismatch) rather than
 //!   silently overwritten).
 //! * **A token sequence that restarts lower is refused, not merged.** If a name's fence floor
 //!   is gone (its retention passed, `FLUSHALL`, a restart without persistence) and the Redis
 //!   clock is behind the clock that made the stored token, new holders get tokens below the
-//!   stored one and their writes are refused with [`Error::Fenced`]: safe, and loud. An
+//!   stored one and their writes are refused with [`Error::Fenced`](crate::Error::Fenced): safe, and loud. An
 //!   operator moves the store forward by hand once the old holders are known to be gone:
 //!   delete the resource's fence (Redis: `DEL key` of a value whose data is no longer needed,
 //!   or `HSET key token 0`; SQL: `DELETE FROM distlock_fences WHERE resource = '…'`), or raise
