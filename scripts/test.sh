@@ -30,7 +30,9 @@ cargo package --locked --allow-dirty --quiet --target-dir "$package_target" -p d
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --lib --bins --tests --examples --features "$features" --locked 2>&1 | tee "$log"
-cargo test --workspace --doc --locked 2>&1 | tee -a "$log"
+# The same features as the tests above, so the doc tests reuse their build (another feature
+# set rebuilds the runtime and everything that unifies features with it, sqlx included).
+cargo test --workspace --doc --features "$features" --locked 2>&1 | tee -a "$log"
 passed=$(grep -Eo '(ok|FAILED)\. [0-9]+ passed|^[0-9]+ passed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')
 echo "suite: ${passed} passed, ${failed} failed"
