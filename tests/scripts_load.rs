@@ -6,7 +6,7 @@
 use distlock::scripts;
 use testkit::RedisServer;
 
-const SCRIPTS: [(&str, &str); 13] = [
+const SCRIPTS: [(&str, &str); 15] = [
     ("ACQUIRE_FENCED", scripts::ACQUIRE_FENCED),
     ("ACQUIRE_HANDED", scripts::ACQUIRE_HANDED),
     ("ACQUIRE_QUEUED", scripts::ACQUIRE_QUEUED),
@@ -16,6 +16,8 @@ const SCRIPTS: [(&str, &str); 13] = [
     ("ACQUIRE_ALL", scripts::ACQUIRE_ALL),
     ("FENCE_FLOOR", scripts::FENCE_FLOOR),
     ("FENCED_WRITE", scripts::FENCED_WRITE),
+    ("LEADER_CURRENT", scripts::LEADER_CURRENT),
+    ("LEADER_PROCLAIM", scripts::LEADER_PROCLAIM),
     ("LEAVE_QUEUE", scripts::LEAVE_QUEUE),
     ("RELEASE", scripts::RELEASE),
     ("RELEASE_MANY", scripts::RELEASE_MANY),

@@ -55,6 +55,12 @@ pub(crate) const SENT_RELEASES_TOTAL: &str = "distlock_sent_releases_total";
 pub(crate) const HELD: &str = "distlock_held";
 /// `distlock_waiting{lock, kind}`: acquire calls waiting for a busy lock now.
 pub(crate) const WAITING: &str = "distlock_waiting";
+/// `distlock_leader{name}`: 1 while this process leads the election `name`.
+pub(crate) const LEADER: &str = "distlock_leader";
+/// `distlock_leader_terms_total{name}`: terms this process started.
+pub(crate) const LEADER_TERMS_TOTAL: &str = "distlock_leader_terms_total";
+/// `distlock_leader_lost_total{name, reason}`: terms of this process that ended lost.
+pub(crate) const LEADER_LOST_TOTAL: &str = "distlock_leader_lost_total";
 
 /// Registers the unit and a description of every distlock metric with the installed recorder
 /// (exporters show them: Prometheus' `# HELP` lines). Optional: the metrics are recorded
@@ -103,6 +109,21 @@ pub fn describe_metrics() {
         "Releases `run` sent without waiting for them, by what their confirmation in the background found (released, expired, stolen, failed)."
     );
     describe_gauge!(HELD, Unit::Count, "Locks this process holds now.");
+    describe_gauge!(
+        LEADER,
+        Unit::Count,
+        "1 while this process leads the election of this name."
+    );
+    describe_counter!(
+        LEADER_TERMS_TOTAL,
+        Unit::Count,
+        "Terms this process started as leader, by election name."
+    );
+    describe_counter!(
+        LEADER_LOST_TOTAL,
+        Unit::Count,
+        "Terms of this process that ended with leadership lost rather than resigned, by election name and reason."
+    );
     describe_gauge!(
         WAITING,
         Unit::Count,
@@ -375,5 +396,46 @@ pub(crate) fn renewal_batch(leases: usize) {
     {
         #[allow(clippy::cast_precision_loss)] // batch sizes are small
         ::metrics::histogram!(RENEWAL_BATCH_SIZE).record(leases as f64);
+    }
+}
+
+/// One term of this process as leader of an election: `distlock_leader` while it lasts,
+/// counted in `distlock_leader_terms_total`, and in `distlock_leader_lost_total` if it ends
+/// lost (`lost_reason` at its end).
+pub(crate) struct Leading {
+    #[cfg(feature = "metrics")]
+    name: String,
+}
+
+impl Leading {
+    /// A term of `name` starts.
+    #[inline]
+    pub(crate) fn start(name: &str) -> Self {
+        #[cfg(feature = "metrics")]
+        {
+            let name = name.to_owned();
+            ::metrics::gauge!(LEADER, "name" => name.clone()).increment(1.0);
+            ::metrics::counter!(LEADER_TERMS_TOTAL, "name" => name.clone()).increment(1);
+            Leading { name }
+        }
+        #[cfg(not(feature = "metrics"))]
+        {
+            let _ = name;
+            Leading {}
+        }
+    }
+
+    /// The term ends; `lost`: why, if it ended lost.
+    #[inline]
+    pub(crate) fn end(&self, lost: Option<LossReason>) {
+        #[cfg(feature = "metrics")]
+        {
+            ::metrics::gauge!(LEADER, "name" => self.name.clone()).decrement(1.0);
+            if let Some(reason) = lost {
+                ::metrics::counter!(LEADER_LOST_TOTAL, "name" => self.name.clone(), "reason" => reason_label(reason)).increment(1);
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = lost;
     }
 }

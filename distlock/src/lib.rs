@@ -627,9 +627,10 @@
 
 #[doc(inline)]
 pub use distlock_core::{
-    fence, fence_of, fencing_token, fencing_token_of, hash_slot, init, lock, lock_all, semaphore,
-    Client, Config, Error, Fence, HeldBy, LockBuilder, LockGuard, LossReason, Operation, Result,
-    ALL_REPLICAS, LEASE_MARGIN, MAX_NAME_LEN, MAX_TTL, MIN_TTL,
+    fence, fence_of, fencing_token, fencing_token_of, hash_slot, init, leader, lock, lock_all,
+    semaphore, Client, Config, Error, Fence, HeldBy, Leader, LeaderBuilder, Leadership,
+    LockBuilder, LockGuard, LossReason, Operation, Result, ALL_REPLICAS, LEASE_MARGIN,
+    MAX_NAME_LEN, MAX_TTL, MIN_TTL,
 };
 
 #[doc(inline)]

@@ -51,6 +51,18 @@ pub(crate) const RECORD_TTL: Duration = Duration::from_secs(60);
 /// may fail before the record lapses).
 pub(crate) const REFRESH_EVERY: Duration = Duration::from_secs(20);
 
+/// This process as the `distlock` CLI shows a holder: `host/pid program`.
+pub(crate) fn process_identity() -> String {
+    let host = gethostname::gethostname().to_string_lossy().into_owned();
+    let exe = std::env::current_exe()
+        .ok()
+        .and_then(|path| path.file_name().map(|f| f.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    format!("{host}/{} {exe}", std::process::id())
+        .trim_end()
+        .to_owned()
+}
+
 /// The key of the record of the client whose id is `client_id`.
 pub(crate) fn record_key(prefix: &str, client_id: &str) -> String {
     format!("{prefix}:client:{client_id}")

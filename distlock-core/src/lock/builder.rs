@@ -338,7 +338,13 @@ impl LockBuilder {
         self
     }
 
-    fn resolve(&self) -> Result<Client, Error> {
+    /// The lock's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The client this lock is taken through (the default, a named or a given one).
+    pub(crate) fn resolve(&self) -> Result<Client, Error> {
         match &self.client {
             ClientChoice::Default => registry::get(None),
             ClientChoice::Named(name) => registry::get(Some(name)),

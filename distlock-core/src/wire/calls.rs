@@ -16,8 +16,10 @@ use crate::wire::request::{
 };
 use crate::wire::scripts::{TURN_GRACE, VERSION_TAG};
 
+mod leader;
 mod shared;
 
+pub(crate) use leader::{CurrentCall, ProclaimCall, Proclaimed, Record, TermEntry};
 pub(crate) use shared::{Shared, SharedAcquireCall, SharedAcquired, Turn};
 
 /// What an acquire found.

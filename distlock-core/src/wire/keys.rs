@@ -79,6 +79,16 @@ impl LockKeys {
         self.with_suffix(":fence")
     }
 
+    /// A leader election's record, `prefix:{name}:leader` (see `scripts`, `leader.rs`).
+    pub(crate) fn leader(&self) -> String {
+        self.with_suffix(":leader")
+    }
+
+    /// A leader election's last terms, `prefix:{name}:leader:terms`.
+    pub(crate) fn leader_terms(&self) -> String {
+        self.with_suffix(":leader:terms")
+    }
+
     /// A waiting writer's intent, `prefix:{name}:writer` (see `scripts`, "Shared holds").
     pub(crate) fn writer(&self) -> String {
         self.with_suffix(":writer")

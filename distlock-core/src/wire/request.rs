@@ -11,7 +11,8 @@ use redis::{Cmd, ErrorKind, FromRedisValue, Pipeline, RedisResult, ServerErrorKi
 use crate::lease::millis_ceil;
 use crate::wire::scripts::{
     ACQUIRE_ALL, ACQUIRE_FENCED, ACQUIRE_HANDED, ACQUIRE_PERMIT, ACQUIRE_QUEUED, ACQUIRE_READ,
-    ACQUIRE_WRITE, FENCE_FLOOR, LEAVE_QUEUE, RELEASE, RELEASE_MANY, RENEW,
+    ACQUIRE_WRITE, FENCE_FLOOR, LEADER_CURRENT, LEADER_PROCLAIM, LEAVE_QUEUE, RELEASE,
+    RELEASE_MANY, RENEW,
 };
 
 /// A Lua script; its SHA1 is computed on first use.
@@ -77,6 +78,8 @@ pub(crate) static LEAVE_QUEUE_SCRIPT: Lua = Lua::new(LEAVE_QUEUE);
 pub(crate) static ACQUIRE_HANDED_SCRIPT: Lua = Lua::new(ACQUIRE_HANDED);
 pub(crate) static ACQUIRE_PERMIT_SCRIPT: Lua = Lua::new(ACQUIRE_PERMIT);
 pub(crate) static ACQUIRE_READ_SCRIPT: Lua = Lua::new(ACQUIRE_READ);
+pub(crate) static LEADER_PROCLAIM_SCRIPT: Lua = Lua::new(LEADER_PROCLAIM);
+pub(crate) static LEADER_CURRENT_SCRIPT: Lua = Lua::new(LEADER_CURRENT);
 pub(crate) static ACQUIRE_WRITE_SCRIPT: Lua = Lua::new(ACQUIRE_WRITE);
 pub(crate) static ACQUIRE_ALL_SCRIPT: Lua = Lua::new(ACQUIRE_ALL);
 

@@ -3,6 +3,7 @@
 //! counts the replies by majority (the rules are `quorum`'s; the requests still out when a
 //! call is decided are `stragglers`').
 
+mod leader;
 pub(crate) mod quorum;
 pub(crate) mod stragglers;
 

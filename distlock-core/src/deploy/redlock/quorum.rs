@@ -332,7 +332,7 @@ impl Quorate for RenewCall<'_> {
 
 /// The replies of a call that needs only a majority to answer (whatever they say): `replies`
 /// once a majority of `nodes` answered, else no quorum.
-fn answered<R>(replies: &[R], nodes: usize) -> Result<&[R], NoQuorum> {
+pub(super) fn answered<R>(replies: &[R], nodes: usize) -> Result<&[R], NoQuorum> {
     let required = majority(nodes);
     match replies.len() >= required {
         true => Ok(replies),

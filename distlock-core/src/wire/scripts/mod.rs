@@ -158,6 +158,7 @@ pub const PERMITS_MEMBER: &str = "d2:permits";
 mod preludes;
 
 mod handoff;
+mod leader;
 mod lock;
 mod redlock;
 mod renew;
@@ -167,6 +168,7 @@ mod store;
 
 pub(crate) use handoff::{grant_window, handed_ticket};
 pub use handoff::{ACQUIRE_HANDED, LEAVE_QUEUE};
+pub use leader::{LEADER_CURRENT, LEADER_PROCLAIM, TERMS_KEPT};
 pub use lock::{ACQUIRE_FENCED, RELEASE, RELEASE_MANY};
 pub(crate) use redlock::TURN_GRACE;
 pub use redlock::{ACQUIRE_QUEUED, FENCE_FLOOR};

@@ -1,0 +1,207 @@
+//! Leader election with terms: campaign, lead, resign, observe — one more kind of hold.
+//!
+//! A leader is the holder of the name's lock, taken `fenced`, renewed, and waited for in turn:
+//! candidates queue in Redis (first come, first elected, across processes) and a leader's
+//! step-down hands the lock to the next candidate at once. Each leader proclaims its **term**
+//! (a record next to the lock: term, identity, since), which is its fencing token: strictly
+//! greater than every earlier term of the name, so a store written through
+//! [`fence`](mod@crate::fence) with [`Leadership::fence`] refuses a deposed leader's writes.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), distlock_core::Error> {
+//! use std::time::Duration;
+//!
+//! // Runs the scheduler while this process leads; campaigns again if leadership is lost.
+//! distlock_core::leader("scheduler")
+//!     .ttl(Duration::from_secs(5))
+//!     .identity("http://10.0.0.7:8080")
+//!     .run(|leadership| async move {
+//!         // ... schedule jobs, writing through distlock::fence with leadership.fence() ...
+//!         leadership.resign().await // hand over at once (or keep leading: never return)
+//!     })
+//!     .await??;
+//! # Ok(()) }
+//! ```
+//!
+//! # What is promised
+//!
+//! * **One leader believes at a time.** While [`Leadership::ensure_held`] says `Ok` (and
+//!   [`Leadership::lost`] has not resolved), no other candidate has been elected: leadership
+//!   is the lock's lease, with its margin, and is given up (`lost`) before the lease could run
+//!   out. [`LeaderBuilder::run`] cancels its body at that moment, before any other candidate
+//!   can be elected, and campaigns again.
+//! * **Terms rise.** Each term is above every earlier term of the name (the fence floor is
+//!   raised to it; a term that would not be is moved above the last one written), so
+//!   observers never see a term go back, and a fenced store refuses a deposed leader.
+//! * **Turns.** Candidates are elected in the order they started campaigning (one server,
+//!   Sentinel, Cluster: the lock's queue and handoff; RedLock: its masters' queue). A leader that
+//!   resigns (or whose [`Leadership`] is dropped) hands over within one handoff; one that dies
+//!   is replaced when its lease runs out (its ttl).
+//! * **Observers see every term, in order.** [`LeaderBuilder::observe`] is woken by each new
+//!   term (and by each release) through the lock's release channel, reads the record, and
+//!   yields every term it has not yet yielded (the record keeps the last
+//!   [`TERMS_KEPT`](crate::scripts::TERMS_KEPT)), oldest first, and `None` when there is no
+//!   leader; a leader that died is noticed when its lease runs out.
+//!
+//! # What is not
+//!
+//! * Leadership is a lease: a leader paused past it (a GC pause, `SIGSTOP`) still believes it
+//!   leads until it runs again and checks. Write through [`fence`](mod@crate::fence) with its
+//!   term, and the stores refuse it.
+//! * The deployment's limits are the lock's: asynchronous replication can lose the lock (and
+//!   so elect a second leader) in a failover unless [`LeaderBuilder::min_replicas`] replicas
+//!   acknowledged it; RedLock holds while a majority of masters does.
+
+mod leadership;
+mod observe;
+
+use std::time::{Duration, SystemTime};
+
+use crate::client::identity::process_identity;
+use crate::client::Client;
+use crate::error::{Error, Operation};
+use crate::lock::builder::{lock, LockBuilder};
+use crate::wire::calls::{CurrentCall, Record, TermEntry};
+use crate::wire::keys::LockKeys;
+
+pub use leadership::Leadership;
+
+/// A leader as followers see it ([`LeaderBuilder::observe`], [`LeaderBuilder::current`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leader {
+    /// The leader's term: strictly increasing per name, and its fencing token.
+    pub term: u64,
+    /// What the leader said it is ([`LeaderBuilder::identity`]; by default its host, process
+    /// id and program, `host/pid program`).
+    pub identity: String,
+    /// When the term started, by the Redis server's clock.
+    pub since: SystemTime,
+}
+
+impl Leader {
+    fn of(entry: &TermEntry) -> Leader {
+        Leader {
+            term: entry.term,
+            identity: entry.identity.clone(),
+            since: SystemTime::UNIX_EPOCH + Duration::from_millis(entry.since_ms),
+        }
+    }
+}
+
+/// Builds a leader election of one name; start with [`crate::leader()`] or [`Client::leader`].
+#[derive(Debug, Clone)]
+#[must_use = "a LeaderBuilder does nothing until `.campaign()`, `.run(..)`, `.observe()` or `.current()`"]
+pub struct LeaderBuilder {
+    lock: LockBuilder,
+    identity: Option<String>,
+}
+
+/// Starts building the leader election `name` through the default client (see
+/// [`crate::init`]).
+pub fn leader(name: impl Into<String>) -> LeaderBuilder {
+    LeaderBuilder {
+        lock: lock(name),
+        identity: None,
+    }
+}
+
+impl Client {
+    /// Starts building the leader election `name` through this client.
+    pub fn leader(&self, name: impl Into<String>) -> LeaderBuilder {
+        LeaderBuilder {
+            lock: self.lock(name),
+            identity: None,
+        }
+    }
+}
+
+impl LeaderBuilder {
+    /// The leadership's lease ([`LockBuilder::ttl`]): a leader that dies is replaced this long
+    /// after its last renewal at most; renewed every third of it. Default: the client's.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.lock = self.lock.ttl(ttl);
+        self
+    }
+
+    /// Replicas that must acknowledge the election and each renewal
+    /// ([`LockBuilder::min_replicas`]): a failover then does not elect a second leader.
+    pub fn min_replicas(mut self, replicas: usize) -> Self {
+        self.lock = self.lock.min_replicas(replicas);
+        self
+    }
+
+    /// What followers see of this candidate once elected ([`Leader::identity`]), for
+    /// example its own URL. Default: `host/pid program`, as the `distlock` CLI shows holders.
+    pub fn identity(mut self, identity: impl Into<String>) -> Self {
+        self.identity = Some(identity.into());
+        self
+    }
+
+    /// Through the client installed as `name` ([`LockBuilder::client`]).
+    pub fn client(mut self, name: impl Into<String>) -> Self {
+        self.lock = self.lock.client(name);
+        self
+    }
+
+    /// Waits, in turn with the other candidates, until elected; then proclaims the term and
+    /// returns the [`Leadership`] (renewed until resigned, dropped or lost).
+    ///
+    /// Transient failures are retried for as long as it takes; fails only with what cannot
+    /// pass by waiting (no client installed, a key of another kind under the name, an invalid
+    /// option).
+    pub async fn campaign(self) -> Result<Leadership, Error> {
+        leadership::campaign(self.lock, self.identity.unwrap_or_else(process_identity)).await
+    }
+
+    /// Campaigns, runs `body` as leader, and returns what it returns. If leadership can no
+    /// longer be guaranteed while it runs, the body is cancelled (dropped at its next
+    /// `.await`) before any other candidate can be elected, and the candidate campaigns
+    /// again with a fresh call of `body`.
+    ///
+    /// The body owns its [`Leadership`]: [`Leadership::resign`] hands over at once; returning
+    /// without resigning releases it the same way (in the background).
+    pub async fn run<F, Fut>(self, mut body: F) -> Result<Fut::Output, Error>
+    where
+        F: FnMut(Leadership) -> Fut,
+        Fut: std::future::Future,
+    {
+        loop {
+            let leadership = self.clone().campaign().await?;
+            let lost = leadership.lost();
+            tokio::select! {
+                out = body(leadership) => return Ok(out),
+                reason = lost => {
+                    tracing::warn!(name = %self.lock.name(), %reason, "leadership lost; campaigning again");
+                }
+            }
+        }
+    }
+
+    /// The leaders of this name as they change, pushed: the current one first (`None`
+    /// without one), then every new term in order, and `None` whenever there is no leader.
+    /// Not `async`: the stream subscribes when first polled. It ends only if the client
+    /// cannot be found (none installed under the builder's name); transient failures are
+    /// retried.
+    pub fn observe(&self) -> impl futures_util::Stream<Item = Option<Leader>> + Send + 'static {
+        observe::stream(self.lock.clone())
+    }
+
+    /// The current leader, in one look (`None` without one).
+    pub async fn current(&self) -> Result<Option<Leader>, Error> {
+        let client = self.lock.resolve()?;
+        let record = read(&client, self.lock.name()).await?;
+        Ok(record.leader.as_ref().map(Leader::of))
+    }
+}
+
+/// The record of the election `name`.
+pub(crate) async fn read(client: &Client, name: &str) -> Result<Record, Error> {
+    let keys = LockKeys::new(&client.config().key_prefix, name)?;
+    let id = client.new_request_id();
+    let call = CurrentCall {
+        keys: &keys,
+        id: id.as_bytes(),
+    };
+    client.call(Operation::Acquire, name, &call).await
+}

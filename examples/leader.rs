@@ -1,0 +1,99 @@
+//! Leader election: three replicas of a scheduler, and only the leader schedules.
+//!
+//! Each replica campaigns for `scheduler` (`distlock::leader`); the leader runs three ticks,
+//! writing each run into the store through `distlock::fence` with its term (a deposed leader's
+//! write would be refused), then resigns, and the next replica in line is elected at once. An
+//! observer prints every term as it starts. Run with
+//! `cargo run -p distlock-examples --example leader` (starts its own Redis, or set
+//! `REDIS_URL`).
+
+use std::time::Duration;
+
+use distlock::fence::redis::{get, set};
+use distlock::{Config, Error};
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let server = std::env::var("REDIS_URL")
+        .is_err()
+        .then(testkit::RedisServer::start);
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| server.as_ref().unwrap().url());
+
+    let watcher = Config::new(url.clone()).connect().await?;
+    let observer = tokio::spawn(async move {
+        use futures_util::StreamExt;
+        let mut leaders = Box::pin(watcher.leader("scheduler").observe());
+        let mut terms = Vec::new();
+        while let Some(leader) = leaders.next().await {
+            match leader {
+                Some(leader) => {
+                    println!("observer: term {} led by {}", leader.term, leader.identity);
+                    terms.push(leader.term);
+                }
+                None => println!("observer: no leader"),
+            }
+            if terms.len() == 3 {
+                return terms;
+            }
+        }
+        terms
+    });
+
+    let mut replicas = Vec::new();
+    for replica in 0..3 {
+        let client = Config::new(url.clone()).connect().await?;
+        let store = redis::Client::open(url.clone())?
+            .get_multiplexed_async_connection()
+            .await?;
+        replicas.push(tokio::spawn(async move {
+            client
+                .leader("scheduler")
+                .ttl(Duration::from_secs(2))
+                .identity(format!("replica-{replica}"))
+                .run(|leadership| {
+                    let mut store = store.clone();
+                    async move {
+                        for tick in 0..3 {
+                            let run = format!("replica-{replica} tick {tick}");
+                            // Refused (Error::Fenced) if a later leader has written.
+                            set(&mut store, "scheduler:last-run", &run, &leadership.fence())
+                                .await?;
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                        let term = leadership.term();
+                        leadership.resign().await?;
+                        Ok::<_, Error>((replica, term))
+                    }
+                })
+                .await?
+        }));
+        // Campaign in order: replica 0 first.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut terms = Vec::new();
+    for replica in replicas {
+        let (who, term) = replica.await.expect("replica task")?;
+        println!("replica-{who} led term {term} and resigned");
+        terms.push(term);
+    }
+    assert!(
+        terms.windows(2).all(|w| w[1] > w[0]),
+        "terms rise: {terms:?}"
+    );
+    let seen = observer.await.expect("observer task");
+    assert_eq!(seen, terms, "the observer saw every term, in order");
+
+    let mut store = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let last = get::<String, _>(&mut store, "scheduler:last-run")
+        .await?
+        .expect("written");
+    println!("last run: {} (term {})", last.value, last.token);
+    // The first leader, deposed long ago, tries to write again: refused.
+    let stale = distlock::Fence::new("scheduler", terms[0]);
+    let refused = set(&mut store, "scheduler:last-run", "stale", &stale).await;
+    assert!(matches!(refused, Err(Error::Fenced { .. })));
+    println!("a deposed leader's write: refused");
+    Ok(())
+}

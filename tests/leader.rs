@@ -1,0 +1,240 @@
+//! Leader election (`distlock::leader`) against a real redis-server: candidates elected in
+//! turn with rising terms, a resigning leader replaced within one handoff, observers pushed
+//! every term in order (and `None` between), `run` cancelling its body when leadership is
+//! lost and campaigning again, a deposed leader's fenced writes refused, and terms that stay
+//! above a record written by hand.
+
+use std::time::Duration;
+
+use distlock::fence::redis::set;
+use distlock::{Client, Config, Leader};
+use futures_util::StreamExt;
+use redis::AsyncCommands;
+use testkit::RedisServer;
+use tokio::time::Instant;
+
+async fn client(server: &RedisServer) -> Client {
+    Config::new(server.url())
+        .response_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// The next item of an observer, within 5 s.
+async fn next<S: futures_util::Stream<Item = Option<Leader>> + Unpin>(s: &mut S) -> Option<Leader> {
+    tokio::time::timeout(Duration::from_secs(5), s.next())
+        .await
+        .expect("the observer yields within 5 s")
+        .expect("the observer's stream does not end")
+}
+
+#[tokio::test]
+async fn candidates_are_elected_in_turn_with_rising_terms() {
+    let server = RedisServer::start();
+    let (a, b, c) = (
+        client(&server).await,
+        client(&server).await,
+        client(&server).await,
+    );
+    let first = a.leader("sched").identity("a").campaign().await.unwrap();
+    assert_eq!(first.identity(), "a");
+    let current = a.leader("sched").current().await.unwrap().unwrap();
+    assert_eq!(
+        (current.term, current.identity.as_str()),
+        (first.term(), "a")
+    );
+
+    let second = tokio::spawn({
+        let b = b.clone();
+        async move { b.leader("sched").identity("b").campaign().await.unwrap() }
+    });
+    testkit::until_queued(&server.conn().await, "sched", 1).await;
+    let third = tokio::spawn({
+        let c = c.clone();
+        async move { c.leader("sched").identity("c").campaign().await.unwrap() }
+    });
+    testkit::until_queued(&server.conn().await, "sched", 2).await;
+    assert!(!second.is_finished() && !third.is_finished());
+
+    let term_a = first.term();
+    let resigned = Instant::now();
+    first.resign().await.unwrap();
+    let second = second.await.unwrap();
+    let handover = resigned.elapsed();
+    assert!(
+        handover < Duration::from_millis(200),
+        "a resigning leader is replaced within one handoff: {handover:?}"
+    );
+    assert_eq!(second.identity(), "b", "first come, first elected");
+    assert!(second.term() > term_a);
+    assert!(!third.is_finished());
+    let term_b = second.term();
+    drop(second); // a dropped leadership resigns too
+    let third = third.await.unwrap();
+    assert_eq!(third.identity(), "c");
+    assert!(third.term() > term_b);
+    third.resign().await.unwrap();
+    assert_eq!(a.leader("sched").current().await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn observers_see_every_term_in_order_and_none_between() {
+    let server = RedisServer::start();
+    let (leaders, watcher) = (client(&server).await, client(&server).await);
+    let mut seen = Box::pin(watcher.leader("jobs").observe());
+    assert_eq!(next(&mut seen).await, None, "no leader yet");
+    let mut terms = Vec::new();
+    for round in 0..3 {
+        let leadership = leaders
+            .leader("jobs")
+            .identity(format!("round {round}"))
+            .campaign()
+            .await
+            .unwrap();
+        let shown = next(&mut seen).await.expect("the new leader");
+        assert_eq!(
+            (shown.term, shown.identity.as_str()),
+            (leadership.term(), format!("round {round}").as_str())
+        );
+        terms.push(shown.term);
+        leadership.resign().await.unwrap();
+        assert_eq!(next(&mut seen).await, None, "no leader after the resign");
+    }
+    assert!(terms.windows(2).all(|w| w[1] > w[0]), "{terms:?}");
+
+    // A term that begins and ends between two looks is still shown, in order: two terms in a
+    // row while the observer is not polled.
+    let one = leaders.leader("jobs").campaign().await.unwrap();
+    let t1 = one.term();
+    one.resign().await.unwrap();
+    let two = leaders.leader("jobs").campaign().await.unwrap();
+    let t2 = two.term();
+    let mut shown = Vec::new();
+    while shown.last() != Some(&Some(t2)) {
+        shown.push(next(&mut seen).await.map(|l| l.term));
+    }
+    let terms: Vec<u64> = shown.iter().flatten().copied().collect();
+    assert_eq!(terms, vec![t1, t2], "every term once, in order: {shown:?}");
+    two.resign().await.unwrap();
+}
+
+#[tokio::test]
+async fn run_cancels_its_body_when_leadership_is_lost_and_campaigns_again() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let mut conn = server.conn().await;
+    let (started, mut starts) = tokio::sync::mpsc::unbounded_channel();
+    let runner = tokio::spawn({
+        let c = c.clone();
+        async move {
+            c.leader("cron")
+                .ttl(Duration::from_millis(600))
+                .run(move |leadership| {
+                    let started = started.clone();
+                    async move {
+                        started.send(leadership.term()).unwrap();
+                        // Leads until leadership is lost (the body is then cancelled).
+                        std::future::pending::<()>().await;
+                    }
+                })
+                .await
+                .unwrap()
+        }
+    });
+    let first = tokio::time::timeout(Duration::from_secs(5), starts.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    // Someone deletes the lock: the renewal finds it gone, the body is cancelled, and the
+    // candidate is elected again with a higher term.
+    let _: () = conn.del("distlock:{cron}").await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(5), starts.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(second > first, "a new term: {first} then {second}");
+    runner.abort();
+}
+
+#[tokio::test]
+async fn a_deposed_leaders_fenced_writes_are_refused() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let mut conn = server.conn().await;
+    let old = c.leader("writer").campaign().await.unwrap();
+    let old_fence = old.fence();
+    set(&mut conn, "state", "old", &old_fence).await.unwrap();
+    old.resign().await.unwrap();
+    let new = c.leader("writer").campaign().await.unwrap();
+    set(&mut conn, "state", "new", &new.fence()).await.unwrap();
+    let refused = set(&mut conn, "state", "stale", &old_fence)
+        .await
+        .unwrap_err();
+    assert!(refused.is_fenced(), "{refused}");
+    new.resign().await.unwrap();
+}
+
+#[tokio::test]
+async fn terms_stay_above_the_last_term_written() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let mut conn = server.conn().await;
+    // As if a fence floor had been lost and the server's clock were far behind.
+    let ahead: u64 = 9_000_000_000_000_000;
+    let _: () = conn
+        .hset_multiple(
+            "distlock:{ahead}:leader",
+            &[("term", ahead.to_string()), ("owner", "gone".to_owned())],
+        )
+        .await
+        .unwrap();
+    let leadership = c.leader("ahead").campaign().await.unwrap();
+    assert_eq!(leadership.term(), ahead + 1);
+    leadership.resign().await.unwrap();
+    let next = c.leader("ahead").campaign().await.unwrap();
+    assert!(next.term() > ahead + 1, "{}", next.term());
+    next.resign().await.unwrap();
+}
+
+#[tokio::test]
+async fn over_redlock_terms_rise_and_observers_follow() {
+    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let connect = || async {
+        Config::redlock(masters.iter().map(RedisServer::url))
+            .response_timeout(Duration::from_millis(500))
+            .connect()
+            .await
+            .unwrap()
+    };
+    let (a, b, watcher) = (connect().await, connect().await, connect().await);
+    let mut seen = Box::pin(watcher.leader("quorum").observe());
+    assert_eq!(next(&mut seen).await, None);
+    let first = a.leader("quorum").identity("a").campaign().await.unwrap();
+    assert_eq!(next(&mut seen).await.map(|l| l.term), Some(first.term()));
+    let second = tokio::spawn({
+        let b = b.clone();
+        async move { b.leader("quorum").identity("b").campaign().await.unwrap() }
+    });
+    let term_a = first.term();
+    first.resign().await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(5), second)
+        .await
+        .expect("b elected after a resigned")
+        .unwrap();
+    assert!(second.term() > term_a);
+    let mut shown = Vec::new();
+    while shown.last() != Some(&Some(second.term())) {
+        shown.push(next(&mut seen).await.map(|l| l.term));
+    }
+    assert!(
+        shown.iter().flatten().all(|&t| t == second.term()),
+        "{shown:?}"
+    );
+    let current = watcher.leader("quorum").current().await.unwrap().unwrap();
+    assert_eq!(
+        (current.term, current.identity.as_str()),
+        (second.term(), "b")
+    );
+    second.resign().await.unwrap();
+}
