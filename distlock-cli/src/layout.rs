@@ -73,6 +73,10 @@ pub(crate) struct Lock {
     /// A shared (read) holder: the readers holding the lock (`None`: not a reader).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) readers: Option<u32>,
+    /// The leader of the election of this name (`distlock::leader`) whose lock this is: its
+    /// record names this owner.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) leader: Option<LeaderRecord>,
     /// A lock of a set taken together (`lock_all`, `key = [...]`): the names of every lock of
     /// the set (the locks held with this one's owner value), sorted; empty for a lock alone.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -103,6 +107,17 @@ pub(crate) fn mark_sets(locks: &mut [Lock], all: &[Lock]) {
             lock.set = names;
         }
     }
+}
+
+/// A leader election's record (`prefix:{name}:leader`) naming a lock's owner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct LeaderRecord {
+    /// The leader's term (its fencing token).
+    pub(crate) term: u64,
+    /// What the leader said it is.
+    pub(crate) identity: String,
+    /// When the term started, Unix ms (the server's clock).
+    pub(crate) since_ms: u64,
 }
 
 /// The permits of a semaphore one holder belongs to.
@@ -209,6 +224,10 @@ impl Layout {
 
     fn fence_key(&self, name: &str) -> String {
         format!("{}:{{{name}}}:fence", self.prefix)
+    }
+
+    fn leader_key(&self, name: &str) -> String {
+        format!("{}:{{{name}}}:leader", self.prefix)
     }
 
     fn channel(&self, name: &str) -> String {
@@ -331,6 +350,9 @@ impl Layout {
                     .arg(0)
                     .arg(-1)
                     .arg("WITHSCORES");
+                pipe.cmd("HMGET")
+                    .arg(self.leader_key(name))
+                    .arg(&["term", "identity", "since", "owner"]);
             }
             pipe.cmd("PUBSUB").arg("NUMSUB");
             for name in page {
@@ -340,7 +362,7 @@ impl Layout {
             let numsub = replies.last().map(subscriber_counts).unwrap_or_default();
             let now_ms = replies.first().and_then(server_millis).unwrap_or(0);
             let mut owners = Vec::new();
-            for (name, reply) in page.iter().zip(replies[1..].chunks_exact(5)) {
+            for (name, reply) in page.iter().zip(replies[1..].chunks_exact(6)) {
                 let entry = self.entry(name, reply, &numsub, now_ms);
                 match &entry {
                     Entry::Lock(lock) => owners.push(lock.client_id.clone()),
@@ -366,8 +388,8 @@ impl Layout {
         Ok(out)
     }
 
-    /// One lock from its `GET`, `TYPE`, `PTTL`, fence `GET` and `ZRANGE` replies (`now_ms`:
-    /// the server's clock).
+    /// One lock from its `GET`, `TYPE`, `PTTL`, fence `GET`, `ZRANGE` and leader record
+    /// `HMGET` replies (`now_ms`: the server's clock).
     fn entry(
         &self,
         name: &str,
@@ -415,10 +437,12 @@ impl Layout {
             }
             _ => None,
         };
+        let leader = leader_record(&reply[5], &value);
         Entry::Lock(Box::new(Lock {
             name: name.to_owned(),
             key: key.clone(),
             client_id: client_id.to_owned(),
+            leader,
             owner: value,
             process: None,
             ttl_ms,
@@ -474,6 +498,7 @@ impl Layout {
                 waiting_clients: numsub.get(&self.channel(name)).copied().unwrap_or(0),
                 permits: of.map(|of| Permits { in_use, of }),
                 readers: of.is_none().then_some(in_use),
+                leader: None,
                 set: Vec::new(),
             })
             .collect();
@@ -565,6 +590,26 @@ fn owner_client_id(value: &str) -> Option<&str> {
 }
 
 /// The server's clock in ms from a `TIME` reply.
+/// The leader record (`HMGET term identity since owner`) if it names the lock's `owner`.
+fn leader_record(reply: &Value, owner: &str) -> Option<LeaderRecord> {
+    let Value::Array(fields) = reply else {
+        return None;
+    };
+    let text = |i: usize| match fields.get(i) {
+        Some(Value::BulkString(bytes)) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Some(Value::SimpleString(text)) => Some(text.clone()),
+        _ => None,
+    };
+    if text(3)? != owner {
+        return None;
+    }
+    Some(LeaderRecord {
+        term: text(0)?.parse().ok()?,
+        identity: text(1).unwrap_or_default(),
+        since_ms: text(2)?.parse().ok()?,
+    })
+}
+
 fn server_millis(reply: &Value) -> Option<u64> {
     let (secs, micros): (u64, u64) = redis::from_redis_value(reply.clone()).ok()?;
     Some(secs * 1000 + micros / 1000)

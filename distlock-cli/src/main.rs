@@ -1,7 +1,7 @@
 //! `distlock`: an operator's view of distlock's locks in Redis.
 //!
 //! ```text
-//! distlock list [PATTERN]              held locks: owner, process, ttl, fencing token, waiters
+//! distlock list [PATTERN]              held locks: owner, process, ttl, fencing token, waiters, leaders
 //! distlock show NAME                   one lock in full
 //! distlock release NAME --force [-y]   delete a lock and wake its waiters
 //! distlock watch [PATTERN]             a live table, until Ctrl-C

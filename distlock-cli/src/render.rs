@@ -73,6 +73,7 @@ pub(crate) fn lock_cells(lock: &Lock) -> Vec<String> {
         (None, None) if !lock.set.is_empty() => {
             format!("{} [set of {}]", lock.name, lock.set.len())
         }
+        (None, None) if lock.leader.is_some() => format!("{} [leader]", lock.name),
         (None, None) => lock.name.clone(),
     };
     vec![
@@ -174,6 +175,18 @@ pub(crate) fn detail(lock: &Lock, prefix: &str) -> String {
             |ms| format!("{} left", millis(ms)),
         ),
     ));
+    if let Some(leader) = &lock.leader {
+        rows.push((
+            "leader",
+            format!(
+                "term {} of the election `{}`, led by {} for {}",
+                leader.term,
+                lock.name,
+                leader.identity,
+                ago(leader.since_ms / 1000)
+            ),
+        ));
+    }
     rows.push((
         "fence",
         lock.fencing_token.map_or_else(

@@ -465,6 +465,9 @@
 //! | `distlock_renewal_batch_size` | histogram | — | leases per renewal round trip |
 //! | `distlock_held` | gauge | `lock`, `kind` | locks held now: up at the acquire, down when the guard is released or dropped or the lock is lost, whichever comes first (re-entries are not counted again) |
 //! | `distlock_waiting` | gauge | `lock`, `kind` | acquire calls waiting for a busy lock now: down when they take it, give up, fail or are dropped |
+//! | `distlock_leader` | gauge | `name` | 1 while this process leads the election `name` ([`leader`](mod@leader)): up when a term starts, down when its `Leadership` is resigned, dropped or ended by `run` (election names are few: the name is the label) |
+//! | `distlock_leader_terms_total` | counter | `name` | terms this process started as leader |
+//! | `distlock_leader_lost_total` | counter | `name`, `reason` | terms of this process that ended lost (not resigned), by [`LossReason`] as `distlock_lost_total` |
 //!
 //! **The `lock` label is the lock's template, never its key**, so the number of series stays
 //! bounded however many orders or users there are: `#[distributed_lock(key = "order:<id>")]`

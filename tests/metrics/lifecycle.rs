@@ -342,3 +342,41 @@ async fn until_waiting(label: &str) {
     })
     .await;
 }
+
+/// A leader's term: `distlock_leader` 1 while it lasts and 0 after, each term counted once
+/// (the default ttl: no renewal happens, so the unlabeled renewal series stay the other test's).
+#[tokio::test]
+async fn a_leaders_terms_are_counted_and_its_gauge_returns_to_zero() {
+    recorded();
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let name = "metrics-leader";
+    let leading = || {
+        crate::seen()
+            .gauges
+            .get(&crate::series("distlock_leader", &[("name", name)]))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    for term in 1..=2u64 {
+        let leadership = c.leader(name).campaign().await.unwrap();
+        assert_eq!(leading(), 1.0, "term {term}");
+        leadership.resign().await.unwrap();
+        assert_eq!(leading(), 0.0, "term {term} resigned");
+        assert_eq!(
+            counter("distlock_leader_terms_total", &[("name", name)]),
+            term
+        );
+    }
+    let dropped = c.leader(name).campaign().await.unwrap();
+    drop(dropped);
+    assert_eq!(leading(), 0.0, "a dropped leadership");
+    assert_eq!(
+        counter(
+            "distlock_leader_lost_total",
+            &[("name", name), ("reason", "expired")]
+        ),
+        0,
+        "resigned and dropped terms are not lost"
+    );
+}

@@ -8,6 +8,7 @@ mod connection_faults;
 mod failover_belief;
 mod fairness;
 mod holder_faults;
+mod leader_faults;
 mod long_hold;
 mod multi_stall;
 mod mutex;
@@ -61,6 +62,7 @@ pub(crate) fn all(settings: &Settings) -> Vec<Scenario> {
         failover_belief::cluster(&s, heavy(90, 200)),
         clock_steps::scenario(&s, heavy(90, 120)),
         zombie_writes::scenario(&s, heavy(90, 240)),
+        leader_faults::scenario(&s, heavy(120, 300)),
     ]
 }
 
@@ -75,6 +77,7 @@ pub(crate) async fn worker_role(role: &str, ctx: Ctx) -> Result<(), String> {
         "stall" => stall::worker(ctx).await,
         "multi-stall" => multi_stall::worker(ctx).await,
         "zombie" => zombie_writes::worker(ctx).await,
+        "candidate" => leader_faults::worker(ctx).await,
         other => Err(format!("unknown worker role `{other}`")),
     }
 }
