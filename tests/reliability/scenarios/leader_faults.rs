@@ -1,8 +1,10 @@
 //! Scenario 24: leader election under faults (issue 30). Four candidate processes campaign for
 //! one name (`distlock::leader`, ttl 1 s); the leader of the moment is made to resign, is
-//! frozen (`SIGSTOP`) past its lease and thawed, and is killed (`SIGKILL`, and a new candidate
-//! started in its place), on one server, Sentinel with two replicas, and RedLock over 3
-//! masters. An observer in the suite follows the election (`observe()`).
+//! frozen (`SIGSTOP`) past its lease and thawed, is killed (`SIGKILL`, and a new candidate
+//! started in its place), and is cut off (its own fault proxies to Redis black-holed until
+//! another candidate is elected; one server and RedLock, where each candidate reaches each
+//! master through a proxy of its own), on one server, Sentinel with two replicas, and RedLock
+//! over 3 masters. An observer in the suite follows the election (`observe()`).
 //!
 //! Candidates say `LEAD` when elected and `HELD` (with the instants before and after the
 //! check, Unix µs) every 10 ms while `ensure_held()` says `Ok`. Invariants, per deployment:
@@ -20,6 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use distlock::{Client, Config};
 use futures_util::StreamExt;
+use testkit::proxy::Proxy;
 use testkit::{RedisSentinel, RedisServer, SentinelOptions};
 
 use crate::common::{lock_unpoisoned, Settings};
@@ -36,7 +39,7 @@ pub(crate) fn scenario(s: &Settings, budget: Duration) -> Scenario {
     Scenario::new(
         "24",
         format!(
-            "leader election: {CANDIDATES} candidate processes, ttl 1 s; the leader resigning, SIGSTOPped past its lease, SIGKILLed ({rounds}x each; one server, Sentinel with 2 replicas, RedLock x3); an observer"
+            "leader election: {CANDIDATES} candidate processes, ttl 1 s; the leader resigning, SIGSTOPped past its lease, SIGKILLed, cut off by its proxy ({rounds}x each; one server, Sentinel with 2 replicas (no cut), RedLock x3); an observer"
         ),
         budget,
         move |t| run(t, rounds),
@@ -91,7 +94,30 @@ async fn run(t: Arc<Tally>, rounds: u64) {
     for (i, (name, kind, urls)) in deployments.into_iter().enumerate() {
         let election = format!("leader-{i}");
         let observer_client = connect(kind, &urls).await.expect("the observer's client");
-        phase(&t, name, kind, &urls, &election, &observer_client, rounds).await;
+        // Each candidate's own proxy to each server (not through Sentinel: the sentinels
+        // name the master's own address).
+        let mut proxies: Vec<Vec<Proxy>> = Vec::new();
+        let upstreams: Vec<&RedisServer> = match kind {
+            "url" => vec![&server],
+            "redlock" => masters.iter().collect(),
+            _ => Vec::new(),
+        };
+        if !upstreams.is_empty() {
+            for _ in 0..CANDIDATES {
+                let mut own = Vec::new();
+                for upstream in &upstreams {
+                    own.push(Proxy::to(upstream).await);
+                }
+                proxies.push(own);
+            }
+        }
+        let deployment = Deployment {
+            name,
+            kind,
+            urls: &urls,
+            proxies: &proxies,
+        };
+        phase(&t, &deployment, &election, &observer_client, rounds).await;
     }
     drop((server, sentinel, masters));
 }
@@ -109,16 +135,28 @@ async fn connect(kind: &str, urls: &str) -> Result<Client, distlock::Error> {
         .await
 }
 
-#[allow(clippy::too_many_arguments)]
+/// One deployment of the row: its URLs, and each candidate slot's own proxies (empty: no
+/// cut).
+struct Deployment<'a> {
+    name: &'a str,
+    kind: &'a str,
+    urls: &'a str,
+    proxies: &'a [Vec<Proxy>],
+}
+
 async fn phase(
     t: &Arc<Tally>,
-    name: &str,
-    kind: &str,
-    urls: &str,
+    deployment: &Deployment<'_>,
     election: &str,
     observer_client: &Client,
     rounds: u64,
 ) {
+    let Deployment {
+        name,
+        kind,
+        urls,
+        proxies,
+    } = *deployment;
     let log = Arc::new(Mutex::new(Log::default()));
     let observed = Arc::new(Mutex::new(Vec::<u64>::new()));
     let observer = tokio::spawn({
@@ -133,22 +171,31 @@ async fn phase(
             }
         }
     });
-    let params = |n: usize| {
+    // Candidate `n` in slot `slot` (its proxies, if any).
+    let params = |slot: usize, n: usize| {
+        let urls = match proxies.get(slot) {
+            Some(own) => own.iter().map(Proxy::url).collect::<Vec<_>>().join(","),
+            None => urls.to_owned(),
+        };
         vec![
             ("kind", kind.to_owned()),
-            ("urls", urls.to_owned()),
+            ("urls", urls),
             ("name", election.to_owned()),
             ("identity", format!("candidate-{n}")),
         ]
     };
     let mut candidates: Vec<Worker> = (0..CANDIDATES)
-        .map(|n| Worker::spawn(format!("{election}-{n}"), "candidate", &params(n)))
+        .map(|n| Worker::spawn(format!("{election}-{n}"), "candidate", &params(n, n)))
         .collect();
+    let faults: &[&str] = match proxies.is_empty() {
+        true => &["resign", "stop", "kill"],
+        false => &["resign", "stop", "kill", "cut"],
+    };
     let mut spawned = CANDIDATES;
     let mut kill_waits = Vec::new();
     let mut resign_waits = Vec::new();
     for round in 0..rounds {
-        for fault in ["resign", "stop", "kill"] {
+        for &fault in faults {
             // The leader now: the last `LEAD` heard.
             let Some((term, who)) = wait_lead(&mut candidates, &log, t).await else {
                 t.violation(format!(
@@ -187,13 +234,22 @@ async fn phase(
                     wait_lead_after(&mut candidates, &log, t, term).await;
                     candidates[leader].signal("CONT");
                 }
+                "cut" => {
+                    for proxy in &proxies[leader] {
+                        proxy.set_blackhole(true);
+                    }
+                    wait_lead_after(&mut candidates, &log, t, term).await;
+                    for proxy in &proxies[leader] {
+                        proxy.set_blackhole(false);
+                    }
+                }
                 _ => {
                     let killed_at = now_us();
                     candidates[leader].kill().await;
                     let mut fresh = Worker::spawn(
                         format!("{election}-{spawned}"),
                         "candidate",
-                        &params(spawned),
+                        &params(leader, spawned),
                     );
                     spawned += 1;
                     std::mem::swap(&mut candidates[leader], &mut fresh);
@@ -395,8 +451,10 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
             tokio::select! {
                 command = ctx.command() => {
                     if command == "resign" {
+                        // From the call: the next leader may be elected before its reply.
+                        let at = now_us();
                         let _ = leadership.resign().await;
-                        ctx.say(format!("RESIGNED term={term} at={}", now_us()));
+                        ctx.say(format!("RESIGNED term={term} at={at}"));
                         break;
                     }
                 }
