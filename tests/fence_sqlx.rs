@@ -154,6 +154,20 @@ async fn without_the_table_the_error_says_so() {
     assert!(err.to_string().contains("distlock_fences"), "{err}");
 }
 
+/// Waits until one session of the server waits on a row lock (`what` names the wait).
+async fn one_waits_on_a_lock(pool: &PgPool, what: &str) {
+    testkit::eventually(Duration::from_secs(5), what, || async move {
+        let waiting: i64 =
+            sqlx::query("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+                .fetch_one(pool)
+                .await
+                .unwrap()
+                .get(0);
+        (waiting == 1).then_some(())
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn racing_holders_wait_on_the_row_and_never_interleave() {
     let server = PostgresServer::start();
@@ -184,19 +198,7 @@ async fn racing_holders_wait_on_the_row_and_never_interleave() {
         }
     });
     // The newer holder is blocked on the row while the older transaction is open.
-    testkit::eventually(Duration::from_secs(5), "the newer advance waits", || {
-        let pool = pool.clone();
-        async move {
-            let waiting: i64 =
-                sqlx::query("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
-                    .fetch_one(&pool)
-                    .await
-                    .unwrap()
-                    .get(0);
-            (waiting == 1).then_some(())
-        }
-    })
-    .await;
+    one_waits_on_a_lock(&pool, "the newer advance waits").await;
     assert!(!newer.is_finished());
     sqlx::query("UPDATE notes SET body = 'old' WHERE id = 1")
         .execute(&mut *older)
@@ -218,19 +220,7 @@ async fn racing_holders_wait_on_the_row_and_never_interleave() {
         let pool = pool.clone();
         async move { write(&pool, &new, "stale").await }
     });
-    testkit::eventually(Duration::from_secs(5), "the older advance waits", || {
-        let pool = pool.clone();
-        async move {
-            let waiting: i64 =
-                sqlx::query("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
-                    .fetch_one(&pool)
-                    .await
-                    .unwrap()
-                    .get(0);
-            (waiting == 1).then_some(())
-        }
-    })
-    .await;
+    one_waits_on_a_lock(&pool, "the older advance waits").await;
     sqlx::query("UPDATE notes SET body = 'newest' WHERE id = 1")
         .execute(&mut *ahead)
         .await
