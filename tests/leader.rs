@@ -238,3 +238,36 @@ async fn over_redlock_terms_rise_and_observers_follow() {
     );
     second.resign().await.unwrap();
 }
+
+/// The body of `run` is inside the election lock's frame, as a lock's `run` body: `fence()`
+/// gives the term, and taking the name again re-enters instead of waiting for itself.
+#[tokio::test]
+async fn a_run_body_sees_its_term_through_fence_and_re_enters_its_lock() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let (fence, term, reentry) = c
+        .leader("framed")
+        .run(|leadership| {
+            let c = c.clone();
+            async move {
+                let fence = distlock::fence().expect("the body's fence");
+                let again = c.lock("framed").acquire().await.unwrap();
+                let reentry = again.is_reentry();
+                again.release().await.unwrap();
+                let term = leadership.term();
+                leadership.resign().await.unwrap();
+                (fence, term, reentry)
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!((fence.name(), fence.token()), ("framed", term));
+    assert!(
+        reentry,
+        "taking the election's name inside its body re-enters"
+    );
+    assert!(matches!(
+        distlock::fence(),
+        Err(distlock::Error::NotFenced { key: None })
+    ));
+}

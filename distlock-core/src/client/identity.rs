@@ -53,14 +53,22 @@ pub(crate) const REFRESH_EVERY: Duration = Duration::from_secs(20);
 
 /// This process as the `distlock` CLI shows a holder: `host/pid program`.
 pub(crate) fn process_identity() -> String {
-    let host = gethostname::gethostname().to_string_lossy().into_owned();
-    let exe = std::env::current_exe()
-        .ok()
-        .and_then(|path| path.file_name().map(|f| f.to_string_lossy().into_owned()))
-        .unwrap_or_default();
-    format!("{host}/{} {exe}", std::process::id())
-        .trim_end()
-        .to_owned()
+    let pid = std::process::id();
+    match program() {
+        Some(exe) => format!("{}/{pid} {exe}", host()),
+        None => format!("{}/{pid}", host()),
+    }
+}
+
+/// This machine's host name.
+fn host() -> String {
+    gethostname::gethostname().to_string_lossy().into_owned()
+}
+
+/// This process's program file name.
+fn program() -> Option<String> {
+    let path = std::env::current_exe().ok()?;
+    Some(path.file_name()?.to_string_lossy().into_owned())
 }
 
 /// The key of the record of the client whose id is `client_id`.
@@ -78,18 +86,8 @@ struct Record {
 impl Record {
     /// The record of this process for the client `client_id` installed as `name`.
     fn of_this_process(prefix: &str, client_id: &str, name: Option<&str>) -> Record {
-        let mut fields = vec![
-            (
-                "host",
-                gethostname::gethostname().to_string_lossy().into_owned(),
-            ),
-            ("pid", std::process::id().to_string()),
-        ];
-        let exe = std::env::current_exe().ok().and_then(|path| {
-            path.file_name()
-                .map(|file| file.to_string_lossy().into_owned())
-        });
-        if let Some(exe) = exe {
+        let mut fields = vec![("host", host()), ("pid", std::process::id().to_string())];
+        if let Some(exe) = program() {
             fields.push(("exe", exe));
         }
         if let Some(name) = name {

@@ -62,14 +62,7 @@ where
     C: ConnectionLike,
     V: ToSingleRedisArg,
 {
-    let mut call = script().prepare_invoke();
-    call.key(key)
-        .arg("set")
-        .arg(fence.name())
-        .arg(fence.token())
-        .arg(value);
-    let landed: Result<i64, RedisError> = call.invoke_async(conn).await;
-    landed.map(drop).map_err(|e| refused(e, key, fence))
+    write(conn, key, fence, "set", value).await.map(drop)
 }
 
 /// Deletes the value at `key` if no higher token of `fence`'s lock has written it, keeping
@@ -80,14 +73,33 @@ pub async fn del<C>(conn: &mut C, key: &str, fence: &Fence) -> Result<bool, Erro
 where
     C: ConnectionLike,
 {
+    let ttl = TOMBSTONE_TTL.as_millis() as u64;
+    write(conn, key, fence, "del", ttl)
+        .await
+        .map(|had| had == 1)
+}
+
+/// One [`FENCED_WRITE`] of `key` (`op`: `set` with the value as `last`, or `del` with the
+/// tombstone's lifetime), its refusals typed.
+async fn write<C, A>(
+    conn: &mut C,
+    key: &str,
+    fence: &Fence,
+    op: &str,
+    last: A,
+) -> Result<i64, Error>
+where
+    C: ConnectionLike,
+    A: ToSingleRedisArg,
+{
     let mut call = script().prepare_invoke();
     call.key(key)
-        .arg("del")
+        .arg(op)
         .arg(fence.name())
         .arg(fence.token())
-        .arg(TOMBSTONE_TTL.as_millis() as u64);
-    let had: Result<i64, RedisError> = call.invoke_async(conn).await;
-    had.map(|had| had == 1).map_err(|e| refused(e, key, fence))
+        .arg(last);
+    let reply: Result<i64, RedisError> = call.invoke_async(conn).await;
+    reply.map_err(|e| refused(e, key, fence))
 }
 
 /// The fenced value at `key` and the fence that wrote it; `None` when there is none (or only
@@ -113,8 +125,7 @@ where
         return Err(store(not_fenced()));
     };
     match (value, token, lock) {
-        (Value::Nil, Value::Nil, Value::Nil) => Ok(None),
-        // A tombstone: deleted through `del`.
+        // Nothing, or a tombstone (deleted through `del`).
         (Value::Nil, _, _) => Ok(None),
         (value, token, lock) => {
             let (Ok(token), Ok(lock)) =

@@ -9,7 +9,9 @@ use tokio::time::Instant;
 use crate::error::{Error, LossReason, Operation};
 use crate::fence::Fence;
 use crate::lease::Lease;
+use crate::lock::backoff::Backoff;
 use crate::lock::builder::LockBuilder;
+use crate::lock::context::Frame;
 use crate::lock::guard::LockGuard;
 use crate::metrics::Leading;
 use crate::wire::calls::{ProclaimCall, Proclaimed};
@@ -102,6 +104,18 @@ impl Leadership {
         self.guard.lost()
     }
 
+    /// The frame a body led under runs in ([`LeaderBuilder::run`](super::LeaderBuilder::run)):
+    /// the election's hold, with the term as its token.
+    pub(super) fn frame(&self) -> Frame {
+        let hold = self.guard.hold();
+        Frame::new(
+            hold.client.identity(),
+            hold.clone(),
+            Some(self.term),
+            self.guard.lease().clone(),
+        )
+    }
+
     /// Steps down: the next candidate is elected at once (handed the lock by this release).
     /// `Err(Lost)` if leadership had already been lost.
     pub async fn resign(self) -> Result<(), Error> {
@@ -153,7 +167,7 @@ async fn proclaim(guard: &LockGuard, identity: &str) -> Result<Option<Proclaimed
     let token = guard
         .token()
         .expect("an election's lock is taken with fenced(true)");
-    let mut pause = Duration::from_millis(20);
+    let mut backoff = Backoff::default();
     loop {
         let id = client.new_request_id();
         let call = ProclaimCall {
@@ -167,8 +181,8 @@ async fn proclaim(guard: &LockGuard, identity: &str) -> Result<Option<Proclaimed
         };
         match client.call(Operation::Acquire, guard.name(), &call).await {
             Err(error) if error.is_transient() && guard.ensure_held().is_ok() => {
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_millis(500));
+                let again = backoff.next(Instant::now(), guard.guaranteed_until());
+                tokio::time::sleep_until(again).await;
             }
             other => return other,
         }

@@ -54,40 +54,17 @@
 
 mod leadership;
 mod observe;
+mod record;
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use crate::client::identity::process_identity;
 use crate::client::Client;
-use crate::error::{Error, Operation};
+use crate::error::Error;
 use crate::lock::builder::{lock, LockBuilder};
-use crate::wire::calls::{CurrentCall, Record, TermEntry};
-use crate::wire::keys::LockKeys;
 
 pub use leadership::Leadership;
-
-/// A leader as followers see it ([`LeaderBuilder::observe`], [`LeaderBuilder::current`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Leader {
-    /// The leader's term: strictly increasing per name, and its fencing token.
-    pub term: u64,
-    /// What the leader said it is ([`LeaderBuilder::identity`]; by default its host, process
-    /// id and program, `host/pid program`).
-    pub identity: String,
-    /// When the term started, by the Redis server's clock.
-    pub since: SystemTime,
-}
-
-impl Leader {
-    fn of(entry: &TermEntry) -> Leader {
-        Leader {
-            term: entry.term,
-            identity: entry.identity.clone(),
-            since: SystemTime::UNIX_EPOCH + Duration::from_millis(entry.since_ms),
-        }
-    }
-}
+pub use record::Leader;
 
 /// Builds a leader election of one name; start with [`crate::leader()`] or [`Client::leader`].
 #[derive(Debug, Clone)]
@@ -169,8 +146,11 @@ impl LeaderBuilder {
         loop {
             let leadership = self.clone().campaign().await?;
             let lost = leadership.lost();
+            // Inside the election lock's frame, as `LockBuilder::run`'s body: `fence()` gives
+            // the term, and taking the name again re-enters.
+            let in_frame = leadership.frame().around(body(leadership));
             tokio::select! {
-                out = body(leadership) => return Ok(out),
+                out = in_frame => return Ok(out),
                 reason = lost => {
                     tracing::warn!(name = %self.lock.name(), %reason, "leadership lost; campaigning again");
                 }
@@ -190,18 +170,7 @@ impl LeaderBuilder {
     /// The current leader, in one look (`None` without one).
     pub async fn current(&self) -> Result<Option<Leader>, Error> {
         let client = self.lock.resolve()?;
-        let record = read(&client, self.lock.name()).await?;
+        let record = record::read(&client, self.lock.name()).await?;
         Ok(record.leader.as_ref().map(Leader::of))
     }
-}
-
-/// The record of the election `name`.
-pub(crate) async fn read(client: &Client, name: &str) -> Result<Record, Error> {
-    let keys = LockKeys::new(&client.config().key_prefix, name)?;
-    let id = client.new_request_id();
-    let call = CurrentCall {
-        keys: &keys,
-        id: id.as_bytes(),
-    };
-    client.call(Operation::Acquire, name, &call).await
 }

@@ -15,11 +15,12 @@ use tokio::time::Instant;
 use crate::client::waiting::subscription::Subscription;
 use crate::client::Client;
 use crate::error::Error;
+use crate::lock::backoff::Backoff;
 use crate::lock::builder::LockBuilder;
 use crate::wire::calls::Record;
 use crate::wire::keys::LockKeys;
 
-use super::{read, Leader};
+use super::record::{read, Leader};
 
 /// Looks again at least this often without a message (a message lost with a connection).
 const LOOK_AGAIN: Duration = Duration::from_secs(30);
@@ -40,7 +41,8 @@ struct Observer {
     pending: VecDeque<Option<Leader>>,
     /// When to look again without a message.
     next_look: Instant,
-    failures: u32,
+    /// The pauses between failed looks.
+    backoff: Backoff,
 }
 
 pub(super) fn stream(lock: LockBuilder) -> impl Stream<Item = Option<Leader>> + Send + 'static {
@@ -53,7 +55,7 @@ pub(super) fn stream(lock: LockBuilder) -> impl Stream<Item = Option<Leader>> + 
         first: true,
         pending: VecDeque::new(),
         next_look: Instant::now(),
-        failures: 0,
+        backoff: Backoff::default(),
     };
     stream::unfold(observer, |mut o| async move {
         let item = o.next().await?;
@@ -74,12 +76,12 @@ impl Observer {
                 }
             }
             match self.look().await {
-                Ok(()) => self.failures = 0,
+                Ok(()) => self.backoff.reset(),
                 Err(Failure::NoClient) => return None,
                 Err(Failure::Transient) => {
-                    self.failures = self.failures.saturating_add(1);
-                    let pause = Duration::from_millis(50u64 << self.failures.min(5));
-                    tokio::time::sleep(pause).await;
+                    let now = Instant::now();
+                    let again = self.backoff.next(now, now + LOOK_AGAIN);
+                    tokio::time::sleep_until(again).await;
                 }
             }
         }

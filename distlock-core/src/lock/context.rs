@@ -10,7 +10,10 @@
 //! `TaskLocalFuture<T, F>` would be compiled again for every body type.
 
 use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use crate::error::Error;
 use crate::fence::Fence;
@@ -56,6 +59,49 @@ impl Frame {
         // `None` only while the thread is being torn down: the body then runs without a frame.
         let previous = HELD.try_with(|held| held.replace(Some(self.clone())));
         Entered { previous }
+    }
+}
+
+impl Frame {
+    /// `body`, polled and dropped inside this frame: a body run under a hold that does not go
+    /// through `LockBuilder::run` (a leader's, `LeaderBuilder::run`).
+    pub(crate) fn around<F: Future>(self, body: F) -> InFrame<F> {
+        InFrame {
+            frame: self,
+            body: Some(Box::pin(body)),
+        }
+    }
+}
+
+/// A body inside its frame ([`Frame::around`]).
+pub(crate) struct InFrame<F> {
+    frame: Frame,
+    /// `None` once the body completed (dropped inside the frame then).
+    body: Option<Pin<Box<F>>>,
+}
+
+impl<F: Future> Future for InFrame<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = &mut *self;
+        let _entered = this.frame.enter();
+        let body = this
+            .body
+            .as_mut()
+            .expect("an InFrame is not polled after it completed");
+        let out = body.as_mut().poll(cx);
+        if out.is_ready() {
+            this.body = None;
+        }
+        out
+    }
+}
+
+impl<F> Drop for InFrame<F> {
+    fn drop(&mut self) {
+        let _entered = self.frame.enter();
+        self.body = None;
     }
 }
 
