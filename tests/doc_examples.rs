@@ -1,8 +1,9 @@
 //! Every `compile_fail` example of the `distlock` crate docs is also a trybuild case
-//! (`tests/ui/docs/NN.rs`, run by `tests/ui.rs`), so the error it shows is pinned by a `.stderr`
-//! file, not merely "some error". This test keeps those files equal to the examples: change an
-//! example and it fails until `DOC_EXAMPLES=overwrite cargo test --test doc_examples` writes
-//! them again (then `TRYBUILD=overwrite cargo test --test ui` pins the new errors; read them).
+//! (`tests/ui/docs/NN.rs`, run by the `distlock-ui` package's `tests/ui/ui.rs`), so the error
+//! it shows is pinned by a `.stderr` file, not merely "some error". This test keeps those
+//! files equal to the examples: change an example and it fails until
+//! `DOC_EXAMPLES=overwrite cargo test --test doc_examples` writes them again (then
+//! `TRYBUILD=overwrite cargo test -p distlock-ui --test ui` pins the new errors; read them).
 
 use std::path::PathBuf;
 

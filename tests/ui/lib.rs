@@ -1,0 +1,1 @@
+//! Nothing: the package holds the UI test (`ui.rs`) and its cases.
