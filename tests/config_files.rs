@@ -51,6 +51,9 @@ fn a_sentinel_deployment_in_toml() {
         min_replicas = 1
         replica_timeout = "200ms"
         server_check = "100ms"
+
+        [locks.sentinel_address_map]
+        "10.0.0.5:6379" = "127.0.0.1:16379"
         "#,
     )
     .unwrap();
@@ -65,7 +68,8 @@ fn a_sentinel_deployment_in_toml() {
     .sentinel_master_auth("app", "hunter2")
     .min_replicas(1)
     .replica_timeout(Duration::from_millis(200))
-    .server_check(Some(Duration::from_millis(100)));
+    .server_check(Some(Duration::from_millis(100)))
+    .sentinel_address_map([("10.0.0.5:6379", "127.0.0.1:16379")]);
     let shown = format!("{:?}", app.locks);
     assert_eq!(shown, format!("{built:?}"));
     assert!(!shown.contains("hunter2"), "{shown}");

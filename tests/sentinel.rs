@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use distlock::{Client, Config, Error};
 use redis::AsyncCommands;
+use testkit::proxy::Proxy;
 use testkit::{LoneSentinel, RedisSentinel, RedisServer, ServerOptions};
 
 async fn client(group: &RedisSentinel) -> Client {
@@ -346,4 +347,56 @@ async fn after_the_master_is_killed_the_client_reaches_the_promoted_replica() {
     assert!(busy.is_busy(), "the acknowledged lock survived: {busy}");
     held.release().await.expect("released on the new master");
     assert!(!lock_exists(&group, new_master, "kept").await);
+}
+
+/// `Config::sentinel_address_map`: the servers the sentinels name are reached where the map
+/// says (here, a proxy of each), before and after a failover; the announced address is still
+/// what the client compares with the sentinels' answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_the_sentinels_name_are_reached_through_the_address_map() {
+    let group = Arc::new(RedisSentinel::start());
+    let mut proxies = Vec::new();
+    for server in group.servers() {
+        proxies.push((server.port(), Proxy::to(server).await));
+    }
+    let map: Vec<(String, String)> = proxies
+        .iter()
+        .map(|(port, proxy)| (format!("127.0.0.1:{port}"), proxy.addr().to_string()))
+        .collect();
+    let proxy_of = |port: u16| &proxies.iter().find(|(p, _)| *p == port).unwrap().1;
+    let mapped = config(&group)
+        .response_timeout(Duration::from_millis(500))
+        .sentinel_address_map(map)
+        .connect()
+        .await
+        .expect("connect through the map");
+    let master = group.master_port();
+    let guard = mapped.lock("mapped").acquire().await.expect("taken");
+    assert!(lock_exists(&group, master, "mapped").await);
+    assert!(
+        proxy_of(master).accepted() >= 1,
+        "the master reached through its proxy"
+    );
+    guard.release().await.unwrap();
+    // Only through the map: with the master's proxy black-holed, a call times out.
+    proxy_of(master).set_blackhole(true);
+    let cut = mapped.lock("cut").acquire().await.unwrap_err();
+    assert!(matches!(cut, Error::Timeout { .. }), "{cut}");
+    proxy_of(master).set_blackhole(false);
+
+    // Before the failover, nothing reached the replicas (their proxies' counts).
+    let before: Vec<(u16, u64)> = proxies.iter().map(|(p, x)| (*p, x.accepted())).collect();
+    let promoted = failover(&group).await;
+    let before = before.iter().find(|(p, _)| *p == promoted).unwrap().1;
+    let fresh = testkit::eventually(Duration::from_secs(10), "a lock on the new master", || {
+        let mapped = mapped.clone();
+        async move { mapped.lock("after").acquire().await.ok() }
+    })
+    .await;
+    assert!(lock_exists(&group, promoted, "after").await);
+    assert!(
+        proxy_of(promoted).accepted() > before,
+        "the promoted replica reached through its proxy"
+    );
+    fresh.release().await.unwrap();
 }

@@ -108,6 +108,11 @@ impl Proxy {
         Proxy::start(SocketAddr::from(([127, 0, 0, 1], server.port()))).await
     }
 
+    /// The proxy's own address (`127.0.0.1:<proxy port>`).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
     /// `redis://127.0.0.1:<proxy port>/`.
     pub fn url(&self) -> String {
         format!("redis://{}/", self.addr)

@@ -1,8 +1,12 @@
 //! Client configuration: where Redis is, how keys are named, and the timing defaults.
 
 pub(crate) mod duration;
+mod redact;
 pub(crate) mod source;
 
+pub(crate) use redact::{redact_url, uses_tls};
+
+use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -39,6 +43,8 @@ pub struct Config {
     pub(crate) sentinel_service: String,
     /// The master's user name (empty: the default user) and password, behind Sentinel.
     pub(crate) sentinel_master_auth: Option<(String, String)>,
+    /// Addresses the sentinels name, and where to reach each instead (`host:port` both).
+    pub(crate) sentinel_address_map: Vec<(String, String)>,
     pub(crate) key_prefix: String,
     pub(crate) default_ttl: Duration,
     pub(crate) connect_timeout: Duration,
@@ -71,6 +77,7 @@ impl Config {
             redlock_masters: Vec::new(),
             sentinel_service: String::new(),
             sentinel_master_auth: None,
+            sentinel_address_map: Vec::new(),
             key_prefix: "distlock".to_owned(),
             default_ttl: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
@@ -194,6 +201,65 @@ impl Config {
     ) -> Self {
         self.sentinel_master_auth = Some((username.into(), password.into()));
         self
+    }
+
+    /// Where to reach the servers the sentinels name, when this client cannot reach them at
+    /// those addresses: each pair maps an address a sentinel announces (`host:port`, as in
+    /// `SENTINEL GET-MASTER-ADDR-BY-NAME`) to the one to connect to instead (`host:port`). The
+    /// servers behind NAT, port forwarding or a container network (Redisson's `natMapper`,
+    /// ioredis' `natMap`); an address not in the map is used as announced. Calling it again
+    /// adds pairs.
+    ///
+    /// ```no_run
+    /// # use distlock_core as distlock;
+    /// # async fn demo() -> Result<(), distlock::Error> {
+    /// distlock::Config::sentinel(["redis://127.0.0.1:26379"], "locks")
+    ///     .sentinel_address_map([
+    ///         ("10.0.0.5:6379", "127.0.0.1:16379"),
+    ///         ("10.0.0.6:6379", "127.0.0.1:16380"),
+    ///     ])
+    ///     .install()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Only where the client connects changes: the master is still the one the sentinels name
+    /// (compared by its announced address), confirmed by `ROLE` at the mapped address. A
+    /// mapped address reaches its server with the sentinels' scheme, like an announced one.
+    /// [`Config::validate`] refuses a pair that is not two `host:port` (an IPv6 host in
+    /// brackets), an address mapped twice, and a map on anything but [`Config::sentinel`] (a
+    /// cluster's or a server's addresses are the URLs given).
+    pub fn sentinel_address_map<I, A, B>(mut self, pairs: I) -> Self
+    where
+        I: IntoIterator<Item = (A, B)>,
+        A: Into<String>,
+        B: Into<String>,
+    {
+        self.sentinel_address_map
+            .extend(pairs.into_iter().map(|(from, to)| (from.into(), to.into())));
+        self
+    }
+
+    /// The address map, read ([`Config::sentinel_address_map`]).
+    pub(crate) fn address_map(&self) -> Result<AddressMap, Error> {
+        let mut map = HashMap::new();
+        for (from, to) in &self.sentinel_address_map {
+            let read = |text: &str| {
+                parse_address(text).ok_or_else(|| Error::InvalidConfig {
+                    reason: format!(
+                        "sentinel_address_map: `{text}` is not a `host:port` address (an IPv6 host in brackets: `[::1]:6379`)"
+                    ),
+                })
+            };
+            if map.insert(read(from)?, read(to)?).is_some() {
+                return Err(Error::InvalidConfig {
+                    reason: format!(
+                        "sentinel_address_map maps `{from}` twice: give one address for each"
+                    ),
+                });
+            }
+        }
+        Ok(map)
     }
 
     /// Prefix of every Redis key and channel this client creates (default `distlock`).
@@ -399,6 +465,10 @@ impl Config {
         if self.sentinel_master_auth.is_some() && self.sentinels.is_empty() {
             return invalid("sentinel_master_auth applies to `Config::sentinel` only (a server's or a cluster's password goes in its URL)");
         }
+        if !self.sentinel_address_map.is_empty() && self.sentinels.is_empty() {
+            return invalid("sentinel_address_map applies to `Config::sentinel` only (the addresses of a server, a cluster or RedLock masters are the URLs given)");
+        }
+        self.address_map()?;
         if !self.sentinels.is_empty() && self.sentinel_service.trim().is_empty() {
             return invalid("no Sentinel service name: give the name the sentinels know the master by (`sentinel monitor <name> ...`)");
         }
@@ -497,6 +567,9 @@ impl fmt::Debug for Config {
                         .as_ref()
                         .map(|(user, _)| format!("{user}:***")),
                 );
+            if !self.sentinel_address_map.is_empty() {
+                d.field("sentinel_address_map", &self.sentinel_address_map);
+            }
         }
         d.field("key_prefix", &self.key_prefix)
             .field("default_ttl", &self.default_ttl)
@@ -540,84 +613,19 @@ pub(crate) const ALL_NEEDS_SENTINEL: &str = "min_replicas = ALL_REPLICAS needs R
 /// for it (up to `Config::replica_timeout`). See the crate docs ("Deployments").
 pub const ALL_REPLICAS: usize = usize::MAX;
 
-/// True for a URL that asks for TLS (`rediss://`, `valkeys://`).
-pub(crate) fn uses_tls(url: &str) -> bool {
-    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
-    scheme.eq_ignore_ascii_case("rediss") || scheme.eq_ignore_ascii_case("valkeys")
-}
+/// Where to reach each address the sentinels announce (host and port both sides).
+pub(crate) type AddressMap = HashMap<(String, u16), (String, u16)>;
 
-/// The URL without its secrets, from a real parse (the `url` crate, which redis-rs parses
-/// with): the password becomes `***` (a user name alone too, as some services put a token
-/// there), `pass`/`password`/`user`/`username` query values (the `redis+unix://` form) become
-/// `***`, and the fragment is dropped. A URL that does not parse, or whose `@` the parse did
-/// not read as user info (a password with an unencoded `/`, `?` or `#`), shows its scheme and
-/// what follows its last `@` (the host and port), with everything before that `@` and any query
-/// replaced by `***`: `127.0.0.1:6390` stays `127.0.0.1:6390`.
-pub(crate) fn redact_url(raw: &str) -> String {
-    const HIDDEN: &str = "***";
-    // What cannot be read as a URL (or whose `@` the parse did not read as user info): every
-    // byte up to the last `@` may be a secret, and so may a query; the rest is a host and port.
-    let unparsed = || {
-        let (scheme, rest) = match raw.split_once("://") {
-            Some((scheme, rest))
-                if !scheme.is_empty()
-                    && scheme
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) =>
-            {
-                (format!("{scheme}://"), rest)
-            }
-            Some(_) => return HIDDEN.to_owned(),
-            None => (String::new(), raw),
-        };
-        let (secret, host) = match rest.rsplit_once('@') {
-            Some((_, host)) => (true, host),
-            None => (false, rest),
-        };
-        let host = match host.split_once(['?', '#']) {
-            Some((host, _)) => format!("{host}?{HIDDEN}"),
-            None => host.to_owned(),
-        };
-        if secret {
-            format!("{scheme}{HIDDEN}@{host}")
-        } else {
-            format!("{scheme}{host}")
-        }
+/// `host:port` (`[v6]:port`) as a host and a port; `None` when it is not one.
+fn parse_address(text: &str) -> Option<(String, u16)> {
+    let (host, port) = text.trim().rsplit_once(':')?;
+    let host = match host.strip_prefix('[') {
+        Some(v6) => v6.strip_suffix(']')?,
+        None if host.contains(':') => return None,
+        None => host,
     };
-    let Ok(mut url) = url::Url::parse(raw) else {
-        return unparsed();
-    };
-    let has_userinfo = !url.username().is_empty() || url.password().is_some();
-    if raw.contains('@') && !has_userinfo {
-        return unparsed();
-    }
-    let redacted = if url.password().is_some() {
-        url.set_password(Some(HIDDEN))
-    } else if !url.username().is_empty() {
-        url.set_username(HIDDEN)
-    } else {
-        Ok(())
-    };
-    if redacted.is_err() {
-        return unparsed();
-    }
-    if url.query().is_some() {
-        let pairs: Vec<(String, String)> = url
-            .query_pairs()
-            .map(|(k, v)| {
-                let secret = matches!(&*k, "pass" | "password" | "user" | "username");
-                let v = if secret {
-                    HIDDEN.into()
-                } else {
-                    v.into_owned()
-                };
-                (k.into_owned(), v)
-            })
-            .collect();
-        url.query_pairs_mut().clear().extend_pairs(pairs);
-    }
-    url.set_fragment(None);
-    url.to_string()
+    let port = port.parse().ok()?;
+    (!host.is_empty() && port != 0).then(|| (host.to_owned(), port))
 }
 
 #[cfg(test)]
@@ -666,36 +674,40 @@ mod tests {
     }
 
     #[test]
-    fn redaction_comes_from_a_real_parse() {
-        let cases = [
-            ("redis+unix:///tmp/r.sock?db=1&pass=s3cret", "s3cret"),
-            ("unix:///tmp/r.sock?user=bob&pass=s3cret", "s3cret"),
-            ("redis://:pa/ss@host:6379/", "pa/ss"),
-            ("redis://:pa?ss@host:6379/", "pa?ss"),
-            ("redis://:pa#ss@host:6379/", "pa#ss"),
-            ("redis://user:12/ss@host", "12/ss"),
-            ("redis://:p%40ss@host/", "p%40ss"),
-            ("rediss://alice:hunter2@host:6380/0#frag-hunter2", "hunter2"),
-            ("not a url :hunter2@", "hunter2"),
-        ];
-        for (url, secret) in cases {
-            let shown = redact_url(url);
-            assert!(!shown.contains(secret), "{url} shown as {shown}");
-            let debug = format!("{:?}", Config::new(url));
-            assert!(!debug.contains(secret), "{url} in Debug: {debug}");
+    fn the_address_map_is_read_and_checked() {
+        let config = Config::sentinel(["redis://127.0.0.1:26379"], "locks")
+            .sentinel_address_map([("10.0.0.5:6379", "127.0.0.1:16379")])
+            .sentinel_address_map([("[fe80::1]:6380", "[::1]:16380")]);
+        config.validate().expect("a valid map");
+        let map = config.address_map().expect("read");
+        assert_eq!(
+            map.get(&("10.0.0.5".to_owned(), 6379)),
+            Some(&("127.0.0.1".to_owned(), 16379))
+        );
+        assert_eq!(
+            map.get(&("fe80::1".to_owned(), 6380)),
+            Some(&("::1".to_owned(), 16380))
+        );
+        let refused = |config: Config| config.validate().unwrap_err().to_string();
+        let sentinel = || Config::sentinel(["redis://127.0.0.1:26379"], "locks");
+        for bad in [
+            "10.0.0.5",
+            "10.0.0.5:",
+            ":6379",
+            "10.0.0.5:99999",
+            "::1:6379",
+            "h:0",
+        ] {
+            let reason = refused(sentinel().sentinel_address_map([(bad, "127.0.0.1:1")]));
+            assert!(
+                reason.contains(&format!("`{bad}` is not a `host:port`")),
+                "{reason}"
+            );
         }
-        assert_eq!(
-            redact_url("redis+unix:///tmp/r.sock?db=1&pass=s3cret"),
-            "redis+unix:///tmp/r.sock?db=1&pass=***"
-        );
-        assert_eq!(
-            redact_url("redis://:pa/ss@host:6379/"),
-            "redis://***@host:6379/"
-        );
-        assert_eq!(redact_url("not a url :hunter2@"), "***@");
-        // Not a URL at all (no scheme): nothing secret to hide but a query.
-        assert_eq!(redact_url("127.0.0.1:6390"), "127.0.0.1:6390");
-        assert_eq!(redact_url("h:1?password=s3cret"), "h:1?password=***");
-        assert_eq!(redact_url("pw@h:1"), "***@h:1");
+        let twice = refused(sentinel().sentinel_address_map([("h:1", "a:1"), ("h:1", "b:1")]));
+        assert!(twice.contains("maps `h:1` twice"), "{twice}");
+        let elsewhere = refused(Config::new("redis://h/").sentinel_address_map([("h:1", "a:1")]));
+        assert!(elsewhere.contains("`Config::sentinel` only"), "{elsewhere}");
+        assert!(format!("{config:?}").contains("sentinel_address_map"));
     }
 }

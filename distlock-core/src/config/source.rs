@@ -12,6 +12,7 @@
 //! | `sentinels` | `DISTLOCK_SENTINELS` | sentinel URLs ([`Config::sentinel`]): a list in a file, comma-separated in the variable |
 //! | `sentinel_service` | `DISTLOCK_SENTINEL_SERVICE` | the master's name at the sentinels (required with `sentinels`) |
 //! | `sentinel_master_username`, `sentinel_master_password` | `DISTLOCK_SENTINEL_MASTER_USERNAME`, `DISTLOCK_SENTINEL_MASTER_PASSWORD` | the master's credentials ([`Config::sentinel_master_auth`]; the user name defaults to the default user) |
+//! | `sentinel_address_map` | `DISTLOCK_SENTINEL_ADDRESS_MAP` | where to reach the addresses the sentinels announce ([`Config::sentinel_address_map`]): a table of `"host:port" = "host:port"` in a file, `host:port=host:port` pairs comma-separated in the variable |
 //! | `redlock_masters` | `DISTLOCK_REDLOCK_MASTERS` | the URLs of the independent masters of a RedLock quorum ([`Config::redlock`]; each with its own password, if any): a list in a file, comma-separated in the variable |
 //! | `key_prefix` | `DISTLOCK_KEY_PREFIX` | 1–128 bytes without `{` or `}` (default `distlock`) |
 //! | `default_ttl` | `DISTLOCK_DEFAULT_TTL` | a duration (default `30s`) |
@@ -74,6 +75,7 @@ struct Settings {
     sentinel_service: Option<String>,
     sentinel_master_username: Option<String>,
     sentinel_master_password: Option<String>,
+    sentinel_address_map: Option<std::collections::BTreeMap<String, String>>,
     redlock_masters: Option<Vec<String>>,
     key_prefix: Option<String>,
     default_ttl: Option<Human>,
@@ -161,6 +163,7 @@ impl Settings {
                 "sentinel_master_password",
                 self.sentinel_master_password.is_some(),
             ),
+            ("sentinel_address_map", self.sentinel_address_map.is_some()),
         ];
         for (setting, given) in sentinel_only {
             if given && !sentinel {
@@ -183,6 +186,9 @@ impl Settings {
                 )))
             }
             (None, None) => {}
+        }
+        if let Some(map) = self.sentinel_address_map {
+            config = config.sentinel_address_map(map);
         }
         if let Some(prefix) = self.key_prefix {
             config = config.key_prefix(prefix);
@@ -294,6 +300,26 @@ fn from_vars(vars: impl IntoIterator<Item = (OsString, OsString)>) -> Result<Con
             "SENTINEL_SERVICE" => settings.sentinel_service = Some(text()?),
             "SENTINEL_MASTER_USERNAME" => settings.sentinel_master_username = Some(text()?),
             "SENTINEL_MASTER_PASSWORD" => settings.sentinel_master_password = Some(text()?),
+            "SENTINEL_ADDRESS_MAP" => {
+                let text = text()?;
+                let mut map = std::collections::BTreeMap::new();
+                for pair in split_list(&text) {
+                    let (from, to) = pair.split_once('=').ok_or_else(|| {
+                        invalid(format!("{}: `{pair}` is not `host:port=host:port`", var()))
+                    })?;
+                    if map
+                        .insert(from.trim().to_owned(), to.trim().to_owned())
+                        .is_some()
+                    {
+                        return Err(invalid(format!(
+                            "{}: `{}` is mapped twice",
+                            var(),
+                            from.trim()
+                        )));
+                    }
+                }
+                settings.sentinel_address_map = Some(map);
+            }
             "REDLOCK_MASTERS" => settings.redlock_masters = list()?,
             "MIN_REPLICAS" => settings.min_replicas = count("a number of replicas")?,
             "REPLICA_TIMEOUT" => settings.replica_timeout = duration()?,
@@ -516,6 +542,58 @@ mod tests {
         assert_eq!(
             with_user.sentinel_master_auth,
             Some(("app".to_owned(), "pw".to_owned()))
+        );
+    }
+
+    #[test]
+    fn a_sentinel_address_map() {
+        let sentinels = ("DISTLOCK_SENTINELS", "redis://10.0.0.1:26379");
+        let service = ("DISTLOCK_SENTINEL_SERVICE", "locks");
+        let mapped = env(&[
+            sentinels,
+            service,
+            (
+                "DISTLOCK_SENTINEL_ADDRESS_MAP",
+                "10.0.0.5:6379=127.0.0.1:16379, 10.0.0.6:6379 = 127.0.0.1:16380",
+            ),
+        ])
+        .unwrap();
+        assert_eq!(
+            mapped.sentinel_address_map,
+            [
+                ("10.0.0.5:6379".to_owned(), "127.0.0.1:16379".to_owned()),
+                ("10.0.0.6:6379".to_owned(), "127.0.0.1:16380".to_owned())
+            ]
+        );
+        let not_a_pair = reason(env(&[
+            sentinels,
+            service,
+            ("DISTLOCK_SENTINEL_ADDRESS_MAP", "10.0.0.5:6379"),
+        ]));
+        assert!(
+            not_a_pair.contains("is not `host:port=host:port`"),
+            "{not_a_pair}"
+        );
+        let twice = reason(env(&[
+            sentinels,
+            service,
+            ("DISTLOCK_SENTINEL_ADDRESS_MAP", "h:1=a:1,h:1=b:1"),
+        ]));
+        assert!(twice.contains("`h:1` is mapped twice"), "{twice}");
+        let bad = reason(env(&[
+            sentinels,
+            service,
+            ("DISTLOCK_SENTINEL_ADDRESS_MAP", "h:1=nowhere"),
+        ]));
+        assert!(bad.contains("`nowhere` is not a `host:port`"), "{bad}");
+        let elsewhere = reason(env(&[
+            ("DISTLOCK_URL", "redis://127.0.0.1/"),
+            ("DISTLOCK_SENTINEL_ADDRESS_MAP", "h:1=a:1"),
+        ]));
+        assert!(
+            elsewhere
+                .contains("DISTLOCK_SENTINEL_ADDRESS_MAP is set, but DISTLOCK_SENTINELS is not"),
+            "{elsewhere}"
         );
     }
 

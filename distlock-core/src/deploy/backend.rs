@@ -458,6 +458,7 @@ fn open_sentinels(config: &Config) -> Result<Sentinels, Error> {
         &config.sentinel_service,
         master,
         Box::new(open),
+        config.address_map()?,
         timeouts,
     )
     .map_err(|e| invalid(&config.url, &e))

@@ -38,6 +38,7 @@ use redis::{
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use crate::config::AddressMap;
 use crate::error::is_connection_failure;
 use crate::sync;
 
@@ -66,6 +67,9 @@ pub(crate) struct Sentinels {
     /// The master's credentials (the sentinels' are in their URLs).
     master: RedisConnectionInfo,
     open: Box<OpenClient>,
+    /// Where to reach an address the sentinels announce, when not there
+    /// (`Config::sentinel_address_map`).
+    address_map: AddressMap,
     connect_timeout: Duration,
     response_timeout: Duration,
     /// How many times the sentinels announced a new master for the service
@@ -93,6 +97,7 @@ impl Sentinels {
         service: &str,
         master: RedisConnectionInfo,
         open: Box<OpenClient>,
+        address_map: AddressMap,
         timeouts: (Duration, Duration),
     ) -> RedisResult<Sentinels> {
         let sentinels = sentinels
@@ -104,6 +109,7 @@ impl Sentinels {
             service: service.to_owned(),
             master,
             open,
+            address_map,
             connect_timeout: timeouts.0,
             response_timeout: timeouts.1,
             switches: watch::Sender::new(0),
@@ -300,14 +306,20 @@ impl Sentinels {
         protocol: ProtocolVersion,
         pushes: &Option<Arc<dyn AsyncPushSender>>,
     ) -> RedisResult<MultiplexedConnection> {
+        // Where the announced address is reached (the map), not what it is called.
+        let (dial_host, dial_port) = self
+            .address_map
+            .get(&(host.to_owned(), port))
+            .cloned()
+            .unwrap_or_else(|| (host.to_owned(), port));
         let addr = match sentinel.addr() {
             ConnectionAddr::TcpTls { insecure, .. } => ConnectionAddr::TcpTls {
-                host: host.to_owned(),
-                port,
+                host: dial_host,
+                port: dial_port,
                 insecure: *insecure,
                 tls_params: None,
             },
-            _ => ConnectionAddr::Tcp(host.to_owned(), port),
+            _ => ConnectionAddr::Tcp(dial_host, dial_port),
         };
         let info = sentinel
             .clone()
