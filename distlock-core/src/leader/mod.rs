@@ -58,10 +58,18 @@ mod record;
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::client::identity::process_identity;
 use crate::client::Client;
 use crate::error::Error;
+use crate::lock::backoff::Backoff;
 use crate::lock::builder::{lock, LockBuilder};
+
+/// A term of [`LeaderBuilder::run`] lost sooner than this after its election is followed by a
+/// pause before the next campaign (15 ms, doubling to 200 ms while terms keep ending this
+/// soon).
+const QUICK_LOSS: Duration = Duration::from_secs(1);
 
 pub use leadership::Leadership;
 pub use record::Leader;
@@ -134,7 +142,8 @@ impl LeaderBuilder {
     /// Campaigns, runs `body` as leader, and returns what it returns. If leadership can no
     /// longer be guaranteed while it runs, the body is cancelled (dropped at its next
     /// `.await`) before any other candidate can be elected, and the candidate campaigns
-    /// again with a fresh call of `body`.
+    /// again with a fresh call of `body` (after a short pause when the term lasted under a
+    /// second: a server that elects but then refuses renewals is not hammered).
     ///
     /// The body owns its [`Leadership`]: [`Leadership::resign`] hands over at once; returning
     /// without resigning releases it the same way (in the background).
@@ -143,8 +152,10 @@ impl LeaderBuilder {
         F: FnMut(Leadership) -> Fut,
         Fut: std::future::Future,
     {
+        let mut backoff = Backoff::default();
         loop {
             let leadership = self.clone().campaign().await?;
+            let elected = Instant::now();
             let lost = leadership.lost();
             // Inside the election lock's frame, as `LockBuilder::run`'s body: `fence()` gives
             // the term, and taking the name again re-enters.
@@ -154,6 +165,14 @@ impl LeaderBuilder {
                 reason = lost => {
                     tracing::warn!(name = %self.lock.name(), %reason, "leadership lost; campaigning again");
                 }
+            }
+            // Terms lost as soon as won (a server that takes the election but refuses its
+            // renewals): a pause before each new campaign, growing while it lasts.
+            let now = Instant::now();
+            if now - elected < QUICK_LOSS {
+                tokio::time::sleep_until(backoff.next(now, now + QUICK_LOSS)).await;
+            } else {
+                backoff.reset();
             }
         }
     }
