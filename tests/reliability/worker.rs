@@ -96,6 +96,11 @@ impl Ctx {
 
     /// Says one line to the suite.
     pub(crate) fn say(&self, line: impl AsRef<str>) {
+        Ctx::say_to_suite(line);
+    }
+
+    /// Says one line to the suite, from a task that has no `Ctx` (lines are never interleaved).
+    pub(crate) fn say_to_suite(line: impl AsRef<str>) {
         use std::io::Write;
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{}", line.as_ref());

@@ -2,18 +2,23 @@
 //! one name (`distlock::leader`, ttl 1 s); the leader of the moment is made to resign, is
 //! frozen (`SIGSTOP`) past its lease and thawed, is killed (`SIGKILL`, and a new candidate
 //! started in its place), and is cut off (its own fault proxies to Redis black-holed until
-//! another candidate is elected; one server and RedLock, where each candidate reaches each
-//! master through a proxy of its own), on one server, Sentinel with two replicas, and RedLock
-//! over 3 masters. An observer in the suite follows the election (`observe()`).
+//! another candidate is elected: each candidate reaches each server through a proxy of its
+//! own; under Sentinel through `Config::sentinel_address_map`, since the sentinels announce
+//! the servers' own addresses), on one server, Sentinel with two replicas, and RedLock over 3
+//! masters. An observer in the suite follows the election (`observe()`), and so does every
+//! candidate (frozen, cut off and killed with it).
 //!
-//! Candidates say `LEAD` when elected and `HELD` (with the instants before and after the
-//! check, Unix µs) every 10 ms while `ensure_held()` says `Ok`. Invariants, per deployment:
+//! Candidates say `LEAD` when elected, `HELD` (with the instants before and after the
+//! check, Unix µs) every 10 ms while `ensure_held()` says `Ok`, and `SAW` for each term their
+//! observer yields. Invariants, per deployment:
 //!
 //! * **one leader at a time**: every `Ok` of a term lies before every `Ok` of the next term
 //!   (the latest instant after any check of one below the earliest instant before any check
 //!   of the next);
 //! * **terms strictly increase** in the order candidates were elected;
-//! * **the observer saw every term, in order** (its `Some` terms are exactly the elected terms);
+//! * **every observer saw every term, in order**: the suite's `Some` terms are exactly the
+//!   elected terms; each candidate's are the elected terms from the first it saw to the last
+//!   (it starts late, or dies early), none skipped, none repeated or back;
 //! * a **resigning** leader is replaced within 50 ms (its `RESIGNED` to the next `LEAD`), a
 //!   **killed** one within ttl + 0.5 s of the kill.
 
@@ -39,7 +44,7 @@ pub(crate) fn scenario(s: &Settings, budget: Duration) -> Scenario {
     Scenario::new(
         "24",
         format!(
-            "leader election: {CANDIDATES} candidate processes, ttl 1 s; the leader resigning, SIGSTOPped past its lease, SIGKILLed, cut off by its proxy ({rounds}x each; one server, Sentinel with 2 replicas (no cut), RedLock x3); an observer"
+            "leader election: {CANDIDATES} candidate processes, ttl 1 s; the leader resigning, SIGSTOPped past its lease, SIGKILLed, cut off by its proxies ({rounds}x each; one server, Sentinel with 2 replicas, RedLock x3); an observer in the suite and one in every candidate"
         ),
         budget,
         move |t| run(t, rounds),
@@ -61,6 +66,8 @@ struct Log {
     held: Vec<(u64, u64, u64)>,
     /// (term, at µs)
     resigned: Vec<(u64, u64)>,
+    /// Each candidate's observer: (candidate, the terms it yielded, in order).
+    saw: Vec<(String, Vec<u64>)>,
 }
 
 async fn run(t: Arc<Tally>, rounds: u64) {
@@ -93,39 +100,43 @@ async fn run(t: Arc<Tally>, rounds: u64) {
     ];
     for (i, (name, kind, urls)) in deployments.into_iter().enumerate() {
         let election = format!("leader-{i}");
-        let observer_client = connect(kind, &urls).await.expect("the observer's client");
-        // Each candidate's own proxy to each server (not through Sentinel: the sentinels
-        // name the master's own address).
+        let observer_client = connect(kind, &urls, "")
+            .await
+            .expect("the observer's client");
+        // Each candidate's own proxy to each server: its URLs, or under Sentinel its address
+        // map (the sentinels announce the servers' own addresses).
         let mut proxies: Vec<Vec<Proxy>> = Vec::new();
         let upstreams: Vec<&RedisServer> = match kind {
             "url" => vec![&server],
             "redlock" => masters.iter().collect(),
-            _ => Vec::new(),
+            _ => sentinel.servers().iter().collect(),
         };
-        if !upstreams.is_empty() {
-            for _ in 0..CANDIDATES {
-                let mut own = Vec::new();
-                for upstream in &upstreams {
-                    own.push(Proxy::to(upstream).await);
-                }
-                proxies.push(own);
+        for _ in 0..CANDIDATES {
+            let mut own = Vec::new();
+            for upstream in &upstreams {
+                own.push(Proxy::to(upstream).await);
             }
+            proxies.push(own);
         }
+        let ports: Vec<u16> = upstreams.iter().map(|u| u.port()).collect();
         let deployment = Deployment {
             name,
             kind,
             urls: &urls,
             proxies: &proxies,
+            ports: &ports,
         };
         phase(&t, &deployment, &election, &observer_client, rounds).await;
     }
     drop((server, sentinel, masters));
 }
 
-async fn connect(kind: &str, urls: &str) -> Result<Client, distlock::Error> {
+/// A client of the deployment; `map`: `from=to` pairs (a Sentinel address map), or empty.
+async fn connect(kind: &str, urls: &str, map: &str) -> Result<Client, distlock::Error> {
     let list: Vec<String> = urls.split(',').map(str::to_owned).collect();
+    let map = map.split(',').filter_map(|pair| pair.split_once('='));
     let config = match kind {
-        "sentinel" => Config::sentinel(list, RedisSentinel::SERVICE),
+        "sentinel" => Config::sentinel(list, RedisSentinel::SERVICE).sentinel_address_map(map),
         "redlock" => Config::redlock(list),
         _ => Config::new(list[0].clone()),
     };
@@ -135,13 +146,14 @@ async fn connect(kind: &str, urls: &str) -> Result<Client, distlock::Error> {
         .await
 }
 
-/// One deployment of the row: its URLs, and each candidate slot's own proxies (empty: no
-/// cut).
+/// One deployment of the row: its URLs, each candidate slot's own proxies, and the servers'
+/// ports they lead to (in the proxies' order).
 struct Deployment<'a> {
     name: &'a str,
     kind: &'a str,
     urls: &'a str,
     proxies: &'a [Vec<Proxy>],
+    ports: &'a [u16],
 }
 
 async fn phase(
@@ -156,6 +168,7 @@ async fn phase(
         kind,
         urls,
         proxies,
+        ports,
     } = *deployment;
     let log = Arc::new(Mutex::new(Log::default()));
     let observed = Arc::new(Mutex::new(Vec::<u64>::new()));
@@ -171,15 +184,27 @@ async fn phase(
             }
         }
     });
-    // Candidate `n` in slot `slot` (its proxies, if any).
+    // Candidate `n` in slot `slot`, through the slot's proxies.
     let params = |slot: usize, n: usize| {
-        let urls = match proxies.get(slot) {
-            Some(own) => own.iter().map(Proxy::url).collect::<Vec<_>>().join(","),
-            None => urls.to_owned(),
+        let own = &proxies[slot];
+        let (urls, map) = match kind {
+            "sentinel" => (
+                urls.to_owned(),
+                own.iter()
+                    .zip(ports)
+                    .map(|(proxy, port)| format!("127.0.0.1:{port}={}", proxy.addr()))
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+            _ => (
+                own.iter().map(Proxy::url).collect::<Vec<_>>().join(","),
+                String::new(),
+            ),
         };
         vec![
             ("kind", kind.to_owned()),
             ("urls", urls),
+            ("map", map),
             ("name", election.to_owned()),
             ("identity", format!("candidate-{n}")),
         ]
@@ -187,15 +212,12 @@ async fn phase(
     let mut candidates: Vec<Worker> = (0..CANDIDATES)
         .map(|n| Worker::spawn(format!("{election}-{n}"), "candidate", &params(n, n)))
         .collect();
-    let faults: &[&str] = match proxies.is_empty() {
-        true => &["resign", "stop", "kill"],
-        false => &["resign", "stop", "kill", "cut"],
-    };
+    let faults = ["resign", "stop", "kill", "cut"];
     let mut spawned = CANDIDATES;
     let mut kill_waits = Vec::new();
     let mut resign_waits = Vec::new();
     for round in 0..rounds {
-        for &fault in faults {
+        for fault in faults {
             // The leader now: the last `LEAD` heard.
             let Some((term, who)) = wait_lead(&mut candidates, &log, t).await else {
                 t.violation(format!(
@@ -354,6 +376,12 @@ fn record(log: &Arc<Mutex<Log>>, who: &str, line: &str) -> Option<(u64, String)>
     }
     if line.starts_with("HELD") {
         log.held.push((num("term"), num("b"), num("a")));
+    } else if line.starts_with("SAW") {
+        let term = num("term");
+        match log.saw.iter_mut().find(|(name, _)| name == who) {
+            Some((_, terms)) => terms.push(term),
+            None => log.saw.push((who.to_owned(), vec![term])),
+        }
     } else if line.starts_with("RESIGNED") {
         log.resigned.push((num("term"), num("at")));
     }
@@ -401,6 +429,16 @@ fn check(
     t.check(observed == terms.as_slice(), || {
         format!("{name}: the observer saw {observed:?}, the candidates were elected with {terms:?}")
     });
+    // Each candidate's observer: a stretch of the elected terms, none skipped.
+    for (who, saw) in &log.saw {
+        let from = terms.iter().position(|term| Some(term) == saw.first());
+        let stretch = from.map(|from| &terms[from..(from + saw.len()).min(terms.len())]);
+        t.check(stretch == Some(saw.as_slice()), || {
+            format!(
+                "{name}: {who}'s observer saw {saw:?}, the candidates were elected with {terms:?}"
+            )
+        });
+    }
     let slowest_resign = resign_waits.iter().max().copied().unwrap_or_default();
     let slowest_kill = kill_waits.iter().max().copied().unwrap_or_default();
     t.check(slowest_resign <= RESIGN_BOUND, || {
@@ -415,26 +453,38 @@ fn check(
         )
     });
     t.note(format!(
-        "{name}: {} terms, {} Ok checks, {} overlaps; replaced after a resign in {:?} at most, after SIGKILL in {:?}; the observer saw {} terms",
+        "{name}: {} terms, {} Ok checks, {} overlaps; replaced after a resign in {:?} at most, after SIGKILL in {:?}; the observer saw {} terms, {} candidates' observers {} in all",
         terms.len(),
         log.held.len(),
         overlaps.len(),
         slowest_resign,
         slowest_kill,
-        observed.len()
+        observed.len(),
+        log.saw.len(),
+        log.saw.iter().map(|(_, saw)| saw.len()).sum::<usize>()
     ));
 }
 
 /// Worker role `candidate`: campaigns again and again; while leading says `HELD` every 10 ms
-/// its check says `Ok`, resigns when told, campaigns again when leadership is lost.
+/// its check says `Ok`, resigns when told, campaigns again when leadership is lost; says `SAW`
+/// for every term its observer yields.
 pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
-    let client = connect(ctx.param("kind"), ctx.param("urls"))
+    let client = connect(ctx.param("kind"), ctx.param("urls"), ctx.param("map"))
         .await
         .map_err(|e| e.to_string())?;
     let (name, identity) = (
         ctx.param("name").to_owned(),
         ctx.param("identity").to_owned(),
     );
+    let observed = client.leader(name.clone()).observe();
+    tokio::spawn(async move {
+        let mut stream = Box::pin(observed);
+        while let Some(item) = stream.next().await {
+            if let Some(leader) = item {
+                Ctx::say_to_suite(format!("SAW term={}", leader.term));
+            }
+        }
+    });
     loop {
         let leadership = client
             .leader(name.clone())
