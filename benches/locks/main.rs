@@ -22,7 +22,8 @@
 //! Environment: `BENCH_QUICK=1` for a short run (under a minute); `BENCH_REPS`, `BENCH_SECS`
 //! (measured seconds per run), `BENCH_ONLY=B1,B3` to pick scenarios (`S1`, `S2`: permits and read holds; `S3`: every kind in its turn; `C1`, `C2`: the cluster and RedLock rows), `BENCH_WORKERS` (tokio
 //! worker threads, default: the number of CPUs), `BENCH_NO_WRITE=1` to leave BENCHMARKS.md and
-//! the plots alone.
+//! the plots alone, `BENCH_DELAY_US=250` to reach Redis through a delay line (each direction
+//! delayed this long, as between hosts: `testkit::delay`).
 
 mod contenders;
 mod deployments;
@@ -91,7 +92,14 @@ async fn repeat<K: Copy + Eq + Hash, R>(
 
 async fn run(plan: Plan) -> BenchResult<()> {
     let server = testkit::RedisServer::start();
-    let url = server.url();
+    // `BENCH_DELAY_US`: every contender reaches Redis through a delay line (each direction
+    // delayed this long, as between hosts); the server's own counters are read directly.
+    let delay = plan
+        .delay
+        .map(|delay| testkit::delay::DelayProxy::to(&server, delay));
+    let url = delay
+        .as_ref()
+        .map_or_else(|| server.url(), |line| line.url());
     let mut admin = server.conn().await;
     let probe = Probe::new(server.conn().await);
     let contenders = Arc::new(Contenders::connect(&url).await?);
@@ -108,8 +116,13 @@ async fn run(plan: Plan) -> BenchResult<()> {
         plan.workers
     );
 
-    // The round trip unit: PING p50 in B1's loop (a rough sequential measure if B1 is skipped).
-    report.rtt_us = scenarios::ping_rtt_us(&mut admin, 2000).await?;
+    // The round trip unit: PING p50 in B1's loop (a rough sequential measure if B1 is skipped),
+    // through the delay line if there is one.
+    let mut pinged = redis::Client::open(url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    report.rtt_us = scenarios::ping_rtt_us(&mut pinged, 2000).await?;
+    report.delay = plan.delay;
 
     let mut bench = Bench {
         plan: &plan,
@@ -156,6 +169,7 @@ async fn run(plan: Plan) -> BenchResult<()> {
     }
     // The clients shut down while their server still runs.
     drop(bench);
+    drop(delay);
     drop(server);
     Ok(())
 }

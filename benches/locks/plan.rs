@@ -15,6 +15,8 @@ pub(crate) struct Plan {
     pub(crate) market_secs: Duration,
     pub(crate) market_reps: usize,
     pub(crate) workers: usize,
+    /// `BENCH_DELAY_US`: each direction between the contenders and Redis delayed this long.
+    pub(crate) delay: Option<Duration>,
     only: Option<Vec<String>>,
 }
 
@@ -39,6 +41,9 @@ impl Plan {
             market_secs: Duration::from_secs(if quick { 1 } else { 3 }),
             market_reps: if quick { 1 } else { 3 },
             workers: env_f64("BENCH_WORKERS").map_or(cpus, |w| w as usize),
+            delay: env_f64("BENCH_DELAY_US")
+                .filter(|us| *us > 0.0)
+                .map(|us| Duration::from_secs_f64(us / 1e6)),
             only: std::env::var("BENCH_ONLY")
                 .ok()
                 .map(|s| s.split(',').map(|p| p.trim().to_uppercase()).collect()),

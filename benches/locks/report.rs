@@ -97,6 +97,8 @@ pub(crate) struct Report {
     renew_held: usize,
     pub(crate) macro_ran: bool,
     pub(crate) rtt_us: f64,
+    /// `BENCH_DELAY_US`: each direction to Redis delayed this long (a delay line).
+    pub(crate) delay: Option<std::time::Duration>,
     pub(crate) b1: Vec<(Kind, CycleRow)>,
     /// Per task count: a row per contender.
     pub(crate) b2: Vec<(usize, Vec<(Kind, CycleRow)>)>,
@@ -188,6 +190,7 @@ impl Report {
             renew_held: plan.renew_held,
             macro_ran: false,
             rtt_us: f64::NAN,
+            delay: None,
             b1: Vec::new(),
             b2: Vec::new(),
             b3: Vec::new(),
@@ -210,8 +213,12 @@ impl Report {
         let mut out = self.header.clone();
         let _ = writeln!(
             out,
-            "| round trip (RTT) | {:.1} µs: p50 of PING in B1's loop, the unit of the RTT columns |\n",
-            self.rtt_us
+            "| round trip (RTT) | {:.1} µs: p50 of PING in B1's loop, the unit of the RTT columns{} |\n",
+            self.rtt_us,
+            self.delay.map_or(String::new(), |d| format!(
+                "; through a delay line of {} µs each way (`BENCH_DELAY_US`, `testkit::delay`)",
+                d.as_micros()
+            ))
         );
         let _ = writeln!(
             out,

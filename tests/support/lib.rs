@@ -10,6 +10,7 @@ mod child;
 mod cli;
 mod clock;
 mod cluster;
+pub mod delay;
 mod document;
 mod fairness;
 mod holds;
