@@ -79,7 +79,7 @@ async fn deposit(
         "took  "
     };
     println!(
-        "{who} {verb} {:>4.1}ms  holds account:{account}  token {token}  counter -> {value}",
+        "{who} {verb} {:>4.1}ms  holds account:{account}  fencing token {token}  counter -> {value}",
         waited.as_secs_f64() * 1e3
     );
     Ok(())
@@ -90,7 +90,7 @@ async fn deposit(
 #[distributed_lock(key = "nightly-report", ttl = "5s", skip, min_hold = "5s", fenced)]
 async fn nightly_report(who: &str) -> Result<bool, AppError> {
     println!(
-        "{who} RUNS the once-only job (token {})",
+        "{who} RUNS the once-only job (fencing token {})",
         distlock::fencing_token().unwrap_or(0)
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -188,6 +188,13 @@ fn main() {
             "distlock demo: {WORKERS} processes x {TASKS} tasks x {ROUNDS} increments against {url}\n"
         ),
     }
+    println!(
+        "A fencing token is the number each holder of a lock gets, larger for every later \
+         holder (Redis's clock in microseconds, moved past the last one: hence 16 digits). A \
+         store that remembers the largest it has seen refuses a write carrying a smaller one: \
+         a holder paused past its lease cannot write over a newer holder's work \
+         (distlock::fence).\n"
+    );
     let exe = std::env::current_exe().expect("current exe");
     let children: Vec<_> = (0..WORKERS)
         .map(|id| {
