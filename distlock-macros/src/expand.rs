@@ -11,10 +11,10 @@ use proc_macro2::{Delimiter, Group, Literal, Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
-use syn::{Block, Expr, FnArg, Ident, Pat, Stmt, Type};
+use syn::{Block, Expr, FnArg, Ident, Pat, Stmt, Token, Type};
 
 use crate::attr::{DurationArg, PermitsArg, Replicas};
-use crate::item::{async_trait_body, Body, LockFn};
+use crate::item::{async_trait_body, moved_pattern, pattern_names, Body, LockFn, MovedPattern};
 use crate::model::{Key, KeyPart, LockModel, ResultType, Shape};
 
 /// Capacity reserved per placeholder value when building the key.
@@ -43,21 +43,35 @@ pub(crate) fn expand(item: LockFn, model: LockModel) -> TokenStream {
             }
         }
         // async-trait already put a typed early return in its block, and the outer function is
-        // not async: build the key now (from the parameters, before they move into the block)
-        // and box the locked future in place of the original one.
+        // not async: build the key now (from the parameters, before they move into the block;
+        // the names of a parameter pattern from a borrow of the parameter, destructured as the
+        // block will destructure it) and box the locked future in place of the original one.
         Shape::AsyncTrait {
             ref box_pin,
             ref future,
+            ref moved,
         } => {
             let Body::Parsed(block) = &body else {
                 unreachable!("the async-trait shape is only detected in parsed bodies");
             };
             let before = &block.stmts[..block.stmts.len() - 1];
+            let params: Vec<Ident> = model.keys.iter().flat_map(|k| k.params.clone()).collect();
             let mut future = (**future).clone();
             if let Expr::Async(future) = &mut future {
-                let params: Vec<Ident> = model.keys.iter().flat_map(|k| k.params.clone()).collect();
                 allow_unused_moves(&mut future.block, &params);
+                mark_key_reads(&mut future.block, &params);
             }
+            let borrows: Vec<TokenStream> = moved
+                .iter()
+                .filter_map(|MovedPattern { arg, pat }| {
+                    let pat = borrowing_pattern(pat, &params)?;
+                    Some(quote!(let #pat = &#arg;))
+                })
+                .collect();
+            let key_block = match borrows.is_empty() {
+                true => key_block,
+                false => quote!({ #(#borrows)* #key_block }),
+            };
             let locked = locked(&model, &builder, future.into_token_stream());
             quote! {
                 #(#before)*
@@ -104,6 +118,16 @@ pub(crate) fn fallback(item: LockFn) -> TokenStream {
         if let Some(Stmt::Expr(Expr::Call(call), None)) = block.stmts.last_mut() {
             if let Some(Expr::Async(future)) = call.args.first_mut() {
                 allow_unused_moves(&mut future.block, &names);
+                // The parameter patterns async-trait moved into its block.
+                for stmt in &mut future.block.stmts {
+                    if let Stmt::Local(local) = stmt {
+                        if moved_pattern(local).is_some() {
+                            local
+                                .attrs
+                                .push(syn::parse_quote!(#[allow(unused_variables)]));
+                        }
+                    }
+                }
             }
         }
     }
@@ -140,6 +164,89 @@ fn allow_unused_moves(block: &mut Block, params: &[Ident]) {
                 .push(syn::parse_quote!(#[allow(unused_variables)]));
         }
     }
+}
+
+/// The names a parameter pattern binds in async-trait's block (`let Path(id) = { .. };`) that
+/// only the key may read: each is marked read right after that statement (`let _ = &id;`), so
+/// it is not an unused variable there while the pattern's other names still are when unused.
+fn mark_key_reads(block: &mut Block, params: &[Ident]) {
+    let stmts = std::mem::take(&mut block.stmts);
+    for stmt in stmts {
+        let names = match &stmt {
+            Stmt::Local(local) if moved_pattern(local).is_some() => pattern_names(&local.pat)
+                .into_iter()
+                .filter(|name| params.contains(name))
+                .collect(),
+            _ => Vec::new(),
+        };
+        block.stmts.push(stmt);
+        for name in names {
+            let underscore = Token![_](Span::mixed_site());
+            block
+                .stmts
+                .push(syn::parse_quote!(let #underscore = &#name;));
+        }
+    }
+}
+
+/// A parameter pattern that async-trait moved into its block, rewritten to be matched against a
+/// borrow of the parameter (`let Path(id) = &__arg1;`) so that the key reads its names before
+/// the parameter moves: `ref` and `mut` dropped and `&p` written `p` (default binding modes
+/// then bind every name by reference, in every edition), and each name the key does not read
+/// replaced by `_` (or by its subpattern, for `name @ p`), so none is unused. `None` when the
+/// key reads none of its names.
+fn borrowing_pattern(pat: &Pat, params: &[Ident]) -> Option<Pat> {
+    struct Borrowing<'a> {
+        params: &'a [Ident],
+        reads: bool,
+    }
+    impl VisitMut for Borrowing<'_> {
+        fn visit_pat_mut(&mut self, pat: &mut Pat) {
+            let replacement = match pat {
+                Pat::Reference(reference) => Some((*reference.pat).clone()),
+                Pat::Ident(binding) if self.params.contains(&binding.ident) => {
+                    self.reads = true;
+                    binding.by_ref = None;
+                    binding.mutability = None;
+                    None
+                }
+                Pat::Ident(binding) => Some(match binding.subpat.take() {
+                    Some((_, subpat)) => *subpat,
+                    None => Pat::Wild(syn::PatWild {
+                        attrs: Vec::new(),
+                        underscore_token: Token![_](Span::mixed_site()),
+                    }),
+                }),
+                _ => None,
+            };
+            match replacement {
+                Some(replacement) => {
+                    *pat = replacement;
+                    self.visit_pat_mut(pat);
+                }
+                None => syn::visit_mut::visit_pat_mut(self, pat),
+            }
+        }
+        // `Order { id, .. }` with `id` replaced: `Order { id: _, .. }`.
+        fn visit_field_pat_mut(&mut self, field: &mut syn::FieldPat) {
+            self.visit_pat_mut(&mut field.pat);
+            let shorthand = matches!((&field.member, &*field.pat),
+                (syn::Member::Named(member), Pat::Ident(binding)) if *member == binding.ident);
+            if !shorthand && field.colon_token.is_none() {
+                field.colon_token = Some(Token![:](Span::mixed_site()));
+            }
+        }
+        // Paths and types inside patterns (`Order { id, .. }`) bind nothing.
+        fn visit_path_mut(&mut self, _: &mut syn::Path) {}
+        fn visit_type_mut(&mut self, _: &mut Type) {}
+    }
+    let mut borrowing = Borrowing {
+        params,
+        reads: false,
+    };
+    let mut pat = pat.clone();
+    borrowing.visit_pat_mut(&mut pat);
+    borrowing.reads.then_some(pat)
 }
 
 /// The body's statements, after an unreachable typed `return` that makes the async block's

@@ -4,8 +4,8 @@ use proc_macro2::{Delimiter, Group, Span, TokenStream};
 use quote::ToTokens;
 use syn::parse::{Parse, ParseStream, Parser};
 use syn::{
-    Attribute, Block, Expr, GenericArgument, PathArguments, ReturnType, Signature, Stmt, Token,
-    Type, TypeParamBound, Visibility,
+    Attribute, Block, Expr, GenericArgument, Ident, Local, Pat, PathArguments, ReturnType,
+    Signature, Stmt, Token, Type, TypeParamBound, Visibility,
 };
 
 /// The annotated item, parsed loosely: a body that doesn't parse is kept as tokens so a
@@ -90,6 +90,18 @@ pub(crate) struct AsyncTraitBody {
     pub(crate) future: Box<Expr>,
     /// `R` in the return type `Pin<Box<dyn Future<Output = R> + ...>>`: the user's return type.
     pub(crate) output: Type,
+    /// The patterns of the parameters async-trait renamed `__argN`, as its block binds them.
+    pub(crate) moved: Vec<MovedPattern>,
+}
+
+/// A parameter pattern that async-trait moved into its block: the parameter is `__argN` in the
+/// signature, and the block starts with `let PATTERN = { let __argN = __argN; __argN };` (for a
+/// `_` parameter, `let __argN = __argN;`, whose pattern is then `_`: it binds nothing).
+pub(crate) struct MovedPattern {
+    /// `__argN`, as async-trait spelled it in the signature (with its hygiene).
+    pub(crate) arg: Ident,
+    /// The pattern as the user wrote it.
+    pub(crate) pat: Pat,
 }
 
 /// Recognizes a method already rewritten by `#[async_trait]` (which, on the impl block, expands
@@ -120,11 +132,79 @@ pub(crate) fn async_trait_body(item: &LockFn) -> Option<AsyncTraitBody> {
     let ReturnType::Type(_, ty) = &item.sig.output else {
         return None;
     };
+    let Expr::Async(block) = future else {
+        return None;
+    };
+    let moved = block
+        .block
+        .stmts
+        .iter()
+        .filter_map(|stmt| match stmt {
+            Stmt::Local(local) => moved_pattern(local),
+            _ => None,
+        })
+        .collect();
     Some(AsyncTraitBody {
         box_pin: call.func.clone(),
         future: Box::new(future.clone()),
         output: boxed_future_output(ty)?.clone(),
+        moved,
     })
+}
+
+/// `let PATTERN = { let __argN = __argN; __argN };`, or `let __argN = __argN;` (pattern `_`):
+/// where async-trait's block binds a parameter it renamed.
+pub(crate) fn moved_pattern(local: &Local) -> Option<MovedPattern> {
+    let init = local.init.as_ref()?;
+    if let (Pat::Ident(binding), Expr::Path(path)) = (&local.pat, &*init.expr) {
+        if is_positional(&binding.ident) && path.path.is_ident(&binding.ident) {
+            return Some(MovedPattern {
+                arg: binding.ident.clone(),
+                pat: Pat::Wild(syn::PatWild {
+                    attrs: Vec::new(),
+                    underscore_token: Token![_](binding.ident.span()),
+                }),
+            });
+        }
+    }
+    let Expr::Block(block) = &*init.expr else {
+        return None;
+    };
+    let [Stmt::Local(inner), Stmt::Expr(Expr::Path(value), None)] = &block.block.stmts[..] else {
+        return None;
+    };
+    let MovedPattern { arg, .. } = moved_pattern(inner)?;
+    value.path.is_ident(&arg).then(|| MovedPattern {
+        arg,
+        pat: local.pat.clone(),
+    })
+}
+
+/// The names a pattern binds, once each (the alternatives of `A(x) | B(x)` bind the same ones).
+/// Paths and types inside it (`Order { id: order_id, .. }`, `Enum::V(a)`) bind nothing.
+pub(crate) fn pattern_names(pat: &Pat) -> Vec<Ident> {
+    struct Names(Vec<Ident>);
+    impl syn::visit::Visit<'_> for Names {
+        fn visit_pat_ident(&mut self, binding: &syn::PatIdent) {
+            if !self.0.contains(&binding.ident) {
+                self.0.push(binding.ident.clone());
+            }
+            syn::visit::visit_pat_ident(self, binding);
+        }
+        fn visit_path(&mut self, _: &syn::Path) {}
+        fn visit_type(&mut self, _: &Type) {}
+    }
+    let mut names = Names(Vec::new());
+    syn::visit::Visit::visit_pat(&mut names, pat);
+    names.0
+}
+
+/// `__argN`: the name async-trait gives a parameter written as a pattern.
+pub(crate) fn is_positional(ident: &Ident) -> bool {
+    ident
+        .to_string()
+        .strip_prefix("__arg")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// `R` in `Pin<Box<dyn Future<Output = R> + ...>>`.

@@ -10,7 +10,9 @@ use syn::{
 };
 
 use crate::attr::{DurationArg, Errors, KeyArg, LockArgs, PermitsArg};
-use crate::item::{async_trait_body, future_output, LockFn};
+use crate::item::{
+    async_trait_body, future_output, is_positional, pattern_names, LockFn, MovedPattern,
+};
 use crate::similar;
 use crate::template::{Field, KeyTemplate, Placeholder, Segment, TemplateError};
 
@@ -62,7 +64,7 @@ pub(crate) struct Key {
     /// The template as written (`order:<id>`): the `lock` label of the lock's metrics.
     pub(crate) template: String,
     pub(crate) parts: Vec<KeyPart>,
-    /// The parameters (not `self`) the key reads.
+    /// The names the key reads, parameters and names bound by parameter patterns (not `self`).
     pub(crate) params: Vec<Ident>,
 }
 
@@ -89,6 +91,9 @@ pub(crate) enum Shape {
         box_pin: Box<Expr>,
         /// The async block.
         future: Box<Expr>,
+        /// The parameter patterns async-trait moved into the block (`Path(id)` for `__arg1`):
+        /// the key reads their names by destructuring a borrow of `__argN` before it moves.
+        moved: Vec<MovedPattern>,
     },
 }
 
@@ -98,10 +103,11 @@ enum Param {
     Receiver(Token![self]),
     /// `name: Type` (also `mut name`, `ref name`, `name @ pattern`).
     Named(Ident),
-    /// A name bound inside a destructuring pattern: `(a, b): (u32, u32)`.
-    Destructured(Ident),
-    /// A destructuring pattern that async-trait replaced with a positional `__argN` name: the
-    /// names it binds exist only inside async-trait's block.
+    /// A name bound by a parameter's pattern: `id` in `Path(id): Path<u64>`, `a` in
+    /// `(a, b): (u32, u32)`, `x` in `whole @ (x, _)`. A parameter like any other for the key.
+    Bound(Ident),
+    /// A pattern that async-trait replaced with a positional `__argN` name and whose binding in
+    /// its block was not recognized: the names it binds cannot be seen.
     Positional,
 }
 
@@ -113,7 +119,11 @@ pub(crate) fn build(args: syn::Result<LockArgs>, item: &LockFn) -> syn::Result<L
     let args = errors.check(args);
 
     let (shape, ret) = check_function(item, &mut errors);
-    let params = params(&item.sig, matches!(shape, Some(Shape::AsyncTrait { .. })));
+    let moved = match &shape {
+        Some(Shape::AsyncTrait { moved, .. }) => Some(&moved[..]),
+        _ => None,
+    };
+    let params = params(&item.sig, moved);
 
     let mut key = None;
     if let Some(args) = &args {
@@ -225,6 +235,7 @@ fn check_function(item: &LockFn, errors: &mut Errors) -> (Option<Shape>, Option<
         Some(Shape::AsyncTrait {
             box_pin: body.box_pin,
             future: body.future,
+            moved: body.moved,
         })
     } else {
         errors.push(syn::Error::new(
@@ -279,48 +290,37 @@ fn check_result_type(ty: Type) -> syn::Result<ResultType> {
     Err(syn::Error::new_spanned(ty, RESULT_HELP))
 }
 
-/// The function's parameters. After async-trait, destructured parameters appear as positional
-/// `__argN` names, which are hidden from users.
-fn params(sig: &Signature, async_trait: bool) -> Vec<Param> {
+/// The function's parameters and the names their patterns bind. After async-trait (`moved` is
+/// `Some`), a parameter written as a pattern is a positional `__argN`, hidden from users; its
+/// names are those of its pattern in async-trait's block.
+fn params(sig: &Signature, moved: Option<&[MovedPattern]>) -> Vec<Param> {
     let mut params = Vec::new();
     for input in &sig.inputs {
         match input {
             FnArg::Receiver(receiver) => params.push(Param::Receiver(receiver.self_token)),
-            FnArg::Typed(typed) => match &*typed.pat {
-                Pat::Ident(binding) => {
-                    let name = binding.ident.to_string();
-                    let positional = name
-                        .strip_prefix("__arg")
-                        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-                    if async_trait && positional {
-                        params.push(Param::Positional);
-                    } else {
-                        params.push(Param::Named(binding.ident.clone()));
-                    }
-                    if let Some((_, subpat)) = &binding.subpat {
-                        destructured(subpat, &mut params);
+            FnArg::Typed(typed) => match (&*typed.pat, moved) {
+                (Pat::Ident(binding), Some(moved)) if is_positional(&binding.ident) => {
+                    match moved.iter().find(|pattern| pattern.arg == binding.ident) {
+                        Some(pattern) => bound(&pattern.pat, &mut params),
+                        None => params.push(Param::Positional),
                     }
                 }
-                pat => destructured(pat, &mut params),
+                (Pat::Ident(binding), _) => {
+                    params.push(Param::Named(binding.ident.clone()));
+                    if let Some((_, subpat)) = &binding.subpat {
+                        bound(subpat, &mut params);
+                    }
+                }
+                (pat, _) => bound(pat, &mut params),
             },
         }
     }
     params
 }
 
-/// The names a destructuring pattern binds.
-fn destructured(pat: &Pat, params: &mut Vec<Param>) {
-    struct Bindings<'a>(&'a mut Vec<Param>);
-    impl<'ast> syn::visit::Visit<'ast> for Bindings<'_> {
-        fn visit_pat_ident(&mut self, binding: &'ast syn::PatIdent) {
-            self.0.push(Param::Destructured(binding.ident.clone()));
-            syn::visit::visit_pat_ident(self, binding);
-        }
-        // Paths and types inside patterns (`Point { x, .. }`, `Enum::V(a)`) bind nothing.
-        fn visit_path(&mut self, _: &'ast Path) {}
-        fn visit_type(&mut self, _: &'ast Type) {}
-    }
-    syn::visit::Visit::visit_pat(&mut Bindings(params), pat);
+/// The names a parameter's pattern binds, as parameters.
+fn bound(pat: &Pat, params: &mut Vec<Param>) {
+    params.extend(pattern_names(pat).into_iter().map(Param::Bound));
 }
 
 /// Parses the key template and resolves each placeholder to an expression.
@@ -365,8 +365,6 @@ fn resolve_key(lit: &LitStr, params: &[Param], sig: &Signature) -> syn::Result<K
 struct Problems {
     /// `<self...>` without a receiver.
     no_receiver: Vec<String>,
-    /// Placeholder and the variable bound by a destructuring pattern it names.
-    destructured: Vec<(String, String)>,
     /// Placeholder and its unknown root.
     unknown: Vec<(String, String)>,
 }
@@ -393,20 +391,9 @@ impl Problems {
                 param_hint(params, sig)
             ));
         }
-        if let [(placeholder, name)] = &self.destructured[..] {
-            lines.push(format!(
-                "`{placeholder}` in the lock key names `{name}`, which is bound by a destructuring pattern; {DESTRUCTURED_HELP}"
-            ));
-        } else if !self.destructured.is_empty() {
-            lines.push(format!(
-                "{} in the lock key name {}, which are bound by a destructuring pattern; {DESTRUCTURED_HELP}",
-                list(&mut self.destructured.iter().map(|(placeholder, _)| placeholder)),
-                list(&mut self.destructured.iter().map(|(_, name)| name)),
-            ));
-        }
         if !self.unknown.is_empty() {
             let positional = if params.iter().any(|p| matches!(p, Param::Positional)) {
-                "; names bound by a destructuring pattern cannot be used, bind the parameter to a name instead"
+                "; the names of a parameter pattern that `#[async_trait]` rewrote could not be found in its output (an async-trait version this attribute does not know), so they cannot be used: bind that parameter to a name instead"
             } else {
                 ""
             };
@@ -444,8 +431,6 @@ impl Problems {
     }
 }
 
-const DESTRUCTURED_HELP: &str = "bind the parameter to a name instead (e.g. `pair: (A, B)`, then `<pair.0>`), so the key can be built before the body runs";
-
 /// The expression a placeholder stands for: the parameter (or `self`) with the user's own span,
 /// then the fields, spanned at the key; and the parameter it reads (`None` for `self`).
 fn resolve_placeholder(
@@ -467,23 +452,18 @@ fn resolve_placeholder(
         };
         token.to_token_stream()
     } else {
-        let found = params.iter().find(|param| match param {
-            Param::Named(ident) | Param::Destructured(ident) => {
-                ident.unraw() == root.trim_start_matches("r#")
+        let found = params.iter().find_map(|param| match param {
+            Param::Named(ident) | Param::Bound(ident) => {
+                (ident.unraw() == root.trim_start_matches("r#")).then_some(ident)
             }
-            Param::Receiver(_) | Param::Positional => false,
+            Param::Receiver(_) | Param::Positional => None,
         });
         match found {
-            Some(Param::Named(ident)) => {
+            Some(ident) => {
                 param = Some(ident.clone());
                 ident.to_token_stream()
             }
-            Some(Param::Destructured(ident)) => {
-                let name = ident.unraw().to_string();
-                problems.destructured.push((placeholder.to_string(), name));
-                return None;
-            }
-            _ => {
+            None => {
                 problems
                     .unknown
                     .push((placeholder.to_string(), root.clone()));
@@ -521,8 +501,10 @@ fn closest(root: &str, params: &[Param]) -> Option<String> {
     let candidates = params.iter().filter_map(|param| match param {
         Param::Receiver(_) => Some(("self".to_owned(), "self".to_owned())),
         // Compared without `r#`, suggested as the template must spell it.
-        Param::Named(ident) => Some((ident.unraw().to_string(), ident.to_string())),
-        Param::Destructured(_) | Param::Positional => None,
+        Param::Named(ident) | Param::Bound(ident) => {
+            Some((ident.unraw().to_string(), ident.to_string()))
+        }
+        Param::Positional => None,
     });
     similar::closest(root, candidates)
 }
@@ -534,8 +516,8 @@ fn param_hint(params: &[Param], sig: &Signature) -> String {
         .filter_map(|param| match param {
             Param::Receiver(_) => Some("`<self.field>`".to_owned()),
             // As the template must spell it: `<r#type>`.
-            Param::Named(ident) => Some(format!("`<{ident}>`")),
-            Param::Destructured(_) | Param::Positional => None,
+            Param::Named(ident) | Param::Bound(ident) => Some(format!("`<{ident}>`")),
+            Param::Positional => None,
         })
         .collect();
     if names.is_empty() {

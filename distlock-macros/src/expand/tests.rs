@@ -3,6 +3,7 @@
 use super::*;
 use crate::item::LockFn;
 use crate::model::build;
+use syn::parse::Parser;
 
 fn expand_str(args: &str, item: &str) -> String {
     let item: LockFn = syn::parse_str(item).unwrap();
@@ -153,6 +154,69 @@ fn async_trait_future_is_wrapped() {
 }
 
 #[test]
+fn async_fn_reads_pattern_bound_names_in_place() {
+    // In an `async fn` the pattern binds its names before the body: the key reads them as any
+    // parameter.
+    let out = expand_str(
+        r#"key = "order:<id>:<order.customer>""#,
+        "async fn settle(Path(id): Path<u64>, Json(order): Json<Order>) -> Result<(), E> { Ok(()) }",
+    );
+    assert!(out.contains(
+        r#"__private :: part (& (id) , ":") , :: distlock :: __private :: part (& (order . customer) , "")"#
+    ), "{out}");
+}
+
+#[test]
+fn async_trait_reads_moved_patterns_through_a_borrow() {
+    let item = "fn f<'a>(&'a self, __arg1: Path<u64>, mut __arg2: Json<Order>, __arg3: u8) -> Pin<Box<dyn Future<Output = Result<(), E>> + Send + 'a>> { Box::pin(async move { let __self = self; let Path(id) = { let __arg1 = __arg1; __arg1 }; let Json(Order { id: order_id, ref customer, mut lines, .. }) = { let __arg2 = __arg2; __arg2 }; let __arg3 = __arg3; Ok(()) }) }";
+    let out = expand_str(r#"key = "order:<self.region>:<id>:<customer.name>""#, item);
+    // The key destructures a borrow of each parameter whose names it reads, before they move,
+    // binding only those names.
+    assert!(out.contains(
+        "let __distlock_key = { let Path (id) = & __arg1 ; let Json (Order { id : _ , customer , lines : _ , .. }) = & __arg2 ; :: distlock :: __private :: key ("
+    ), "{out}");
+    assert!(out.contains("part (& (self . region) , \":\")"), "{out}");
+    // In the block, the names the key reads are marked read, the others left to the lints.
+    assert!(
+        out.contains("let Path (id) = { let __arg1 = __arg1 ; __arg1 } ; let _ = & id ; let Json"),
+        "{out}"
+    );
+    assert!(out.contains("= { let __arg2 = __arg2 ; __arg2 } ; let _ = & customer ; let __arg3"));
+    // A pattern the key does not read is not borrowed.
+    let out = expand_str(r#"key = "<self.region>""#, item);
+    assert!(out.contains("let __distlock_key = :: distlock"), "{out}");
+    assert!(!out.contains("let _ ="));
+}
+
+#[test]
+fn borrowing_patterns_bind_only_the_names_the_key_reads() {
+    let names = |names: &[&str]| -> Vec<Ident> {
+        names
+            .iter()
+            .map(|name| Ident::new(name, Span::call_site()))
+            .collect()
+    };
+    let borrowing = |pat: &str, read: &[&str]| {
+        let pat = Pat::parse_single.parse_str(pat).unwrap();
+        borrowing_pattern(&pat, &names(read)).map(|pat| pat.into_token_stream().to_string())
+    };
+    assert_eq!(
+        borrowing(
+            "(ref mut a, mut b, &c, whole @ (d, _), [e, rest @ ..], S { f, g: ref h, .. })",
+            &["a", "c", "d", "rest", "h"]
+        )
+        .unwrap(),
+        "(a , _ , c , (d , _) , [_ , rest @ ..] , S { f : _ , g : h , .. })"
+    );
+    // An unread identifier pattern is `_`, whether a name or a unit struct (`Z`, irrefutable).
+    assert_eq!(
+        borrowing("(Ok(x) | Err(x), y @ Z)", &["x", "y"]).unwrap(),
+        "(Ok (x) | Err (x) , y @ _)"
+    );
+    assert_eq!(borrowing("Path(id)", &["other"]), None);
+}
+
+#[test]
 fn fallback_is_the_function_as_written_with_parameters_allowed_unused() {
     let item: LockFn = syn::parse_str(
         "pub async fn f(id: u64, (a, b): (u8, u8)) -> Result<(), E> { #![allow(unused)] Ok(()) }",
@@ -169,10 +233,10 @@ fn fallback_is_the_function_as_written_with_parameters_allowed_unused() {
         .to_string()
     );
     let item: LockFn = syn::parse_str(
-        "fn f<'a>(id: u64) -> Pin<Box<dyn Future<Output = Result<(), E>> + Send + 'a>> { Box::pin(async move { let id = id; Ok(()) }) }",
+        "fn f<'a>(id: u64, __arg1: (u8, u8)) -> Pin<Box<dyn Future<Output = Result<(), E>> + Send + 'a>> { Box::pin(async move { let id = id; let (a, b) = { let __arg1 = __arg1; __arg1 }; Ok(()) }) }",
     )
     .unwrap();
     assert!(fallback(item).to_string().contains(
-        "Box :: pin (async move { # [allow (unused_variables)] let id = id ; Ok (()) })"
+        "Box :: pin (async move { # [allow (unused_variables)] let id = id ; # [allow (unused_variables)] let (a , b) = { let __arg1 = __arg1 ; __arg1 } ; Ok (()) })"
     ));
 }

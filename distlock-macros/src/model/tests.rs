@@ -74,9 +74,58 @@ fn defaults() {
 #[test]
 fn parameter_patterns() {
     let item = "async fn f(mut id: u64, ref name: String, whole @ (x, _): (u8, u8), r#type: u8) -> Result<(), E> { Ok(()) }";
-    let model = build_str(r#"key = "<id>/<name>/<whole.0>/<r#type>""#, item).unwrap();
-    assert_eq!(model.keys[0].parts.len(), 7);
-    assert!(one_error(r#"key = "<x>""#, item).contains("bound by a destructuring pattern"));
+    let model = build_str(r#"key = "<id>/<name>/<whole.0>/<r#type>/<x>""#, item).unwrap();
+    assert_eq!(model.keys[0].parts.len(), 9);
+    assert_eq!(model.keys[0].params, ["id", "name", "whole", "r#type", "x"]);
+}
+
+/// An axum handler as written: every name a parameter's pattern binds is a parameter.
+const HANDLER: &str = "async fn settle(Path(id): Path<u64>, State(app): State<App>, Json(Order { id: order_id, customer, .. }): Json<Order>, (a, (b, _)): (u8, (u8, u8)), Pair(ref r, mut m): Pair, Query(ref mut q): Query<Q>, [first, rest @ ..]: [u8; 3], mut plain: u64, _: Extension<u8>) -> Result<(), E> { Ok(()) }";
+
+#[test]
+fn names_bound_by_patterns_are_parameters() {
+    let model = build_str(
+        r#"key = "o:<id>:<app.region>:<order_id>:<customer.name>:<a>-<b>:<r>-<m>:<q>:<first>:<rest.len>:<plain>""#,
+        HANDLER,
+    )
+    .unwrap();
+    assert_eq!(
+        model.keys[0].params,
+        ["id", "app", "order_id", "customer", "a", "b", "r", "m", "q", "first", "rest", "plain"]
+    );
+    let values: Vec<String> = rendered(&model)
+        .into_iter()
+        .filter(|part| part.starts_with("val"))
+        .collect();
+    assert_eq!(values[1], "val app . region Some(':')");
+    assert_eq!(values[3], "val customer . name Some(':')");
+    // A key list reads them too.
+    let model = build_str(r#"key = ["order:<id>", "customer:<customer>"]"#, HANDLER).unwrap();
+    assert_eq!(model.keys[1].params, ["customer"]);
+}
+
+#[test]
+fn pattern_paths_fields_and_wildcards_bind_nothing() {
+    // `Path`, `Order`, the field `id` (renamed `order_id`), `_` and `..` are not names.
+    assert_eq!(
+        one_error(r#"key = "<Path>:<Order>:<Extension>""#, HANDLER),
+        "unknown parameters `Path`, `Order`, `Extension` in the lock key (`<Path>`, `<Order>`, `<Extension>`); the parameters allow `<id>`, `<app>`, `<order_id>`, `<customer>`, `<a>`, `<b>`, `<r>`, `<m>`, `<q>`, `<first>`, `<rest>`, `<plain>` (for a literal `<`, write `<<`)"
+    );
+    assert!(one_error(
+        r#"key = "<id>""#,
+        "async fn f(Path(_): Path<u64>, Order { .. }: Order) -> Result<(), E> { Ok(()) }"
+    )
+    .contains("`f` has no named parameters, so its key can only be literal text"));
+}
+
+#[test]
+fn unknown_parameter_suggests_a_name_bound_by_a_pattern() {
+    assert_eq!(
+        one_error(r#"key = "order:<ordr_id>""#, HANDLER),
+        "unknown parameter `ordr_id` in the lock key (`<ordr_id>`): did you mean `<order_id>`? (the parameters allow `<id>`, `<app>`, `<order_id>`, `<customer>`, `<a>`, `<b>`, `<r>`, `<m>`, `<q>`, `<first>`, `<rest>`, `<plain>`; for a literal `<`, write `<<`)"
+    );
+    assert!(one_error(r#"key = "<cutsomer.name>""#, HANDLER)
+        .contains("did you mean `<customer.name>`?"));
 }
 
 #[test]
@@ -90,7 +139,7 @@ fn template_errors_point_at_the_key() {
 fn unknown_parameter_lists_the_available_ones() {
     assert_eq!(
         one_error(r#"key = "<user.id>""#, METHOD),
-        "unknown parameter `user` in the lock key (`<user.id>`); the parameters allow `<self.field>`, `<req>` (for a literal `<`, write `<<`)"
+        "unknown parameter `user` in the lock key (`<user.id>`); the parameters allow `<self.field>`, `<req>`, `<a>`, `<b>` (for a literal `<`, write `<<`)"
     );
     assert!(one_error(
         r#"key = "<id>""#,
@@ -124,21 +173,17 @@ fn braces_in_the_key_are_refused() {
 
 #[test]
 fn placeholder_mistakes_are_all_reported_in_one_error() {
-    let message = one_error(r#"key = "<x>:<y>:<a>:<b.0>:<self.id>""#, METHOD);
+    let message = one_error(
+        r#"key = "<x>:<zzz>:<a>:<b.0>:<self.id>""#,
+        "async fn f(x: u8, (a, b): (u8, (u8,))) -> Result<(), E> { Ok(()) }",
+    );
     assert_eq!(
         message.lines().collect::<Vec<_>>(),
         [
-            "`<a>`, `<b.0>` in the lock key name `a`, `b`, which are bound by a destructuring pattern; bind the parameter to a name instead (e.g. `pair: (A, B)`, then `<pair.0>`), so the key can be built before the body runs",
-            "unknown parameters `x`, `y` in the lock key (`<x>`, `<y>`); the parameters allow `<self.field>`, `<req>` (for a literal `<`, write `<<`)",
+            "`<self.id>` in the lock key refers to `self`, but `f` has no `self` parameter; the parameters allow `<x>`, `<a>`, `<b>`",
+            "unknown parameter `zzz` in the lock key (`<zzz>`); the parameters allow `<x>`, `<a>`, `<b>` (for a literal `<`, write `<<`)",
         ]
     );
-}
-
-#[test]
-fn destructured_parameter() {
-    let message = one_error(r#"key = "<a>""#, METHOD);
-    assert!(message
-        .starts_with("`<a>` in the lock key names `a`, which is bound by a destructuring pattern"));
 }
 
 #[test]
@@ -246,10 +291,31 @@ fn async_trait_shape() {
         model.ret.ty.to_token_stream().to_string(),
         "Result < u8 , E >"
     );
-    // The positional name is async-trait's, not the user's.
+    // The positional name is async-trait's, not the user's; its pattern's names are parameters.
     assert_eq!(
         one_error(r#"key = "<nope>""#, item),
-        "unknown parameter `nope` in the lock key (`<nope>`); the parameters allow `<self.field>`, `<id>`; names bound by a destructuring pattern cannot be used, bind the parameter to a name instead (for a literal `<`, write `<<`)"
+        "unknown parameter `nope` in the lock key (`<nope>`); the parameters allow `<self.field>`, `<id>`, `<a>`, `<b>` (for a literal `<`, write `<<`)"
+    );
+    let model = build_str(r#"key = "<b>:<id>""#, item).unwrap();
+    assert_eq!(model.keys[0].params, ["b", "id"]);
+    let Shape::AsyncTrait { moved, .. } = &model.shape else {
+        panic!("async-trait shape")
+    };
+    assert_eq!(moved.len(), 1);
+    assert_eq!(moved[0].arg.to_string(), "__arg1");
+    assert_eq!(moved[0].pat.to_token_stream().to_string(), "(a , b)");
+    // A pattern whose binding in the block is not recognized cannot be read.
+    let unknown = item.replace("let (a, b) = { let __arg1 = __arg1; __arg1 };", "");
+    assert!(one_error(r#"key = "<a>""#, &unknown).contains(
+        "the parameters allow `<self.field>`, `<id>`; the names of a parameter pattern that `#[async_trait]` rewrote could not be found"
+    ));
+    // A `_` parameter (`let __arg2 = __arg2;`) binds nothing, and is no unknown pattern.
+    let wildcard = item
+        .replace("__arg1: (u8, u8))", "__arg1: (u8, u8), __arg2: u8)")
+        .replace("let id = id;", "let id = id; let __arg2 = __arg2;");
+    assert_eq!(
+        one_error(r#"key = "<nope>""#, &wildcard),
+        "unknown parameter `nope` in the lock key (`<nope>`); the parameters allow `<self.field>`, `<id>`, `<a>`, `<b>` (for a literal `<`, write `<<`)"
     );
     // A plain `fn` returning a boxed future is not mistaken for async-trait output.
     assert!(one_error(
