@@ -151,6 +151,47 @@ mod shapes {
     #[distributed_lock(key = "traced:<id>")]
     async fn traced(id: u64) -> Result<u64, AppError> { Ok(2) }
 
+    // Parameters written as patterns, as axum handlers take their extractors (local newtypes):
+    // names only the key reads, a field path, `ref`/`mut` bindings the body uses.
+    struct Path<T>(T);
+    struct Json<T>(T);
+
+    struct Order {
+        id: u64,
+        customer: String,
+        lines: Vec<u32>,
+    }
+
+    #[distributed_lock(key = "settle:<id>:<req.user>", ttl = "10s", wait = "2s", fenced)]
+    async fn handler(Path(id): Path<u64>, Json(req): Json<&Request>) -> Result<u8, AppError> { Ok(req.pair.0) }
+
+    #[distributed_lock(key = ["order:<order_id>", "customer:<customer>"])]
+    async fn order(Json(Order { id: order_id, customer, .. }): Json<Order>) -> Result<(), AppError> { Ok(()) }
+
+    #[distributed_lock(key = "bind:<name>:<count>:<pair.1>", skip)]
+    async fn bindings(Json(ref name): Json<String>, Path(mut count): Path<usize>, (pair, _): ((u8, char), u8)) -> Result<Option<usize>, AppError> {
+        count += name.len();
+        Ok(Some(count))
+    }
+
+    #[async_trait::async_trait]
+    trait Handlers {
+        async fn ship(&self, id: Path<u64>, order: Json<Order>) -> Result<usize, AppError>;
+        async fn count(&mut self, pair: (u32, u32)) -> Result<u32, AppError>;
+    }
+
+    #[async_trait::async_trait]
+    impl Handlers for Service {
+        #[distributed_lock(key = "order:<self.tenant>:<id>:<customer>", ttl = "10s", renew)]
+        async fn ship(&self, Path(id): Path<u64>, Json(Order { customer, ref lines, .. }): Json<Order>) -> Result<usize, AppError> { Ok(lines.len()) }
+
+        #[distributed_lock(key = "count:<self.tenant>:<a>")]
+        async fn count(&mut self, (a, mut b): (u32, u32)) -> Result<u32, AppError> {
+            b += self.count;
+            Ok(b)
+        }
+    }
+
     fn block_on<F: std::future::Future>(future: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -178,6 +219,11 @@ mod shapes {
             not_initialized(traced(1).await);
             not_initialized(transfer(1, 2).await);
             not_initialized(three(1).await);
+            let req = Request { user: 1, pair: (2, 'p') };
+            not_initialized(handler(Path(1), Json(&req)).await);
+            let order_of = |id| Order { id, customer: "ada".to_owned(), lines: vec![1] };
+            not_initialized(order(Json(order_of(1))).await);
+            not_initialized(bindings(Json("n".to_owned()), Path(1), ((2, 'y'), 3)).await);
             match payout(1).await {
                 Err(AppError::Lock(distlock::Error::UnknownClient { name })) => {
                     assert_eq!(name, "payments");
@@ -205,6 +251,9 @@ mod shapes {
             not_initialized(service.audit(1).await);
             not_initialized(service.order(1, &req).await);
             not_initialized(service.nightly(1).await);
+            let order = Order { id: 1, customer: "ada".to_owned(), lines: vec![] };
+            not_initialized(service.ship(Path(order.id), Json(order)).await);
+            not_initialized(service.count((1, 2)).await);
             not_initialized(Scoped::<Fast>(std::marker::PhantomData).run(1).await);
             assert_eq!(req.pair.0, 1);
             not_initialized(service.close().await);
