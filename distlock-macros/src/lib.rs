@@ -44,8 +44,8 @@ use proc_macro::TokenStream;
 /// Aliases named `Result` work too (`anyhow::Result<T>`, `crate::Result<T>`), as long as their
 /// error type has that `From` impl.
 /// Everything else stays as written: visibility, generics, where-clauses, attributes, doc
-/// comments, `self` receivers, `impl Trait` arguments, and the `async fn` signature that
-/// rustdoc shows.
+/// comments, `self` receivers, `impl Trait` arguments, parameters written as patterns
+/// (`Path(id): Path<u64>`), and the `async fn` signature that rustdoc shows.
 ///
 /// Every example here is compiled (its set-up hidden); the test suite also compiles each of
 /// these shapes (`tests/ui/pass`) and pins the error of each misuse (`tests/ui/fail`).
@@ -334,7 +334,8 @@ use proc_macro::TokenStream;
 ///
 /// # Key templates
 ///
-/// * `<name>` is replaced by the value of the parameter `name`;
+/// * `<name>` is replaced by the value of the parameter `name`, or of a name that a
+///   parameter's pattern binds (see [Parameters written as patterns](#parameters-written-as-patterns));
 /// * `<name.field.sub>` by a field of it (tuple fields too: `<pair.0>`);
 /// * `<self.field>` by a field of the receiver (`<self>` renders the receiver itself);
 /// * everything else is literal text. `<<` is a literal `<`; a `>` outside a placeholder is
@@ -369,17 +370,46 @@ use proc_macro::TokenStream;
 ///
 /// The template is checked at compile time; each of these is an error at the key:
 ///
-/// * a placeholder naming no parameter (the message lists the ones there are, and suggests the
-///   closest: `<idd>` gets "did you mean `<id>`?"); a misspelt field (`<order.idx>`) is
-///   rustc's error at the key ("no field `idx` on type `Order`");
+/// * a placeholder naming no parameter (the message lists the ones there are, names bound by
+///   patterns included, and suggests the closest: `<idd>` gets "did you mean `<id>`?"); a
+///   misspelt field (`<order.idx>`) is rustc's error at the key ("no field `idx` on type
+///   `Order`");
 /// * `{` or `}` in the literal text;
-/// * a placeholder naming a variable bound by a destructuring pattern (`(a, b): (u32, u32)`):
-///   bind the parameter to a name and use `<pair.0>`;
 /// * `<self.field>` in a function without a `self` parameter;
 /// * an empty placeholder `<>` or an unclosed `<`;
 /// * two placeholders with nothing between them (`<a><b>`), whose values could run together:
 ///   put a separator between them (`<a>:<b>`);
 /// * a placeholder that is not a `name.field` path (`<a b>`, `<1x>`).
+///
+/// ## Parameters written as patterns
+///
+/// A name bound by a parameter's pattern is a parameter like any other for the key: `id` in
+/// `Path(id): Path<u64>` (a tuple struct, as axum handlers take their extractors), `order_id`
+/// and `customer` in `Json(Order { id: order_id, customer, .. }): Json<Order>` (a struct's
+/// fields, renamed or not), `a` and `b` in `(a, b): (u64, u64)`, nested patterns, `ref`, `mut`
+/// and `ref mut` bindings, `whole @ (x, _)`; with its fields too (`<order.customer>` for
+/// `Json(order)`). `_` and `..` bind nothing. The key is built from them before the body runs,
+/// as from any parameter; the unknown-name error lists them and suggests them.
+///
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # #[derive(Debug)] pub struct AppError;
+/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
+/// # mod axum { pub mod extract { pub struct Path<T>(pub T); pub struct State<T>(pub T); } }
+/// # #[derive(Clone)] pub struct App { region: String }
+/// use axum::extract::{Path, State};
+///
+/// // An axum handler as written (`examples/axum_service.rs` serves it).
+/// #[distributed_lock(key = "order:<app.region>:<id>", ttl = "10s", wait = "2s", fenced)]
+/// async fn settle(Path(id): Path<u64>, State(app): State<App>) -> Result<String, AppError> {
+///     Ok(format!("settled order {id}"))
+/// }
+/// # fn main() {}
+/// ```
+///
+/// With `#[async_trait]` too: it renames such a parameter (`__arg1`) and destructures it inside
+/// its boxed block, so the key destructures a borrow of the parameter the same way, before it
+/// moves there.
 ///
 /// # With `#[async_trait]`
 ///

@@ -176,7 +176,26 @@
 //! ## Key templates
 //!
 //! `<name>` is a parameter, `<name.field.sub>` a field path, `<self.field>` a field of the
-//! receiver; everything else is literal text, and `<<` is a literal `<`. Braces cannot appear
+//! receiver; everything else is literal text, and `<<` is a literal `<`. A name bound by a
+//! parameter's pattern is a parameter too, so handlers keep the shape axum gives them:
+//!
+//! ```no_run
+//! # use distlock::distributed_lock;
+//! # #[derive(Debug)] struct AppError;
+//! # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
+//! # mod axum { pub mod extract { pub struct Path<T>(pub T); pub struct State<T>(pub T); } }
+//! # #[derive(Clone)] struct App { region: &'static str }
+//! use axum::extract::{Path, State};
+//!
+//! #[distributed_lock(key = "order:<id>", ttl = "10s", wait = "2s", fenced)]
+//! async fn settle(Path(id): Path<u64>, State(app): State<App>) -> Result<String, AppError> {
+//!     Ok(format!("settled order {id} in {}", app.region))
+//! }
+//! # fn main() {}
+//! ```
+//!
+//! (`Json(Order { id: order_id, .. })`, `(a, b)`, nested patterns and `ref`/`mut` bindings
+//! likewise; `examples/axum_service.rs` serves this handler and answers a busy order `409`.) Braces cannot appear
 //! in the literal text: distlock puts the whole lock name in a Redis Cluster hash tag itself, so
 //! `key = "order:{id}"` is a compile error that shows the `<id>` form. Values are rendered
 //! with `Display`. So that two different arguments can never produce the same key, and a value
