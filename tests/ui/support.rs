@@ -48,3 +48,8 @@ where
 pub fn assert_send<T: Send>(value: T) -> T {
     value
 }
+
+/// Extractor-shaped newtypes, as axum's (`Path(id): Path<u64>`), for the pattern cases.
+pub struct Path<T>(pub T);
+pub struct Json<T>(pub T);
+pub struct State<T>(pub T);

@@ -8,10 +8,7 @@ mod support;
 
 use async_trait::async_trait;
 use distlock::distributed_lock;
-use support::{assert_send, expect_not_initialized, AppError};
-
-pub struct Path<T>(pub T);
-pub struct Json<T>(pub T);
+use support::{AppError, Json, Path, assert_send, expect_not_initialized};
 
 pub struct Order {
     pub id: u64,

@@ -6,10 +6,7 @@
 mod support;
 
 use distlock::distributed_lock;
-use support::{expect_not_initialized, AppError};
-
-pub struct Path<T>(pub T);
-pub struct Json<T>(pub T);
+use support::{AppError, Json, Path, expect_not_initialized};
 
 #[distributed_lock(key = "name:<name>:<count>")]
 async fn modes(Json(ref name): Json<String>, Path(mut count): Path<u32>) -> Result<usize, AppError> {

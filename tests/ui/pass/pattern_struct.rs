@@ -7,9 +7,7 @@
 mod support;
 
 use distlock::distributed_lock;
-use support::{expect_not_initialized, AppError};
-
-pub struct Json<T>(pub T);
+use support::{AppError, Json, expect_not_initialized};
 
 pub struct Customer {
     pub name: String,

@@ -6,9 +6,7 @@
 mod support;
 
 use distlock::distributed_lock;
-use support::{expect_not_initialized, AppError};
-
-pub struct Path<T>(pub T);
+use support::{AppError, Path, expect_not_initialized};
 
 #[distributed_lock(key = "move:<from>-<to>")]
 async fn transfer((from, to): (u64, u64)) -> Result<(), AppError> { Ok(()) }

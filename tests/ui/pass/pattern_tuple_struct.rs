@@ -7,11 +7,9 @@
 mod support;
 
 use distlock::distributed_lock;
-use support::{assert_send, expect_not_initialized, AppError};
+use support::{AppError, Path, State, assert_send, expect_not_initialized};
 
 // Local stand-ins for axum's extractors: the attribute knows nothing of axum.
-pub struct Path<T>(pub T);
-pub struct State<T>(pub T);
 
 #[derive(Clone)]
 pub struct App {
