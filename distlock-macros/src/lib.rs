@@ -182,6 +182,24 @@ use proc_macro::TokenStream;
 /// # fn main() {}
 /// ```
 ///
+/// With `()` the caller cannot tell "ran" from "skipped". When it needs to, return something
+/// whose default says "skipped": `Ok(true)` from the body of a `Result<bool, _>` fn (a skip
+/// returns `false`), or `Some(..)` from a `Result<Option<T>, _>` one (a skip returns `None`).
+/// The `skipped` outcome of `distlock_acquire_total` counts skips either way (feature
+/// `metrics`).
+///
+/// ```no_run
+/// # use distlock::distributed_lock;
+/// # #[derive(Debug)] pub struct AppError;
+/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
+/// #[distributed_lock(key = "nightly-report", ttl = "5m", skip)]
+/// async fn nightly() -> Result<bool, AppError> {
+///     // ... the report ...
+///     Ok(true) // ran; a busy lock returns Ok(false)
+/// }
+/// # fn main() {}
+/// ```
+///
 /// ## `min_hold = "..."` or `min_hold = CONSTANT`
 ///
 /// Keep the lock at least this long after acquiring it, even when the body finishes sooner
