@@ -101,11 +101,10 @@ pub(crate) enum Shape {
 enum Param {
     /// `self`, `&self`, `&mut self`, `self: Box<Self>`: the `self` token.
     Receiver(Token![self]),
-    /// `name: Type` (also `mut name`, `ref name`, `name @ pattern`).
+    /// A name a parameter binds: `name: Type` (also `mut name`, `ref name`), or a name bound by
+    /// its pattern (`id` in `Path(id): Path<u64>`, `a` in `(a, b): (u32, u32)`, both `whole`
+    /// and `x` in `whole @ (x, _)`).
     Named(Ident),
-    /// A name bound by a parameter's pattern: `id` in `Path(id): Path<u64>`, `a` in
-    /// `(a, b): (u32, u32)`, `x` in `whole @ (x, _)`. A parameter like any other for the key.
-    Bound(Ident),
     /// A pattern that async-trait replaced with a positional `__argN` name and whose binding in
     /// its block was not recognized: the names it binds cannot be seen.
     Positional,
@@ -305,12 +304,6 @@ fn params(sig: &Signature, moved: Option<&[MovedPattern]>) -> Vec<Param> {
                         None => params.push(Param::Positional),
                     }
                 }
-                (Pat::Ident(binding), _) => {
-                    params.push(Param::Named(binding.ident.clone()));
-                    if let Some((_, subpat)) = &binding.subpat {
-                        bound(subpat, &mut params);
-                    }
-                }
                 (pat, _) => bound(pat, &mut params),
             },
         }
@@ -320,7 +313,7 @@ fn params(sig: &Signature, moved: Option<&[MovedPattern]>) -> Vec<Param> {
 
 /// The names a parameter's pattern binds, as parameters.
 fn bound(pat: &Pat, params: &mut Vec<Param>) {
-    params.extend(pattern_names(pat).into_iter().map(Param::Bound));
+    params.extend(pattern_names(pat).into_iter().map(Param::Named));
 }
 
 /// Parses the key template and resolves each placeholder to an expression.
@@ -453,7 +446,7 @@ fn resolve_placeholder(
         token.to_token_stream()
     } else {
         let found = params.iter().find_map(|param| match param {
-            Param::Named(ident) | Param::Bound(ident) => {
+            Param::Named(ident) => {
                 (ident.unraw() == root.trim_start_matches("r#")).then_some(ident)
             }
             Param::Receiver(_) | Param::Positional => None,
@@ -501,9 +494,7 @@ fn closest(root: &str, params: &[Param]) -> Option<String> {
     let candidates = params.iter().filter_map(|param| match param {
         Param::Receiver(_) => Some(("self".to_owned(), "self".to_owned())),
         // Compared without `r#`, suggested as the template must spell it.
-        Param::Named(ident) | Param::Bound(ident) => {
-            Some((ident.unraw().to_string(), ident.to_string()))
-        }
+        Param::Named(ident) => Some((ident.unraw().to_string(), ident.to_string())),
         Param::Positional => None,
     });
     similar::closest(root, candidates)
@@ -516,7 +507,7 @@ fn param_hint(params: &[Param], sig: &Signature) -> String {
         .filter_map(|param| match param {
             Param::Receiver(_) => Some("`<self.field>`".to_owned()),
             // As the template must spell it: `<r#type>`.
-            Param::Named(ident) | Param::Bound(ident) => Some(format!("`<{ident}>`")),
+            Param::Named(ident) => Some(format!("`<{ident}>`")),
             Param::Positional => None,
         })
         .collect();
