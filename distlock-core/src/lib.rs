@@ -377,7 +377,7 @@
 //! | 0 | kept | — | — |
 //! | 1 | kept | kept | kept; a client connecting during the freeze finds the new master (before: bound to the resumed old master and took the lock, 7.96 s of overlap) |
 //! | 2 (every replica) | lost at the end of its lease, the holder told ([`LossReason::Unreplicated`]): the new master has one replica until Sentinel converts the old master, about ten seconds later | — | — |
-//! | [`ALL_REPLICAS`] | kept, and the holder's deadline never later than the new master's copy (a gap of 0 at every sample) | kept, gap 0 | — |
+//! | [`ALL_REPLICAS`] | kept, and the holder's deadline never later than the new master's copy (a gap of 0 at every sample) | kept with a ttl of 10 s, gap 0 (with 6 s, lost once on 2 loaded cores: the other replica must be re-pointed and resync before it acknowledges; the holder told) | — |
 //!
 //! Keep the lease long enough to outlast the failover when `min_replicas` counts every
 //! replica: until the old master rejoins, every acquire is refused with
