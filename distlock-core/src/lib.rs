@@ -618,6 +618,7 @@ pub use lock::guard::LockGuard;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use metrics::describe_metrics;
+pub use registry::shutdown;
 pub use wire::keys::{hash_slot, MAX_NAME_LEN};
 
 /// The redis-rs crate this runtime is built on, so [`Error::Redis`]'s source can be matched

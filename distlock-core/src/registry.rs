@@ -65,6 +65,36 @@ fn insert(name: Option<String>, client: Client) -> Result<(), Error> {
     }
 }
 
+/// Waits until the background work of every installed client is done (the default client's
+/// and each named one's, in turn): the releases that `run` and the attribute sent without
+/// waiting for their answers, releases of dropped guards, unsubscribes. Each of them is
+/// bounded (by the response timeout, or a lease), so this returns. The clients keep working.
+///
+/// Returning from `main` needs no call: a runtime that shuts down waits, within a bound, for
+/// the work its tasks started (see the crate docs, "Shutting down"). Call this before the
+/// exits that skip that — [`std::process::exit`], an exit from a signal handler, a runtime
+/// dropped with `shutdown_background` — or to know the releases are answered before a step of
+/// your own (closing a database pool, say):
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), distlock::Error> {
+/// distlock::init("redis://127.0.0.1:6379/").await?;
+/// // ... serve until told to stop ...
+/// distlock::shutdown().await;
+/// std::process::exit(0);
+/// # }
+/// ```
+///
+/// A client connected with [`Config::connect`] and not installed is settled by its own
+/// [`Client::settle`].
+pub async fn shutdown() {
+    let mut clients: Vec<Client> = DEFAULT.get().cloned().into_iter().collect();
+    clients.extend(read_named(|map| map.values().cloned().collect::<Vec<_>>()));
+    for client in clients {
+        client.settle().await;
+    }
+}
+
 /// The client named `name` (`None`: the default client).
 pub(crate) fn get(name: Option<&str>) -> Result<Client, Error> {
     match name {

@@ -263,10 +263,11 @@
 //!   RedLock quorum ([`Config::redlock`]) `run` still waits for the release's answer, until the
 //!   lease's end at most (a majority's answers are not ordered with the client's next
 //!   requests), and an answer inside the lease that finds the lock not ours is `Err(Lost)`.
-//!   A process that exits right after a locked call (returning from `main`,
-//!   `std::process::exit`) calls [`Client::settle`] first: a release handed to the connection
-//!   but not yet written when the process ends is lost, and its lock expires at its ttl, as
-//!   after a crash.
+//!   A process that returns from `main` right after a locked call leaves no lock behind, with
+//!   no call of its own: the runtime's shutdown waits for the releases its tasks sent (see
+//!   [Shutting down](#shutting-down)). One that exits otherwise (`std::process::exit`, a
+//!   signal handler) awaits [`shutdown`] first: a release not yet written when the process
+//!   ends is lost, and its lock expires at its ttl, as after a crash.
 //!   [`LockGuard::release`] (manual API) always waits for the answer and returns `Ok(())`
 //!   only if Redis confirmed the lock was still ours and released it; dropping a guard
 //!   releases in the background.
@@ -607,8 +608,8 @@
 //! # async fn demo() -> Result<(), distlock::Error> {
 //! // DISTLOCK_URL=redis://127.0.0.1:6379/ DISTLOCK_DEFAULT_TTL=10s ./my-service
 //! let client = distlock::Config::from_env()?.install().await?;
-//! // ... the service runs; before the process exits:
-//! client.settle().await;
+//! // ... the service runs, then returns from `main`: nothing to call.
+//! # let _ = client;
 //! # Ok(()) }
 //! ```
 //!
@@ -621,8 +622,21 @@
 //! response_timeout = "500ms"
 //! ```
 //!
-//! A process that exits right after a locked call awaits [`Client::settle`] first (see
-//! [Guarantees](#guarantees)): `run` and the attribute do not wait for their release's answer.
+//! ## Shutting down
+//!
+//! `run` and the attribute do not wait for their release's answer: it is sent as the body
+//! completes and confirmed in the background. A runtime that shuts down — what
+//! `#[tokio::main]` does as `main` returns — waits for the releases its tasks sent (and those
+//! of guards dropped as it drops its tasks) before it is gone, within the client's connect
+//! timeout plus twice its response timeout; with nothing in flight it waits for nothing. So a
+//! `main` that returns right after a locked call leaves no lock behind, on a multi-threaded
+//! or a current-thread runtime (`tests/shutdown.rs`: a child process per case, its releases
+//! 200 ms from Redis).
+//!
+//! The exits that skip the runtime's shutdown — [`std::process::exit`], a signal handler that
+//! exits, `Runtime::shutdown_background` — await [`shutdown`] first (every installed client's
+//! background work; [`Client::settle`] for a client that is not installed). With axum, serve
+//! with `with_graceful_shutdown` and return from `main` (`examples/axum_service.rs`).
 //!
 //! ## Deployments
 //!
@@ -650,7 +664,7 @@
 #[doc(inline)]
 pub use distlock_core::{
     fence, fence_of, fencing_token, fencing_token_of, hash_slot, init, leader, lock, lock_all,
-    semaphore, Client, Config, Error, Fence, HeldBy, Leader, LeaderBuilder, Leadership,
+    semaphore, shutdown, Client, Config, Error, Fence, HeldBy, Leader, LeaderBuilder, Leadership,
     LockBuilder, LockGuard, LossReason, Operation, Result, ALL_REPLICAS, LEASE_MARGIN,
     MAX_NAME_LEN, MAX_TTL, MIN_TTL,
 };

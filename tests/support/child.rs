@@ -78,6 +78,14 @@ impl ChildTest {
     pub fn pid(&self) -> u32 {
         self.pid
     }
+
+    /// Waits for the child to exit by itself (panics after `within`); its exit status.
+    pub async fn wait(&mut self, within: Duration) -> std::process::ExitStatus {
+        tokio::time::timeout(within, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("the child did not exit within {within:?}"))
+            .expect("wait for the child")
+    }
 }
 
 impl Drop for ChildTest {

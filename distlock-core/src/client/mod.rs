@@ -95,7 +95,14 @@ impl Client {
         };
         // The client's own runtime thread: its connections and tasks must not depend on the
         // runtime that happens to call `connect` (it may be a test's, gone a moment later).
-        let background = Background::start().map_err(|e| connect_error(e.into()))?;
+        // A release in flight when its caller's runtime shuts down (or the client is dropped)
+        // is waited for: it may fail with the runtime's connection, reconnect and be sent
+        // again, each within its timeout.
+        let settle_within = config
+            .connect_timeout
+            .saturating_add(config.response_timeout.saturating_mul(2));
+        let background = Background::start(settle_within).map_err(|e| connect_error(e.into()))?;
+        background.watch_caller();
         let connect_within = config
             .connect_timeout
             .saturating_add(config.response_timeout);
@@ -233,9 +240,12 @@ impl Client {
     /// acquires, unsubscribes. Each of them is bounded (by the response timeout, or a lease),
     /// so this returns.
     ///
-    /// Call it before the process exits right after a locked call (returning from `main`, or
-    /// `std::process::exit`): a release handed to the connection but not yet written when the
-    /// process ends is lost, and its lock then expires at its ttl, as after a crash.
+    /// Returning from `main` needs no call: the runtime's shutdown waits for the work its tasks
+    /// started. Call it (or [`crate::shutdown`], for every installed client) before the exits
+    /// that skip that (`std::process::exit`, a signal handler): a release handed to the
+    /// connection but not yet written when the process ends is lost, and its lock then expires
+    /// at its ttl, as after a crash. Dropping the client lets its thread finish that work
+    /// first, within the same bound as a runtime's shutdown.
     pub async fn settle(&self) {
         self.inner.background.settle().await;
     }
@@ -433,7 +443,10 @@ impl Client {
         // In `background_tasks` (and `settle`) until answered.
         let running = self.inner.background.track();
         let handler = OnAnswer::new(move |answer: Result<Released, CallError>| {
-            on_answer(answer.map_err(|e| client.call_error(Operation::Release, &name, e)));
+            // A retry it starts is still its caller's work (see `background::callers`).
+            running.scope(|| {
+                on_answer(answer.map_err(|e| client.call_error(Operation::Release, &name, e)));
+            });
             drop(running);
         });
         batcher.queue_release(call, handler);

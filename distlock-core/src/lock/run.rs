@@ -61,9 +61,10 @@ impl LockBuilder {
     /// what protects against that, see [`crate::fencing_token`]); unanswered, the lock expires
     /// at its ttl. A re-entrant `run` only lets go of its hold on the client. The release is
     /// written once the caller's runtime runs the task that sends it (at the caller's next
-    /// await, typically): another connection may still see the lock for that moment, and a
-    /// process that exits right after `run` awaits [`crate::Client::settle`] first, which
-    /// waits for the release's answer.
+    /// await, typically): another connection may still see the lock for that moment. A
+    /// process that returns from `main` right after `run` needs nothing more (the runtime's
+    /// shutdown waits for the release's answer); one that exits otherwise
+    /// (`std::process::exit`) awaits [`crate::shutdown`] or [`crate::Client::settle`] first.
     ///
     /// Over a RedLock quorum ([`crate::Config::redlock`]) `run` waits for the release's answer
     /// until the lease's end at most: the requests to the masters are not ordered with the

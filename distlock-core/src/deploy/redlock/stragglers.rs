@@ -299,7 +299,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_dropped_fanout_runs_its_requests_to_the_end_in_the_background() {
-        let background = Background::start().unwrap();
+        let background = Background::start(std::time::Duration::from_secs(1)).unwrap();
         let stragglers = Arc::new(Stragglers::default());
         let (release, released) = oneshot::channel::<()>();
         let released = released.shared();

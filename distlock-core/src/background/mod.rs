@@ -22,33 +22,42 @@
 //! so do the requests still out when their call is decided, after their caller (`stragglers`).
 //!
 //! It also counts the cleanup tasks in flight (releases, unsubscribes), so callers and tests
-//! can tell when a client is at rest.
+//! can tell when a client is at rest, and so a caller's runtime shutting down waits for the
+//! work its tasks started (`callers`). When the client is dropped, the thread finishes that
+//! work (within the same bound) before it stops.
+
+mod callers;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::sync::{oneshot, Notify};
 
 use crate::sync;
+use callers::{with_caller, CallerWork, Callers};
 
 /// A client's runtime thread and its count of cleanup tasks. Cheap to clone; the thread stops
-/// when the last clone is dropped.
+/// when the last clone is dropped, once its work is done.
 #[derive(Clone)]
 pub(crate) struct Background(Arc<Shared>);
 
 struct Shared {
     handle: Handle,
     count: Arc<Count>,
+    /// The runtimes of callers that started work, each waited for when it shuts down.
+    callers: Callers,
     /// Dropped (with `Shared`) to stop the thread.
     stop: Mutex<Option<oneshot::Sender<()>>>,
 }
 
 impl Drop for Shared {
     fn drop(&mut self) {
+        self.callers.close();
         if let Some(stop) = sync::lock(&self.stop).take() {
             let _ = stop.send(());
         }
@@ -62,38 +71,83 @@ struct Count {
     idle: Notify,
 }
 
-/// One piece of background work, counted in [`Background::count`] until dropped.
-pub(crate) struct Running(Arc<Count>);
+impl Count {
+    /// Resolves once no cleanup task is in flight.
+    async fn idle(&self) {
+        loop {
+            let idle = self.idle.notified();
+            let mut idle = std::pin::pin!(idle);
+            // Registered before the count is read: a task ending in between still wakes it.
+            idle.as_mut().enable();
+            if self.tasks.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+/// One piece of background work, counted in [`Background::count`] (and in the work of the
+/// caller's runtime that started it) until dropped.
+pub(crate) struct Running {
+    all: Arc<Count>,
+    caller: Option<Arc<CallerWork>>,
+}
+
+impl Running {
+    /// Runs `f` with the background work it starts counted like this one.
+    pub(crate) fn scope<R>(&self, f: impl FnOnce() -> R) -> R {
+        with_caller(&self.caller, f)
+    }
+}
 
 impl Drop for Running {
     fn drop(&mut self) {
-        if self.0.tasks.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.idle.notify_waiters();
+        if let Some(caller) = &self.caller {
+            caller.done();
+        }
+        if self.all.tasks.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.all.idle.notify_waiters();
         }
     }
 }
 
 impl Background {
-    /// Starts the runtime thread (a current-thread runtime with I/O and timers).
-    pub(crate) fn start() -> std::io::Result<Self> {
+    /// Starts the runtime thread (a current-thread runtime with I/O and timers). `bound`: how
+    /// long a caller's runtime shutting down, or the client dropped, waits for the work in
+    /// flight, at most.
+    pub(crate) fn start(bound: Duration) -> std::io::Result<Self> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
         let handle = runtime.handle().clone();
+        let count = Arc::<Count>::default();
         let (stop, stopped) = oneshot::channel::<()>();
+        let work = count.clone();
         std::thread::Builder::new()
             .name("distlock-client".to_owned())
             .spawn(move || {
-                // Runs every task of the client until the client is dropped.
+                // Runs every task of the client until the client is dropped, then what is
+                // still in flight (a release sent just before).
                 runtime.block_on(async {
                     let _ = stopped.await;
+                    let _ = tokio::time::timeout(bound, work.idle()).await;
                 });
             })?;
         Ok(Background(Arc::new(Shared {
+            callers: Callers::new(handle.id(), bound),
             handle,
-            count: Arc::default(),
+            count,
             stop: Mutex::new(Some(stop)),
         })))
+    }
+
+    /// Watches the caller's runtime from now on (see `callers`), as its first background
+    /// work would: called when a client connects, so the watch's thread is running long
+    /// before that runtime shuts down (tokio drops a blocking task that has not started when
+    /// it shuts down).
+    pub(crate) fn watch_caller(&self) {
+        drop(self.0.callers.current());
     }
 
     /// The runtime's handle, for spawning long-lived tasks (the watchdog).
@@ -106,11 +160,12 @@ impl Background {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        self.0.count.tasks.fetch_add(1, Ordering::AcqRel);
-        let running = Running(self.0.count.clone());
+        let running = self.track();
         drop(self.0.handle.spawn(async move {
-            let _running = running;
-            task.await;
+            let mut task = std::pin::pin!(task);
+            // What it starts belongs to its caller's work too.
+            std::future::poll_fn(|cx| with_caller(&running.caller, || task.as_mut().poll(cx)))
+                .await;
         }));
     }
 
@@ -118,7 +173,14 @@ impl Background {
     /// waiting, answered in the task that sent its group) until the returned value is dropped.
     pub(crate) fn track(&self) -> Running {
         self.0.count.tasks.fetch_add(1, Ordering::AcqRel);
-        Running(self.0.count.clone())
+        let caller = self.0.callers.current();
+        if let Some(caller) = &caller {
+            caller.start();
+        }
+        Running {
+            all: self.0.count.clone(),
+            caller,
+        }
     }
 
     /// Polls `task` once, now, on the caller's thread with this runtime entered, then leaves
@@ -154,16 +216,7 @@ impl Background {
 
     /// Resolves once no cleanup task is in flight.
     pub(crate) async fn settle(&self) {
-        loop {
-            let idle = self.0.count.idle.notified();
-            let mut idle = std::pin::pin!(idle);
-            // Registered before the count is read: a task ending in between still wakes it.
-            idle.as_mut().enable();
-            if self.count() == 0 {
-                return;
-            }
-            idle.await;
-        }
+        self.0.count.idle().await;
     }
 }
 
