@@ -65,6 +65,10 @@ pub(crate) struct Lock {
     pub(crate) ttl_ms: Option<u64>,
     /// The last fencing token handed out for the name (the holder's, if it asked for one).
     pub(crate) fencing_token: Option<u64>,
+    /// Waiting acquires queued for the lock in Redis: one per call (a client's further calls
+    /// for a lock it holds itself wait inside the client, for its own release, and are not
+    /// counted here until then).
+    pub(crate) queued: u64,
     /// Connections subscribed to the lock's release channel: one per client with waiters.
     pub(crate) waiting_clients: u64,
     /// A semaphore's holder: the permits in use and the semaphore's count (`None`: a lock).
@@ -226,6 +230,11 @@ impl Layout {
         format!("{}:{{{name}}}:fence", self.prefix)
     }
 
+    /// The waiting acquires' queue (a sorted set, one entry per waiting call).
+    fn queue_key(&self, name: &str) -> String {
+        format!("{}:{{{name}}}:queue", self.prefix)
+    }
+
     fn leader_key(&self, name: &str) -> String {
         format!("{}:{{{name}}}:leader", self.prefix)
     }
@@ -353,6 +362,7 @@ impl Layout {
                 pipe.cmd("HMGET")
                     .arg(self.leader_key(name))
                     .arg(&["term", "identity", "since", "owner"]);
+                pipe.cmd("ZCARD").arg(self.queue_key(name));
             }
             pipe.cmd("PUBSUB").arg("NUMSUB");
             for name in page {
@@ -362,7 +372,7 @@ impl Layout {
             let numsub = replies.last().map(subscriber_counts).unwrap_or_default();
             let now_ms = replies.first().and_then(server_millis).unwrap_or(0);
             let mut owners = Vec::new();
-            for (name, reply) in page.iter().zip(replies[1..].chunks_exact(6)) {
+            for (name, reply) in page.iter().zip(replies[1..].chunks_exact(7)) {
                 let entry = self.entry(name, reply, &numsub, now_ms);
                 match &entry {
                     Entry::Lock(lock) => owners.push(lock.client_id.clone()),
@@ -447,6 +457,7 @@ impl Layout {
             process: None,
             ttl_ms,
             fencing_token,
+            queued: queued(&reply[6]),
             waiting_clients: numsub.get(&self.channel(name)).copied().unwrap_or(0),
             permits: None,
             readers: None,
@@ -495,6 +506,7 @@ impl Layout {
                 process: None,
                 ttl_ms: Some(ttl_ms),
                 fencing_token,
+                queued: queued(&reply[6]),
                 waiting_clients: numsub.get(&self.channel(name)).copied().unwrap_or(0),
                 permits: of.map(|of| Permits { in_use, of }),
                 readers: of.is_none().then_some(in_use),
@@ -643,6 +655,14 @@ fn describe_string(value: &str) -> String {
             "a lock of distlock protocol `{tag}`, which this CLI does not read (it reads `d2`): use the CLI of that distlock version"
         ),
         _ => "a string that is not a distlock lock".to_owned(),
+    }
+}
+
+/// `ZCARD`'s reply: the entries of a lock's queue (0 for anything else).
+fn queued(reply: &Value) -> u64 {
+    match reply {
+        Value::Int(n) if *n > 0 => *n as u64,
+        _ => 0,
     }
 }
 

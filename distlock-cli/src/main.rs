@@ -173,7 +173,7 @@ async fn list(
         let mut out = String::new();
         if !locks.is_empty() {
             let rows: Vec<Vec<String>> = locks.iter().map(render::lock_cells).collect();
-            out = render::table(&render::LOCK_HEADER, &rows, &[3, 4, 5]);
+            out = render::table(&render::LOCK_HEADER, &rows, &[3, 4, 5, 6]);
         }
         let held = match locks.len() {
             0 => "no locks held".to_owned(),

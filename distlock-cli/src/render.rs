@@ -85,12 +85,18 @@ pub(crate) fn lock_cells(lock: &Lock) -> Vec<String> {
         lock.ttl_ms.map_or_else(|| "none".to_owned(), millis),
         lock.fencing_token
             .map_or_else(|| "–".to_owned(), |t| t.to_string()),
+        lock.queued.to_string(),
         lock.waiting_clients.to_string(),
     ]
 }
 
 /// `list`'s header (the columns of [`lock_cells`]).
-pub(crate) const LOCK_HEADER: [&str; 6] = ["NAME", "OWNER", "PROCESS", "TTL", "FENCE", "WAITING"];
+///
+/// `QUEUED`: the waiting calls queued in Redis; `CLIENTS`: the clients with waiters
+/// (subscribed to the release channel) — five calls from two processes are `5` and `2`.
+pub(crate) const LOCK_HEADER: [&str; 7] = [
+    "NAME", "OWNER", "PROCESS", "TTL", "FENCE", "QUEUED", "CLIENTS",
+];
 
 /// `web-1/4242 billing [payments]`: host/pid, program, client name.
 fn process_brief(p: &Process) -> String {
@@ -197,8 +203,8 @@ pub(crate) fn detail(lock: &Lock, prefix: &str) -> String {
     rows.push((
         "waiting",
         format!(
-            "{} client(s) subscribed to its release channel",
-            lock.waiting_clients
+            "{} call(s) queued, from {} client(s) subscribed to its release channel",
+            lock.queued, lock.waiting_clients
         ),
     ));
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);

@@ -87,6 +87,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 struct Frame {
     unix_ms: u64,
     held: usize,
+    /// Waiting calls queued in Redis, over every lock shown.
+    queued: u64,
+    /// Clients with waiters, over every lock shown.
     waiting_clients: u64,
     /// Acquisitions per second over the last interval (`None` on the first frame).
     acquires_per_sec: Option<f64>,
@@ -149,6 +152,7 @@ pub(crate) async fn run(
             Err(failure) => Frame {
                 unix_ms: unix_ms(),
                 held: 0,
+                queued: 0,
                 waiting_clients: 0,
                 acquires_per_sec: None,
                 locks: Vec::new(),
@@ -215,6 +219,11 @@ fn frame(
     released.clear();
     let locks: Vec<Row> = rows.into_values().collect();
     let held = locks.iter().filter(|r| r.lock.is_some()).count();
+    let queued = locks
+        .iter()
+        .filter_map(|r| r.lock.as_ref())
+        .map(|l| l.queued)
+        .sum();
     let waiting_clients = locks
         .iter()
         .filter_map(|r| r.lock.as_ref())
@@ -233,6 +242,7 @@ fn frame(
     Frame {
         unix_ms: unix_ms(),
         held,
+        queued,
         waiting_clients,
         acquires_per_sec,
         locks,
@@ -269,8 +279,9 @@ fn table(
         out.push_str(&format!("refresh failed, retrying: {error}\n"));
     } else {
         out.push_str(&format!(
-            "{} held · {} waiting client(s) · {} acquires/s\n\n",
+            "{} held · {} queued call(s) from {} waiting client(s) · {} acquires/s\n\n",
             frame.held,
+            frame.queued,
             frame.waiting_clients,
             frame
                 .acquires_per_sec
@@ -303,7 +314,7 @@ fn table(
         } else {
             let mut header = render::LOCK_HEADER.to_vec();
             header.push("ACQ/S");
-            out.push_str(&render::table(&header, &rows, &[3, 4, 5, 6]));
+            out.push_str(&render::table(&header, &rows, &[3, 4, 5, 6, 7]));
         }
         for odd in &frame.not_locks {
             out.push_str(&format!("! {}\n", render::not_a_lock(odd)));

@@ -26,18 +26,25 @@ async fn list_shows_who_holds_what() {
         .acquire()
         .await
         .unwrap();
-    // A waiter in another client: one waiting client on `order:42`.
-    let other = client(&redis).await;
-    let waiter = tokio::spawn(async move {
-        other
-            .lock("order:42")
-            .wait(Duration::from_secs(20))
-            .acquire()
-            .await
-            .is_ok()
-    });
+    // Five waiting calls from two other clients (two and three): `QUEUED` 5, `CLIENTS` 2.
+    let mut waiters = Vec::new();
+    for calls in [2, 3] {
+        let other = client(&redis).await;
+        for _ in 0..calls {
+            let other = other.clone();
+            waiters.push(tokio::spawn(async move {
+                let guard = other
+                    .lock("order:42")
+                    .wait(Duration::from_secs(20))
+                    .acquire()
+                    .await;
+                guard.is_ok()
+            }));
+        }
+    }
     let mut conn = conn(&redis).await;
     wait_for_subscriber(&mut conn, "distlock:{order:42}:released").await;
+    wait_for_queue(&mut conn, "distlock:{order:42}:queue", 5).await;
 
     let out = run(&["--url", url, "list"]).await;
     out.status(0);
@@ -47,9 +54,11 @@ async fn list_shows_who_holds_what() {
     let order = lines.iter().find(|l| l.starts_with("order:42")).unwrap();
     assert!(order.contains(&format!("/{pid} ")), "{order}");
     assert!(order.contains("[cli-list]"), "{order}");
-    assert!(
-        order.trim_end().ends_with('1'),
-        "one waiting client: {order}"
+    let cells: Vec<&str> = order.split_whitespace().collect();
+    assert_eq!(
+        cells[cells.len() - 2..],
+        ["5", "2"],
+        "five calls queued from two clients: {order}"
     );
     let report = lines
         .iter()
@@ -72,12 +81,15 @@ async fn list_shows_who_holds_what() {
     assert_eq!(locks[0]["owner"], owner);
     assert_eq!(locks[0]["process"]["pid"], std::process::id());
     assert_eq!(locks[0]["process"]["client_name"], "cli-list");
-    assert_eq!(locks[0]["waiting_clients"], 1);
+    assert_eq!(locks[0]["queued"], 5);
+    assert_eq!(locks[0]["waiting_clients"], 2);
     assert!(locks[0]["ttl_ms"].as_u64().unwrap() <= 30_000);
 
     plain.release().await.unwrap();
     fenced.release().await.unwrap();
-    assert!(waiter.await.unwrap(), "the waiter gets the lock");
+    for waiter in waiters {
+        assert!(waiter.await.unwrap(), "every waiter gets the lock in turn");
+    }
 }
 
 #[tokio::test]
@@ -96,7 +108,7 @@ async fn show_one_lock_in_full() {
         "key        distlock:{invoice:7}".to_owned(),
         format!("owner      {owner}"),
         format!("pid        {}", std::process::id()),
-        "waiting    0 client(s)".to_owned(),
+        "waiting    0 call(s) queued, from 0 client(s)".to_owned(),
     ] {
         assert!(out.stdout.contains(&expected), "{expected}\n{}", out.stdout);
     }
@@ -429,6 +441,18 @@ async fn wait_for_subscriber(conn: &mut redis::aio::MultiplexedConnection, chann
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("no subscriber on {channel}");
+}
+
+/// Waits until the queue `key` has `n` entries (waiting calls).
+async fn wait_for_queue(conn: &mut redis::aio::MultiplexedConnection, key: &str, n: u64) {
+    for _ in 0..500 {
+        let queued: u64 = conn.zcard(key).await.unwrap();
+        if queued == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the queue {key} never had {n} entries");
 }
 
 /// One sentinel (`redis-server <file> --sentinel`) watching the master on `master` as
