@@ -76,6 +76,12 @@ pub fn lock_error<E: LockError>(error: Error) -> E {
     E::from(error)
 }
 
+/// [`lock_error`] for an error type that is a type parameter of the function: without it,
+/// rustc suggests the bound to add, `E: From<distlock::Error>`.
+pub fn lock_error_param<E: LockErrorParam>(error: Error) -> E {
+    E::from(error)
+}
+
 /// The value a `skip` function returns when the lock is busy.
 pub fn skip_default<T: SkipDefault>() -> T {
     T::default()
@@ -109,10 +115,23 @@ pub const fn wait_const(wait: Duration) -> Duration {
 #[diagnostic::on_unimplemented(
     message = "the error type `{Self}` cannot represent a lock failure",
     label = "this error type must implement `From<distlock::Error>`",
-    note = "add `impl From<distlock::Error> for {Self}` (or a `#[from] distlock::Error` variant with thiserror)"
+    note = "add `impl From<distlock::Error> for {Self}` (or a `#[from] distlock::Error` variant with thiserror); an error type of another crate cannot have one: return a type of your own, or `Box<dyn std::error::Error + Send + Sync>`"
 )]
 pub trait LockError: From<Error> {}
+// Not recommended: an error type without `From<distlock::Error>` gets the message above, not
+// rustc's list of every other `From` impl the type has (nine for `std::io::Error`).
+#[diagnostic::do_not_recommend]
 impl<E: From<Error>> LockError for E {}
+
+/// [`LockError`] for a type parameter: recommended, so rustc suggests `E: From<distlock::Error>`
+/// (a type parameter has no other impls to list).
+#[diagnostic::on_unimplemented(
+    message = "the error type `{Self}` cannot represent a lock failure",
+    label = "this error type must implement `From<distlock::Error>`",
+    note = "add the bound `{Self}: From<distlock::Error>`"
+)]
+pub trait LockErrorParam: From<Error> {}
+impl<E: From<Error>> LockErrorParam for E {}
 
 /// Compile-time check that `skip` can produce a value: the success type must implement `Default`.
 #[diagnostic::on_unimplemented(

@@ -288,7 +288,13 @@ fn locked(model: &LockModel, builder: &TokenStream, body: TokenStream) -> TokenS
     let error = Ident::new("__distlock_error", Span::mixed_site());
     // Each requirement on the user's types is one call, spanned at the type it is about, so one
     // mistake is one error, at the right token.
-    let lock_error = private_call(model, "lock_error", quote!(#error), model.ret.err_span);
+    // A type parameter gets rustc's suggestion of the bound to add (`E: From<distlock::Error>`).
+    let convert = if model.ret.err_is_param {
+        "lock_error_param"
+    } else {
+        "lock_error"
+    };
+    let lock_error = private_call(model, convert, quote!(#error), model.ret.err_span);
     let skip = model.skip.then(|| {
         let skip_default = private_call(model, "skip_default", quote!(), model.ret.ok_span);
         quote! {

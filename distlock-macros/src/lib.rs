@@ -521,7 +521,8 @@ use proc_macro::TokenStream;
 /// not `busy`); the body's statements go
 /// into the `async move` block after an unreachable typed `return`, so that `?` and early
 /// `return`s keep the declared return type; and the conversion is a call to
-/// `__private::lock_error` (with `skip`, `__private::skip_default`) placed at the error type
+/// `__private::lock_error` (`lock_error_param` for an error type that is a type parameter of
+/// the function; with `skip`, `__private::skip_default`) placed at the error type
 /// (the success type), so that an error type without `From<distlock::Error>` (a success type
 /// without `Default`) is exactly one error, at that type. It triggers no rustc warning and no
 /// `clippy::all` or `clippy::pedantic` lint in the crate that uses it.

@@ -55,6 +55,8 @@ pub(crate) struct ResultType {
     pub(crate) ok_span: Span,
     /// `E`, or the whole type when it is an alias such as `anyhow::Result<T>`.
     pub(crate) err_span: Span,
+    /// `E` is a type parameter of the function: its check suggests the bound to add.
+    pub(crate) err_is_param: bool,
 }
 
 /// The lock key: the template resolved against the function's parameters.
@@ -244,7 +246,10 @@ fn check_function(item: &LockFn, errors: &mut Errors) -> (Option<Shape>, Option<
         None
     };
     let ret = match ret {
-        Ok(ty) => errors.check(check_result_type(ty)),
+        Ok(ty) => errors.check(check_result_type(ty)).map(|mut ret| {
+            ret.err_is_param = err_is_param(&ret.ty, sig);
+            ret
+        }),
         Err(span) => {
             errors.push(syn::Error::new(
                 span,
@@ -254,6 +259,29 @@ fn check_function(item: &LockFn, errors: &mut Errors) -> (Option<Shape>, Option<
         }
     };
     (shape, ret)
+}
+
+/// True if the error type of `ty` (`Result<T, E>`) is one of the function's type parameters.
+fn err_is_param(ty: &Type, sig: &Signature) -> bool {
+    let Type::Path(path) = ty else { return false };
+    let Some(PathArguments::AngleBracketed(args)) =
+        path.path.segments.last().map(|last| &last.arguments)
+    else {
+        return false;
+    };
+    let Some(syn::GenericArgument::Type(Type::Path(err))) = args
+        .args
+        .iter()
+        .filter(|arg| matches!(arg, syn::GenericArgument::Type(_)))
+        .nth(1)
+    else {
+        return false;
+    };
+    err.qself.is_none()
+        && err
+            .path
+            .get_ident()
+            .is_some_and(|ident| sig.generics.type_params().any(|p| p.ident == *ident))
 }
 
 /// The return type must be spelled `Result<..>` or `path::to::Result<..>`: the check is
@@ -279,6 +307,7 @@ fn check_result_type(ty: Type) -> syn::Result<ResultType> {
                         return Ok(ResultType {
                             ok_span,
                             err_span,
+                            err_is_param: false,
                             ty,
                         });
                     }

@@ -199,6 +199,22 @@ fn self_without_receiver() {
 }
 
 #[test]
+fn an_error_type_that_is_a_type_parameter_is_told_apart() {
+    let is_param = |f: &str| build_str(r#"key = "k""#, f).unwrap().ret.err_is_param;
+    assert!(is_param("async fn f<E>() -> Result<u8, E> { Ok(1) }"));
+    assert!(is_param(
+        "async fn f<T, E: Send>() -> Result<T, E> { todo!() }"
+    ));
+    assert!(!is_param(
+        "async fn f<E>() -> Result<u8, AppError> { Ok(1) }"
+    ));
+    assert!(!is_param("async fn f() -> Result<u8, E> { Ok(1) }"));
+    assert!(!is_param(
+        "async fn f<E>() -> anyhow::Result<E> { todo!() }"
+    ));
+}
+
+#[test]
 fn return_type_spans() {
     let model = build_str(
         r#"key = "k""#,
