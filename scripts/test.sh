@@ -14,25 +14,56 @@ cargo clippy --workspace --all-targets --features "$features" --locked -- -D war
 # must compile to nothing, warning-free.
 cargo clippy -p distlock-core -p distlock --locked -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
-# The published crates build from their packages exactly as users get them: a file left out of
-# a package (a module, a license text, the README a crate names) fails here.
-# Cargo verifies them through a local registry whose crates it unpacks into its own cache, and
-# builds them as registry crates, which it never rebuilds for a change of content (a registry
-# version is immutable): drop both, so the check builds the packages just made, not an earlier
-# run's of the same version. The check has a target folder of its own.
-cargo_home="${CARGO_HOME:-$HOME/.cargo}"
-for stale in "$cargo_home"/registry/src/-*/distlock*-[0-9]* "$cargo_home"/registry/cache/-*/distlock*-[0-9]*; do
-  if [ -e "$stale" ]; then rm -rf "$stale"; fi
-done
-package_target="${CARGO_TARGET_DIR:-target}/package-check"
-rm -rf "$package_target"/debug/.fingerprint/distlock* "$package_target"/debug/deps/*distlock* "$package_target"/package
-cargo package --locked --allow-dirty --quiet --target-dir "$package_target" -p distlock-core -p distlock-macros -p distlock -p distlock-cli
+# Every test target is built first. Then the tests run (they mostly wait: on Redis, timers,
+# failovers, child processes) while, in the background at the lowest CPU and I/O priority,
+# the two compile-bound checks use the idle cores: the packages' build and the UI cases. Each
+# has a target folder of its own (cargo holds a target folder's lock for a whole command), so
+# neither waits for the tests; at their priority they take CPU the tests leave unused.
+cargo test --workspace --exclude distlock-ui --lib --bins --tests --examples --features "$features" --locked --no-run
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-cargo test --workspace --lib --bins --tests --examples --features "$features" --locked 2>&1 | tee "$log"
+background_log=$(mktemp)
+trap 'rm -f "$log" "$background_log"' EXIT
+low_priority=(nice -n 19)
+if command -v ionice >/dev/null 2>&1; then
+  low_priority+=(ionice -c 3)
+fi
+(
+  set -euo pipefail
+  # The published crates build from their packages exactly as users get them: a file left
+  # out of a package (a module, a license text, the README a crate names) fails here.
+  # Cargo verifies them through a local registry whose crates it unpacks into its own cache,
+  # and builds them as registry crates, which it never rebuilds for a change of content (a
+  # registry version is immutable): drop both, so the check builds the packages just made,
+  # not an earlier run's of the same version.
+  cargo_home="${CARGO_HOME:-$HOME/.cargo}"
+  for stale in "$cargo_home"/registry/src/-*/distlock*-[0-9]* "$cargo_home"/registry/cache/-*/distlock*-[0-9]*; do
+    if [ -e "$stale" ]; then rm -rf "$stale"; fi
+  done
+  target="${CARGO_TARGET_DIR:-$PWD/target}"
+  package_target="$target/package-check"
+  rm -rf "$package_target"/debug/.fingerprint/distlock* "$package_target"/debug/deps/*distlock* "$package_target"/package
+  "${low_priority[@]}" cargo package --locked --allow-dirty --quiet --target-dir "$package_target" -p distlock-core -p distlock-macros -p distlock -p distlock-cli
+  echo "packages: built from their packages"
+  # The macro's compile-time errors and passing shapes (trybuild; `tests/ui`).
+  # (trybuild builds the cases under the target folder it is given, absolute).
+  CARGO_TARGET_DIR="$target/ui-check" "${low_priority[@]}" cargo test -p distlock-ui --test ui --locked
+) >"$background_log" 2>&1 &
+background=$!
+status=0
+cargo test --workspace --exclude distlock-ui --lib --bins --tests --examples --features "$features" --locked 2>&1 | tee "$log" || status=1
 # The same features as the tests above, so the doc tests reuse their build (another feature
 # set rebuilds the runtime and everything that unifies features with it, sqlx included).
-cargo test --workspace --doc --features "$features" --locked 2>&1 | tee -a "$log"
+cargo test --workspace --doc --features "$features" --locked 2>&1 | tee -a "$log" || status=1
+background_status=0
+wait "$background" || background_status=$?
+echo "--- packages and UI cases (run alongside the tests) ---"
+cat "$background_log"
+cat "$background_log" >>"$log"
+if [ "$background_status" -ne 0 ]; then
+  echo "packages or UI cases failed (exit $background_status)"
+  status=1
+fi
 passed=$(grep -Eo '(ok|FAILED)\. [0-9]+ passed|^[0-9]+ passed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')
 echo "suite: ${passed} passed, ${failed} failed"
+exit "$status"
