@@ -239,6 +239,21 @@ pub enum Error {
         /// The timeout that elapsed.
         after: Duration,
     },
+    /// Redis refused a command, a key or a channel to the client's ACL user: the user lacks a
+    /// permission distlock needs for this `op` (see the `distlock` crate docs, "Least
+    /// privilege", for the `ACL SETUSER` line of each deployment). Never retried, not even
+    /// within a `wait`: it lasts until an operator changes the user's ACL.
+    #[error("Redis refused the {op} of lock `{key}` to the client's user: {refused}; grant the user what distlock needs (the `distlock` crate docs, \"Least privilege\", give the `ACL SETUSER` line of each deployment; `ACL LOG` on the server names the refused command, key or channel)")]
+    PermissionDenied {
+        /// What was attempted.
+        op: Operation,
+        /// The lock's name.
+        key: String,
+        /// Redis's refusal in its own words, e.g. `NOPERM this user has no permissions to run
+        /// the 'evalsha' command`, or one that names the key or channel. Inside a script Redis
+        /// 7.0 does not say which command it refused (`ACL LOG` does; 7.2 names it).
+        refused: String,
+    },
     /// Redis returned an error or the connection failed.
     #[error("Redis error during {op} of lock `{key}`: {source}")]
     Redis {
@@ -368,6 +383,24 @@ impl Error {
         matches!(self, Error::Lost { .. })
     }
 
+    /// A Redis error during the `op` of lock `key`: [`Error::PermissionDenied`] when Redis
+    /// refused the client's user a command, key or channel ([`is_permission_denied`]),
+    /// [`Error::Redis`] otherwise.
+    pub(crate) fn from_redis(op: Operation, key: &str, source: redis::RedisError) -> Error {
+        if is_permission_denied(&source) {
+            return Error::PermissionDenied {
+                op,
+                key: key.to_owned(),
+                refused: refusal(&source),
+            };
+        }
+        Error::Redis {
+            op,
+            key: key.to_owned(),
+            source,
+        }
+    }
+
     /// True when the connection failed (dropped, refused, reset) rather than timed out.
     pub(crate) fn is_connection_failure(&self) -> bool {
         matches!(self, Error::Redis { source, .. } if is_connection_failure(source))
@@ -378,7 +411,7 @@ impl Error {
     /// [`Error::NoQuorum`], and the error replies Redis gives while it cannot serve a write for
     /// a while: `LOADING` (loading its dataset after a restart), `TRYAGAIN`, `MASTERDOWN`,
     /// `CLUSTERDOWN`, `READONLY` (a failover in progress) and `NOREPLICAS`. An acquire with a
-    /// `wait` retries these within its wait.
+    /// `wait` retries these within its wait. Never [`Error::PermissionDenied`].
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Timeout { .. } | Error::ConnectTimeout { .. } | Error::NoQuorum { .. } => true,
@@ -413,6 +446,34 @@ pub(crate) fn is_transient(e: &redis::RedisError) -> bool {
     is_connection_failure(e)
         || e.is_timeout()
         || e.code().is_some_and(|code| TRANSIENT_CODES.contains(&code))
+}
+
+/// True when Redis refused a command, key or channel to the client's ACL user: a `NOPERM`
+/// reply, or the `ERR` a script gets for a command, key or channel its caller may not use
+/// (Redis 7.0: "The user executing the script can't ...", 7.2 and later: "ACL failure in
+/// script: ..."). Such a refusal lasts until an operator changes the ACL: never transient.
+pub(crate) fn is_permission_denied(e: &redis::RedisError) -> bool {
+    match e.code() {
+        Some("NOPERM") => true,
+        Some("ERR") => e.detail().is_some_and(|detail| {
+            detail.starts_with("The user executing the script can't")
+                || detail.starts_with("ACL failure in script")
+        }),
+        _ => false,
+    }
+}
+
+/// Redis's refusal (see [`is_permission_denied`]) as it said it, without the script's hash and
+/// line a refusal inside a script ends with.
+pub(crate) fn refusal(e: &redis::RedisError) -> String {
+    let code = e.code().unwrap_or("NOPERM");
+    let detail = e.detail().unwrap_or("").trim();
+    // `... script: <sha>, on @user_script:<line>.` at the end names the script, not the refusal.
+    let detail = match detail.rfind(" script: ") {
+        Some(at) if detail[at..].contains(", on @") => &detail[..at],
+        _ => detail,
+    };
+    format!("{code} {detail}").trim_end().to_owned()
 }
 
 /// The one place Redis errors are classified: the connection failed (dropped, refused, reset)
@@ -484,6 +545,51 @@ mod tests {
         assert!(busy(HeldBy::Permits { permits: 3 }, Duration::from_secs(2))
             .to_string()
             .starts_with("semaphore `k` is busy: all 3 permits stayed in use for the whole 2s"));
+    }
+
+    #[test]
+    fn acl_refusals_are_permission_denied_and_never_transient() {
+        let refusals = [
+            ("NOPERM", "this user has no permissions to run the 'evalsha' command", "NOPERM this user has no permissions to run the 'evalsha' command"),
+            ("NOPERM", "User locks has no permissions to access the 'other' key", "NOPERM User locks has no permissions to access the 'other' key"),
+            ("ERR", "The user executing the script can't run this command or subcommand script: 0f3a, on @user_script:1.", "ERR The user executing the script can't run this command or subcommand"),
+            ("ERR", "The user executing the script can't publish to the channel mentioned in the command script: 0f3a, on @user_script:1.", "ERR The user executing the script can't publish to the channel mentioned in the command"),
+            ("ERR", "ACL failure in script: User locks has no permissions to run the 'pexpire' command script: 0f3a, on @user_script:4.", "ERR ACL failure in script: User locks has no permissions to run the 'pexpire' command"),
+        ];
+        for (code, detail, said) in refusals {
+            let e = redis::make_extension_error(code.to_owned(), Some(detail.to_owned()));
+            assert!(is_permission_denied(&e), "{e}");
+            assert!(!is_transient(&e), "{e}");
+            assert_eq!(refusal(&e), said);
+        }
+        let others = [
+            (
+                "ERR",
+                "Error running script (call to f_0f3a): @user_script:1: wrong number of arguments",
+            ),
+            (
+                "WRONGPASS",
+                "invalid username-password pair or user is disabled.",
+            ),
+            ("NOAUTH", "Authentication required."),
+            (
+                "WRONGTYPE",
+                "Operation against a key holding the wrong kind of value",
+            ),
+        ];
+        for (code, detail) in others {
+            let e = redis::make_extension_error(code.to_owned(), Some(detail.to_owned()));
+            assert!(!is_permission_denied(&e), "{e}");
+        }
+        let denied = Error::PermissionDenied {
+            op: Operation::Subscribe,
+            key: "order:42".to_owned(),
+            refused: "NOPERM this user has no permissions to access one of the channels used as arguments".to_owned(),
+        };
+        assert!(!denied.is_transient());
+        let text = denied.to_string();
+        assert!(text.starts_with("Redis refused the subscribe of lock `order:42` to the client's user: NOPERM this user has no permissions to access one of the channels"), "{text}");
+        assert!(text.contains("\"Least privilege\""), "{text}");
     }
 
     #[test]

@@ -461,11 +461,7 @@ impl Client {
                 key: key.to_owned(),
                 after: self.inner.config.response_timeout,
             },
-            CallError::Redis(source) => Error::Redis {
-                op,
-                key: key.to_owned(),
-                source,
-            },
+            CallError::Redis(source) => Error::from_redis(op, key, source),
             CallError::NoQuorum { agreed, required } => Error::NoQuorum {
                 op,
                 key: key.to_owned(),

@@ -339,11 +339,7 @@ impl Waiters {
 }
 
 fn subscribe_error(key: &str, source: redis::RedisError) -> Error {
-    Error::Redis {
-        op: Operation::Subscribe,
-        key: key.to_owned(),
-        source,
-    }
+    Error::from_redis(Operation::Subscribe, key, source)
 }
 
 /// Counts one push of subscriber `master` (0 without a quorum); `dropped` (a cluster's and
