@@ -21,7 +21,7 @@ use crate::deploy::call_error::CallError;
 use crate::deploy::connection::Connection;
 use crate::deploy::redlock::quorum::Quorate;
 use crate::deploy::redlock::stragglers::{expiry, Expired, Fanout, Stragglers};
-use crate::error::{is_connection_failure, Error};
+use crate::error::{is_connection_failure, is_permission_denied, Error};
 use crate::wire::request::{ReplicaWait, Request, Sent};
 
 /// A RedLock quorum: the masters, each with only what a master needs, and the requests still
@@ -134,6 +134,8 @@ impl Quorum {
             .collect();
         // Masters whose request has not ended yet.
         let mut out = vec![true; nodes];
+        // Masters that refused the client's user the call (an ACL), and the first refusal.
+        let (mut denied, mut refusal) = (0, None);
         while let Some((i, reply)) = pending.next().await {
             out[i] = false;
             // A reply of the wrong shape answers another request: as on one connection.
@@ -145,6 +147,10 @@ impl Quorum {
                 Ok(reply) => {
                     replies.push(reply);
                     down[i] = false;
+                }
+                Err(CallError::Redis(error)) if is_permission_denied(&error) => {
+                    denied += 1;
+                    refusal.get_or_insert(error);
                 }
                 Err(error) => tracing::debug!(?error, "a RedLock master did not answer"),
             }
@@ -177,9 +183,14 @@ impl Quorum {
         };
         reply
             .map(|reply| (reply, None))
-            .map_err(|no| CallError::NoQuorum {
-                agreed: no.agreed,
-                required: no.required,
+            .map_err(|no| match refusal {
+                // The masters that refused the user (an ACL) alone leave too few: no retry mends
+                // that, so the refusal is the error (permanent, where `NoQuorum` is transient).
+                Some(refused) if nodes - denied < no.required => CallError::Redis(refused),
+                _ => CallError::NoQuorum {
+                    agreed: no.agreed,
+                    required: no.required,
+                },
             })
     }
 }
