@@ -180,8 +180,10 @@ impl LeaderBuilder {
     /// The leaders of this name as they change, pushed: the current one first (`None`
     /// without one), then every new term in order, and `None` whenever there is no leader.
     /// Not `async`: the stream subscribes when first polled. It ends only if the client
-    /// cannot be found (none installed under the builder's name); transient failures are
-    /// retried.
+    /// cannot be found (none installed under the builder's name), or if Redis refuses the
+    /// client's user what observing needs (an ACL: the release channel's subscription or the
+    /// record's read fails with [`Error::PermissionDenied`]; see the `distlock` crate docs,
+    /// "Least privilege"); other failures are retried.
     pub fn observe(&self) -> impl futures_util::Stream<Item = Option<Leader>> + Send + 'static {
         observe::stream(self.lock.clone())
     }

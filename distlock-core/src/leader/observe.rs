@@ -77,7 +77,7 @@ impl Observer {
             }
             match self.look().await {
                 Ok(()) => self.backoff.reset(),
-                Err(Failure::NoClient) => return None,
+                Err(Failure::NoClient | Failure::Refused) => return None,
                 Err(Failure::Transient) => {
                     let now = Instant::now();
                     let again = self.backoff.next(now, now + LOOK_AGAIN);
@@ -156,12 +156,18 @@ impl Observer {
 enum Failure {
     /// No client under the builder's name: the stream ends.
     NoClient,
+    /// Redis refused the client's user what observing needs (an ACL: the subscription or the
+    /// read failed with `Error::PermissionDenied`): no retry mends it, the stream ends.
+    Refused,
     /// Try again after a pause.
     Transient,
 }
 
 impl From<Error> for Failure {
-    fn from(_: Error) -> Self {
-        Failure::Transient
+    fn from(error: Error) -> Self {
+        match error {
+            Error::PermissionDenied { .. } => Failure::Refused,
+            _ => Failure::Transient,
+        }
     }
 }
