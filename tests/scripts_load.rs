@@ -6,7 +6,7 @@
 use distlock::scripts;
 use testkit::RedisServer;
 
-const SCRIPTS: [(&str, &str); 15] = [
+const SCRIPTS: [(&str, &str); 16] = [
     ("ACQUIRE_FENCED", scripts::ACQUIRE_FENCED),
     ("ACQUIRE_HANDED", scripts::ACQUIRE_HANDED),
     ("ACQUIRE_QUEUED", scripts::ACQUIRE_QUEUED),
@@ -14,6 +14,7 @@ const SCRIPTS: [(&str, &str); 15] = [
     ("ACQUIRE_READ", scripts::ACQUIRE_READ),
     ("ACQUIRE_WRITE", scripts::ACQUIRE_WRITE),
     ("ACQUIRE_ALL", scripts::ACQUIRE_ALL),
+    ("CLIENT_RECORD", scripts::CLIENT_RECORD),
     ("FENCE_FLOOR", scripts::FENCE_FLOOR),
     ("FENCED_WRITE", scripts::FENCED_WRITE),
     ("LEADER_CURRENT", scripts::LEADER_CURRENT),

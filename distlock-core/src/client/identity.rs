@@ -13,8 +13,9 @@
 //! | `started` | when the client connected, in Unix seconds |
 //! | `version` | the distlock-core version |
 //!
-//! with an expiry of [`RECORD_TTL`] (set in the same `MULTI`, so a record never outlives its
-//! expiry), and rewrites it every [`REFRESH_EVERY`] from the client's runtime thread.
+//! with an expiry of [`RECORD_TTL`] (set by the same script, `CLIENT_RECORD`, so a record never
+//! outlives its expiry), and rewrites it every [`REFRESH_EVERY`] from the client's runtime
+//! thread.
 //!
 //! **Memory is bounded by the clients alive in the last minute**: one record (a few hundred
 //! bytes) per client, never one per lock or per acquisition. A client that is dropped, or whose
@@ -43,6 +44,7 @@ use tokio::runtime::Handle;
 
 use crate::config::Config;
 use crate::deploy::backend::{Backend, Link};
+use crate::wire::request::CLIENT_RECORD_SCRIPT;
 
 /// How long a record outlives the last refresh of its client.
 pub(crate) const RECORD_TTL: Duration = Duration::from_secs(60);
@@ -104,25 +106,21 @@ impl Record {
         }
     }
 
-    /// Writes the record with its expiry, both or neither (`MULTI`/`EXEC`), within `timeout`.
+    /// Writes the record with its expiry, both or neither (one script, `CLIENT_RECORD`),
+    /// within `timeout`.
     async fn write<C: ConnectionLike>(
         &self,
         conn: &mut C,
         timeout: Duration,
     ) -> Result<(), String> {
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        pipe.cmd("HSET").arg(&self.key);
+        let mut cmd = CLIENT_RECORD_SCRIPT.evalsha();
+        cmd.arg(1).arg(&self.key).arg(RECORD_TTL.as_millis() as u64);
         for (field, value) in &self.fields {
-            pipe.arg(*field).arg(value);
+            cmd.arg(*field).arg(value);
         }
-        pipe.ignore();
-        pipe.cmd("PEXPIRE")
-            .arg(&self.key)
-            .arg(RECORD_TTL.as_millis() as u64)
-            .ignore();
-        match tokio::time::timeout(timeout, pipe.exec_async(conn)).await {
-            Ok(Ok(())) => Ok(()),
+        let written = CLIENT_RECORD_SCRIPT.run::<i64, _>(conn, &cmd);
+        match tokio::time::timeout(timeout, written).await {
+            Ok(Ok(_)) => Ok(()),
             Ok(Err(error)) => Err(error.to_string()),
             Err(_) => Err(format!("no reply within {timeout:?}")),
         }

@@ -11,8 +11,8 @@ use redis::{Cmd, ErrorKind, FromRedisValue, Pipeline, RedisResult, ServerErrorKi
 use crate::lease::millis_ceil;
 use crate::wire::scripts::{
     ACQUIRE_ALL, ACQUIRE_FENCED, ACQUIRE_HANDED, ACQUIRE_PERMIT, ACQUIRE_QUEUED, ACQUIRE_READ,
-    ACQUIRE_WRITE, FENCE_FLOOR, LEADER_CURRENT, LEADER_PROCLAIM, LEAVE_QUEUE, RELEASE,
-    RELEASE_MANY, RENEW,
+    ACQUIRE_WRITE, CLIENT_RECORD, FENCE_FLOOR, LEADER_CURRENT, LEADER_PROCLAIM, LEAVE_QUEUE,
+    RELEASE, RELEASE_MANY, RENEW,
 };
 
 /// A Lua script; its SHA1 is computed on first use.
@@ -53,7 +53,7 @@ impl Lua {
     }
 
     /// Runs `cmd` (built with [`Lua::evalsha`]); on NOSCRIPT loads the script and runs it again.
-    async fn run<T: FromRedisValue, C: ConnectionLike>(
+    pub(crate) async fn run<T: FromRedisValue, C: ConnectionLike>(
         &self,
         conn: &mut C,
         cmd: &Cmd,
@@ -82,9 +82,10 @@ pub(crate) static LEADER_PROCLAIM_SCRIPT: Lua = Lua::new(LEADER_PROCLAIM);
 pub(crate) static LEADER_CURRENT_SCRIPT: Lua = Lua::new(LEADER_CURRENT);
 pub(crate) static ACQUIRE_WRITE_SCRIPT: Lua = Lua::new(ACQUIRE_WRITE);
 pub(crate) static ACQUIRE_ALL_SCRIPT: Lua = Lua::new(ACQUIRE_ALL);
+pub(crate) static CLIENT_RECORD_SCRIPT: Lua = Lua::new(CLIENT_RECORD);
 
 /// Every script, for preloading at connect.
-pub(crate) static ALL: [&Lua; 12] = [
+pub(crate) static ALL: [&Lua; 13] = [
     &ACQUIRE_FENCED_SCRIPT,
     &RELEASE_SCRIPT,
     &RELEASE_MANY_SCRIPT,
@@ -97,6 +98,7 @@ pub(crate) static ALL: [&Lua; 12] = [
     &ACQUIRE_READ_SCRIPT,
     &ACQUIRE_WRITE_SCRIPT,
     &ACQUIRE_ALL_SCRIPT,
+    &CLIENT_RECORD_SCRIPT,
 ];
 
 /// What goes on the wire for one call.

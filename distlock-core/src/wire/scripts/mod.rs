@@ -144,9 +144,10 @@
 //! release of one lock or many), `handoff` (a waiter's turn where a release hands the lock
 //! over: `ACQUIRE_HANDED`, `LEAVE_QUEUE`, the grant window and ticket), `redlock` (the queued
 //! acquire and the fence floor), `shared` (a permit, a read, a write that met readers), `sets`
-//! (`ACQUIRE_ALL`) and `renew` (`RENEW`). The Lua functions several scripts share are the
-//! preludes below (macros, so that `concat!` makes each script one constant string; defined
-//! before the files, so each file can use them).
+//! (`ACQUIRE_ALL`), `renew` (`RENEW`), and two that are not a lock's: `store` (`FENCED_WRITE`,
+//! `fence::redis`) and `identity` (`CLIENT_RECORD`, a client's identity record). The Lua
+//! functions several scripts share are the preludes below (macros, so that `concat!` makes
+//! each script one constant string; defined before the files, so each file can use them).
 
 /// The protocol version every lock value starts with.
 pub const VERSION_TAG: &str = "d2:";
@@ -158,6 +159,7 @@ pub const PERMITS_MEMBER: &str = "d2:permits";
 mod preludes;
 
 mod handoff;
+mod identity;
 mod leader;
 mod lock;
 mod redlock;
@@ -168,6 +170,7 @@ mod store;
 
 pub(crate) use handoff::{grant_window, handed_ticket};
 pub use handoff::{ACQUIRE_HANDED, LEAVE_QUEUE};
+pub use identity::CLIENT_RECORD;
 pub use leader::{LEADER_CURRENT, LEADER_PROCLAIM, TERMS_KEPT};
 pub use lock::{ACQUIRE_FENCED, RELEASE, RELEASE_MANY};
 pub(crate) use redlock::TURN_GRACE;
