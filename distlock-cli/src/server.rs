@@ -5,7 +5,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use distlock::redis::aio::MultiplexedConnection;
-use distlock::redis::{self, AsyncConnectionConfig, ErrorKind, RedisError, RedisResult};
+use distlock::redis::{self, AsyncConnectionConfig, ErrorKind, RedisError, RedisResult, Value};
 use distlock::Config;
 
 use crate::failure::Failure;
@@ -223,9 +223,19 @@ impl Explain {
                 "Redis at {url} refused the user name or password in the URL (WRONGPASS)"
             ));
         }
-        if code == "NOPERM" {
+        // A refusal of the command itself, or of one a script runs (Redis 7.0, then 7.2).
+        if code == "NOPERM"
+            || code == "ERR"
+                && (detail.starts_with("The user executing the script can't")
+                    || detail.starts_with("ACL failure in script"))
+        {
+            // Without the script's hash and line it ends with.
+            let detail = match detail.rfind(" script: ") {
+                Some(at) if detail[at..].contains(", on @") => &detail[..at],
+                _ => detail,
+            };
             return Failure::failed(format!(
-                "Redis at {url} does not permit this for the URL's user: {detail}"
+                "Redis at {url} does not permit this for the URL's user: {detail} (docs/cli.md: the permissions each command needs)"
             ));
         }
         if error.is_timeout() {
@@ -251,6 +261,15 @@ impl Explain {
     }
 }
 
+/// The first refusal (`NOPERM`: the user may not run the command or touch its key) among the
+/// replies of a pipeline whose error replies stay in place.
+pub(crate) fn refusal_among(replies: &[Value]) -> Option<RedisError> {
+    replies.iter().find_map(|reply| match reply {
+        Value::ServerError(e) if e.code() == "NOPERM" => Some(e.clone().into()),
+        _ => None,
+    })
+}
+
 fn first_line(text: &str) -> String {
     text.lines().next().unwrap_or("").to_owned()
 }
@@ -267,7 +286,30 @@ pub(crate) fn seconds(d: Duration) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::encode;
+    use super::{encode, Explain};
+    use distlock::redis;
+    use std::time::Duration;
+
+    #[test]
+    fn a_refusal_is_one_line_in_redis_words() {
+        let explain = Explain {
+            shown: "redis://cli:***@127.0.0.1:6379/".to_owned(),
+            timeout: Duration::from_secs(2),
+        };
+        let refusals = [
+            ("NOPERM", "this user has no permissions to run the 'scan' command", "this user has no permissions to run the 'scan' command"),
+            ("ERR", "The user executing the script can't run this command or subcommand script: 0f3a, on @user_script:9.", "The user executing the script can't run this command or subcommand"),
+            ("ERR", "ACL failure in script: User cli has no permissions to run the 'zrem' command script: 0f3a, on @user_script:7.", "ACL failure in script: User cli has no permissions to run the 'zrem' command"),
+        ];
+        for (code, detail, said) in refusals {
+            let error = redis::make_extension_error(code.to_owned(), Some(detail.to_owned()));
+            let message = explain.error(&error).message;
+            assert_eq!(
+                message,
+                format!("Redis at redis://cli:***@127.0.0.1:6379/ does not permit this for the URL's user: {said} (docs/cli.md: the permissions each command needs)")
+            );
+        }
+    }
 
     #[test]
     fn credentials_are_percent_encoded() {
