@@ -658,6 +658,51 @@
 //! lock, so protect the resource with fencing tokens there too. The runtime crate's own docs
 //! (`distlock_core`, re-exported below) give the longer arguments: Sentinel's failover window,
 //! the Cluster cases, RedLock's counting and waiting.
+//!
+//! ## Least privilege
+//!
+//! The lock's Redis user needs its keys (`<prefix>:{<name>}` and the keys next to it, all
+//! starting `<prefix>:{`), its release channels (`<prefix>:{<name>}:released`), the scripts
+//! (`EVALSHA`, and `SCRIPT LOAD` after a restart or `SCRIPT FLUSH`) and every command they
+//! run (a script runs its commands as the caller's user), `SET`/`PTTL`/`ECHO` (a plain
+//! acquire is no script), `WAIT` (`min_replicas`), `PING` (a health probe after a timeout)
+//! and the pub/sub its waiters use. These lines give exactly that, for the default prefix
+//! `distlock` (write yours in the `~` and `&` patterns; add `+select` for a database other
+//! than 0). `AUTH` and `HELLO` need no permission:
+//!
+//! ```text
+//! # One server, and every master of a RedLock quorum:
+//! ACL SETUSER distlock reset resetchannels on >PASSWORD ~distlock:{* &distlock:{* +ping +echo +evalsha +script|load +wait +set +get +del +exists +type +pttl +pexpire +time +hget +hmget +hset +hdel +lpush +lrange +ltrim +zadd +zcard +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore +publish +subscribe +unsubscribe
+//! # Sentinel, on the master and on every replica (ACL users are not replicated; a failover promotes a replica):
+//! ACL SETUSER distlock reset resetchannels on >PASSWORD ~distlock:{* &distlock:{* +ping +echo +evalsha +script|load +wait +set +get +del +exists +type +pttl +pexpire +time +hget +hmget +hset +hdel +lpush +lrange +ltrim +zadd +zcard +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore +publish +subscribe +unsubscribe +role
+//! # Sentinel, on every sentinel (their own ACL; the sentinel URLs log in as this user, `Config::sentinel_master_auth` as the one above):
+//! ACL SETUSER distlock reset resetchannels on >PASSWORD &+switch-master +sentinel|get-master-addr-by-name +sentinel|replicas +subscribe
+//! # Redis Cluster, on every node (masters and replicas):
+//! ACL SETUSER distlock reset resetchannels on >PASSWORD ~distlock:{* &distlock:{* +ping +echo +evalsha +script|load +wait +set +get +del +exists +type +pttl +pexpire +time +hget +hmget +hset +hdel +lpush +lrange +ltrim +zadd +zcard +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore +cluster|slots +spublish +ssubscribe +sunsubscribe
+//! # The optional checks, on every server above (not on the sentinels):
+//! ACL SETUSER distlock ~distlock:client:* +info +config|get
+//! ```
+//!
+//! The optional checks degrade quietly when their permissions are withheld, and the locks
+//! work the same: without `~distlock:client:*` no client identity record is written (the CLI
+//! shows a holder's owner id, not its process); without `CONFIG GET` the eviction policy is
+//! not looked at (no warning for a server that may evict lock keys, and
+//! [`Config::require_noeviction`] cannot refuse one); without `INFO` the server check
+//! ([`Config::server_check`]) notices clock steps but not restarts. `+sentinel|replicas` is
+//! needed by [`ALL_REPLICAS`] only. Over RedLock, masters that refuse `SUBSCRIBE` (too many to
+//! count on the others) make the waiters look every 250 ms instead of being woken. (redis-rs
+//! also sends `CLIENT SETINFO` at connect, from Redis 7.2 on, and ignores its refusal.)
+//!
+//! A user without a permission the lock needs gets [`Error::PermissionDenied`], naming the
+//! operation, the lock and Redis's refusal (`NOPERM this user has no permissions to run the
+//! 'evalsha' command`; inside a script Redis 7.0 does not name the command, and `ACL LOG`
+//! does) at once, never retried, not even within a `wait`: an acquire whose attempt or whose
+//! subscription (a waiter's) is refused fails with it, and so does a release. A renewal that
+//! Redis refuses is retried until the lease runs out, and the holder is told
+//! [`LossReason::Refused`]. The `distlock` CLI needs a user of its own: its lines are in its
+//! docs (`docs/cli.md`). [`fence::redis`](crate::fence::redis) writes through your own
+//! connection, whose user needs `EVALSHA`, `SCRIPT LOAD`, `HSET`, `HMGET`, `HDEL`, `TYPE`,
+//! `PEXPIRE` and `PERSIST` on the keys it writes.
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
