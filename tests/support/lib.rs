@@ -5,6 +5,7 @@
 //! killed when dropped. `scripts/test.sh` installs `redis-server` when it is missing.
 #![deny(missing_docs)]
 
+mod acl;
 pub mod belief;
 mod child;
 mod cli;
@@ -26,6 +27,7 @@ mod replicas;
 mod sentinel;
 mod server;
 
+pub use acl::{acl_line, acl_refusals, documented_acl, AclLine, ACL_PASSWORD};
 pub use child::ChildTest;
 pub use clock::{step_round, step_round_of, ShiftedClock, Stepped};
 pub use cluster::RedisCluster;
