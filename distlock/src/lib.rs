@@ -700,7 +700,7 @@
 //! subscription (a waiter's) is refused fails with it, and so does a release. A renewal that
 //! Redis refuses is retried until the lease runs out, and the holder is told
 //! [`LossReason::Refused`]. The `distlock` CLI needs a user of its own: its lines are in its
-//! docs (`docs/cli.md`). [`fence::redis`](crate::fence::redis) writes through your own
+//! docs (`docs/cli.md`). [`fence::redis`] writes through your own
 //! connection, whose user needs `EVALSHA`, `SCRIPT LOAD`, `HSET`, `HMGET`, `HDEL`, `TYPE`,
 //! `PEXPIRE` and `PERSIST` on the keys it writes.
 #![deny(missing_docs)]
