@@ -372,7 +372,7 @@ impl Layout {
             }
             let replies: Vec<Value> = pipe.query_async(conn).await?;
             // A read the user may not make (an ACL) fails the command with Redis's refusal, never
-            // shows a lock as free; the subscriber counts, last, only fill WAITING.
+            // shows a lock as free; the subscriber counts, last, only fill CLIENTS.
             if let Some(refused) = refusal_among(&replies[..replies.len().saturating_sub(1)]) {
                 return Err(refused);
             }
