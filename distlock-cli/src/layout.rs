@@ -33,8 +33,6 @@ use distlock::redis::aio::MultiplexedConnection;
 use distlock::redis::{self, RedisError, Value};
 use serde::Serialize;
 
-use crate::server::refusal_among;
-
 /// The protocol tag every lock value starts with.
 const TAG: &str = "d2:";
 
@@ -371,11 +369,8 @@ impl Layout {
                 pipe.arg(self.channel(name));
             }
             let replies: Vec<Value> = pipe.query_async(conn).await?;
-            // A read the user may not make (an ACL) fails the command with Redis's refusal, never
-            // shows a lock as free; the subscriber counts, last, only fill CLIENTS.
-            if let Some(refused) = refusal_among(&replies[..replies.len().saturating_sub(1)]) {
-                return Err(refused);
-            }
+            // A read refused (an ACL) fails the command; the counts of CLIENTS (last) do not.
+            crate::server::refused(&replies[..replies.len().saturating_sub(1)])?;
             let numsub = replies.last().map(subscriber_counts).unwrap_or_default();
             let now_ms = replies.first().and_then(server_millis).unwrap_or(0);
             let mut owners = Vec::new();

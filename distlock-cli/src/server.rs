@@ -262,12 +262,16 @@ impl Explain {
 }
 
 /// The first refusal (`NOPERM`: the user may not run the command or touch its key) among the
-/// replies of a pipeline whose error replies stay in place.
-pub(crate) fn refusal_among(replies: &[Value]) -> Option<RedisError> {
-    replies.iter().find_map(|reply| match reply {
-        Value::ServerError(e) if e.code() == "NOPERM" => Some(e.clone().into()),
+/// replies of a pipeline whose error replies stay in place, as an error: a lock read refused
+/// never shows the lock as free or as something else.
+pub(crate) fn refused(replies: &[Value]) -> RedisResult<()> {
+    match replies.iter().find_map(|reply| match reply {
+        Value::ServerError(e) if e.code() == "NOPERM" => Some(e.clone()),
         _ => None,
-    })
+    }) {
+        Some(refusal) => Err(refusal.into()),
+        None => Ok(()),
+    }
 }
 
 fn first_line(text: &str) -> String {
