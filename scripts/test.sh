@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
 bash scripts/ensure-postgres.sh
+bash scripts/ensure-prometheus.sh
 cargo fmt --all -- --check
 # `metrics`: the metrics test (distlock-suite) and example (distlock-examples) need it
 # (benchmarks are built without it).
