@@ -12,11 +12,19 @@
 //! [`UNLABELED`]; never the rendered key, so the number of series stays bounded. Every series
 //! with a `lock` label also has a `kind` label: what the acquisition takes (`lock`, `permit`,
 //! `read` or `set`, see [`Labels`]).
+//!
+//! What an operator alerts on needs a few series that no single event gives: how late renewals
+//! come ([`RENEWAL_MARGIN_RATIO`]), how long a renewed hold has lasted in ttls
+//! ([`HOLD_TTL_RATIO`]), and what the client saw happen to its servers
+//! ([`SERVER_EVENTS_TOTAL`]); the rules and alerts over all of them are in the repository's
+//! `ops/` folder.
 
 #![cfg_attr(not(feature = "metrics"), allow(unused_variables, dead_code))]
 
 #[cfg(feature = "metrics")]
 use std::sync::atomic::{AtomicBool, Ordering};
+
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -55,6 +63,15 @@ pub(crate) const SENT_RELEASES_TOTAL: &str = "distlock_sent_releases_total";
 pub(crate) const HELD: &str = "distlock_held";
 /// `distlock_waiting{lock, kind}`: acquire calls waiting for a busy lock now.
 pub(crate) const WAITING: &str = "distlock_waiting";
+/// `distlock_renewal_margin_ratio{lock, kind}`: the part of its ttl a renewed lease had left when
+/// a renewal of it was answered (about 2/3 when renewals are on time; near 0, the lease is about
+/// to be lost).
+pub(crate) const RENEWAL_MARGIN_RATIO: &str = "distlock_renewal_margin_ratio";
+/// `distlock_hold_ttl_ratio{lock, kind}`: a renewed hold's age in ttls, at each of its renewals.
+pub(crate) const HOLD_TTL_RATIO: &str = "distlock_hold_ttl_ratio";
+/// `distlock_server_events_total{event}`: what the client saw happen to its servers (`event` =
+/// `clock_step`, `restart`, `master_switch`; see [`ServerEvent`]).
+pub(crate) const SERVER_EVENTS_TOTAL: &str = "distlock_server_events_total";
 /// `distlock_leader{name}`: 1 while this process leads the election `name`.
 pub(crate) const LEADER: &str = "distlock_leader";
 /// `distlock_leader_terms_total{name}`: terms this process started.
@@ -109,6 +126,19 @@ pub fn describe_metrics() {
         "Releases `run` sent without waiting for them, by what their confirmation in the background found (released, expired, stolen, failed)."
     );
     describe_gauge!(HELD, Unit::Count, "Locks this process holds now.");
+    describe_histogram!(
+        RENEWAL_MARGIN_RATIO,
+        "The part of its ttl a renewed lease had left when a renewal of it was answered, by lock label and kind (about 2/3 on time; near 0, about to be lost)."
+    );
+    describe_histogram!(
+        HOLD_TTL_RATIO,
+        "A renewed hold's age in ttls, at each of its renewals, by lock label and kind."
+    );
+    describe_counter!(
+        SERVER_EVENTS_TOTAL,
+        Unit::Count,
+        "What the client saw happen to its servers, by event: clock_step (a server's clock stepped forward: its locks expire early), restart (a server restarted: its locks may be gone), master_switch (Sentinel switched the master)."
+    );
     describe_gauge!(
         LEADER,
         Unit::Count,
@@ -168,6 +198,21 @@ impl Outcome {
     }
 }
 
+impl Outcome {
+    /// How an acquire call ended (`Ok(reentry)` with a guard, or the error), on a `skip`
+    /// function or not, with `wait` or not.
+    pub(crate) fn of(result: Result<bool, &Error>, skip: bool, waits: bool) -> Outcome {
+        match result {
+            Ok(false) => Outcome::Acquired,
+            Ok(true) => Outcome::Reentered,
+            Err(e) if e.is_busy() && skip => Outcome::Skipped,
+            Err(e) if e.is_busy() && waits => Outcome::Timeout,
+            Err(e) if e.is_busy() => Outcome::Busy,
+            Err(_) => Outcome::Error,
+        }
+    }
+}
+
 /// The `reason` label of `distlock_lost_total`.
 pub(crate) fn reason_label(reason: LossReason) -> &'static str {
     match reason {
@@ -211,14 +256,7 @@ impl Attempt {
     pub(crate) fn done(self, result: Result<bool, &Error>) {
         #[cfg(feature = "metrics")]
         {
-            let outcome = match result {
-                Ok(false) => Outcome::Acquired,
-                Ok(true) => Outcome::Reentered,
-                Err(e) if e.is_busy() && self.skip => Outcome::Skipped,
-                Err(e) if e.is_busy() && self.waits => Outcome::Timeout,
-                Err(e) if e.is_busy() => Outcome::Busy,
-                Err(_) => Outcome::Error,
-            };
+            let outcome = Outcome::of(result, self.skip, self.waits);
             let Labels { lock, kind } = self.labels;
             ::metrics::counter!(ACQUIRE_TOTAL, "lock" => lock, "kind" => kind, "outcome" => outcome.as_str())
                 .increment(1);
@@ -269,22 +307,27 @@ impl Drop for Waiting {
 
 /// The metrics side of one lease: `distlock_held` counts it from the acquire until the guard
 /// goes or the lock is lost (whichever comes first, once), `distlock_lost_total` counts its
-/// loss (once, and only while held), `distlock_hold_seconds` the guard's life. A re-entry's
-/// lease counts nothing (its lock is counted by the outer hold).
+/// loss (once, and only while held), `distlock_hold_seconds` the guard's life, and each renewal
+/// its margin and age (`distlock_renewal_margin_ratio`, `distlock_hold_ttl_ratio`). A
+/// re-entry's lease counts nothing (its lock is counted by the outer hold).
 #[derive(Debug)]
 pub(crate) struct Held {
     /// `None`: a re-entry.
     #[cfg(feature = "metrics")]
     labels: Option<Labels>,
+    /// When the acquire was sent.
+    #[cfg(feature = "metrics")]
+    since: Instant,
     /// Counted in `distlock_held` now.
     #[cfg(feature = "metrics")]
     held: AtomicBool,
 }
 
 impl Held {
-    /// A lease just taken (`outer`), or a re-entry's (`!outer`: counts nothing).
+    /// A lease just taken (`outer`), or a re-entry's (`!outer`: counts nothing); `since`: when
+    /// its acquire was sent.
     #[inline]
-    pub(crate) fn new(labels: Labels, outer: bool) -> Self {
+    pub(crate) fn new(labels: Labels, outer: bool, since: Instant) -> Self {
         #[cfg(feature = "metrics")]
         if outer {
             let Labels { lock, kind } = labels;
@@ -294,7 +337,25 @@ impl Held {
             #[cfg(feature = "metrics")]
             labels: outer.then_some(labels),
             #[cfg(feature = "metrics")]
+            since,
+            #[cfg(feature = "metrics")]
             held: AtomicBool::new(outer),
+        }
+    }
+
+    /// A renewal of the lease (of `ttl`) was answered: `deadline` says until when the lease
+    /// was guaranteed before it (called only with the feature, before the lease is extended).
+    #[inline]
+    pub(crate) fn renewed(&self, ttl: Duration, deadline: impl FnOnce() -> Instant) {
+        #[cfg(feature = "metrics")]
+        if let Some(Labels { lock, kind }) = self.labels {
+            let now = Instant::now();
+            let ttl = ttl.as_secs_f64();
+            let margin = deadline().saturating_duration_since(now).as_secs_f64();
+            let age = now.saturating_duration_since(self.since).as_secs_f64();
+            ::metrics::histogram!(RENEWAL_MARGIN_RATIO, "lock" => lock, "kind" => kind)
+                .record(margin / ttl);
+            ::metrics::histogram!(HOLD_TTL_RATIO, "lock" => lock, "kind" => kind).record(age / ttl);
         }
     }
 
@@ -396,6 +457,45 @@ pub(crate) fn renewal_batch(leases: usize) {
     {
         #[allow(clippy::cast_precision_loss)] // batch sizes are small
         ::metrics::histogram!(RENEWAL_BATCH_SIZE).record(leases as f64);
+    }
+}
+
+/// What the client saw happen to a server: the `event` of `distlock_server_events_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ServerEvent {
+    /// A server's wall clock stepped forward (`deploy::server_check`): its locks expire early.
+    ClockStep,
+    /// A server restarted (its run id changed): the locks it held may be gone.
+    Restart,
+    /// Sentinel switched the master (announced, or found by asking the sentinels).
+    MasterSwitch,
+}
+
+impl ServerEvent {
+    /// The label value.
+    fn as_str(self) -> &'static str {
+        match self {
+            ServerEvent::ClockStep => "clock_step",
+            ServerEvent::Restart => "restart",
+            ServerEvent::MasterSwitch => "master_switch",
+        }
+    }
+}
+
+/// The client saw `event` happen to one of its servers.
+#[inline]
+pub(crate) fn server_event(event: ServerEvent) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(SERVER_EVENTS_TOTAL, "event" => event.as_str()).increment(1);
+}
+
+/// The client watches for `events`: their series exist from now on, at 0 until one happens (a
+/// counter that first appears at 1 is an increase that `increase()` and `rate()` never see).
+#[inline]
+pub(crate) fn server_events_watched(events: &[ServerEvent]) {
+    #[cfg(feature = "metrics")]
+    for event in events {
+        ::metrics::counter!(SERVER_EVENTS_TOTAL, "event" => event.as_str()).increment(0);
     }
 }
 

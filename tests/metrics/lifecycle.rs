@@ -1,6 +1,6 @@
-//! What a hold counts once it is taken: renewals (ok, failed, lost), a lease lost and a
-//! release that found the lock gone, retried transient failures, and the `held` and `waiting`
-//! gauges back to 0 on every way out of a hold or a wait.
+//! What a hold counts once it is taken: renewals (ok, failed, lost; each one's margin and the
+//! hold's age in ttls), a lease lost and a release that found the lock gone, retried transient
+//! failures, and the `held` and `waiting` gauges back to 0 on every way out of a hold or a wait.
 
 use std::future::pending;
 use std::time::Duration;
@@ -40,6 +40,18 @@ async fn renewals_lease_loss_and_release_loss() {
     .await;
     assert_eq!(renewals("failed"), 0);
 
+    // Each renewal answered records the margin the lease had left (on time: about 2/3 of the
+    // ttl) and the hold's age in ttls (a third of a ttl more at each).
+    let margins = histogram("distlock_renewal_margin_ratio", &[("lock", LEASE)]);
+    let ages = histogram("distlock_hold_ttl_ratio", &[("lock", LEASE)]);
+    assert!(margins.len() >= 2, "{margins:?}");
+    assert!(
+        margins.iter().all(|m| (0.4..=1.0).contains(m)),
+        "{margins:?}"
+    );
+    assert!(ages.iter().all(|&a| a > 0.2), "{ages:?}");
+    assert!(ages.iter().any(|&a| a > 0.6), "{ages:?}");
+
     // Redis refuses this user's scripts: renewals fail (and are retried).
     let _: () = redis::cmd("ACL")
         .arg(&["SETUSER", "locker", "-evalsha", "-eval"])
@@ -64,6 +76,29 @@ async fn renewals_lease_loss_and_release_loss() {
         .ensure_held()
         .expect("a retried renewal kept the lease");
     assert_eq!(gauge("distlock_held", LEASE), 1.0);
+
+    // A lock handed over by a release runs on its grant window (1 s) until its first
+    // extension, which finds what is left of the window, not of a ttl: no late renewal, and
+    // not counted as one (0.67 s of a 3 s ttl would read as a margin of 0.22).
+    const HANDED: &str = "handed:<n>";
+    let ttl = Duration::from_secs(3);
+    let holder = a.lock("handed:1").label(HANDED).ttl(ttl).acquire().await;
+    let holder = holder.unwrap();
+    let b2 = b.clone();
+    let waiter = tokio::spawn(async move {
+        let lock = b2.lock("handed:1").label(HANDED).ttl(ttl).renew(true);
+        lock.wait(Duration::from_secs(5)).acquire().await
+    });
+    testkit::until_queued(&admin, "handed:1", 1).await;
+    holder.release().await.unwrap();
+    let handed = waiter.await.unwrap().expect("handed the lock");
+    let margins = eventually(Duration::from_secs(5), "a renewal", || async {
+        let margins = histogram("distlock_renewal_margin_ratio", &[("lock", HANDED)]);
+        (!margins.is_empty()).then_some(margins)
+    })
+    .await;
+    assert!(margins.iter().all(|&m| m >= 0.4), "{margins:?}");
+    handed.release().await.unwrap();
 
     // The key is deleted while the lease is renewed: the next renewal finds it gone.
     let _: () = admin.del(lock_key("lease:1")).await.unwrap();

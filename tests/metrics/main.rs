@@ -5,9 +5,10 @@
 //!
 //! The tests by topic: `acquire` (what taking a hold counts: outcomes, waits and holds per
 //! label, the attribute's template label and skips, a RedLock quorum's waiters, the `kind`
-//! label) and `lifecycle` (what a hold counts once taken: renewals, a lease or a release lost,
-//! retried transient failures, the gauges back to 0 on every exit path). Here: the recorder,
-//! the readers of its series, and the check that the docs name every metric.
+//! label), `lifecycle` (what a hold counts once taken: renewals, their margins and the hold's
+//! age, a lease or a release lost, retried transient failures, the gauges back to 0 on every
+//! exit path) and `servers` (what a client saw happen to its servers). Here: the recorder, the
+//! readers of its series, and the check that the docs name every metric.
 //!
 //! Each test uses its own `lock` labels, so tests running side by side in this process do not
 //! touch each other's series; only `renewals_lease_loss_and_release_loss` renews leases, so the
@@ -15,6 +16,7 @@
 
 mod acquire;
 mod lifecycle;
+mod servers;
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
@@ -189,7 +191,7 @@ fn every_metric_is_documented() {
         .filter_map(|l| l.split('"').nth(1))
         .filter(|name| name.starts_with("distlock_"))
         .collect();
-    assert_eq!(defined.len(), 13, "{defined:?}");
+    assert_eq!(defined.len(), 16, "{defined:?}");
     for (doc, text) in [
         ("distlock/src/lib.rs", read("distlock/src/lib.rs")),
         ("docs/observability.md", read("docs/observability.md")),

@@ -69,6 +69,9 @@ struct Entry {
     /// The renewal period now: a third of the ttl, or of a handed-over lock's window until
     /// its first renewal.
     period: Duration,
+    /// The lease still runs on a handed-over lock's window, not on a ttl (until its first
+    /// renewal): the margin that renewal finds is the window's, no sign of a late renewal.
+    window: bool,
 }
 
 #[derive(Default)]
@@ -197,6 +200,7 @@ impl Watchdog {
             table.next_id += 1;
             let id = table.next_id;
             let confirmed = renewal.switches;
+            let window = renewal.granted.is_some();
             let renewal = Arc::new(renewal);
             let entry = Entry {
                 renewal,
@@ -204,6 +208,7 @@ impl Watchdog {
                 confirmed,
                 retry_at: now,
                 period,
+                window,
             };
             table.entries.insert(id, entry);
             (id, wake)
@@ -471,6 +476,13 @@ async fn renew_chunk(
                     }
                     Renewed::Yes => {
                         metrics::renewal(RenewalOutcome::Ok);
+                        let on_window = table
+                            .entries
+                            .get_mut(id)
+                            .is_some_and(|e| std::mem::take(&mut e.window));
+                        if !on_window {
+                            r.lease.held().renewed(r.item.ttl, || r.lease.deadline());
+                        }
                         r.lease.set_unreplicated(false);
                         r.lease
                             .extend_part(r.part, guaranteed_until(sent_at, item.ttl));

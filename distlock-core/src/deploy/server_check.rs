@@ -36,6 +36,7 @@ use tokio::time::Instant;
 use crate::background::Background;
 use crate::deploy::backend::Link;
 use crate::deploy::connection::Connection;
+use crate::metrics::{self, ServerEvent};
 
 /// How much further than this machine's clock a server's clock may move between two reads
 /// (beyond their round trips) before it counts as a step: far above the drift of a clock NTP
@@ -68,6 +69,7 @@ impl ServerCheck {
             announce: watch::channel(0).0,
         });
         let task = period.map(|period| {
+            metrics::server_events_watched(&[ServerEvent::ClockStep, ServerEvent::Restart]);
             let task = watch_clocks(servers, period, timeout, steps.clone());
             background.handle().spawn(task).abort_handle()
         });
@@ -141,12 +143,14 @@ async fn watch_clocks(
                         ahead_ms = ahead.as_millis() as u64,
                         "a Redis server's clock stepped forward: its locks expire early; confirming every lease"
                     );
+                    metrics::server_event(ServerEvent::ClockStep);
                     steps.count();
                 } else if restarted(&before, &reading) {
                     tracing::warn!(
                         node = %node,
                         "a Redis server restarted: the locks it held may be gone; confirming every lease"
                     );
+                    metrics::server_event(ServerEvent::Restart);
                     steps.count();
                 }
             }

@@ -56,7 +56,7 @@ pub(crate) fn into_guard(
     let lease = Lease::new(
         deadline,
         terms.renew || granted.is_some(),
-        Held::new(terms.label, !reentry),
+        Held::new(terms.label, !reentry, sent_at),
     );
     // The first renewal of a handed-over lock is due a third of the way through what is left.
     let left_of_window = granted.map(|_| deadline.saturating_duration_since(Instant::now()));

@@ -40,6 +40,7 @@ use tokio::time::Instant;
 
 use crate::config::AddressMap;
 use crate::error::is_connection_failure;
+use crate::metrics::{self, ServerEvent};
 use crate::sync;
 
 /// Pause between two rounds of questions while a failover is under way.
@@ -197,9 +198,19 @@ impl Sentinels {
         }
     }
 
-    /// Counts a switch to `address` (announced by the sentinels, or found by asking them).
+    /// Counts a switch to `address` (announced by the sentinels, or found by asking them). The
+    /// metric counts a failover once: a switch to the master already announced (found by
+    /// asking before the connection moved there) is the same one.
     fn switched(&self, address: Option<(String, u16)>) {
-        *sync::write(&self.announced) = address;
+        let again = {
+            let mut announced = sync::write(&self.announced);
+            let again = address.is_some() && *announced == address;
+            *announced = address;
+            again
+        };
+        if !again {
+            metrics::server_event(ServerEvent::MasterSwitch);
+        }
         self.switches.send_modify(|n| *n += 1);
     }
 
@@ -209,6 +220,7 @@ impl Sentinels {
     /// accepts writes until then).
     fn watch(self: &Arc<Self>) {
         if !self.watching.swap(true, Ordering::AcqRel) {
+            metrics::server_events_watched(&[ServerEvent::MasterSwitch]);
             drop(tokio::spawn(watch_switches(Arc::downgrade(self))));
         }
     }
