@@ -1,6 +1,7 @@
 //! The tracing table of `docs/observability.md` lists every event and span the runtime emits, at
 //! its level: read from the source, so the table cannot drift from the code. (The table's module column is not
 //! checked, so moving an event between modules does not fail this test; keep it right by hand.)
+//! Its OpenTelemetry section names every field of the acquire span, and no attribute it lacks.
 
 use std::fs;
 use std::path::PathBuf;
@@ -134,4 +135,66 @@ fn the_docs_list_every_event_at_its_level() {
         "docs/observability.md's tracing table lacks these (level, message):\n{}",
         missing.join("\n")
     );
+}
+
+/// The field names of the first `tracing::debug_span!(` call in `source`.
+fn span_fields(source: &str) -> Vec<String> {
+    let call = "tracing::debug_span!(";
+    let at = source.find(call).expect("a span in the source") + call.len();
+    let mut depth = 1;
+    let end = source[at..]
+        .char_indices()
+        .find(|&(_, c)| {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                _ => {}
+            }
+            depth == 0
+        })
+        .map(|(i, _)| at + i)
+        .unwrap();
+    source[at..end]
+        .split(',')
+        .filter_map(|field| field.split_once('='))
+        .map(|(name, _)| name.trim().to_owned())
+        .collect()
+}
+
+/// The OpenTelemetry section of `docs/observability.md` names every field of the
+/// `distlock.acquire` span (read from the source), and its table names no attribute the span
+/// does not have.
+#[test]
+fn the_otel_convention_names_every_field_of_the_acquire_span() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let source = fs::read_to_string(root.join("distlock-core/src/lock/builder.rs")).unwrap();
+    let fields = span_fields(&source);
+    for convention in ["lock.name", "lock.kind", "lock.template", "lock.outcome"] {
+        assert!(fields.iter().any(|f| f == convention), "{fields:?}");
+    }
+    let page = fs::read_to_string(root.join("docs/observability.md")).unwrap();
+    let section = page
+        .split("## OpenTelemetry: the span's attributes")
+        .nth(1)
+        .expect("docs/observability.md has the OpenTelemetry section");
+    let section = section.split("\n## ").next().unwrap();
+    for field in &fields {
+        assert!(
+            section.contains(&format!("`{field}`")),
+            "the OpenTelemetry section does not name `{field}`"
+        );
+    }
+    let documented: Vec<&str> = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .filter(|name| name.starts_with("lock.") || name.starts_with("otel."))
+        .collect();
+    assert!(documented.len() >= 5, "{documented:?}");
+    for name in documented {
+        assert!(
+            fields.iter().any(|f| f == name),
+            "the OpenTelemetry section documents `{name}`, which the span does not have: {fields:?}"
+        );
+    }
 }

@@ -14,7 +14,7 @@ use crate::lock::guard::LockGuard;
 use crate::lock::kind::{set, Kind};
 use crate::lock::terms::Terms;
 use crate::lock::waiting;
-use crate::metrics::{self, Attempt, Labels};
+use crate::metrics::{self, Attempt, Labels, Outcome};
 use crate::registry;
 use crate::wire::keys::LockKeys;
 
@@ -372,23 +372,60 @@ impl LockBuilder {
     pub(crate) async fn acquire_here(self) -> Result<LockGuard, Error> {
         let attempt = Attempt::new(self.labels(), self.skip, self.wait.is_some());
         let result = match self.terms() {
-            Ok((client, keys, kind, terms)) => match &self.others {
-                None => {
-                    let span = tracing::debug_span!("distlock.acquire", key = %keys.name(), ttl_ms = millis_ceil(terms.ttl));
-                    if span.is_disabled() {
-                        waiting::acquire(client, keys, kind, terms).await
-                    } else {
+            Ok((client, keys, kind, terms)) => {
+                let span = self.span(terms.ttl);
+                let result = match &self.others {
+                    None if span.is_disabled() => waiting::acquire(client, keys, kind, terms).await,
+                    None => {
+                        span.record("key", tracing::field::display(keys.name()));
+                        span.record("lock.name", keys.name());
                         waiting::acquire(client, keys, kind, terms)
-                            .instrument(span)
+                            .instrument(span.clone())
                             .await
                     }
+                    Some(others) => self.acquire_set(client, others, terms, &span).await,
+                };
+                if !span.is_disabled() {
+                    self.record_outcome(&span, result.as_ref().map(LockGuard::is_reentry));
                 }
-                Some(others) => self.acquire_set(client, others, terms).await,
-            },
+                result
+            }
             Err(error) => Err(error),
         };
         attempt.done(result.as_ref().map(LockGuard::is_reentry));
         result
+    }
+
+    /// The span of one acquisition, its waiting included, with the fields of the OpenTelemetry
+    /// convention (`docs/observability.md`, "OpenTelemetry"): `lock.name` (and `key`, the same)
+    /// recorded once known, `lock.kind` and `lock.template` (the metrics' `kind` and `lock`
+    /// labels), `lock.outcome` and `otel.status_code` when the acquire ends.
+    fn span(&self, ttl: Duration) -> tracing::Span {
+        let Labels { lock, kind } = self.labels();
+        tracing::debug_span!(
+            "distlock.acquire",
+            key = tracing::field::Empty,
+            ttl_ms = millis_ceil(ttl),
+            lock.name = tracing::field::Empty,
+            lock.kind = kind,
+            lock.template = lock,
+            lock.outcome = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        )
+    }
+
+    /// Records how the acquire ended on its span: `lock.outcome` (the metrics' `outcome`, or
+    /// `lost` when an outer hold re-entered was found gone), and `otel.status_code = "ERROR"`
+    /// when it failed (`error`, `lost`; a busy lock is an answer, not a failure).
+    fn record_outcome(&self, span: &tracing::Span, result: Result<bool, &Error>) {
+        let outcome = match (Outcome::of(result, self.skip, self.wait.is_some()), result) {
+            (Outcome::Error, Err(e)) if e.is_lost() => "lost",
+            (outcome, _) => outcome.as_str(),
+        };
+        span.record("lock.outcome", outcome);
+        if matches!(outcome, "error" | "lost") {
+            span.record("otel.status_code", "ERROR");
+        }
     }
 
     /// A set's acquire ([`crate::lock_all`]): its locks in canonical order, one lock's acquire
@@ -398,28 +435,26 @@ impl LockBuilder {
         client: Client,
         others: &[String],
         terms: Terms,
+        span: &tracing::Span,
     ) -> Result<LockGuard, Error> {
         let prefix = &client.config().key_prefix;
         let mut set = set::canonical(prefix, &self.name, others, client.sharded_pubsub())?;
-        let span = tracing::debug_span!(
-            "distlock.acquire",
-            key = tracing::field::Empty,
-            ttl_ms = millis_ceil(terms.ttl)
-        );
         if !span.is_disabled() {
             let names: Vec<&str> = set.iter().map(LockKeys::name).collect();
-            span.record("key", names.join(", "));
+            let names = names.join(", ");
+            span.record("key", &names);
+            span.record("lock.name", names);
         }
         match set.len() {
             1 => {
                 let keys = set.remove(0);
                 waiting::acquire(client, keys, Kind::Exclusive, terms)
-                    .instrument(span)
+                    .instrument(span.clone())
                     .await
             }
             _ => {
                 waiting::acquire_set(client, set, terms)
-                    .instrument(span)
+                    .instrument(span.clone())
                     .await
             }
         }
