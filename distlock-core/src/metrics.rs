@@ -36,7 +36,7 @@ pub(crate) const UNLABELED: &str = "unlabeled";
 /// The labels of one acquisition's series: `lock` (its label) and `kind`, what it takes —
 /// `lock` (the lock itself, the write of a read/write lock), `permit` (one of a semaphore's),
 /// `read` (a shared hold) or `set` (several locks at once, `lock_all`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Labels {
     pub(crate) lock: &'static str,
     pub(crate) kind: &'static str,
@@ -213,6 +213,48 @@ impl Outcome {
     }
 }
 
+/// Every reason a hold is lost for, in the order of [`LossReason`]'s variants.
+const REASONS: [LossReason; 6] = [
+    LossReason::Expired,
+    LossReason::Stolen,
+    LossReason::Unreachable,
+    LossReason::LeaseElapsed,
+    LossReason::Refused,
+    LossReason::Unreplicated,
+];
+
+/// The `outcome` labels of `distlock_sent_releases_total`.
+const SENT_OUTCOMES: [&str; 4] = ["released", "expired", "stolen", "failed"];
+
+/// The label sets whose rare counters this process made at 0 ([`zero_rare_counters`]).
+#[cfg(feature = "metrics")]
+static ZEROED: std::sync::LazyLock<std::sync::RwLock<std::collections::HashSet<Labels>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// Makes the series of the rare counters of `labels` (`distlock_lost_total` for every reason,
+/// `distlock_sent_releases_total` for every outcome) at 0, the first time this process holds a
+/// lock of these labels: a counter series that first appears at 1 is an increase that
+/// Prometheus' `increase()` and `rate()` never see, so the first loss of a lock would not
+/// alert. A lookup in a read-locked set afterwards.
+#[cfg(feature = "metrics")]
+fn zero_rare_counters(labels: Labels) {
+    if crate::sync::read(&ZEROED).contains(&labels) {
+        return;
+    }
+    if !crate::sync::write(&ZEROED).insert(labels) {
+        return;
+    }
+    let Labels { lock, kind } = labels;
+    for reason in REASONS {
+        ::metrics::counter!(LOST_TOTAL, "lock" => lock, "kind" => kind, "reason" => reason_label(reason))
+            .increment(0);
+    }
+    for outcome in SENT_OUTCOMES {
+        ::metrics::counter!(SENT_RELEASES_TOTAL, "lock" => lock, "kind" => kind, "outcome" => outcome)
+            .increment(0);
+    }
+}
+
 /// The `reason` label of `distlock_lost_total`.
 pub(crate) fn reason_label(reason: LossReason) -> &'static str {
     match reason {
@@ -330,6 +372,7 @@ impl Held {
     pub(crate) fn new(labels: Labels, outer: bool, since: Instant) -> Self {
         #[cfg(feature = "metrics")]
         if outer {
+            zero_rare_counters(labels);
             let Labels { lock, kind } = labels;
             ::metrics::gauge!(HELD, "lock" => lock, "kind" => kind).increment(1.0);
         }
@@ -516,6 +559,11 @@ impl Leading {
             let name = name.to_owned();
             ::metrics::gauge!(LEADER, "name" => name.clone()).increment(1.0);
             ::metrics::counter!(LEADER_TERMS_TOTAL, "name" => name.clone()).increment(1);
+            // At 0 until a term is lost (see `zero_rare_counters`); terms are rare.
+            for reason in REASONS {
+                ::metrics::counter!(LEADER_LOST_TOTAL, "name" => name.clone(), "reason" => reason_label(reason))
+                    .increment(0);
+            }
             Leading { name }
         }
         #[cfg(not(feature = "metrics"))]

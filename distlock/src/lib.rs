@@ -492,6 +492,13 @@
 //! | `distlock_leader_terms_total` | counter | `name` | terms this process started as leader |
 //! | `distlock_leader_lost_total` | counter | `name`, `reason` | terms of this process that ended lost (not resigned), by [`LossReason`] as `distlock_lost_total` |
 //!
+//! The rare counters are there at 0 before their first event, so that Prometheus'
+//! `increase()` and `rate()` see it (a series that first appears at 1 shows no increase):
+//! `distlock_lost_total` for every reason and `distlock_sent_releases_total` for every outcome
+//! from the process's first hold of a lock's labels, `distlock_leader_lost_total` for every
+//! reason from an election's first term here, `distlock_server_events_total` from when a client
+//! watches for the event.
+//!
 //! **The `lock` label is the lock's template, never its key**, so the number of series stays
 //! bounded however many orders or users there are: `#[distributed_lock(key = "order:<id>")]`
 //! labels with `order:<id>` exactly as written; the manual API labels with

@@ -10,7 +10,10 @@ use redis::AsyncCommands;
 use testkit::{eventually, RedisServer};
 use tokio::task::JoinHandle;
 
-use crate::{acquires, client, counter, gauge, histogram, lock_key, outcomes, recorded, renewals};
+use crate::{
+    acquires, client, counter, gauge, histogram, lock_key, outcomes, recorded, renewals, seen,
+    series,
+};
 
 #[tokio::test]
 async fn renewals_lease_loss_and_release_loss() {
@@ -414,4 +417,48 @@ async fn a_leaders_terms_are_counted_and_its_gauge_returns_to_zero() {
         0,
         "resigned and dropped terms are not lost"
     );
+}
+
+/// The rare counters of a lock are there at 0 from its first hold (a series first seen at 1 is
+/// an increase `increase()` never sees): a loss for every reason, a sent release for every
+/// outcome; an election's lost terms from its first term.
+#[tokio::test]
+async fn rare_counters_start_at_zero() {
+    recorded();
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    const RARE: &str = "rare:<n>";
+    let exists = |name: &str, labels: &[(&str, &str)]| {
+        seen()
+            .counters
+            .get(&series(name, labels))
+            .is_some_and(|&n| n == 0)
+    };
+    let reasons = [
+        "expired",
+        "stolen",
+        "unreachable",
+        "lease_elapsed",
+        "refused",
+        "unreplicated",
+    ];
+    assert!(!exists(
+        "distlock_lost_total",
+        &[("lock", RARE), ("reason", "expired")]
+    ));
+    c.lock("rare:1").label(RARE).acquire().await.unwrap();
+    for reason in reasons {
+        let labels = [("lock", RARE), ("reason", reason)];
+        assert!(exists("distlock_lost_total", &labels), "{reason}");
+    }
+    for outcome in ["released", "expired", "stolen", "failed"] {
+        let labels = [("lock", RARE), ("outcome", outcome)];
+        assert!(exists("distlock_sent_releases_total", &labels), "{outcome}");
+    }
+    let leading = c.leader("rare-election").campaign().await.unwrap();
+    for reason in reasons {
+        let labels = [("name", "rare-election"), ("reason", reason)];
+        assert!(exists("distlock_leader_lost_total", &labels), "{reason}");
+    }
+    leading.resign().await.unwrap();
 }
