@@ -1,5 +1,6 @@
 //! Test support for distlock's integration tests, examples and benchmarks: throwaway
-//! `redis-server` processes on free loopback ports, stopped by PID.
+//! `redis-server` processes on free loopback ports, stopped by PID (and a `postgres` and a
+//! `prometheus` the same way).
 //!
 //! Each [`RedisServer`] runs with `--save ""` and no AOF, so nothing touches the disk, and is
 //! killed when dropped. `scripts/test.sh` installs `redis-server` when it is missing.
@@ -20,6 +21,7 @@ mod locks;
 #[cfg(feature = "tls")]
 mod pki;
 mod postgres;
+mod prometheus;
 pub mod proxy;
 mod quorum;
 mod races;
@@ -41,6 +43,7 @@ pub use locks::{acquire_soon, client_with, quick_client, take_and_release};
 #[cfg(feature = "tls")]
 pub use pki::Pki;
 pub use postgres::PostgresServer;
+pub use prometheus::{encode as url_encode, Prometheus};
 pub use quorum::{at_rest, expect_no_quorum};
 pub use races::{counter, counter_race, race_counter, wait_for_release};
 pub use sentinel::{LoneSentinel, RedisSentinel, SentinelOptions};
