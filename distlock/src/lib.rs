@@ -514,7 +514,9 @@
 //! # Ok(()) }
 //! ```
 //!
-//! `examples/metrics.rs` in the repository exports them in Prometheus' text format.
+//! `examples/metrics.rs` in the repository exports them in Prometheus' text format, with the
+//! histogram buckets that the repository's operator's kit (`ops/`: Prometheus recording rules,
+//! alerts with their runbook, a Grafana dashboard) expects.
 //!
 //! ## Fencing tokens
 //!
