@@ -51,10 +51,10 @@ fi
 ) >"$background_log" 2>&1 &
 background=$!
 status=0
-cargo test --workspace --exclude distlock-ui --lib --bins --tests --examples --features "$features" --locked 2>&1 | tee "$log" || status=1
+cargo test --workspace --exclude distlock-ui --lib --bins --tests --examples --features "$features" --locked --no-fail-fast 2>&1 | tee "$log" || status=1
 # The same features as the tests above, so the doc tests reuse their build (another feature
 # set rebuilds the runtime and everything that unifies features with it, sqlx included).
-cargo test --workspace --doc --features "$features" --locked 2>&1 | tee -a "$log" || status=1
+cargo test --workspace --doc --features "$features" --locked --no-fail-fast 2>&1 | tee -a "$log" || status=1
 background_status=0
 wait "$background" || background_status=$?
 echo "--- packages and UI cases (run alongside the tests) ---"

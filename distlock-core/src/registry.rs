@@ -77,6 +77,7 @@ fn insert(name: Option<String>, client: Client) -> Result<(), Error> {
 /// your own (closing a database pool, say):
 ///
 /// ```no_run
+/// # use distlock_core as distlock;
 /// # async fn demo() -> Result<(), distlock::Error> {
 /// distlock::init("redis://127.0.0.1:6379/").await?;
 /// // ... serve until told to stop ...

@@ -191,11 +191,6 @@ fn wait_out(runtime: &Handle, work: &CallerWork, bound: Duration) {
         std::thread::sleep(Duration::from_millis(1));
     }
     let mut state = sync::lock(&work.state);
-    eprintln!(
-        "DBG alive {} tasks {}",
-        runtime.metrics().num_alive_tasks(),
-        state.tasks
-    );
     while state.tasks > 0 {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
