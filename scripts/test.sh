@@ -11,15 +11,12 @@ cargo fmt --all -- --check
 # (benchmarks are built without it).
 features="distlock-suite/metrics,distlock-examples/metrics"
 cargo clippy --workspace --all-targets --features "$features" --locked -- -D warnings
-# The runtime without its optional features (the suite turns `metrics` on): the metric hooks
-# must compile to nothing, warning-free.
-cargo clippy -p distlock-core -p distlock --locked -- -D warnings
-RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 # Every test target is built first. Then the tests run (they mostly wait: on Redis, timers,
 # failovers, child processes) while, in the background at the lowest CPU and I/O priority,
-# the two compile-bound checks use the idle cores: the packages' build and the UI cases. Each
-# has a target folder of its own (cargo holds a target folder's lock for a whole command), so
-# neither waits for the tests; at their priority they take CPU the tests leave unused.
+# the compile-bound checks use the idle cores: the runtime's lints without its optional
+# features, the docs, the packages' build and the UI cases. Each has a target folder of its
+# own (cargo holds a target folder's lock for a whole command), so none waits for the tests;
+# at their priority they take CPU the tests leave unused.
 cargo test --workspace --exclude distlock-ui --lib --bins --tests --examples --features "$features" --locked --no-run
 log=$(mktemp)
 background_log=$(mktemp)
@@ -30,6 +27,13 @@ if command -v ionice >/dev/null 2>&1; then
 fi
 (
   set -euo pipefail
+  target="${CARGO_TARGET_DIR:-$PWD/target}"
+  # The runtime without its optional features (the suite turns `metrics` on): the metric
+  # hooks must compile to nothing, warning-free. Then the docs, warning-free (the same
+  # dependencies, checked once).
+  "${low_priority[@]}" cargo clippy -p distlock-core -p distlock --locked --target-dir "$target/background" -- -D warnings
+  RUSTDOCFLAGS="-D warnings" "${low_priority[@]}" cargo doc --workspace --no-deps --locked --quiet --target-dir "$target/background"
+  echo "lints without features, docs: clean"
   # The published crates build from their packages exactly as users get them: a file left
   # out of a package (a module, a license text, the README a crate names) fails here.
   # Cargo verifies them through a local registry whose crates it unpacks into its own cache,
@@ -40,7 +44,6 @@ fi
   for stale in "$cargo_home"/registry/src/-*/distlock*-[0-9]* "$cargo_home"/registry/cache/-*/distlock*-[0-9]*; do
     if [ -e "$stale" ]; then rm -rf "$stale"; fi
   done
-  target="${CARGO_TARGET_DIR:-$PWD/target}"
   package_target="$target/package-check"
   rm -rf "$package_target"/debug/.fingerprint/distlock* "$package_target"/debug/deps/*distlock* "$package_target"/package
   "${low_priority[@]}" cargo package --locked --allow-dirty --quiet --target-dir "$package_target" -p distlock-core -p distlock-macros -p distlock -p distlock-cli
@@ -57,11 +60,11 @@ cargo test --workspace --exclude distlock-ui --lib --bins --tests --examples --f
 cargo test --workspace --doc --features "$features" --locked --no-fail-fast 2>&1 | tee -a "$log" || status=1
 background_status=0
 wait "$background" || background_status=$?
-echo "--- packages and UI cases (run alongside the tests) ---"
+echo "--- lints without features, docs, packages and UI cases (run alongside the tests) ---"
 cat "$background_log"
 cat "$background_log" >>"$log"
 if [ "$background_status" -ne 0 ]; then
-  echo "packages or UI cases failed (exit $background_status)"
+  echo "lints without features, docs, packages or UI cases failed (exit $background_status)"
   status=1
 fi
 passed=$(grep -Eo '(ok|FAILED)\. [0-9]+ passed|^[0-9]+ passed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')

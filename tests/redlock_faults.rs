@@ -412,8 +412,10 @@ async fn contention_with_two_masters_killed_is_not_held_up_by_them() {
     let n = testkit::counter_race(&clients, 1, 10, lock, &store).await;
     let took = started.elapsed();
     assert_eq!(n, 40, "a lost update: two holders at once");
+    // Held up by the killed masters, each split cost seconds (40 sections: well over 10 s);
+    // decided by the live ones, the whole race takes 1-3 s (4.25 s once on 2 loaded cores).
     assert!(
-        took < Duration::from_secs(4),
+        took < Duration::from_secs(8),
         "40 contended sections with 2 of 5 masters killed took {took:?}"
     );
 }
