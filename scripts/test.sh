@@ -11,10 +11,13 @@ cargo fmt --all -- --check
 # (benchmarks are built without it).
 features="distlock-suite/metrics,distlock-examples/metrics"
 cargo clippy --workspace --all-targets --features "$features" --locked -- -D warnings
+# The docs, warning-free (in the foreground: rustdoc in a target folder of its own, alongside
+# the tests, once failed writing its pages).
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 # Every test target is built first. Then the tests run (they mostly wait: on Redis, timers,
 # failovers, child processes) while, in the background at the lowest CPU and I/O priority,
 # the compile-bound checks use the idle cores: the runtime's lints without its optional
-# features, the docs, the packages' build and the UI cases. Each has a target folder of its
+# features, the packages' build and the UI cases. Each has a target folder of its
 # own (cargo holds a target folder's lock for a whole command), so none waits for the tests;
 # at their priority they take CPU the tests leave unused.
 cargo test --workspace --exclude distlock-ui --lib --bins --tests --examples --features "$features" --locked --no-run
@@ -29,11 +32,9 @@ fi
   set -euo pipefail
   target="${CARGO_TARGET_DIR:-$PWD/target}"
   # The runtime without its optional features (the suite turns `metrics` on): the metric
-  # hooks must compile to nothing, warning-free. Then the docs, warning-free (the same
-  # dependencies, checked once).
+  # hooks must compile to nothing, warning-free.
   "${low_priority[@]}" cargo clippy -p distlock-core -p distlock --locked --target-dir "$target/background" -- -D warnings
-  RUSTDOCFLAGS="-D warnings" "${low_priority[@]}" cargo doc --workspace --no-deps --locked --quiet --target-dir "$target/background"
-  echo "lints without features, docs: clean"
+  echo "lints without features: clean"
   # The published crates build from their packages exactly as users get them: a file left
   # out of a package (a module, a license text, the README a crate names) fails here.
   # Cargo verifies them through a local registry whose crates it unpacks into its own cache,
@@ -60,11 +61,11 @@ cargo test --workspace --exclude distlock-ui --lib --bins --tests --examples --f
 cargo test --workspace --doc --features "$features" --locked --no-fail-fast 2>&1 | tee -a "$log" || status=1
 background_status=0
 wait "$background" || background_status=$?
-echo "--- lints without features, docs, packages and UI cases (run alongside the tests) ---"
+echo "--- lints without features, packages and UI cases (run alongside the tests) ---"
 cat "$background_log"
 cat "$background_log" >>"$log"
 if [ "$background_status" -ne 0 ]; then
-  echo "lints without features, docs, packages or UI cases failed (exit $background_status)"
+  echo "lints without features, packages or UI cases failed (exit $background_status)"
   status=1
 fi
 passed=$(grep -Eo '(ok|FAILED)\. [0-9]+ passed|^[0-9]+ passed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')
