@@ -147,13 +147,7 @@ async fn each_outcome_and_kind_carries_the_convention() {
     held.release().await.unwrap();
 
     // Without a label: the template is `unlabeled`.
-    a.lock("otel:2")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    testkit::take_and_release(&a, "otel:2").await;
     assert_span(&spans.one(), "otel:2", "lock", "unlabeled", "acquired");
 
     // Re-entered inside a body; an outer hold found gone on re-entry is lost.
