@@ -494,7 +494,7 @@ impl Batcher {
             )
         };
         // The release script was not loaded (Redis restarted or was flushed): the script call
-        // loads it and runs the group's releases again.
+        // runs the group's releases again (as `EVAL`, which loads it).
         let released = match released {
             Some(released) => released,
             None => self

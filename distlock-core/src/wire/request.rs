@@ -1,5 +1,5 @@
 //! How one request of the protocol goes out and comes back: a Lua script run by its SHA1
-//! (`EVALSHA`, loaded again on `NOSCRIPT`), a request with its `WAIT` and its echoed id, and the
+//! (`EVALSHA`, sent with its source as `EVAL` on `NOSCRIPT`), a request with its `WAIT` and its echoed id, and the
 //! `Call` trait every typed call implements (its request, its id, the decoding of its reply).
 
 use std::sync::OnceLock;
@@ -52,7 +52,24 @@ impl Lua {
         cmd
     }
 
-    /// Runs `cmd` (built with [`Lua::evalsha`]); on NOSCRIPT loads the script and runs it again.
+    /// `cmd` (built with [`Lua::evalsha`]) as an `EVAL` carrying the script's source: for a
+    /// call whose `EVALSHA` found the script missing (Redis restarted, failed over or flushed
+    /// its scripts). `EVAL` loads and runs the script in one command, so no `SCRIPT FLUSH` can
+    /// come between the two (as one could between `SCRIPT LOAD` and a second `EVALSHA`: seen
+    /// under flushes 20 ms apart); Redis caches the script, and the next calls' `EVALSHA`
+    /// finds it.
+    pub(crate) fn eval(&self, cmd: &Cmd) -> Cmd {
+        let mut eval = redis::Cmd::with_capacity(16, 512 + self.source.len());
+        eval.arg("EVAL").arg(self.source);
+        for arg in cmd.args_iter().skip(2) {
+            if let redis::Arg::Simple(bytes) = arg {
+                eval.arg(bytes);
+            }
+        }
+        eval
+    }
+
+    /// Runs `cmd` (built with [`Lua::evalsha`]); on NOSCRIPT runs it again as [`Lua::eval`].
     pub(crate) async fn run<T: FromRedisValue, C: ConnectionLike>(
         &self,
         conn: &mut C,
@@ -60,8 +77,7 @@ impl Lua {
     ) -> RedisResult<T> {
         match cmd.query_async(conn).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                self.load().exec_async(conn).await?;
-                cmd.query_async(conn).await
+                self.eval(cmd).query_async(conn).await
             }
             other => other,
         }
@@ -145,15 +161,18 @@ impl Request {
             }
             (Request::Script(lua, cmd), Some(wait)) => {
                 let mut pipe = redis::pipe();
-                // A NOSCRIPT stays in the reply (the script is loaded and the pair sent again).
+                // A NOSCRIPT stays in the reply (the pair is sent again, the script as `EVAL`).
                 pipe.ignore_errors();
                 pipe.add_command(cmd.clone());
                 add_wait(&mut pipe, wait);
                 let mut replies: Vec<Value> = pipe.query_async(conn).await?;
                 if matches!(replies.first(), Some(Value::ServerError(e)) if e.kind() == Some(ServerErrorKind::NoScript))
                 {
-                    lua.load().exec_async(conn).await?;
-                    replies = pipe.query_async(conn).await?;
+                    let mut again = redis::pipe();
+                    again.ignore_errors();
+                    again.add_command(lua.eval(cmd));
+                    add_wait(&mut again, wait);
+                    replies = again.query_async(conn).await?;
                 }
                 let [reply, acked] = <[Value; 2]>::try_from(replies).map_err(|_| wrong_shape())?;
                 let (echoed, raw) = redis::from_redis_value(reply.extract_error()?)?;
@@ -241,4 +260,29 @@ pub(crate) trait Call {
     }
     /// The reply, or `None` if it is not one this call gets (a reply of the wrong shape).
     fn decode(&self, raw: Self::Raw) -> Option<Self::Reply>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eval_carries_the_source_and_every_key_and_argument() {
+        let mut sha = RELEASE_SCRIPT.evalsha();
+        sha.arg(2).arg("k1").arg(b"k2".as_slice()).arg(7u64);
+        let args = |cmd: &Cmd| -> Vec<Vec<u8>> {
+            cmd.args_iter()
+                .map(|a| match a {
+                    redis::Arg::Simple(b) => b.to_vec(),
+                    _ => panic!("only simple arguments"),
+                })
+                .collect()
+        };
+        let eval = RELEASE_SCRIPT.eval(&sha);
+        let (sha, eval) = (args(&sha), args(&eval));
+        assert_eq!(eval[0], b"EVAL");
+        assert_eq!(eval[1], RELEASE.as_bytes());
+        assert_eq!(sha[0], b"EVALSHA");
+        assert_eq!(eval[2..], sha[2..]);
+    }
 }
