@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use crate::client::waiting::cohort::Carry;
 use crate::client::Client;
 use crate::error::Error;
+use crate::lock::backoff::Backoff;
 use crate::lock::kind::{Kind, Target};
 use crate::lock::queue_entry::QueueEntry;
 use crate::wire::calls::ReleaseCall;
@@ -259,12 +260,30 @@ impl Drop for ReleaseOnDrop {
 }
 
 /// Releases `hold` in a background task on the client's own runtime (so it runs even when the
-/// caller's runtime is shutting down). If the client itself is dropped first, the lease
-/// expires at its ttl.
+/// caller's runtime is shutting down). A transient failure is retried with backoff for as
+/// long as a caller's runtime shutting down waits for it (connect timeout + 2 × response
+/// timeout): the first attempt may fail twice over as its connection goes with a runtime that
+/// shuts down (the task sending its group dropped, then the dead driver), before a reconnect.
+/// If the client itself is dropped first, or every attempt fails, the lease expires at its ttl.
 pub(crate) fn release_later(hold: Hold) {
     let client = hold.client.clone();
     client.spawn_cleanup(async move {
-        match hold.release(None).await {
+        let config = hold.client.config();
+        let until = Instant::now()
+            + config
+                .connect_timeout
+                .saturating_add(config.response_timeout.saturating_mul(2));
+        let mut backoff = Backoff::default();
+        let released = loop {
+            match hold.release(None).await {
+                Err(error) if error.is_transient() && Instant::now() < until => {
+                    tracing::debug!(key = %hold.keys.name(), %error, "background release failed transiently; retrying");
+                    tokio::time::sleep_until(backoff.next(Instant::now(), until)).await;
+                }
+                released => break released,
+            }
+        };
+        match released {
             Ok(_) => tracing::debug!(key = %hold.keys.name(), "released in background"),
             Err(error) => {
                 tracing::warn!(key = %hold.keys.name(), %error, "background release failed; the lock expires at its ttl")
