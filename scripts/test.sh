@@ -20,10 +20,28 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 # features, the packages' build and the UI cases. Each has a target folder of its
 # own (cargo holds a target folder's lock for a whole command), so none waits for the tests;
 # at their priority they take CPU the tests leave unused.
-cargo test --workspace --exclude distlock-ui --lib --bins --tests --examples --features "$features" --locked --no-run
+targets=(--workspace --exclude distlock-ui --lib --bins --tests --examples --features "$features" --locked)
+build_json=$(mktemp)
 log=$(mktemp)
 background_log=$(mktemp)
-trap 'rm -f "$log" "$background_log"' EXIT
+reliability_log=$(mktemp)
+trap 'rm -f "$build_json" "$log" "$background_log" "$reliability_log"' EXIT
+cargo test "${targets[@]}" --no-run --message-format=json-render-diagnostics >"$build_json"
+# The reliability suite (~7 minutes, nearly all of it waiting on its worker processes,
+# injected faults and leases running out) runs as its own stream next to the other test
+# binaries, which cargo runs one after another (~8 minutes, mostly waiting too); its binary
+# is started directly, as cargo would (cargo holds the target folder's lock for a whole
+# command). The other streams name every other test target.
+reliability=$(grep '"kind":\["test"\][^}]*"name":"reliability"' "$build_json" | grep -o '"executable":"[^"]*"' | cut -d'"' -f4)
+mapfile -t other_tests < <(grep -o '"target":{[^}]*}' "$build_json" | grep '"kind":\["test"\]' | grep -o '"name":"[^"]*"' | cut -d'"' -f4 | sort -u | grep -vx reliability)
+if [ -z "$reliability" ] || [ "${#other_tests[@]}" -eq 0 ]; then
+  echo "could not find the test binaries in cargo's build output" >&2
+  exit 1
+fi
+other_targets=(--workspace --exclude distlock-ui --lib --bins --examples --features "$features" --locked)
+for name in "${other_tests[@]}"; do
+  other_targets+=(--test "$name")
+done
 low_priority=(nice -n 19)
 if command -v ionice >/dev/null 2>&1; then
   low_priority+=(ionice -c 3)
@@ -54,11 +72,22 @@ fi
   CARGO_TARGET_DIR="$target/ui-check" "${low_priority[@]}" cargo test -p distlock-ui --test ui --locked
 ) >"$background_log" 2>&1 &
 background=$!
+"$reliability" >"$reliability_log" 2>&1 &
+reliability_run=$!
 status=0
-cargo test --workspace --exclude distlock-ui --lib --bins --tests --examples --features "$features" --locked --no-fail-fast 2>&1 | tee "$log" || status=1
+cargo test "${other_targets[@]}" --no-fail-fast 2>&1 | tee "$log" || status=1
 # The same features as the tests above, so the doc tests reuse their build (another feature
 # set rebuilds the runtime and everything that unifies features with it, sqlx included).
 cargo test --workspace --doc --features "$features" --locked --no-fail-fast 2>&1 | tee -a "$log" || status=1
+reliability_status=0
+wait "$reliability_run" || reliability_status=$?
+echo "--- the reliability suite (run alongside the other tests) ---"
+cat "$reliability_log"
+cat "$reliability_log" >>"$log"
+if [ "$reliability_status" -ne 0 ]; then
+  echo "the reliability suite failed (exit $reliability_status)"
+  status=1
+fi
 background_status=0
 wait "$background" || background_status=$?
 echo "--- lints without features, packages and UI cases (run alongside the tests) ---"

@@ -19,8 +19,10 @@
 //! * **every observer saw every term, in order**: the suite's `Some` terms are exactly the
 //!   elected terms; each candidate's are the elected terms from the first it saw to the last
 //!   (it starts late, or dies early), none skipped, none repeated or back;
-//! * a **resigning** leader is replaced within 50 ms (its `RESIGNED` to the next `LEAD`), a
-//!   **killed** one within ttl + 0.5 s of the kill.
+//! * a **resigning** leader is replaced within 50 ms (its `RESIGNED` to the next `LEAD`; 18–25
+//!   ms over RedLock on a quiet 2-core machine), a **killed** one within ttl + 0.5 s of the
+//!   kill. In CI (`CI` set), where the suite shares its two cores with compiles and other test
+//!   binaries, the resign bound is 100 ms (49 and 58 ms were seen there).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -37,6 +39,8 @@ use crate::worker::{field_u64, fields, Ctx, Worker};
 const TTL: Duration = Duration::from_secs(1);
 const CANDIDATES: usize = 4;
 const RESIGN_BOUND: Duration = Duration::from_millis(50);
+/// [`RESIGN_BOUND`] in CI, next to compiles.
+const RESIGN_BOUND_CI: Duration = Duration::from_millis(100);
 const KILL_SLACK: Duration = Duration::from_millis(500);
 
 pub(crate) fn scenario(s: &Settings, budget: Duration) -> Scenario {
@@ -441,9 +445,13 @@ fn check(
     }
     let slowest_resign = resign_waits.iter().max().copied().unwrap_or_default();
     let slowest_kill = kill_waits.iter().max().copied().unwrap_or_default();
-    t.check(slowest_resign <= RESIGN_BOUND, || {
+    let resign_bound = match std::env::var_os("CI") {
+        Some(_) => RESIGN_BOUND_CI,
+        None => RESIGN_BOUND,
+    };
+    t.check(slowest_resign <= resign_bound, || {
         format!(
-            "{name}: a resigning leader replaced after {slowest_resign:?} (bound {RESIGN_BOUND:?})"
+            "{name}: a resigning leader replaced after {slowest_resign:?} (bound {resign_bound:?})"
         )
     });
     t.check(slowest_kill <= TTL + KILL_SLACK, || {
