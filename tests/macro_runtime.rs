@@ -120,14 +120,16 @@ async fn exit_paths(case: &str, fail: bool) -> Result<u32, AppError> {
 fn releases_on_return_question_mark_and_early_return() {
     run(async {
         assert_eq!(exit_paths("ok", false).await, Ok(7));
-        assert!(!is_held("exit:ok").await, "released before returning");
+        // The release goes out without `run` waiting for it (at the caller's next await):
+        // another connection, this check's, may see the lock a moment longer.
+        freed("exit:ok").await;
         assert_eq!(
             exit_paths("err", true).await,
             Err(AppError::Body("bad input"))
         );
-        assert!(!is_held("exit:err").await);
+        freed("exit:err").await;
         assert_eq!(exit_paths("early", false).await, Ok(8));
-        assert!(!is_held("exit:early").await);
+        freed("exit:early").await;
     });
 }
 
@@ -247,7 +249,7 @@ fn nested_calls_reenter_and_share_the_token() {
             Some(outer_token),
             "innermost token restored after the nested call"
         );
-        assert!(!is_held("acct:9").await);
+        freed("acct:9").await;
         assert_eq!(
             distlock::fencing_token(),
             None,
@@ -433,11 +435,11 @@ fn trait_methods_async_trait_and_generics_lock_at_run_time() {
     run(async {
         let dyn_settler: Box<dyn Settle + Send + Sync> = Box::new(Settler);
         assert!(dyn_settler.settle(1).await.unwrap() > 0);
-        assert!(!is_held("settle:1").await);
+        freed("settle:1").await;
         assert_eq!(Settler.native(2).await, Ok(2));
         let v: u64 = generic("g", 5u32).await.unwrap();
         assert_eq!(v, 5);
-        assert!(!is_held("generic:g").await);
+        freed("generic:g").await;
     });
 }
 

@@ -1,5 +1,5 @@
 //! How one request of the protocol goes out and comes back: a Lua script run by its SHA1
-//! (`EVALSHA`, sent with its source as `EVAL` on `NOSCRIPT`), a request with its `WAIT` and its echoed id, and the
+//! (`EVALSHA`, loaded again on `NOSCRIPT`), a request with its `WAIT` and its echoed id, and the
 //! `Call` trait every typed call implements (its request, its id, the decoding of its reply).
 
 use std::sync::OnceLock;
@@ -52,24 +52,26 @@ impl Lua {
         cmd
     }
 
-    /// `cmd` (built with [`Lua::evalsha`]) as an `EVAL` carrying the script's source: for a
-    /// call whose `EVALSHA` found the script missing (Redis restarted, failed over or flushed
-    /// its scripts). `EVAL` loads and runs the script in one command, so no `SCRIPT FLUSH` can
-    /// come between the two (as one could between `SCRIPT LOAD` and a second `EVALSHA`: seen
-    /// under flushes 20 ms apart); Redis caches the script, and the next calls' `EVALSHA`
-    /// finds it.
-    pub(crate) fn eval(&self, cmd: &Cmd) -> Cmd {
-        let mut eval = redis::Cmd::with_capacity(16, 512 + self.source.len());
-        eval.arg("EVAL").arg(self.source);
-        for arg in cmd.args_iter().skip(2) {
-            if let redis::Arg::Simple(bytes) = arg {
-                eval.arg(bytes);
-            }
+    /// `SCRIPT LOAD` and then `cmd` (built with [`Lua::evalsha`]) again, with `then` after it,
+    /// in one write, error replies kept in the reply: for a call whose `EVALSHA` found the
+    /// script missing (Redis restarted, failed over or flushed its scripts). One write, so no
+    /// other client's `SCRIPT FLUSH` comes between the two in practice (Redis runs a client's
+    /// pipelined commands together); sent as two round trips, one did under flushes 20 ms
+    /// apart. (`EVAL` with the source would be atomic, but a least-privilege user has only
+    /// `EVALSHA` and `SCRIPT LOAD`.)
+    fn reload(&self, cmd: &Cmd, then: Option<ReplicaWait>) -> Pipeline {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.add_command(self.load());
+        pipe.add_command(cmd.clone());
+        if let Some(wait) = then {
+            add_wait(&mut pipe, wait);
         }
-        eval
+        pipe
     }
 
-    /// Runs `cmd` (built with [`Lua::evalsha`]); on NOSCRIPT runs it again as [`Lua::eval`].
+    /// Runs `cmd` (built with [`Lua::evalsha`]); on NOSCRIPT loads the script and runs it again
+    /// ([`Lua::reload`], up to [`RELOADS`] times).
     pub(crate) async fn run<T: FromRedisValue, C: ConnectionLike>(
         &self,
         conn: &mut C,
@@ -77,12 +79,42 @@ impl Lua {
     ) -> RedisResult<T> {
         match cmd.query_async(conn).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                self.eval(cmd).query_async(conn).await
+                let [reply] = self.reloaded(conn, cmd, None).await?;
+                Ok(redis::from_redis_value(reply.extract_error()?)?)
             }
             other => other,
         }
     }
+
+    /// The replies to `cmd` and `then` (see [`Lua::reload`]) once the script ran: the load's
+    /// error if it failed (a user without `SCRIPT LOAD`), NOSCRIPT if it was still missing
+    /// after [`RELOADS`] loads.
+    async fn reloaded<const N: usize, C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        cmd: &Cmd,
+        then: Option<ReplicaWait>,
+    ) -> RedisResult<[Value; N]> {
+        let pipe = self.reload(cmd, then);
+        let mut attempt = 1;
+        loop {
+            let replies: Vec<Value> = pipe.query_async(conn).await?;
+            let mut replies = replies.into_iter();
+            replies.next().ok_or_else(wrong_shape)?.extract_error()?;
+            let replies = <[Value; N]>::try_from(replies.collect::<Vec<_>>())
+                .map_err(|_| wrong_shape())?;
+            let missing = matches!(&replies[0], Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript));
+            if !missing || attempt == RELOADS {
+                return Ok(replies);
+            }
+            attempt += 1;
+        }
+    }
 }
+
+/// Loads of a script a call tries before its NOSCRIPT is an error (each in the same write as
+/// the call sent again).
+const RELOADS: usize = 3;
 
 pub(crate) static ACQUIRE_FENCED_SCRIPT: Lua = Lua::new(ACQUIRE_FENCED);
 pub(crate) static RELEASE_SCRIPT: Lua = Lua::new(RELEASE);
@@ -161,20 +193,17 @@ impl Request {
             }
             (Request::Script(lua, cmd), Some(wait)) => {
                 let mut pipe = redis::pipe();
-                // A NOSCRIPT stays in the reply (the pair is sent again, the script as `EVAL`).
+                // A NOSCRIPT stays in the reply (the pair is sent again after the script's load).
                 pipe.ignore_errors();
                 pipe.add_command(cmd.clone());
                 add_wait(&mut pipe, wait);
-                let mut replies: Vec<Value> = pipe.query_async(conn).await?;
-                if matches!(replies.first(), Some(Value::ServerError(e)) if e.kind() == Some(ServerErrorKind::NoScript))
-                {
-                    let mut again = redis::pipe();
-                    again.ignore_errors();
-                    again.add_command(lua.eval(cmd));
-                    add_wait(&mut again, wait);
-                    replies = again.query_async(conn).await?;
-                }
-                let [reply, acked] = <[Value; 2]>::try_from(replies).map_err(|_| wrong_shape())?;
+                let replies: Vec<Value> = pipe.query_async(conn).await?;
+                let [reply, acked] = match <[Value; 2]>::try_from(replies).map_err(|_| wrong_shape())? {
+                    [Value::ServerError(e), _] if e.kind() == Some(ServerErrorKind::NoScript) => {
+                        lua.reloaded(conn, cmd, Some(wait)).await?
+                    }
+                    replies => replies,
+                };
                 let (echoed, raw) = redis::from_redis_value(reply.extract_error()?)?;
                 Ok(Sent {
                     echoed,
@@ -260,29 +289,4 @@ pub(crate) trait Call {
     }
     /// The reply, or `None` if it is not one this call gets (a reply of the wrong shape).
     fn decode(&self, raw: Self::Raw) -> Option<Self::Reply>;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn eval_carries_the_source_and_every_key_and_argument() {
-        let mut sha = RELEASE_SCRIPT.evalsha();
-        sha.arg(2).arg("k1").arg(b"k2".as_slice()).arg(7u64);
-        let args = |cmd: &Cmd| -> Vec<Vec<u8>> {
-            cmd.args_iter()
-                .map(|a| match a {
-                    redis::Arg::Simple(b) => b.to_vec(),
-                    _ => panic!("only simple arguments"),
-                })
-                .collect()
-        };
-        let eval = RELEASE_SCRIPT.eval(&sha);
-        let (sha, eval) = (args(&sha), args(&eval));
-        assert_eq!(eval[0], b"EVAL");
-        assert_eq!(eval[1], RELEASE.as_bytes());
-        assert_eq!(sha[0], b"EVALSHA");
-        assert_eq!(eval[2..], sha[2..]);
-    }
 }
