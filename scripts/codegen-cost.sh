@@ -21,7 +21,13 @@
 # and what each further fn adds, and checks the targets (release: at most 30 ms of build per fn,
 # and at most 4 KB of binary per further fn: issue 21's slope, in which the runtime cancels).
 #
+# SHAPE=main measures issue 31's shape instead: the same fns awaited straight from `main` (a
+# `match` on an index in the one `block_on`: no boxing, no table, no spawn), as the slope between
+# N (300) and SMALL (30) fns of each variant, less plain's slope: what each further annotated
+# fn adds to the release binary and to its build (targets: at most 4 KB and 30 ms).
+#
 # Usage: scripts/codegen-cost.sh            (N=300, RUNS=3, release and debug; ~15 min on 2 cores)
+#        SHAPE=main scripts/codegen-cost.sh (N=300 vs SMALL=30, RUNS=3, release; ~10 min)
 # Environment: N (fns per crate, default 300), RUNS (rounds of timed builds per profile, default
 # 3), PROFILES (default "release debug"), KEEP=1 (keep the generated crates; their path is
 # printed), CARGO_TARGET_DIR (default: target-codegen/ in the repository, gitignored).
@@ -37,6 +43,13 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target-codegen}
 # A build from scratch of the crate, as after a change: no incremental reuse (debug's default).
 export CARGO_INCREMENTAL=0
 variants=(plain attr manual)
+shape=${SHAPE:-table}
+small=${SMALL:-30}
+case $shape in
+  table) ;;
+  main) profiles=${PROFILES:-release} ;;
+  *) echo "SHAPE is table or main, not $shape" >&2; exit 2 ;;
+esac
 targets=()
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/distlock-codegen.XXXXXX")
@@ -52,7 +65,7 @@ fi
 # runtime code linked in once and the code each further fn adds).
 cat >"$work/Cargo.toml" <<EOF
 [workspace]
-members = ["plain", "attr", "manual", "plain1", "attr1", "manual1"]
+members = [$(if [[ $shape == main ]]; then echo '"plain", "attr", "manual", "plains", "attrs", "manuals"'; else echo '"plain", "attr", "manual", "plain1", "attr1", "manual1"'; fi)]
 resolver = "2"
 EOF
 # The repository's lock file: the same dependency versions, all already downloaded.
@@ -129,9 +142,41 @@ fn main() {
     println!("{out:?}");
 }
 EOF
+  if [[ $shape == main ]]; then
+    # Issue 31's shape: `main` awaits each fn itself (no table, no box, no spawn).
+    sed -i '/^use std::future::Future;$/d; /^use std::pin::Pin;$/d; /^pub type Call = /d' "$dir/src/main.rs"
+    {
+      sed -n '1,/^\/\/\/ `codegen-<variant>/p' "$dir/src/main.rs" | sed '$d'
+      cat <<'EOF'
+/// `codegen-<variant> [index] [redis url]`: runs one fn, awaited in `main`'s `block_on`.
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let index: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(0);
+    let url = args.next();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let out = runtime.block_on(async move {
+        if let Some(url) = url {
+            distlock::init(url).await.expect("connect");
+        }
+        let (a, b) = ("order", index as u64);
+EOF
+      echo "        match index % $n {"
+      for ((i = 0; i < n; i++)); do echo "            $i => fns::f$i(a, b).await,"; done
+      echo "            _ => unreachable!(),"
+      echo "        }"
+      echo "    });"
+      echo "    println!(\"{out:?}\");"
+      echo "}"
+    } >"$dir/src/main.rs.new"
+    mv "$dir/src/main.rs.new" "$dir/src/main.rs"
+  fi
   {
     echo "//! $n generated fns ($v)."
-    echo "use crate::{checked, AppError, Call};"
+    if [[ $shape == main ]]; then
+      echo "use crate::{checked, AppError};"
+    else
+      echo "use crate::{checked, AppError, Call};"
+    fi
     [[ $v == manual ]] && echo "use std::time::Duration;"
     for ((i = 0; i < n; i++)); do
       k=$((i + 1))
@@ -160,20 +205,30 @@ EOF
           echo "}"
           ;;
       esac
+      [[ $shape == main ]] && continue
       echo "fn c$i(a: &str, b: u64) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<u64, AppError>> + Send + '_>> {"
       echo "    Box::pin(f$i(a, b))"
       echo "}"
     done
-    echo "pub static CALLS: [Call; $n] = ["
-    for ((i = 0; i < n; i++)); do echo "    c$i,"; done
-    echo "];"
+    if [[ $shape == table ]]; then
+      echo "pub static CALLS: [Call; $n] = ["
+      for ((i = 0; i < n; i++)); do echo "    c$i,"; done
+      echo "];"
+    fi
   } >"$dir/src/fns.rs"
 }
 
-for v in "${variants[@]}"; do
-  generate "$v" "$n" "$v"
-  generate "$v" 1 "${v}1"
-done
+if [[ $shape == main ]]; then
+  for v in "${variants[@]}"; do
+    generate "$v" "$n" "$v"
+    generate "$v" "$small" "${v}s"
+  done
+else
+  for v in "${variants[@]}"; do
+    generate "$v" "$n" "$v"
+    generate "$v" 1 "${v}1"
+  done
+fi
 
 # --- build and measure --------------------------------------------------------------------------
 
@@ -230,6 +285,61 @@ else
 fi
 echo "workspace: $root ($rev); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 fail=0
+if [[ $shape == main ]]; then
+  dir=release
+  echo
+  echo "## release, issue 31's shape: the fns awaited from main; the slope from $small to $n fns"
+  echo "building the dependencies and every crate once..." >&2
+  for v in "${variants[@]}"; do
+    cargo_build release "codegen-$v"
+    cargo_build release "codegen-${v}s"
+  done
+  declare -A walls
+  for ((r = 0; r < runs; r++)); do
+    for v in "${variants[@]}"; do
+      for c in "$v" "${v}s"; do
+        echo "timing codegen-$c (release, round $((r + 1)) of $runs)..." >&2
+        time_build release "codegen-$c" >"$work/timing"
+        read -r wall _ <"$work/timing"
+        walls[$c]+="$wall "
+      done
+    done
+  done
+  declare -A bytes text
+  for v in "${variants[@]}"; do
+    for c in "$v" "${v}s"; do
+      bin="$CARGO_TARGET_DIR/$dir/codegen-$c"
+      bytes[$c]=$(stat -c %s "$bin")
+      text[$c]=$(text_bytes "$bin")
+      "$bin" 3 >/dev/null
+    done
+  done
+  span=$((n - small))
+  echo
+  echo "| variant (release) | build ms per further fn | binary KB per further fn | .text KB per further fn |"
+  echo "| --- | ---: | ---: | ---: |"
+  read -r -a pw <<<"${walls[plain]}"
+  read -r -a pws <<<"${walls[plains]}"
+  for v in attr manual; do
+    read -r -a w <<<"${walls[$v]}"
+    read -r -a ws <<<"${walls[${v}s]}"
+    dw=()
+    for ((r = 0; r < runs; r++)); do
+      dw+=("$(echo "((${w[r]} - ${ws[r]}) - (${pw[r]} - ${pws[r]})) * 1000 / $span" | bc -l)")
+    done
+    ms=$(median "${dw[@]}")
+    kb=$(echo "((${bytes[$v]} - ${bytes[${v}s]}) - (${bytes[plain]} - ${bytes[plains]})) / 1024 / $span" | bc -l)
+    tkb=$(echo "((${text[$v]} - ${text[${v}s]}) - (${text[plain]} - ${text[plains]})) / 1024 / $span" | bc -l)
+    printf '| %s | %+.1f | %+.2f | %+.2f |\n' "$v" "$ms" "$kb" "$tkb"
+    verdict=PASS
+    [[ $(echo "$ms <= 30" | bc -l) == 1 && $(echo "$kb <= 4" | bc -l) == 1 ]] || { verdict=FAIL; fail=1; }
+    targets+=("$(printf '%s: %.1f ms/fn (target <= 30), %.2f KB per fn (target <= 4): %s' "$v" "$ms" "$kb" "$verdict")")
+  done
+  echo
+  echo "targets (issue 31, release, against plain's slope):"
+  printf '  %s\n' "${targets[@]}"
+  exit $fail
+fi
 for profile in $profiles; do
   dir=$([[ $profile == release ]] && echo release || echo debug)
   echo

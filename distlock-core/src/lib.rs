@@ -615,6 +615,7 @@ pub use lease::{LEASE_MARGIN, MAX_TTL, MIN_TTL};
 pub use lock::builder::{lock, lock_all, semaphore, LockBuilder};
 pub use lock::context::{fence, fence_of, fencing_token, fencing_token_of};
 pub use lock::guard::LockGuard;
+pub use lock::run::Run;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use metrics::describe_metrics;

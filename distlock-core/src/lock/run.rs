@@ -3,8 +3,8 @@
 //!
 //! `run` is compiled once per body type: once per `#[distributed_lock]` function and per
 //! hand-written `run(async { .. })`. Only what needs the body's type is generic here: holding
-//! the body future, polling it when told to, dropping it, keeping its output (`Slot`, one await
-//! in `run`). Everything else is the non-generic `session` (acquire, the re-entry frame, the
+//! the body future, polling it when told to, dropping it, keeping its output (the named future
+//! [`Run`] and its `Slot`). Everything else is the non-generic `session` (acquire, the re-entry frame, the
 //! loss watch, the post-body lease check, the release sent without waiting; over RedLock the
 //! release waited for and the mapping of its outcome) and
 //! `drive` (the order of polls: loss first, then the body inside its frame), compiled once in
@@ -22,7 +22,7 @@
 use std::future::{poll_fn, Future};
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::task::{ready, Context, Poll};
 
 use crate::client::Boxed;
@@ -31,7 +31,6 @@ use crate::lock::builder::LockBuilder;
 use crate::lock::context::{Entered, Frame};
 use crate::lock::guard::LockGuard;
 use crate::lock::hold::Released;
-use crate::sync;
 
 impl LockBuilder {
     /// Runs `body` while holding the lock, then releases it.
@@ -74,41 +73,75 @@ impl LockBuilder {
     ///
     /// [`LockGuard::release`] (the manual API) waits for the release's answer.
     ///
-    /// The returned future is `Send` when `body` and its output are. Dropping it at any point
-    /// never leaves the lock held: the lock is released in the background.
-    pub async fn run<F: Future>(self, body: F) -> Result<F::Output, Error> {
+    /// The returned future ([`Run`]) is `Send` when `body` and its output are. Dropping it at
+    /// any point never leaves the lock held: the lock is released in the background.
+    pub fn run<F: Future>(self, body: F) -> Run<F> {
         let link = Arc::new(Link::new());
-        let mut session = start(self, &link);
-        let mut body = pin!(Some(body));
-        let mut out = None;
-        // Cancelled with the body alive, this future drops the body inside its frame (as it was
-        // polled), and before the session lets the lock go: locals drop in reverse order, and
-        // the frame is left when `link` goes, last.
-        let _frame = EnterOnDrop(&link);
-        let done = Drive {
-            session: session.as_mut(),
-            link: &link,
-            slot: Slot {
-                body: body.as_mut(),
-                out: &mut out,
-            },
-        }
-        .await;
-        match done {
-            Ok(()) => match out {
-                Some(out) => Ok(out),
-                None => output_missing(),
-            },
-            Err(error) => Err(error),
+        Run {
+            session: Some(start(self, &link)),
+            link,
+            body: Some(body),
+            out: None,
         }
     }
 }
 
-/// `run`'s one await: [`drive`] with the body's slot.
-struct Drive<'a, S> {
-    session: Pin<&'a mut Session>,
-    link: &'a Link,
-    slot: S,
+pin_project_lite::pin_project! {
+    /// The future of [`LockBuilder::run`]: the lock's session (acquire, loss watch, release)
+    /// and the body, polled in that order; its output is the body's, or the [`Error`] that kept
+    /// the body from running entirely inside the lease.
+    ///
+    /// A named future rather than an `async fn`'s: each body type (each `#[distributed_lock]`
+    /// function) compiles this struct's `poll` and drop, a few lines around the non-generic
+    /// `drive`, instead of a state machine of its own (issue 31).
+    #[must_use = "futures do nothing unless you `.await` or poll them"]
+    pub struct Run<F: Future> {
+        // Everything besides the body, boxed (see the module docs); `None` once done.
+        session: Option<Boxed<Result<(), Error>>>,
+        link: Arc<Link>,
+        #[pin]
+        body: Option<F>,
+        out: Option<F::Output>,
+    }
+
+    impl<F: Future> PinnedDrop for Run<F> {
+        fn drop(this: Pin<&mut Self>) {
+            let mut this = this.project();
+            // Cancelled with the body alive: the body is dropped inside its frame (as it was
+            // polled), and before the session lets the lock go; the frame is left last.
+            let entered = match this.link.phase() {
+                BODY | STOP => this.link.enter(),
+                _ => None,
+            };
+            this.body.set(None);
+            drop(this.session.take());
+            drop(entered);
+        }
+    }
+}
+
+impl<F: Future> Future for Run<F> {
+    type Output = Result<F::Output, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let Some(session) = this.session.as_mut() else {
+            polled_after_done()
+        };
+        let mut slot = Slot {
+            body: this.body,
+            out: this.out,
+        };
+        let done = ready!(drive(session.as_mut(), this.link, cx, &mut slot));
+        drop(this.session.take());
+        Poll::Ready(match done {
+            Ok(()) => match this.out.take() {
+                Some(out) => Ok(out),
+                None => output_missing(),
+            },
+            Err(error) => Err(error),
+        })
+    }
 }
 
 /// The non-generic part of `run` (see [`session`]), as `drive` polls it.
@@ -120,15 +153,6 @@ type Session = dyn Future<Output = Result<(), Error>> + Send;
 #[inline(never)]
 fn start(builder: LockBuilder, link: &Arc<Link>) -> Boxed<Result<(), Error>> {
     Box::pin(session(builder, link.clone()))
-}
-
-impl<S: BodySlot + Unpin> Future for Drive<'_, S> {
-    type Output = Result<(), Error>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        drive(this.session.as_mut(), this.link, cx, &mut this.slot)
-    }
 }
 
 /// The body as `drive` sees it, for one poll of `run`: the only code compiled per body type.
@@ -165,14 +189,18 @@ fn output_missing() -> ! {
     unreachable!("run's session returned Ok before its body completed")
 }
 
+#[cold]
+#[inline(never)]
+fn polled_after_done() -> ! {
+    panic!("`run`'s future polled after it completed")
+}
+
 /// Where the session and the body are: what `session` and `drive` tell each other. Only the
-/// task polling `run` touches it (atomics and a mutex only so that `run`'s future is `Send`).
+/// task polling `run` touches it (atomics only so that `run`'s future is `Send`).
 struct Link {
     phase: AtomicU8,
     /// The body's frame, from the acquire on.
     frame: OnceLock<Frame>,
-    /// Entered by [`EnterOnDrop`] for a cancelled body's drop; left when this drops.
-    dropping: Mutex<Option<Entered>>,
 }
 
 /// Acquiring; the body is not polled.
@@ -190,7 +218,6 @@ impl Link {
         Link {
             phase: AtomicU8::new(ACQUIRING),
             frame: OnceLock::new(),
-            dropping: Mutex::new(None),
         }
     }
 
@@ -204,19 +231,6 @@ impl Link {
 
     fn enter(&self) -> Option<Entered> {
         self.frame.get().map(Frame::enter)
-    }
-}
-
-/// Enters the body's frame when dropped just before a body that is still there (it is left
-/// when the [`Link`] drops).
-struct EnterOnDrop<'a>(&'a Link);
-
-impl Drop for EnterOnDrop<'_> {
-    fn drop(&mut self) {
-        let link = self.0;
-        if matches!(link.phase(), BODY | STOP) {
-            *sync::lock(&link.dropping) = link.enter();
-        }
     }
 }
 

@@ -101,8 +101,8 @@ impl Lua {
             let replies: Vec<Value> = pipe.query_async(conn).await?;
             let mut replies = replies.into_iter();
             replies.next().ok_or_else(wrong_shape)?.extract_error()?;
-            let replies = <[Value; N]>::try_from(replies.collect::<Vec<_>>())
-                .map_err(|_| wrong_shape())?;
+            let replies =
+                <[Value; N]>::try_from(replies.collect::<Vec<_>>()).map_err(|_| wrong_shape())?;
             let missing = matches!(&replies[0], Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript));
             if !missing || attempt == RELOADS {
                 return Ok(replies);
@@ -198,7 +198,9 @@ impl Request {
                 pipe.add_command(cmd.clone());
                 add_wait(&mut pipe, wait);
                 let replies: Vec<Value> = pipe.query_async(conn).await?;
-                let [reply, acked] = match <[Value; 2]>::try_from(replies).map_err(|_| wrong_shape())? {
+                let [reply, acked] = match <[Value; 2]>::try_from(replies)
+                    .map_err(|_| wrong_shape())?
+                {
                     [Value::ServerError(e), _] if e.kind() == Some(ServerErrorKind::NoScript) => {
                         lua.reloaded(conn, cmd, Some(wait)).await?
                     }
