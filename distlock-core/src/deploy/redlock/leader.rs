@@ -35,17 +35,38 @@ impl Quorate for ProclaimCall<'_> {
 }
 
 /// The current leader over a quorum: a majority answered, and a majority's records name one
-/// owner whose lock they hold (its largest term); the terms of every answer, merged.
+/// owner whose lock they hold (its largest term); the terms of every answer, merged. No owner
+/// named by a majority yet is undecided while the masters still out could make one: a leader
+/// whose proclaim has reached a bare majority is read as such even when the first majority to
+/// answer holds only one of those masters (the third gets it a moment later).
 impl Quorate for CurrentCall<'_> {
     fn count(
         &self,
         replies: &[Record],
         nodes: usize,
-        _silent: usize,
+        silent: usize,
         _elapsed: Duration,
     ) -> Result<Record, NoQuorum> {
         let replies = answered(replies, nodes)?;
         let required = majority(nodes);
+        let naming = |owner: &str| {
+            replies
+                .iter()
+                .filter(|r| r.leader.is_some() && r.owner == owner)
+                .count()
+        };
+        let best = replies
+            .iter()
+            .filter(|r| r.leader.is_some())
+            .map(|r| naming(&r.owner))
+            .max()
+            .unwrap_or(0);
+        if best < required && best > 0 && best + silent >= required {
+            return Err(NoQuorum {
+                agreed: best,
+                required,
+            });
+        }
         let leading = replies
             .iter()
             .filter(|r| r.leader.is_some())
@@ -82,5 +103,49 @@ impl Quorate for CurrentCall<'_> {
             pttl: held.iter().map(|r| r.pttl).min().unwrap_or(-2),
             terms,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::calls::TermEntry;
+    use crate::wire::keys::LockKeys;
+
+    fn led(owner: &str, term: u64) -> Record {
+        let entry = TermEntry {
+            term,
+            since_ms: 1,
+            identity: "b".to_owned(),
+        };
+        Record {
+            leader: Some(entry.clone()),
+            owner: owner.to_owned(),
+            pttl: 1_000,
+            terms: vec![entry],
+        }
+    }
+
+    #[test]
+    fn a_leader_on_a_bare_majority_is_read_once_the_masters_out_could_name_it() {
+        let keys = LockKeys::new("p", "quorum").unwrap();
+        let call = CurrentCall {
+            keys: &keys,
+            id: b"r1",
+        };
+        let never = Duration::ZERO;
+        // Two of three answered, one names the leader: the third could make it a majority.
+        let one = [led("d2:b", 7), Record::default()];
+        assert!(call.count(&one, 3, 1, never).is_err(), "undecided");
+        // Every master answered and only one names it: no leader.
+        let settled = call.count(&one, 3, 0, never).unwrap();
+        assert_eq!(settled.leader, None);
+        // The third answered naming it too: the leader.
+        let two = [led("d2:b", 7), Record::default(), led("d2:b", 7)];
+        let read = call.count(&two, 3, 0, never).unwrap();
+        assert_eq!(read.leader.map(|l| l.term), Some(7));
+        // Nobody named anywhere: no leader at once (the one out cannot make a majority).
+        let none = [Record::default(), Record::default()];
+        assert_eq!(call.count(&none, 3, 1, never).unwrap().leader, None);
     }
 }
