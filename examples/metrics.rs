@@ -2,7 +2,7 @@
 //!
 //! Installs `metrics-exporter-prometheus`'s recorder (no HTTP listener: the application serves
 //! `handle.render()` wherever it likes) with the histogram buckets the operator's kit in `ops/`
-//! expects (`BUCKETS`: its rules, alerts and dashboard read `_bucket` series), takes a few locks (at once, after waiting, a skip, a
+//! expects (`distlock::HISTOGRAM_BUCKETS`: its rules, alerts and dashboard read `_bucket` series), takes a few locks (at once, after waiting, a skip, a
 //! timeout) and prints the scrape. Every series is labelled with the key *template*
 //! (`order:<id>`), never the rendered key. Run with `cargo run -p distlock-examples --example
 //! metrics --features metrics` (starts its own Redis, or set `REDIS_URL`); the suite runs its test too
@@ -13,37 +13,11 @@ use std::time::Duration;
 use distlock::distributed_lock;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusRecorder};
 
-/// The buckets of each distlock histogram, as `ops/README.md` recommends: without buckets the
-/// exporter renders summaries, which cannot be aggregated across processes and which the kit's
-/// rules do not read.
-const BUCKETS: [(&str, &[f64]); 5] = [
-    ("distlock_wait_seconds", SECONDS),
-    ("distlock_hold_seconds", SECONDS),
-    // The part of its ttl a lease had left at a renewal: about 2/3 on time.
-    (
-        "distlock_renewal_margin_ratio",
-        &[0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
-    ),
-    // A renewed hold's age in ttls: the alert on holds past 100 ttls reads 100 and 300.
-    (
-        "distlock_hold_ttl_ratio",
-        &[1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0],
-    ),
-    (
-        "distlock_renewal_batch_size",
-        &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0],
-    ),
-];
-
-/// Waits and holds, 1 ms to 5 min.
-const SECONDS: &[f64] = &[
-    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
-];
-
-/// The Prometheus recorder with [`BUCKETS`].
+/// The Prometheus recorder with the buckets the operator's kit reads
+/// ([`distlock::HISTOGRAM_BUCKETS`]).
 fn recorder() -> PrometheusRecorder {
     let mut builder = PrometheusBuilder::new();
-    for (name, buckets) in BUCKETS {
+    for (name, buckets) in distlock::HISTOGRAM_BUCKETS {
         builder = builder
             .set_buckets_for_metric(Matcher::Full(name.to_owned()), buckets)
             .expect("buckets are not empty");

@@ -27,14 +27,27 @@ background_log=$(mktemp)
 reliability_log=$(mktemp)
 trap 'rm -f "$build_json" "$log" "$background_log" "$reliability_log"' EXIT
 cargo test "${targets[@]}" --no-run --message-format=json-render-diagnostics >"$build_json"
-# The reliability suite (~7 minutes, nearly all of it waiting on its worker processes,
-# injected faults and leases running out) runs as its own stream next to the other test
-# binaries, which cargo runs one after another (~8 minutes, mostly waiting too); its binary
-# is started directly, as cargo would (cargo holds the target folder's lock for a whole
-# command). The other streams name every other test target.
-reliability=$(grep '"kind":\["test"\][^}]*"name":"reliability"' "$build_json" | grep -o '"executable":"[^"]*"' | cut -d'"' -f4)
-mapfile -t other_tests < <(grep -o '"target":{[^}]*}' "$build_json" | grep '"kind":\["test"\]' | grep -o '"name":"[^"]*"' | cut -d'"' -f4 | sort -u | grep -vx reliability)
-if [ -z "$reliability" ] || [ "${#other_tests[@]}" -eq 0 ]; then
+# Two streams of tests run at once, both mostly waiting (on Redis, timers, failovers, child
+# processes): cargo runs test binaries one after another, so the second stream is binaries
+# started directly, as cargo would (cargo holds the target folder's lock for a whole
+# command): the reliability suite (~7 minutes) and then the two slowest failover binaries
+# (~3 minutes together), which balances it with everything else (~8 minutes less those).
+# The other stream, through cargo, names every other test target.
+second_stream=(reliability sentinel_failover clock_steps)
+executable() {
+  grep "\"kind\":\\[\"test\"\\][^}]*\"name\":\"$1\"" "$build_json" | grep -o '"executable":"[^"]*"' | cut -d'"' -f4
+}
+second_executables=()
+for name in "${second_stream[@]}"; do
+  exe=$(executable "$name")
+  if [ -z "$exe" ]; then
+    echo "could not find the test binary $name in cargo's build output" >&2
+    exit 1
+  fi
+  second_executables+=("$exe")
+done
+mapfile -t other_tests < <(grep -o '"target":{[^}]*}' "$build_json" | grep '"kind":\["test"\]' | grep -o '"name":"[^"]*"' | cut -d'"' -f4 | sort -u | grep -vxF "${second_stream[@]/#/-e}")
+if [ "${#other_tests[@]}" -eq 0 ]; then
   echo "could not find the test binaries in cargo's build output" >&2
   exit 1
 fi
@@ -72,7 +85,15 @@ fi
   CARGO_TARGET_DIR="$target/ui-check" "${low_priority[@]}" cargo test -p distlock-ui --test ui --locked
 ) >"$background_log" 2>&1 &
 background=$!
-"$reliability" >"$reliability_log" 2>&1 &
+(
+  # Each binary of the stream runs even if one before it failed.
+  stream_status=0
+  for exe in "${second_executables[@]}"; do
+    echo "     Running $exe"
+    "$exe" || stream_status=1
+  done
+  exit "$stream_status"
+) >"$reliability_log" 2>&1 &
 reliability_run=$!
 status=0
 cargo test "${other_targets[@]}" --no-fail-fast 2>&1 | tee "$log" || status=1
@@ -81,11 +102,11 @@ cargo test "${other_targets[@]}" --no-fail-fast 2>&1 | tee "$log" || status=1
 cargo test --workspace --doc --features "$features" --locked --no-fail-fast 2>&1 | tee -a "$log" || status=1
 reliability_status=0
 wait "$reliability_run" || reliability_status=$?
-echo "--- the reliability suite (run alongside the other tests) ---"
+echo "--- the reliability suite, sentinel_failover and clock_steps (run alongside the other tests) ---"
 cat "$reliability_log"
 cat "$reliability_log" >>"$log"
 if [ "$reliability_status" -ne 0 ]; then
-  echo "the reliability suite failed (exit $reliability_status)"
+  echo "the reliability suite, sentinel_failover or clock_steps failed (exit $reliability_status)"
   status=1
 fi
 background_status=0

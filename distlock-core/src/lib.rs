@@ -618,7 +618,7 @@ pub use lock::guard::LockGuard;
 pub use lock::run::Run;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
-pub use metrics::describe_metrics;
+pub use metrics::{describe_metrics, HISTOGRAM_BUCKETS};
 pub use registry::shutdown;
 pub use wire::keys::{hash_slot, MAX_NAME_LEN};
 

@@ -79,6 +79,49 @@ pub(crate) const LEADER_TERMS_TOTAL: &str = "distlock_leader_terms_total";
 /// `distlock_leader_lost_total{name, reason}`: terms of this process that ended lost.
 pub(crate) const LEADER_LOST_TOTAL: &str = "distlock_leader_lost_total";
 
+/// Waits and holds in seconds, 1 ms to 5 min: [`HISTOGRAM_BUCKETS`]' `_seconds` buckets.
+#[cfg(feature = "metrics")]
+const SECONDS_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+
+/// The bucket boundaries of every distlock histogram, by metric name: the buckets the
+/// operator's kit (`ops/`: recording rules, alerts, dashboard) reads. Give them to your
+/// exporter; without buckets `metrics-exporter-prometheus` renders summaries, which cannot be
+/// summed across processes and which the kit's rules do not read.
+///
+/// ```ignore
+/// use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+///
+/// let mut builder = PrometheusBuilder::new();
+/// for (name, buckets) in distlock::HISTOGRAM_BUCKETS {
+///     builder = builder.set_buckets_for_metric(Matcher::Full(name.to_owned()), buckets)?;
+/// }
+/// ```
+///
+/// `distlock_hold_ttl_ratio` keeps a boundary at 100 and one above it: the alert on holds past
+/// 100 ttls reads them (`histogram_quantile(1, …)`).
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub const HISTOGRAM_BUCKETS: [(&str, &[f64]); 5] = [
+    (WAIT_SECONDS, SECONDS_BUCKETS),
+    (HOLD_SECONDS, SECONDS_BUCKETS),
+    // The part of its ttl a lease had left at a renewal: about 2/3 on time.
+    (
+        RENEWAL_MARGIN_RATIO,
+        &[0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
+    ),
+    // A renewed hold's age in ttls.
+    (
+        HOLD_TTL_RATIO,
+        &[1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0],
+    ),
+    (
+        RENEWAL_BATCH_SIZE,
+        &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0],
+    ),
+];
+
 /// Registers the unit and a description of every distlock metric with the installed recorder
 /// (exporters show them: Prometheus' `# HELP` lines). Optional: the metrics are recorded
 /// without it. Call it after installing the recorder.

@@ -735,7 +735,7 @@ pub use distlock_macros::distributed_lock;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 #[doc(inline)]
-pub use distlock_core::describe_metrics;
+pub use distlock_core::{describe_metrics, HISTOGRAM_BUCKETS};
 
 #[doc(inline)]
 pub use distlock_core::assert_locked;

@@ -17,32 +17,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-/// The buckets `examples/metrics.rs` sets (`BUCKETS`), which `ops/README.md` recommends.
-const BUCKETS: [(&str, &[f64]); 5] = [
-    ("distlock_wait_seconds", SECONDS),
-    ("distlock_hold_seconds", SECONDS),
-    (
-        "distlock_renewal_margin_ratio",
-        &[0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
-    ),
-    (
-        "distlock_hold_ttl_ratio",
-        &[1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0],
-    ),
-    (
-        "distlock_renewal_batch_size",
-        &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0],
-    ),
-];
-
-const SECONDS: &[f64] = &[
-    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
-];
-
 /// Installs the Prometheus recorder as the process's recorder (once: this test binary's only).
 pub(crate) fn install_recorder() -> PrometheusHandle {
     let mut builder = PrometheusBuilder::new();
-    for (name, buckets) in BUCKETS {
+    for (name, buckets) in distlock::HISTOGRAM_BUCKETS {
         builder = builder
             .set_buckets_for_metric(Matcher::Full(name.to_owned()), buckets)
             .unwrap();
