@@ -126,7 +126,15 @@ pub fn checked(x: u64) -> Result<u64, AppError> {
     if x == 1 { Err(AppError::Invalid(x)) } else { Ok(x) }
 }
 
-/// `codegen-<variant> [index] [redis url]`: runs one fn on a spawned task.
+EOF
+  # `main`: runs one fn (its index and the Redis URL from the command line).
+  {
+    if [[ $shape == main ]]; then
+      echo "/// \`codegen-<variant> [index] [redis url]\`: runs one fn, awaited in \`main\`'s \`block_on\`."
+    else
+      echo "/// \`codegen-<variant> [index] [redis url]\`: runs one fn on a spawned task."
+    fi
+    cat <<'EOF'
 fn main() {
     let mut args = std::env::args().skip(1);
     let index: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(0);
@@ -136,39 +144,24 @@ fn main() {
         if let Some(url) = url {
             distlock::init(url).await.expect("connect");
         }
-        let call = fns::CALLS[index % fns::CALLS.len()];
-        tokio::spawn(call("order", index as u64)).await.expect("task")
-    });
-    println!("{out:?}");
-}
 EOF
-  if [[ $shape == main ]]; then
-    # Issue 31's shape: `main` awaits each fn itself (no table, no box, no spawn).
-    sed -i '/^use std::future::Future;$/d; /^use std::pin::Pin;$/d; /^pub type Call = /d' "$dir/src/main.rs"
-    {
-      sed -n '1,/^\/\/\/ `codegen-<variant>/p' "$dir/src/main.rs" | sed '$d'
-      cat <<'EOF'
-/// `codegen-<variant> [index] [redis url]`: runs one fn, awaited in `main`'s `block_on`.
-fn main() {
-    let mut args = std::env::args().skip(1);
-    let index: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(0);
-    let url = args.next();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    let out = runtime.block_on(async move {
-        if let Some(url) = url {
-            distlock::init(url).await.expect("connect");
-        }
-        let (a, b) = ("order", index as u64);
-EOF
+    if [[ $shape == main ]]; then
+      # Issue 31's shape: `main` awaits each fn itself (no table, no box, no spawn).
+      echo "        let (a, b) = (\"order\", index as u64);"
       echo "        match index % $n {"
       for ((i = 0; i < n; i++)); do echo "            $i => fns::f$i(a, b).await,"; done
       echo "            _ => unreachable!(),"
       echo "        }"
-      echo "    });"
-      echo "    println!(\"{out:?}\");"
-      echo "}"
-    } >"$dir/src/main.rs.new"
-    mv "$dir/src/main.rs.new" "$dir/src/main.rs"
+    else
+      echo "        let call = fns::CALLS[index % fns::CALLS.len()];"
+      echo "        tokio::spawn(call(\"order\", index as u64)).await.expect(\"task\")"
+    fi
+    echo "    });"
+    echo "    println!(\"{out:?}\");"
+    echo "}"
+  } >>"$dir/src/main.rs"
+  if [[ $shape == main ]]; then
+    sed -i '/^use std::future::Future;$/d; /^use std::pin::Pin;$/d; /^pub type Call = /d' "$dir/src/main.rs"
   fi
   {
     echo "//! $n generated fns ($v)."

@@ -100,24 +100,21 @@ cargo test "${other_targets[@]}" --no-fail-fast 2>&1 | tee "$log" || status=1
 # The same features as the tests above, so the doc tests reuse their build (another feature
 # set rebuilds the runtime and everything that unifies features with it, sqlx included).
 cargo test --workspace --doc --features "$features" --locked --no-fail-fast 2>&1 | tee -a "$log" || status=1
-reliability_status=0
-wait "$reliability_run" || reliability_status=$?
-echo "--- the reliability suite, sentinel_failover and clock_steps (run alongside the other tests) ---"
-cat "$reliability_log"
-cat "$reliability_log" >>"$log"
-if [ "$reliability_status" -ne 0 ]; then
-  echo "the reliability suite, sentinel_failover or clock_steps failed (exit $reliability_status)"
-  status=1
-fi
-background_status=0
-wait "$background" || background_status=$?
-echo "--- lints without features, packages and UI cases (run alongside the tests) ---"
-cat "$background_log"
-cat "$background_log" >>"$log"
-if [ "$background_status" -ne 0 ]; then
-  echo "lints without features, packages or UI cases failed (exit $background_status)"
-  status=1
-fi
+# Waits for a stream run alongside (pid $1), prints its output ($2) under a heading ($3) and
+# adds it to the log; a failure fails the suite.
+report_stream() {
+  local stream_status=0
+  wait "$1" || stream_status=$?
+  echo "--- $3 (run alongside the other tests) ---"
+  cat "$2"
+  cat "$2" >>"$log"
+  if [ "$stream_status" -ne 0 ]; then
+    echo "$3: failed (exit $stream_status)"
+    status=1
+  fi
+}
+report_stream "$reliability_run" "$reliability_log" "the reliability suite, sentinel_failover and clock_steps"
+report_stream "$background" "$background_log" "lints without features, packages and UI cases"
 passed=$(grep -Eo '(ok|FAILED)\. [0-9]+ passed|^[0-9]+ passed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')
 echo "suite: ${passed} passed, ${failed} failed"
