@@ -20,13 +20,13 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 # features, the packages' build and the UI cases. Each has a target folder of its
 # own (cargo holds a target folder's lock for a whole command), so none waits for the tests;
 # at their priority they take CPU the tests leave unused.
-targets=(--workspace --exclude distlock-ui --lib --bins --tests --examples --features "$features" --locked)
+common=(--workspace --exclude distlock-ui --lib --bins --examples --features "$features" --locked)
 build_json=$(mktemp)
 log=$(mktemp)
 background_log=$(mktemp)
-reliability_log=$(mktemp)
-trap 'rm -f "$build_json" "$log" "$background_log" "$reliability_log"' EXIT
-cargo test "${targets[@]}" --no-run --message-format=json-render-diagnostics >"$build_json"
+second_log=$(mktemp)
+trap 'rm -f "$build_json" "$log" "$background_log" "$second_log"' EXIT
+cargo test "${common[@]}" --tests --no-run --message-format=json-render-diagnostics >"$build_json"
 # Two streams of tests run at once, both mostly waiting (on Redis, timers, failovers, child
 # processes): cargo runs test binaries one after another, so the second stream is binaries
 # started directly, as cargo would (cargo holds the target folder's lock for a whole
@@ -51,7 +51,7 @@ if [ "${#other_tests[@]}" -eq 0 ]; then
   echo "could not find the test binaries in cargo's build output" >&2
   exit 1
 fi
-other_targets=(--workspace --exclude distlock-ui --lib --bins --examples --features "$features" --locked)
+other_targets=("${common[@]}")
 for name in "${other_tests[@]}"; do
   other_targets+=(--test "$name")
 done
@@ -93,8 +93,8 @@ background=$!
     "$exe" || stream_status=1
   done
   exit "$stream_status"
-) >"$reliability_log" 2>&1 &
-reliability_run=$!
+) >"$second_log" 2>&1 &
+second_run=$!
 status=0
 cargo test "${other_targets[@]}" --no-fail-fast 2>&1 | tee "$log" || status=1
 # The same features as the tests above, so the doc tests reuse their build (another feature
@@ -113,7 +113,7 @@ report_stream() {
     status=1
   fi
 }
-report_stream "$reliability_run" "$reliability_log" "the reliability suite, sentinel_failover and clock_steps"
+report_stream "$second_run" "$second_log" "the reliability suite, sentinel_failover and clock_steps"
 report_stream "$background" "$background_log" "lints without features, packages and UI cases"
 passed=$(grep -Eo '(ok|FAILED)\. [0-9]+ passed|^[0-9]+ passed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')

@@ -630,3 +630,33 @@ impl Leading {
         let _ = lost;
     }
 }
+
+#[cfg(all(test, feature = "metrics"))]
+mod bucket_tests {
+    use super::*;
+
+    #[test]
+    fn every_histogram_has_rising_buckets_and_the_old_hold_alert_its_boundaries() {
+        let names: Vec<&str> = HISTOGRAM_BUCKETS.iter().map(|(name, _)| *name).collect();
+        for histogram in [
+            WAIT_SECONDS,
+            HOLD_SECONDS,
+            RENEWAL_BATCH_SIZE,
+            RENEWAL_MARGIN_RATIO,
+            HOLD_TTL_RATIO,
+        ] {
+            assert!(names.contains(&histogram), "{histogram} has no buckets");
+        }
+        for (name, buckets) in HISTOGRAM_BUCKETS {
+            assert!(
+                buckets.windows(2).all(|w| w[0] < w[1]),
+                "{name}: {buckets:?}"
+            );
+        }
+        let (_, ttls) = HISTOGRAM_BUCKETS
+            .iter()
+            .find(|(name, _)| *name == HOLD_TTL_RATIO)
+            .unwrap();
+        assert!(ttls.contains(&100.0) && ttls.iter().any(|&b| b > 100.0));
+    }
+}

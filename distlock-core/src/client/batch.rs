@@ -494,7 +494,7 @@ impl Batcher {
             )
         };
         // The release script was not loaded (Redis restarted or was flushed): the script call
-        // runs the group's releases again (as `EVAL`, which loads it).
+        // loads it and runs the group's releases again.
         let released = match released {
             Some(released) => released,
             None => self

@@ -98,10 +98,8 @@ impl Client {
         // A release in flight when its caller's runtime shuts down (or the client is dropped)
         // is waited for: it may fail with the runtime's connection, reconnect and be sent
         // again, each within its timeout.
-        let settle_within = config
-            .connect_timeout
-            .saturating_add(config.response_timeout.saturating_mul(2));
-        let background = Background::start(settle_within).map_err(|e| connect_error(e.into()))?;
+        let background =
+            Background::start(settle_bound(&config)).map_err(|e| connect_error(e.into()))?;
         background.watch_caller();
         let connect_within = config
             .connect_timeout
@@ -453,6 +451,12 @@ impl Client {
         Ok(())
     }
 
+    /// How long background work in flight (a release) is waited for when a caller's runtime
+    /// shuts down or the client is dropped, and retried for at most: [`settle_bound`].
+    pub(crate) fn settle_bound(&self) -> Duration {
+        settle_bound(&self.inner.config)
+    }
+
     fn call_error(&self, op: Operation, key: &str, error: CallError) -> Error {
         match error {
             // `Deployment::call` reports a timed-out reply (whichever timer saw it) as `Timeout`.
@@ -587,4 +591,12 @@ async fn preload_scripts(conn: Link, timeout: Duration) {
         }
         Err(_) => tracing::debug!("script preload timed out; scripts load on first use"),
     }
+}
+
+/// Connect timeout + 2 × response timeout: a release in flight may fail with its connection,
+/// reconnect and be sent again, each within its timeout.
+fn settle_bound(config: &Config) -> Duration {
+    config
+        .connect_timeout
+        .saturating_add(config.response_timeout.saturating_mul(2))
 }

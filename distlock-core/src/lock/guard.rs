@@ -12,7 +12,6 @@ use crate::client::Boxed;
 use crate::error::{Error, LossReason};
 use crate::fence::Fence;
 use crate::lease::{millis_ceil, Lease};
-use crate::lock::backoff::Backoff;
 use crate::lock::hold::{release_later, Hold, ReleaseOnDrop, Released};
 use crate::wire::keys::LockKeys;
 
@@ -30,33 +29,9 @@ type SentAnswer = Boxed<Result<Released, Error>>;
 /// another owner's while the lease still ran, counts as released: the failed attempt may
 /// have freed it. What it found goes to tracing (`release sent by run ...`) and to
 /// `distlock_sent_releases_total`; the caller's result was decided before (see `lock::run`).
-async fn confirm_sent(hold: Hold, lease: Arc<Lease>, mut first: Option<SentAnswer>) {
+async fn confirm_sent(hold: Hold, lease: Arc<Lease>, first: Option<SentAnswer>) {
     let until = lease.deadline();
-    let mut backoff = Backoff::default();
-    let mut retried = false;
-    let found = loop {
-        let answer = match first.take() {
-            Some(queued) => queued.await,
-            None => hold.release_once().await,
-        };
-        match answer {
-            Ok(found) if retried && found != Released::Yes => {
-                let gone = found == Released::Absent;
-                let taken_later = found == Released::OtherOwner && Instant::now() < until;
-                if gone || taken_later {
-                    break Ok(Released::Yes);
-                }
-                break Ok(found);
-            }
-            Ok(found) => break Ok(found),
-            Err(error) if error.is_transient() && Instant::now() < until => {
-                tracing::debug!(key = %hold.keys.name(), %error, "release sent by run failed transiently; retrying within the lease");
-                retried = true;
-                tokio::time::sleep_until(backoff.next(Instant::now(), until)).await;
-            }
-            Err(error) => break Err(error),
-        }
-    };
+    let found = hold.release_retrying(first, until, Some(until)).await;
     let key = hold.keys.name();
     match found {
         Ok(found) => match lost_at_release(found) {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::waiting::cohort::Carry;
-use crate::client::Client;
+use crate::client::{Boxed, Client};
 use crate::error::Error;
 use crate::lock::backoff::Backoff;
 use crate::lock::kind::{Kind, Target};
@@ -158,6 +158,41 @@ impl Hold {
         }
     }
 
+    /// Runs the release in Redis (`first`: an attempt already sent, whose answer this awaits
+    /// first), retrying a transient failure with backoff until `until`. A retry that finds
+    /// the lock gone counts as released (the failed attempt may have freed it), and so does
+    /// one that finds it another owner's before `ours_until` (until when it was known to be
+    /// ours: the lease deadline, if known).
+    pub(crate) async fn release_retrying(
+        &self,
+        mut first: Option<Boxed<Result<Released, Error>>>,
+        until: Instant,
+        ours_until: Option<Instant>,
+    ) -> Result<Released, Error> {
+        let mut backoff = Backoff::default();
+        let mut retried = false;
+        loop {
+            let answer = match first.take() {
+                Some(sent) => sent.await,
+                None => self.release_once().await,
+            };
+            match answer {
+                Ok(Released::Absent) if retried => return Ok(Released::Yes),
+                Ok(Released::OtherOwner)
+                    if retried && ours_until.is_some_and(|ours| Instant::now() < ours) =>
+                {
+                    return Ok(Released::Yes)
+                }
+                Err(error) if error.is_transient() && Instant::now() < until => {
+                    tracing::debug!(key = %self.keys.name(), %error, "release failed transiently; retrying");
+                    retried = true;
+                    tokio::time::sleep_until(backoff.next(Instant::now(), until)).await;
+                }
+                answer => return answer,
+            }
+        }
+    }
+
     /// How long the lock must still be kept for `min_hold` (zero: release now).
     pub(crate) fn keep(&self) -> Duration {
         self.0.keep_until.get().map_or(Duration::ZERO, |until| {
@@ -268,21 +303,8 @@ impl Drop for ReleaseOnDrop {
 pub(crate) fn release_later(hold: Hold) {
     let client = hold.client.clone();
     client.spawn_cleanup(async move {
-        let config = hold.client.config();
-        let until = Instant::now()
-            + config
-                .connect_timeout
-                .saturating_add(config.response_timeout.saturating_mul(2));
-        let mut backoff = Backoff::default();
-        let released = loop {
-            match hold.release(None).await {
-                Err(error) if error.is_transient() && Instant::now() < until => {
-                    tracing::debug!(key = %hold.keys.name(), %error, "background release failed transiently; retrying");
-                    tokio::time::sleep_until(backoff.next(Instant::now(), until)).await;
-                }
-                released => break released,
-            }
-        };
+        let until = Instant::now() + hold.client.settle_bound();
+        let released = hold.release_retrying(None, until, None).await;
         match released {
             Ok(_) => tracing::debug!(key = %hold.keys.name(), "released in background"),
             Err(error) => {

@@ -52,26 +52,8 @@ impl Lua {
         cmd
     }
 
-    /// `SCRIPT LOAD` and then `cmd` (built with [`Lua::evalsha`]) again, with `then` after it,
-    /// in one write, error replies kept in the reply: for a call whose `EVALSHA` found the
-    /// script missing (Redis restarted, failed over or flushed its scripts). One write, so no
-    /// other client's `SCRIPT FLUSH` comes between the two in practice (Redis runs a client's
-    /// pipelined commands together); sent as two round trips, one did under flushes 20 ms
-    /// apart. (`EVAL` with the source would be atomic, but a least-privilege user has only
-    /// `EVALSHA` and `SCRIPT LOAD`.)
-    fn reload(&self, cmd: &Cmd, then: Option<ReplicaWait>) -> Pipeline {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        pipe.add_command(self.load());
-        pipe.add_command(cmd.clone());
-        if let Some(wait) = then {
-            add_wait(&mut pipe, wait);
-        }
-        pipe
-    }
-
     /// Runs `cmd` (built with [`Lua::evalsha`]); on NOSCRIPT loads the script and runs it again
-    /// ([`Lua::reload`], up to [`RELOADS`] times).
+    /// ([`Lua::reloaded`]).
     pub(crate) async fn run<T: FromRedisValue, C: ConnectionLike>(
         &self,
         conn: &mut C,
@@ -86,16 +68,27 @@ impl Lua {
         }
     }
 
-    /// The replies to `cmd` and `then` (see [`Lua::reload`]) once the script ran: the load's
-    /// error if it failed (a user without `SCRIPT LOAD`), NOSCRIPT if it was still missing
-    /// after [`RELOADS`] loads.
+    /// `SCRIPT LOAD` and then `cmd` (built with [`Lua::evalsha`]) again, with the `WAIT` of
+    /// `then` after it, in one write, up to [`RELOADS`] times while the script is still
+    /// missing: for a call whose `EVALSHA` found it missing (Redis restarted, failed over or
+    /// flushed its scripts). One write, so no other client's `SCRIPT FLUSH` comes between the
+    /// two in practice (Redis runs a client's pipelined commands together); sent as two round
+    /// trips, one did under flushes 20 ms apart. (`EVAL` with the source would be atomic, but a
+    /// least-privilege user has only `EVALSHA` and `SCRIPT LOAD`.) Returns the replies after
+    /// the load's: the load's error if it failed.
     async fn reloaded<const N: usize, C: ConnectionLike>(
         &self,
         conn: &mut C,
         cmd: &Cmd,
         then: Option<ReplicaWait>,
     ) -> RedisResult<[Value; N]> {
-        let pipe = self.reload(cmd, then);
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.add_command(self.load());
+        pipe.add_command(cmd.clone());
+        if let Some(wait) = then {
+            add_wait(&mut pipe, wait);
+        }
         let mut attempt = 1;
         loop {
             let replies: Vec<Value> = pipe.query_async(conn).await?;

@@ -49,34 +49,28 @@ impl Quorate for CurrentCall<'_> {
     ) -> Result<Record, NoQuorum> {
         let replies = answered(replies, nodes)?;
         let required = majority(nodes);
+        // The owner most records name as leader, with how many name it.
         let naming = |owner: &str| {
             replies
                 .iter()
                 .filter(|r| r.leader.is_some() && r.owner == owner)
                 .count()
         };
-        let best = replies
+        let most = replies
             .iter()
             .filter(|r| r.leader.is_some())
-            .map(|r| naming(&r.owner))
-            .max()
-            .unwrap_or(0);
-        if best < required && best > 0 && best + silent >= required {
-            return Err(NoQuorum {
-                agreed: best,
-                required,
-            });
-        }
-        let leading = replies
-            .iter()
-            .filter(|r| r.leader.is_some())
-            .find(|candidate| {
-                replies
-                    .iter()
-                    .filter(|r| r.leader.is_some() && r.owner == candidate.owner)
-                    .count()
-                    >= required
-            });
+            .map(|r| (naming(&r.owner), r))
+            .max_by_key(|(named, _)| *named);
+        let leading = match most {
+            Some((named, record)) if named >= required => Some(record),
+            Some((named, _)) if named + silent >= required => {
+                return Err(NoQuorum {
+                    agreed: named,
+                    required,
+                })
+            }
+            _ => None,
+        };
         let mut terms: Vec<_> = replies
             .iter()
             .flat_map(|r| r.terms.iter().cloned())
