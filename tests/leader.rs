@@ -271,3 +271,67 @@ async fn a_run_body_sees_its_term_through_fence_and_re_enters_its_lock() {
         Err(distlock::Error::NotFenced { key: None })
     ));
 }
+
+#[tokio::test]
+async fn a_leaders_record_lives_while_it_leads_and_expires_after_the_retention() {
+    let server = RedisServer::start();
+    let retention = Duration::from_millis(600);
+    let c = Config::new(server.url())
+        .fence_retention(retention)
+        .connect()
+        .await
+        .unwrap();
+    let mut conn = server.conn().await;
+    let keys = ["distlock:{kept}:leader", "distlock:{kept}:leader:terms"];
+    let pttls = |conn: &mut redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        async move {
+            let mut out = Vec::new();
+            for key in keys {
+                let pttl: i64 = conn.pttl(key).await.unwrap();
+                out.push(pttl);
+            }
+            out
+        }
+    };
+    let leadership = c
+        .leader("kept")
+        .ttl(Duration::from_millis(300))
+        .campaign()
+        .await
+        .unwrap();
+    let term = leadership.term();
+    for pttl in pttls(&mut conn).await {
+        assert!(pttl > 0 && pttl <= 600, "the record expires: pttl {pttl}");
+    }
+    // Leading for over three retentions: the leader keeps its record.
+    let led_until = Instant::now() + retention * 3;
+    while Instant::now() < led_until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        for pttl in pttls(&mut conn).await {
+            assert!(
+                pttl > 0,
+                "a leader's record never expires under it: pttl {pttl}"
+            );
+        }
+    }
+    let current = c.leader("kept").current().await.unwrap();
+    assert_eq!(current.map(|l| l.term), Some(term));
+    leadership.resign().await.unwrap();
+    // Gone a retention after its last write; nothing left of the election.
+    let resigned = Instant::now();
+    loop {
+        let left: usize = conn.exists(&keys[..]).await.unwrap();
+        if left == 0 {
+            break;
+        }
+        assert!(
+            resigned.elapsed() < retention + Duration::from_secs(2),
+            "the record of a name no longer elected expires"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let next = c.leader("kept").campaign().await.unwrap();
+    assert!(next.term() > term, "{} after {term}", next.term());
+    next.resign().await.unwrap();
+}

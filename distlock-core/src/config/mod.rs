@@ -289,7 +289,9 @@ impl Config {
     }
 
     /// How long a lock name's last fencing token is remembered after its last acquisition
-    /// (default 10 min; never less than the lock's ttl). See the crate docs on fencing.
+    /// (default 10 min; never less than the lock's ttl), and a leader election's record after
+    /// its last leader (a leader renews its record every third of this). See the crate docs
+    /// on fencing.
     pub fn fence_retention(mut self, retention: Duration) -> Self {
         self.fence_retention = retention;
         self

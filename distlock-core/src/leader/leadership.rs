@@ -4,6 +4,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::error::{Error, LossReason, Operation};
@@ -13,6 +14,7 @@ use crate::lock::backoff::Backoff;
 use crate::lock::builder::LockBuilder;
 use crate::lock::context::Frame;
 use crate::lock::guard::LockGuard;
+use crate::lock::hold::Hold;
 use crate::metrics::Leading;
 use crate::wire::calls::{ProclaimCall, Proclaimed};
 
@@ -30,14 +32,17 @@ pub struct Leadership {
     leading: Term,
 }
 
-/// The term's end, when its [`Leadership`] goes (resigned, dropped, or ended by `run`).
+/// The term's end, when its [`Leadership`] goes (resigned, dropped, or ended by `run`): its
+/// metric, and the task keeping its record ([`keep_record`]).
 struct Term {
     metric: Leading,
     lease: Arc<Lease>,
+    keeper: AbortHandle,
 }
 
 impl Drop for Term {
     fn drop(&mut self) {
+        self.keeper.abort();
         self.metric.end(self.lease.lost_reason());
     }
 }
@@ -133,9 +138,16 @@ pub(super) async fn campaign(lock: LockBuilder, identity: String) -> Result<Lead
         let guard = lock.clone().acquire().await?;
         match proclaim(&guard, &identity).await {
             Ok(Some(p)) => {
+                let keeper = guard.hold().client.spawn_task(keep_record(
+                    guard.hold().clone(),
+                    term_token(&guard),
+                    guard.lease().clone(),
+                    identity.clone(),
+                ));
                 let leading = Term {
                     metric: Leading::start(guard.name()),
                     lease: guard.lease().clone(),
+                    keeper,
                 };
                 return Ok(Leadership {
                     guard,
@@ -162,29 +174,69 @@ pub(super) async fn campaign(lock: LockBuilder, identity: String) -> Result<Lead
 /// Writes the term of the lock `guard` holds, retrying transient failures while the lock is
 /// guaranteed. `None` when the lock is no longer this guard's.
 async fn proclaim(guard: &LockGuard, identity: &str) -> Result<Option<Proclaimed>, Error> {
-    let hold = guard.hold();
-    let client = &hold.client;
-    let token = guard
-        .token()
-        .expect("an election's lock is taken with fenced(true)");
     let mut backoff = Backoff::default();
     loop {
-        let id = client.new_request_id();
-        let call = ProclaimCall {
-            keys: &hold.keys,
-            id: id.as_bytes(),
-            value: hold.value.as_bytes(),
-            token,
-            identity,
-            retention: client.config().fence_retention,
-            sharded: client.sharded_pubsub(),
-        };
-        match client.call(Operation::Acquire, guard.name(), &call).await {
+        match proclaim_once(guard.hold(), term_token(guard), identity).await {
             Err(error) if error.is_transient() && guard.ensure_held().is_ok() => {
                 let again = backoff.next(Instant::now(), guard.guaranteed_until());
                 tokio::time::sleep_until(again).await;
             }
             other => return other,
+        }
+    }
+}
+
+/// The fencing token of the election's hold.
+fn term_token(guard: &LockGuard) -> u64 {
+    guard
+        .token()
+        .expect("an election's lock is taken with fenced(true)")
+}
+
+/// One `LEADER_PROCLAIM` of `hold`'s term; for a record `hold` already owns, it only renews the
+/// record's expiry.
+async fn proclaim_once(
+    hold: &Hold,
+    token: u64,
+    identity: &str,
+) -> Result<Option<Proclaimed>, Error> {
+    let client = &hold.client;
+    let id = client.new_request_id();
+    let call = ProclaimCall {
+        keys: &hold.keys,
+        id: id.as_bytes(),
+        value: hold.value.as_bytes(),
+        token,
+        identity,
+        retention: client.config().fence_retention,
+        sharded: client.sharded_pubsub(),
+    };
+    client
+        .call(Operation::Acquire, hold.keys.name(), &call)
+        .await
+}
+
+/// While the term lasts, proclaims it again every third of the retention, which renews the
+/// record's expiry (`LEADER_PROCLAIM` for its own owner): a leader's record never expires
+/// under it, and the record of a name no longer elected goes a retention after its last
+/// leader. Ends when the lease is lost, or is aborted when the [`Leadership`] goes; a failed
+/// write is tried again at the next period (two more before the record could expire).
+async fn keep_record(hold: Hold, token: u64, lease: Arc<Lease>, identity: String) {
+    let every = hold.client.config().fence_retention / 3;
+    let lost = lease.lost();
+    tokio::pin!(lost);
+    loop {
+        tokio::select! {
+            _ = &mut lost => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        match proclaim_once(&hold, token, &identity).await {
+            // Not this hold's lock any more: the lease will say so.
+            Ok(None) => return,
+            Ok(Some(_)) => {}
+            Err(error) => {
+                tracing::debug!(name = %hold.keys.name(), %error, "a leader's record not renewed; trying again next period");
+            }
         }
     }
 }

@@ -10,8 +10,11 @@
 //! * `prefix:{name}:leader:terms`, a list of the last [`TERMS_KEPT`] terms, newest first, each
 //!   `<term> <since> <identity>`, so an observer that woke late still sees every term in order.
 //!
-//! Both keys are kept while the name is used for elections (one small hash and a short list per
-//! name: leader names are few); neither grows.
+//! Neither grows, and neither outlives the elections of its name for long: both expire a
+//! retention ([`Config::fence_retention`](crate::Config::fence_retention), at least three
+//! ttls) after they were last written. A leader writes them again (the same proclaim, which
+//! for the record's own owner only renews the expiry) every third of that while it leads, so
+//! the record of a live leader never expires; a name no longer elected leaves nothing behind.
 
 /// How many terms `prefix:{name}:leader:terms` keeps.
 pub const TERMS_KEPT: usize = 32;
@@ -19,11 +22,11 @@ pub const TERMS_KEPT: usize = 32;
 /// A new leader proclaims its term.
 ///
 /// KEYS: lock, fence, leader, leader terms, release channel. ARGV: request id, the lock value
-/// (`d2:<owner>`), the fencing token of the hold (decimal), identity, fence retention ms, `s`
-/// for a sharded channel or `-`.
+/// (`d2:<owner>`), the fencing token of the hold (decimal), identity, retention ms (of the
+/// fence floor and the record), `s` for a sharded channel or `-`.
 ///
 /// Returns `{id, {1, term, since}}` (proclaimed; a replay of our own proclaim returns the
-/// term it wrote) or `{id, {0, '0', 0}}` (the lock is not held by this value: nothing
+/// term it wrote and only renews the record's expiry: how a leader keeps its record) or `{id, {0, '0', 0}}` (the lock is not held by this value: nothing
 /// written). The term is the token, or one above the last term written when that is not
 /// below it (a fence floor lost and a clock behind): terms only rise. The fence floor is
 /// raised to the term, so later holders' tokens are above it; the term is added to the
@@ -35,6 +38,8 @@ if redis.call('GET', KEYS[1]) ~= ARGV[2] then
 end
 local rec = redis.call('HMGET', KEYS[3], 'term', 'owner', 'since')
 if rec[2] == ARGV[2] then
+  redis.call('PEXPIRE', KEYS[3], ARGV[5])
+  redis.call('PEXPIRE', KEYS[4], ARGV[5])
   return {ARGV[1], {1, rec[1], tonumber(rec[3])}}
 end
 local term = ARGV[3]
@@ -51,6 +56,8 @@ local since = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', KEYS[3], 'term', term, 'identity', ARGV[4], 'since', since, 'owner', ARGV[2])
 redis.call('LPUSH', KEYS[4], term .. ' ' .. since .. ' ' .. ARGV[4])
 redis.call('LTRIM', KEYS[4], 0, 31)
+redis.call('PEXPIRE', KEYS[3], ARGV[5])
+redis.call('PEXPIRE', KEYS[4], ARGV[5])
 if ARGV[6] == 's' then
   redis.call('SPUBLISH', KEYS[5], '1')
 else
