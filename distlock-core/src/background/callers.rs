@@ -147,7 +147,10 @@ impl CallerWork {
     pub(super) fn done(&self) {
         let mut state = sync::lock(&self.state);
         state.tasks -= 1;
-        if state.tasks == 0 {
+        // Only a watch whose runtime is ending waits for no work; before that it waits for the
+        // end alone, and waking it whenever the work drains (each sent release, one at a time)
+        // would switch to its thread for nothing.
+        if state.tasks == 0 && state.ending.is_some() {
             self.changed.notify_all();
         }
     }
