@@ -335,3 +335,29 @@ async fn a_leaders_record_lives_while_it_leads_and_expires_after_the_retention()
     assert!(next.term() > term, "{} after {term}", next.term());
     next.resign().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_fence_retention_below_the_ttl_keeps_the_record_a_ttl() {
+    let server = RedisServer::start();
+    let c = Config::new(server.url())
+        .fence_retention(Duration::ZERO)
+        .connect()
+        .await
+        .unwrap();
+    let leadership = c
+        .leader("short")
+        .ttl(Duration::from_millis(900))
+        .campaign()
+        .await
+        .expect("elected with a zero fence retention");
+    let pttl: i64 = server
+        .conn()
+        .await
+        .pttl("distlock:{short}:leader")
+        .await
+        .unwrap();
+    assert!(pttl > 0 && pttl <= 900, "kept a ttl: pttl {pttl}");
+    let current = c.leader("short").current().await.unwrap();
+    assert_eq!(current.map(|l| l.term), Some(leadership.term()));
+    leadership.resign().await.unwrap();
+}

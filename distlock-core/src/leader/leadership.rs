@@ -136,13 +136,19 @@ pub(super) async fn campaign(lock: LockBuilder, identity: String) -> Result<Lead
     let lock = lock.fenced(true).renew(true).wait(Duration::MAX);
     loop {
         let guard = lock.clone().acquire().await?;
-        match proclaim(&guard, &identity).await {
+        // As a fenced lock's floor: the fence retention, never less than the ttl.
+        let retention = (guard.hold().client.config().fence_retention)
+            .max(lock.ttl_in(guard.hold().client.config()));
+        match proclaim(&guard, &identity, retention).await {
             Ok(Some(p)) => {
                 let keeper = guard.hold().client.spawn_task(keep_record(
                     guard.hold().clone(),
-                    term_token(&guard),
+                    Proclaim {
+                        token: term_token(&guard),
+                        identity: identity.clone(),
+                        retention,
+                    },
                     guard.lease().clone(),
-                    identity.clone(),
                 ));
                 let leading = Term {
                     metric: Leading::start(guard.name()),
@@ -173,10 +179,19 @@ pub(super) async fn campaign(lock: LockBuilder, identity: String) -> Result<Lead
 
 /// Writes the term of the lock `guard` holds, retrying transient failures while the lock is
 /// guaranteed. `None` when the lock is no longer this guard's.
-async fn proclaim(guard: &LockGuard, identity: &str) -> Result<Option<Proclaimed>, Error> {
+async fn proclaim(
+    guard: &LockGuard,
+    identity: &str,
+    retention: Duration,
+) -> Result<Option<Proclaimed>, Error> {
+    let proclaim = Proclaim {
+        token: term_token(guard),
+        identity: identity.to_owned(),
+        retention,
+    };
     let mut backoff = Backoff::default();
     loop {
-        match proclaim_once(guard.hold(), term_token(guard), identity).await {
+        match proclaim_once(guard.hold(), &proclaim).await {
             Err(error) if error.is_transient() && guard.ensure_held().is_ok() => {
                 let again = backoff.next(Instant::now(), guard.guaranteed_until());
                 tokio::time::sleep_until(again).await;
@@ -193,22 +208,26 @@ fn term_token(guard: &LockGuard) -> u64 {
         .expect("an election's lock is taken with fenced(true)")
 }
 
+/// What a term's proclaim writes: its token, the leader's identity, and how long the fence
+/// floor and the record are kept after it.
+struct Proclaim {
+    token: u64,
+    identity: String,
+    retention: Duration,
+}
+
 /// One `LEADER_PROCLAIM` of `hold`'s term; for a record `hold` already owns, it only renews the
 /// record's expiry.
-async fn proclaim_once(
-    hold: &Hold,
-    token: u64,
-    identity: &str,
-) -> Result<Option<Proclaimed>, Error> {
+async fn proclaim_once(hold: &Hold, proclaim: &Proclaim) -> Result<Option<Proclaimed>, Error> {
     let client = &hold.client;
     let id = client.new_request_id();
     let call = ProclaimCall {
         keys: &hold.keys,
         id: id.as_bytes(),
         value: hold.value.as_bytes(),
-        token,
-        identity,
-        retention: client.config().fence_retention,
+        token: proclaim.token,
+        identity: &proclaim.identity,
+        retention: proclaim.retention,
         sharded: client.sharded_pubsub(),
     };
     client
@@ -216,13 +235,14 @@ async fn proclaim_once(
         .await
 }
 
-/// While the term lasts, proclaims it again every third of the retention, which renews the
+/// While the term lasts, proclaims it again every third of the retention (the fence retention,
+/// at least the ttl), which renews the
 /// record's expiry (`LEADER_PROCLAIM` for its own owner): a leader's record never expires
 /// under it, and the record of a name no longer elected goes a retention after its last
 /// leader. Ends when the lease is lost, or is aborted when the [`Leadership`] goes; a failed
 /// write is tried again at the next period (two more before the record could expire).
-async fn keep_record(hold: Hold, token: u64, lease: Arc<Lease>, identity: String) {
-    let every = hold.client.config().fence_retention / 3;
+async fn keep_record(hold: Hold, proclaim: Proclaim, lease: Arc<Lease>) {
+    let every = proclaim.retention / 3;
     let lost = lease.lost();
     tokio::pin!(lost);
     loop {
@@ -230,7 +250,7 @@ async fn keep_record(hold: Hold, token: u64, lease: Arc<Lease>, identity: String
             _ = &mut lost => return,
             () = tokio::time::sleep(every) => {}
         }
-        match proclaim_once(&hold, token, &identity).await {
+        match proclaim_once(&hold, &proclaim).await {
             // Not this hold's lock any more: the lease will say so.
             Ok(None) => return,
             Ok(Some(_)) => {}

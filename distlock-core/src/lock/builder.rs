@@ -7,7 +7,7 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use crate::client::{Boxed, Client};
-use crate::config::{ALL_NEEDS_SENTINEL, ALL_REPLICAS, MAX_REPLICAS};
+use crate::config::{Config, ALL_NEEDS_SENTINEL, ALL_REPLICAS, MAX_REPLICAS};
 use crate::error::Error;
 use crate::lease::{check_ttl, millis_ceil, MAX_TTL};
 use crate::lock::guard::LockGuard;
@@ -343,6 +343,11 @@ impl LockBuilder {
         &self.name
     }
 
+    /// The lock's ttl through `config` (its own, else the client's default).
+    pub(crate) fn ttl_in(&self, config: &Config) -> Duration {
+        self.ttl.unwrap_or(config.default_ttl)
+    }
+
     /// The client this lock is taken through (the default, a named or a given one).
     pub(crate) fn resolve(&self) -> Result<Client, Error> {
         match &self.client {
@@ -478,7 +483,7 @@ impl LockBuilder {
     fn terms(&self) -> Result<(Client, LockKeys, Kind, Terms), Error> {
         let client = self.resolve()?;
         let config = client.config();
-        let ttl = self.ttl.unwrap_or(config.default_ttl);
+        let ttl = self.ttl_in(config);
         check_ttl(|| format!("the ttl of lock `{}`", self.name), ttl)?;
         if let Some(min) = self.min_hold.filter(|&m| m > MAX_TTL) {
             return Err(Error::InvalidConfig {

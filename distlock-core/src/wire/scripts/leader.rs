@@ -11,8 +11,8 @@
 //!   `<term> <since> <identity>`, so an observer that woke late still sees every term in order.
 //!
 //! Neither grows, and neither outlives the elections of its name for long: both expire a
-//! retention ([`Config::fence_retention`](crate::Config::fence_retention), at least three
-//! ttls) after they were last written. A leader writes them again (the same proclaim, which
+//! retention ([`Config::fence_retention`](crate::Config::fence_retention), at least the
+//! ttl) after they were last written. A leader writes them again (the same proclaim, which
 //! for the record's own owner only renews the expiry) every third of that while it leads, so
 //! the record of a live leader never expires; a name no longer elected leaves nothing behind.
 
