@@ -283,6 +283,8 @@ async fn re_entry_takes_no_second_permit() {
         })
         .await
         .unwrap();
+    // `run` sends its release without waiting: another connection sees it once it is answered.
+    a.settle().await;
     let mut conn = server.conn().await;
     assert!(holders(&mut conn, "api:re").await.is_empty());
 }
