@@ -444,6 +444,8 @@ async fn re_entry_across_reads_and_writes() {
         })
         .await
         .unwrap();
+    // `run` sends its release without waiting: another connection sees it once it is answered.
+    a.settle().await;
     let mut conn = server.conn().await;
     assert!(!conn.exists::<_, bool>(key("doc:re")).await.unwrap());
 }
