@@ -12,9 +12,13 @@
 //! floor). It lives on the runtime that made (or last re-made) it; if that runtime shuts down,
 //! the next call fails as a dropped connection before reaching Redis, the connection manager
 //! reconnects from the runtime that is asking (the watchdog's calls from this thread), and the
-//! call is retried once (acquire, release) or after a short delay (renewal). A reconnect that
-//! a dead runtime left behind (redis-rs shares it among callers, its backoff timer on that
-//! runtime) panics when polled: `connection` catches that and replaces the connection.
+//! call is retried once (acquire, release) or after a short delay (renewal). redis-rs runs a
+//! reconnect on the runtime that made the connection and shares it among callers, so the
+//! command connection retries nothing inside a reconnect (a retry's backoff timer would belong
+//! to that runtime, and polling it from another once that runtime is gone panics, printing the
+//! panic's message even though it is caught); the callers retry. A connect still in progress
+//! when its runtime shut down can leave its connect timer the same way: `connection` catches
+//! that panic and replaces the connection.
 //!
 //! The masters of a RedLock quorum are different: each call fans out to every master, a dead
 //! master is always reconnecting, and a failed master counts against the majority instead of

@@ -267,8 +267,12 @@ impl Backend {
             // One timer per call is enough: `Connection::call` bounds every call and decides
             // whether a timed-out connection must be replaced.
             .set_response_timeout(None)
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500))
+            // No retry inside redis-rs: a failed reconnect fails its request at once, and the
+            // next request reconnects from its own runtime. redis-rs shares one reconnect among
+            // its callers, and a retry's backoff timer belongs to the runtime that started it: a
+            // runtime that shut down left a timer that panics when another runtime polls it.
+            // Every caller here retries transient failures itself (`wait`, a release's retries).
+            .set_number_of_retries(0)
     }
 
     fn cluster_config(&self) -> ClusterConfig {
