@@ -41,6 +41,39 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// A client of `url` with short timeouts, connected on `on` (its command connection is made
+/// there).
+fn quick_client(url: String, on: &tokio::runtime::Runtime) -> Client {
+    on.block_on(
+        Config::new(url)
+            .response_timeout(Duration::from_millis(150))
+            .connect_timeout(Duration::from_millis(150))
+            .connect(),
+    )
+    .unwrap()
+}
+
+/// Whether `client` takes and releases `name` on `on` within about 5 s (Redis coming back).
+fn recovers(client: &Client, on: &tokio::runtime::Runtime, name: &str) -> bool {
+    on.block_on(async {
+        for _ in 0..50 {
+            if let Ok(guard) = client.lock(name).acquire().await {
+                return guard.release().await.is_ok();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    })
+}
+
+fn assert_no_shutdown_panics() {
+    assert_eq!(
+        SHUTDOWN_PANICS.load(Ordering::SeqCst),
+        0,
+        "a timer of a runtime that shut down was polled (its panic printed to stderr)"
+    );
+}
+
 /// Calls `client` once on a short-lived runtime (whose reconnect is left in progress), then
 /// at once on `outer`, `rounds` times; every call on `outer` must return (not panic).
 fn calls_across_runtimes(
@@ -75,32 +108,15 @@ fn a_reconnect_left_by_a_runtime_that_ended_does_not_break_a_standalone_client()
     count_shutdown_panics();
     let mut server = RedisServer::start();
     let outer = runtime();
-    let client = outer
-        .block_on(
-            Config::new(server.url())
-                .response_timeout(Duration::from_millis(150))
-                .connect_timeout(Duration::from_millis(150))
-                .connect(),
-        )
-        .unwrap();
+    let client = quick_client(server.url(), &outer);
     server.kill();
     calls_across_runtimes(&client, &outer, 20);
     server.restart();
-    let back = outer.block_on(async {
-        for _ in 0..50 {
-            if let Ok(guard) = client.lock("reconnect:back").acquire().await {
-                return guard.release().await.is_ok();
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        false
-    });
-    assert!(back, "the client did not recover once Redis was back");
-    assert_eq!(
-        SHUTDOWN_PANICS.load(Ordering::SeqCst),
-        0,
-        "a timer of a runtime that shut down was polled (its panic printed to stderr)"
+    assert!(
+        recovers(&client, &outer, "reconnect:back"),
+        "the client did not recover once Redis was back"
     );
+    assert_no_shutdown_panics();
 }
 
 #[test]
@@ -122,11 +138,7 @@ fn a_reconnect_left_by_a_runtime_that_ended_does_not_break_a_quorum() {
         ok.iter().all(|&ok| ok),
         "with 2 of 3 masters up every call must succeed: {ok:?}"
     );
-    assert_eq!(
-        SHUTDOWN_PANICS.load(Ordering::SeqCst),
-        0,
-        "a timer of a runtime that shut down was polled (its panic printed to stderr)"
-    );
+    assert_no_shutdown_panics();
 }
 
 #[test]
@@ -159,14 +171,7 @@ fn a_client_whose_connecting_runtime_ended_mid_reconnect_recovers_without_a_pani
     // The command connection is made on the connecting runtime, and redis-rs runs its
     // reconnects there.
     let connecting = runtime();
-    let client = connecting
-        .block_on(
-            Config::new(server.url())
-                .response_timeout(Duration::from_millis(150))
-                .connect_timeout(Duration::from_millis(150))
-                .connect(),
-        )
-        .unwrap();
+    let client = quick_client(server.url(), &connecting);
     server.kill();
     connecting.block_on(async {
         // Fails, starting a reconnect that cannot connect (Redis is down).
@@ -174,20 +179,9 @@ fn a_client_whose_connecting_runtime_ended_mid_reconnect_recovers_without_a_pani
     });
     drop(connecting);
     server.restart();
-    let outer = runtime();
-    let back = outer.block_on(async {
-        for _ in 0..50 {
-            if let Ok(guard) = client.lock("mid-reconnect").acquire().await {
-                return guard.release().await.is_ok();
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        false
-    });
-    assert!(back, "the client did not recover from another runtime");
-    assert_eq!(
-        SHUTDOWN_PANICS.load(Ordering::SeqCst),
-        0,
-        "a timer of a runtime that shut down was polled (its panic printed to stderr)"
+    assert!(
+        recovers(&client, &runtime(), "mid-reconnect"),
+        "the client did not recover from another runtime"
     );
+    assert_no_shutdown_panics();
 }
