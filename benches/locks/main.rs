@@ -390,6 +390,9 @@ async fn profile(contenders: &Contenders, which: &str) -> BenchResult<()> {
         contenders.cycle(kind, &target).await?;
     }
     let elapsed = t0.elapsed();
+    // `run`'s last release may still be in flight: answered before the server goes with this
+    // function (else the runtime's shutdown waits for it, the settle bound, in vain).
+    distlock::shutdown().await;
     eprintln!(
         "profile {}: {cycles} cycles in {elapsed:?} ({:.1} µs/cycle)",
         kind.label(),
