@@ -2,11 +2,12 @@
 //!
 //! Installs `metrics-exporter-prometheus`'s recorder (no HTTP listener: the application serves
 //! `handle.render()` wherever it likes) with the histogram buckets the operator's kit in `ops/`
-//! expects (`distlock::HISTOGRAM_BUCKETS`: its rules, alerts and dashboard read `_bucket` series), takes a few locks (at once, after waiting, a skip, a
-//! timeout) and prints the scrape. Every series is labelled with the key *template*
-//! (`order:<id>`), never the rendered key. Run with `cargo run -p distlock-examples --example
-//! metrics --features metrics` (starts its own Redis, or set `REDIS_URL`); the suite runs its test too
-//! (`cargo test -p distlock-examples --examples --features metrics`, in scripts/test.sh).
+//! expects (`distlock::HISTOGRAM_BUCKETS`: its rules, alerts and dashboard read `_bucket` series),
+//! takes a few locks (at once, after waiting, a skip, a timeout) and prints the scrape. Every
+//! series is labelled with the key *template* (`order:<id>`), never the rendered key. Run with
+//! `cargo run -p distlock-examples --example metrics --features metrics` (starts its own Redis, or
+//! set `REDIS_URL`); the suite runs its test too (`cargo test -p distlock-examples --examples
+//! --features metrics`, in scripts/test.sh).
 
 use std::time::Duration;
 

@@ -41,11 +41,11 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// A client of `url` with short timeouts, connected on `on` (its command connection is made
-/// there).
-fn quick_client(url: String, on: &tokio::runtime::Runtime) -> Client {
+/// A client of `config` with short timeouts, connected on `on` (a server's command connection
+/// is made there).
+fn quick_client(config: Config, on: &tokio::runtime::Runtime) -> Client {
     on.block_on(
-        Config::new(url)
+        config
             .response_timeout(Duration::from_millis(150))
             .connect_timeout(Duration::from_millis(150))
             .connect(),
@@ -108,7 +108,7 @@ fn a_reconnect_left_by_a_runtime_that_ended_does_not_break_a_standalone_client()
     count_shutdown_panics();
     let mut server = RedisServer::start();
     let outer = runtime();
-    let client = quick_client(server.url(), &outer);
+    let client = quick_client(Config::new(server.url()), &outer);
     server.kill();
     calls_across_runtimes(&client, &outer, 20);
     server.restart();
@@ -124,14 +124,10 @@ fn a_reconnect_left_by_a_runtime_that_ended_does_not_break_a_quorum() {
     count_shutdown_panics();
     let mut masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let outer = runtime();
-    let client = outer
-        .block_on(
-            Config::redlock(masters.iter().map(RedisServer::url))
-                .response_timeout(Duration::from_millis(150))
-                .connect_timeout(Duration::from_millis(150))
-                .connect(),
-        )
-        .unwrap();
+    let client = quick_client(
+        Config::redlock(masters.iter().map(RedisServer::url)),
+        &outer,
+    );
     masters[0].kill();
     let ok = calls_across_runtimes(&client, &outer, 20);
     assert!(
@@ -171,7 +167,7 @@ fn a_client_whose_connecting_runtime_ended_mid_reconnect_recovers_without_a_pani
     // The command connection is made on the connecting runtime, and redis-rs runs its
     // reconnects there.
     let connecting = runtime();
-    let client = quick_client(server.url(), &connecting);
+    let client = quick_client(Config::new(server.url()), &connecting);
     server.kill();
     connecting.block_on(async {
         // Fails, starting a reconnect that cannot connect (Redis is down).

@@ -55,6 +55,12 @@ pub(crate) fn deadline_after(at: Instant, d: Duration) -> Instant {
     at + d.min(FOREVER)
 }
 
+/// How long a name's fence floor (and a leader election's record) is kept: the configured
+/// retention, never less than the ttl of the hold that raised it.
+pub(crate) fn fence_kept(retention: Duration, ttl: Duration) -> Duration {
+    retention.max(ttl)
+}
+
 /// Whole milliseconds of `d`, rounded up, saturating (Redis takes 64-bit millisecond counts).
 pub(crate) fn millis_ceil(d: Duration) -> u64 {
     u64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)

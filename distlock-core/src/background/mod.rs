@@ -159,6 +159,15 @@ impl Background {
         &self.0.handle
     }
 
+    /// Runs a long-lived `task` here (the watchdog's kind: not counted as cleanup work, so a
+    /// runtime that shuts down does not wait for it); abort it through the returned handle.
+    pub(crate) fn spawn_task<F>(&self, task: F) -> tokio::task::AbortHandle
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.0.handle.spawn(task).abort_handle()
+    }
+
     /// Spawns a cleanup `task`, counted until it finishes (or the client is dropped).
     pub(crate) fn spawn<F>(&self, task: F)
     where

@@ -329,13 +329,12 @@ impl Client {
         self.inner.background.spawn(task);
     }
 
-    /// Runs a long-lived `task` on the client's own runtime (not counted as cleanup work: a
-    /// runtime that shuts down does not wait for it); abort it through the returned handle.
+    /// Runs a long-lived `task` on the client's own runtime (`Background::spawn_task`).
     pub(crate) fn spawn_task<F>(&self, task: F) -> tokio::task::AbortHandle
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        self.inner.background.handle().spawn(task).abort_handle()
+        self.inner.background.spawn_task(task)
     }
 
     /// Starts cleanup work at once on the caller's thread (what it sends first is queued

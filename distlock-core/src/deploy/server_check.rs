@@ -71,7 +71,7 @@ impl ServerCheck {
         let task = period.map(|period| {
             metrics::server_events_watched(&[ServerEvent::ClockStep, ServerEvent::Restart]);
             let task = watch_clocks(servers, period, timeout, steps.clone());
-            background.handle().spawn(task).abort_handle()
+            background.spawn_task(task)
         });
         ServerCheck { steps, task }
     }

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, LossReason, Operation};
 use crate::fence::Fence;
-use crate::lease::Lease;
+use crate::lease::{fence_kept, Lease};
 use crate::lock::backoff::Backoff;
 use crate::lock::builder::LockBuilder;
 use crate::lock::context::Frame;
@@ -136,9 +136,8 @@ pub(super) async fn campaign(lock: LockBuilder, identity: String) -> Result<Lead
     let lock = lock.fenced(true).renew(true).wait(Duration::MAX);
     loop {
         let guard = lock.clone().acquire().await?;
-        // As a fenced lock's floor: the fence retention, never less than the ttl.
-        let retention = (guard.hold().client.config().fence_retention)
-            .max(lock.ttl_in(guard.hold().client.config()));
+        let config = guard.hold().client.config();
+        let retention = fence_kept(config.fence_retention, lock.ttl_in(config));
         match proclaim(&guard, &identity, retention).await {
             Ok(Some(p)) => {
                 let keeper = guard.hold().client.spawn_task(keep_record(
@@ -235,12 +234,11 @@ async fn proclaim_once(hold: &Hold, proclaim: &Proclaim) -> Result<Option<Procla
         .await
 }
 
-/// While the term lasts, proclaims it again every third of the retention (the fence retention,
-/// at least the ttl), which renews the
-/// record's expiry (`LEADER_PROCLAIM` for its own owner): a leader's record never expires
-/// under it, and the record of a name no longer elected goes a retention after its last
-/// leader. Ends when the lease is lost, or is aborted when the [`Leadership`] goes; a failed
-/// write is tried again at the next period (two more before the record could expire).
+/// While the term lasts, proclaims it again every third of the retention ([`fence_kept`]), which
+/// renews the record's expiry (`LEADER_PROCLAIM` for its own owner): a leader's record never
+/// expires under it, and the record of a name no longer elected goes a retention after its last
+/// leader. Ends when the lease is lost, or is aborted when the [`Leadership`] goes; a failed write
+/// is tried again at the next period (two more before the record could expire).
 async fn keep_record(hold: Hold, proclaim: Proclaim, lease: Arc<Lease>) {
     let every = proclaim.retention / 3;
     let lost = lease.lost();

@@ -50,9 +50,10 @@
 //!   term, and the stores refuse it.
 //! * **The record is kept a retention.** A name's record (the last terms, who leads) expires
 //!   [`Config::fence_retention`](crate::Config::fence_retention) (at least the election's
-//!   ttl) after its last leader wrote it (a leader renews it every third of that). A name elected again after that starts a new
-//!   record: its terms still rise (they are fencing tokens: the server's clock, above the
-//!   fence floor while it lives), but an observer that missed the gap sees no earlier terms.
+//!   ttl) after its last leader wrote it (a leader renews it every third of that). A name
+//!   elected again after that starts a new record: its terms still rise (they are fencing
+//!   tokens: the server's clock, above the fence floor while it lives), but an observer that
+//!   missed the gap sees no earlier terms.
 //! * The deployment's limits are the lock's: asynchronous replication can lose the lock (and
 //!   so elect a second leader) in a failover unless [`LeaderBuilder::min_replicas`] replicas
 //!   acknowledged it; RedLock holds while a majority of masters does.

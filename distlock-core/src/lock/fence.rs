@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::deploy::redlock::quorum::majority;
 use crate::error::{Error, Operation};
-use crate::lease::guaranteed_until;
+use crate::lease::{fence_kept, guaranteed_until};
 use crate::wire::calls::FenceFloorCall;
 use crate::wire::keys::LockKeys;
 
@@ -60,7 +60,7 @@ pub(crate) async fn token(
     sent_at: Instant,
 ) -> Result<u64, Error> {
     let name = keys.name();
-    let retention = client.config().fence_retention.max(ttl);
+    let retention = fence_kept(client.config().fence_retention, ttl);
     let no_quorum = || Error::NoQuorum {
         op: Operation::Acquire,
         key: name.to_owned(),

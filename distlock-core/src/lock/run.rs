@@ -2,14 +2,14 @@
 //! over the body.
 //!
 //! `run` is compiled once per body type: once per `#[distributed_lock]` function and per
-//! hand-written `run(async { .. })`. Only what needs the body's type is generic here: holding
-//! the body future, polling it when told to, dropping it, keeping its output (the named future
-//! [`Run`] and its `Slot`). Everything else is the non-generic `session` (acquire, the re-entry frame, the
+//! hand-written `run(async { .. })`. Only what needs the body's type is generic here: holding the
+//! body future, polling it when told to, dropping it, keeping its output (the named future [`Run`]
+//! and its `Slot`). Everything else is the non-generic `session` (acquire, the re-entry frame, the
 //! loss watch, the post-body lease check, the release sent without waiting; over RedLock the
-//! release waited for and the mapping of its outcome) and
-//! `drive` (the order of polls: loss first, then the body inside its frame), compiled once in
-//! this crate. Kept generic, they cost every annotated function kilobytes of machine code and
-//! tens of milliseconds of release build (issue 14; `scripts/codegen-cost.sh` measures it).
+//! release waited for and the mapping of its outcome) and `drive` (the order of polls: loss first,
+//! then the body inside its frame), compiled once in this crate. Kept generic, they cost every
+//! annotated function kilobytes of machine code and tens of milliseconds of release build (issue
+//! 14; `scripts/codegen-cost.sh` measures it).
 //!
 //! The session is boxed, by `start`, here: its state machine (the whole acquire, waiting and
 //! release path) is then compiled once, in this crate, and reached through its vtable. Held

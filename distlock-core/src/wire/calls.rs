@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::{Cmd, Pipeline, Value};
 
-use crate::lease::millis_ceil;
+use crate::lease::{fence_kept, millis_ceil};
 use crate::wire::ids::ShortId;
 use crate::wire::keys::LockKeys;
 use crate::wire::request::{
@@ -160,7 +160,7 @@ impl Call for FencedAcquireCall<'_> {
             .arg(self.keys.fence())
             .arg(self.value)
             .arg(millis_ceil(self.ttl))
-            .arg(millis_ceil(self.retention.max(self.ttl)))
+            .arg(millis_ceil(fence_kept(self.retention, self.ttl)))
             .arg(self.id);
         Request::Script(&ACQUIRE_FENCED_SCRIPT, cmd)
     }
@@ -223,7 +223,9 @@ impl Call for QueuedAcquireCall<'_> {
 
     fn request(&self) -> Request {
         let mut cmd = ACQUIRE_QUEUED_SCRIPT.evalsha();
-        let retention = self.fenced.map_or(0, |r| millis_ceil(r.max(self.ttl)));
+        let retention = self
+            .fenced
+            .map_or(0, |r| millis_ceil(fence_kept(r, self.ttl)));
         cmd.arg(4)
             .arg(self.keys.lock())
             .arg(self.keys.fence())

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::lease::millis_ceil;
+use crate::lease::{fence_kept, millis_ceil};
 use crate::wire::keys::LockKeys;
 use crate::wire::request::{
     Call, ReplicaWait, Request, ACQUIRE_PERMIT_SCRIPT, ACQUIRE_READ_SCRIPT, ACQUIRE_WRITE_SCRIPT,
@@ -95,7 +95,9 @@ impl Call for SharedAcquireCall<'_> {
             Shared::Write { .. } => &ACQUIRE_WRITE_SCRIPT,
         };
         let mut cmd = script.evalsha();
-        let retention = self.fenced.map_or(0, |r| millis_ceil(r.max(self.ttl)));
+        let retention = self
+            .fenced
+            .map_or(0, |r| millis_ceil(fence_kept(r, self.ttl)));
         // A semaphore has no writer's intent to look at; its count goes before the retention.
         // A permit's or a read's turn adds the queue, release channel and ids, then the ticket.
         let turn = self

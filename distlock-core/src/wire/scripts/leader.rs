@@ -25,13 +25,13 @@ pub const TERMS_KEPT: usize = 32;
 /// (`d2:<owner>`), the fencing token of the hold (decimal), identity, retention ms (of the
 /// fence floor and the record), `s` for a sharded channel or `-`.
 ///
-/// Returns `{id, {1, term, since}}` (proclaimed; a replay of our own proclaim returns the
-/// term it wrote and only renews the record's expiry: how a leader keeps its record) or `{id, {0, '0', 0}}` (the lock is not held by this value: nothing
-/// written). The term is the token, or one above the last term written when that is not
-/// below it (a fence floor lost and a clock behind): terms only rise. The fence floor is
-/// raised to the term, so later holders' tokens are above it; the term is added to the
-/// terms list and a wake (`1`) is published on the release channel, where observers (and
-/// the lock's waiters, who try again) hear it.
+/// Returns `{id, {1, term, since}}` (proclaimed; a replay of our own proclaim returns the term it
+/// wrote and only renews the record's expiry: how a leader keeps its record) or `{id, {0, '0', 0}}`
+/// (the lock is not held by this value: nothing written). The term is the token, or one above the
+/// last term written when that is not below it (a fence floor lost and a clock behind): terms only
+/// rise. The fence floor is raised to the term, so later holders' tokens are above it; the term is
+/// added to the terms list and a wake (`1`) is published on the release channel, where observers
+/// (and the lock's waiters, who try again) hear it.
 pub const LEADER_PROCLAIM: &str = r#"
 if redis.call('GET', KEYS[1]) ~= ARGV[2] then
   return {ARGV[1], {0, '0', 0}}
