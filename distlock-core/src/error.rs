@@ -301,6 +301,11 @@ pub enum Error {
         /// (or, for [`crate::fence_of`], when the body does not hold that name).
         key: Option<String>,
     },
+    /// [`crate::ensure_held`] was called outside a body run under a lock (an annotated function,
+    /// [`LockBuilder::run`](crate::LockBuilder::run) or
+    /// [`LeaderBuilder::run`](crate::LeaderBuilder::run)): there is no hold to ask about.
+    #[error("no lock here: `distlock::ensure_held()` asks about the locks held by the body it is called from (an annotated function, `run`, or a leader's `run`), and this call chain holds none (a task spawned inside the body does not inherit them: pass it a `LeaderWatch` or the guard's `lost()` future)")]
+    NotLocked,
     /// The store of a fenced write ([`fence`](mod@crate::fence)) failed: a Redis error on the caller's
     /// connection, or a database error. Whether the write landed is unknown only if the
     /// connection failed mid-call; a refused write is [`Error::Fenced`], never this.

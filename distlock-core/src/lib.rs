@@ -613,7 +613,7 @@ pub use fence::Fence;
 pub use leader::{leader, Leader, LeaderBuilder, Leadership};
 pub use lease::{LEASE_MARGIN, MAX_TTL, MIN_TTL};
 pub use lock::builder::{lock, lock_all, semaphore, LockBuilder};
-pub use lock::context::{fence, fence_of, fencing_token, fencing_token_of};
+pub use lock::context::{ensure_held, fence, fence_of, fencing_token, fencing_token_of};
 pub use lock::guard::LockGuard;
 pub use lock::run::Run;
 #[cfg(feature = "metrics")]

@@ -720,10 +720,10 @@
 
 #[doc(inline)]
 pub use distlock_core::{
-    fence, fence_of, fencing_token, fencing_token_of, hash_slot, init, leader, lock, lock_all,
-    semaphore, shutdown, Client, Config, Error, Fence, HeldBy, Leader, LeaderBuilder, Leadership,
-    LockBuilder, LockGuard, LossReason, Operation, Result, Run, ALL_REPLICAS, LEASE_MARGIN,
-    MAX_NAME_LEN, MAX_TTL, MIN_TTL,
+    ensure_held, fence, fence_of, fencing_token, fencing_token_of, hash_slot, init, leader, lock,
+    lock_all, semaphore, shutdown, Client, Config, Error, Fence, HeldBy, Leader, LeaderBuilder,
+    Leadership, LockBuilder, LockGuard, LossReason, Operation, Result, Run, ALL_REPLICAS,
+    LEASE_MARGIN, MAX_NAME_LEN, MAX_TTL, MIN_TTL,
 };
 
 #[doc(inline)]

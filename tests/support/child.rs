@@ -59,6 +59,14 @@ impl ChildTest {
         }
     }
 
+    /// The child's next line of output, or `None` if it ends first; panics after `within`.
+    pub async fn next_line(&mut self, within: Duration) -> Option<String> {
+        tokio::time::timeout(within, self.lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("no line from the child within {within:?}"))
+            .expect("read the child's stdout")
+    }
+
     /// Sends `signal` (`STOP`, `CONT`, `KILL`, …) to the child; panics if `kill` fails, except
     /// for `CONT` (the child may be gone already).
     pub fn signal(&self, signal: &str) {

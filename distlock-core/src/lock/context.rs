@@ -187,6 +187,30 @@ pub fn fence_of(name: &str) -> Result<Fence, Error> {
     }
 }
 
+/// `Ok(())` while every lock held by the body this is called from is still guaranteed (the
+/// innermost one, and the ones held around it in the same call chain); otherwise
+/// [`Error::Lost`] naming the first one that is not. Call it before an irreversible step inside
+/// an annotated function, a [`run`](crate::LockBuilder::run) body or a leader's
+/// [`run`](crate::LeaderBuilder::run) body, where there is no guard to ask (and still fence
+/// the step: a pause right after this check is not seen by it).
+///
+/// Fails with [`Error::NotLocked`] outside any locked body (a task spawned inside the body does
+/// not inherit its locks).
+pub fn ensure_held() -> Result<(), Error> {
+    let innermost = current().ok_or(Error::NotLocked)?;
+    let mut cursor = Some(&innermost);
+    while let Some(Frame(data)) = cursor {
+        if let Some(reason) = data.lease.lost_reason() {
+            return Err(Error::Lost {
+                key: data.hold.keys.name().to_owned(),
+                reason,
+            });
+        }
+        cursor = data.parent.as_ref();
+    }
+    Ok(())
+}
+
 /// The fencing token of the innermost lock held by this call chain, or `None` outside a body
 /// run under a lock (`#[distributed_lock]` or [`LockBuilder::run`](crate::LockBuilder::run)).
 ///
