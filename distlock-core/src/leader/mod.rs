@@ -166,11 +166,14 @@ impl LeaderBuilder {
             // Inside the election lock's frame, as `LockBuilder::run`'s body: `fence()` gives
             // the term, and taking the name again re-enters.
             let in_frame = leadership.frame().around(body(leadership));
+            // Loss first, on every poll: after a stall past the lease both are ready, and the
+            // body must not take another step (as `LockBuilder::run`'s session).
             tokio::select! {
-                out = in_frame => return Ok(out),
+                biased;
                 reason = lost => {
                     tracing::warn!(name = %self.lock.name(), %reason, "leadership lost; campaigning again");
                 }
+                out = in_frame => return Ok(out),
             }
             // Terms lost as soon as won (a server that takes the election but refuses its
             // renewals): a pause before each new campaign, growing while it lasts.
