@@ -23,6 +23,15 @@ pub enum LossReason {
     /// The renewals were not acknowledged by the lock's `min_replicas` replicas until the lease
     /// ran out: extended on the master, but not durably enough to count.
     Unreplicated,
+    /// The caller let the hold go: [`LockGuard::release`](crate::LockGuard::release), a dropped
+    /// guard, [`Leadership::resign`](crate::Leadership::resign) or a dropped
+    /// [`Leadership`](crate::Leadership). Set the moment the release is decided, before it is
+    /// sent (so before the lock can be handed to anyone else): every
+    /// [`lost()`](crate::LockGuard::lost) of the hold resolves with it, and everything still
+    /// sharing the hold (a task holding its `lost()` future or a
+    /// [`LeaderWatch`](crate::leader::LeaderWatch), a body asking [`crate::ensure_held`]) is
+    /// told it is no longer held. Not a loss: no lost metric counts it.
+    Released,
 }
 
 /// What an acquire found in its way when it was busy ([`Error::Busy`]).
@@ -55,6 +64,7 @@ impl fmt::Display for LossReason {
             LossReason::Unreplicated => {
                 "too few replicas acknowledged the renewals until the lease ran out"
             }
+            LossReason::Released => "the hold was released (or its guard dropped) by its holder",
         })
     }
 }

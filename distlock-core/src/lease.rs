@@ -191,6 +191,25 @@ impl Lease {
         })
     }
 
+    /// The holder lets the hold go (a release, a resign, a dropped guard): belief ends now,
+    /// before the release is sent, so before anyone else can be handed the lock. Every waiter of
+    /// [`Lease::lost`] wakes with [`LossReason::Released`] (unless the lease was lost before:
+    /// the first reason stays, and a deadline already passed is that loss). Not a loss: counted
+    /// by no lost metric.
+    pub(crate) fn end_belief(&self) {
+        if self.lost_reason().is_some() {
+            return;
+        }
+        self.update(|s| {
+            if s.lost.is_none() {
+                s.lost = Some(LossReason::Released);
+                true
+            } else {
+                false
+            }
+        });
+    }
+
     /// The lease's metrics (feature `metrics`).
     pub(crate) fn held(&self) -> &Held {
         &self.held

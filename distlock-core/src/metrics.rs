@@ -307,6 +307,7 @@ pub(crate) fn reason_label(reason: LossReason) -> &'static str {
         LossReason::LeaseElapsed => "lease_elapsed",
         LossReason::Refused => "refused",
         LossReason::Unreplicated => "unreplicated",
+        LossReason::Released => "released",
     }
 }
 

@@ -43,7 +43,12 @@ struct Term {
 impl Drop for Term {
     fn drop(&mut self) {
         self.keeper.abort();
-        self.metric.end(self.lease.lost_reason());
+        // A term resigned (or dropped) ended; only a term lost counts as lost.
+        let lost = self
+            .lease
+            .lost_reason()
+            .filter(|reason| *reason != LossReason::Released);
+        self.metric.end(lost);
     }
 }
 

@@ -68,7 +68,7 @@ use tokio::time::Instant;
 
 use crate::client::identity::process_identity;
 use crate::client::Client;
-use crate::error::Error;
+use crate::error::{Error, LossReason};
 use crate::lock::backoff::Backoff;
 use crate::lock::builder::{lock, LockBuilder};
 
@@ -165,16 +165,24 @@ impl LeaderBuilder {
             let lost = leadership.lost();
             // Inside the election lock's frame, as `LockBuilder::run`'s body: `fence()` gives
             // the term, and taking the name again re-enters.
-            let in_frame = leadership.frame().around(body(leadership));
-            // Loss first, on every poll: after a stall past the lease both are ready, and the
-            // body must not take another step (as `LockBuilder::run`'s session).
-            tokio::select! {
-                biased;
-                reason = lost => {
-                    tracing::warn!(name = %self.lock.name(), %reason, "leadership lost; campaigning again");
+            let reason = {
+                let mut in_frame = std::pin::pin!(leadership.frame().around(body(leadership)));
+                // Loss first, on every poll: after a stall past the lease both are ready, and
+                // the body must not take another step (as `LockBuilder::run`'s session).
+                let reason = tokio::select! {
+                    biased;
+                    reason = lost => reason,
+                    out = &mut in_frame => return Ok(out),
+                };
+                if reason == LossReason::Released {
+                    // The body let its leadership go itself (resigned, or dropped its
+                    // `Leadership`): it knows, and runs to its end as a follower.
+                    return Ok(in_frame.await);
                 }
-                out = in_frame => return Ok(out),
-            }
+                reason
+                // The body is dropped here, before anything else happens.
+            };
+            tracing::warn!(name = %self.lock.name(), %reason, "leadership lost; campaigning again");
             // Terms lost as soon as won (a server that takes the election but refuses its
             // renewals): a pause before each new campaign, growing while it lasts.
             let now = Instant::now();

@@ -199,7 +199,9 @@ impl LockGuard {
     }
 
     /// `Ok(())` while the lock is guaranteed, otherwise [`Error::Lost`]. Call it before an
-    /// irreversible step.
+    /// irreversible step. (A guard that let the lock go is consumed or dropped; what shared its
+    /// hold, [`LockGuard::lost`] and a body's [`crate::ensure_held`], then says
+    /// [`LossReason::Released`].)
     pub fn ensure_held(&self) -> Result<(), Error> {
         match self.lost_reason() {
             None => Ok(()),
@@ -211,8 +213,12 @@ impl LockGuard {
     }
 
     /// Resolves when the lock is lost: renewal found it gone or taken, Redis stayed unreachable
-    /// until the lease ran out, or (without renewal) the ttl elapsed. Never resolves while the
-    /// lease is guaranteed. The future does not borrow the guard.
+    /// until the lease ran out, or (without renewal) the ttl elapsed; or when this guard lets
+    /// the lock go ([`LockGuard::release`], or the guard dropped): then with
+    /// [`LossReason::Released`], before the release is sent, so before anyone else can be
+    /// handed the lock. Never resolves while the lease is guaranteed and the guard holds it.
+    /// The future does not borrow the guard: a task given it stops acting on the lock's behalf
+    /// when it resolves, whichever way the hold ended.
     pub fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
         let lease = self.lease.clone();
         async move { lease.lost().await }
@@ -256,6 +262,8 @@ impl LockGuard {
     pub(crate) async fn finish(mut self) -> Result<Released, Error> {
         self.stop_renewal();
         let lost_before = self.lease.lost_reason();
+        // Belief ends before the release is sent (and so before the lock can be handed on).
+        self.lease.end_belief();
         let hold = self.hold().clone();
         let released = if self.cleanup.leave() {
             let released = hold.release(Some(self.lease.deadline())).await;
@@ -298,6 +306,7 @@ impl LockGuard {
     /// outer hold still holds the lock only lets go on the client.
     pub(crate) fn send_release(mut self) {
         self.stop_renewal();
+        self.lease.end_belief();
         if !self.cleanup.leave() {
             return;
         }
@@ -361,6 +370,8 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         self.stop_renewal();
+        // A dropped guard lets go: belief ends before `cleanup` sends the release.
+        self.lease.end_belief();
         self.lease.held().end(self.acquired_at);
         // `cleanup` (if still armed) releases in the background as it drops.
     }
