@@ -145,6 +145,47 @@ fn every_recording_rule_has_expected_samples() {
     }
 }
 
+/// The runbook's `DistlockLocksLost` section explains every `reason` the runtime gives a loss
+/// (`reason_label` in `distlock-core/src/metrics.rs`) and no other, and
+/// `docs/observability.md` tells every one apart.
+#[test]
+fn the_runbook_explains_every_loss_reason() {
+    let source = read("distlock-core/src/metrics.rs");
+    let mut reasons: Vec<&str> = source
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("LossReason::"))
+        .filter_map(|l| l.split_once(" => \""))
+        .map(|(_, label)| label.trim_end_matches("\","))
+        .collect();
+    reasons.sort_unstable();
+    assert_eq!(reasons.len(), 6, "{reasons:?}");
+    let readme = read("ops/README.md");
+    let section = readme
+        .split("### DistlockLocksLost")
+        .nth(1)
+        .and_then(|s| s.split("\n### ").next())
+        .expect("a DistlockLocksLost section");
+    let mut explained: Vec<&str> = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("- `"))
+        .filter_map(|l| l.split('`').next())
+        .collect();
+    explained.sort_unstable();
+    assert_eq!(explained, reasons, "ops/README.md, DistlockLocksLost");
+    let docs = read("docs/observability.md");
+    let paragraph = docs
+        .split("\n\n")
+        .find(|p| p.starts_with("The `reason` of `distlock_lost_total`"))
+        .expect("docs/observability.md: the paragraph on loss reasons");
+    let paragraph = paragraph.split_whitespace().collect::<Vec<_>>().join(" ");
+    for reason in reasons {
+        assert!(
+            paragraph.contains(&format!("`{reason}` (")),
+            "docs/observability.md does not tell `{reason}` apart"
+        );
+    }
+}
+
 /// Every `expr` of every panel's targets (rows' own panels included), as written.
 fn panel_queries(dashboard: &Value) -> Vec<String> {
     fn walk(panels: &Value, out: &mut Vec<String>) {
