@@ -64,7 +64,7 @@ async fn a_holder_stopped_past_its_lease_is_told_the_lease_elapsed() {
     holder.signal("STOP");
     let stopped = Instant::now();
     // Past the lease for certain: both keys expired in Redis (nobody renewed them).
-    let mut conn = server.conn().await;
+    let conn = server.conn().await;
     eventually(TTL * 5, "the stopped holder's keys expire", || {
         let mut conn = conn.clone();
         async move {
