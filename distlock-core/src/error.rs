@@ -4,6 +4,13 @@ use std::fmt;
 use std::time::Duration;
 
 /// Why a held lock stopped being held.
+///
+/// A lease that runs out is told apart by what its renewals met while it was still
+/// guaranteed: error replies ([`Refused`](Self::Refused)), too few replicas
+/// ([`Unreplicated`](Self::Unreplicated)), no answer ([`Unreachable`](Self::Unreachable)), or
+/// nothing at all, because no renewal was attempted in time ([`LeaseElapsed`](Self::LeaseElapsed):
+/// renewal off, the hold cap, or a stalled process). The metrics' `reason` label is the
+/// variant's name in snake case; `ops/README.md` ("DistlockLocksLost") says what to do for each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LossReason {
@@ -11,11 +18,16 @@ pub enum LossReason {
     Expired,
     /// Renewal found the lock held by another owner.
     Stolen,
-    /// Redis could not be reached before the lease ran out, so the lock can no longer be
+    /// Renewals went unanswered until the lease ran out, while this process ran and kept
+    /// trying: an attempt failed on the way (no reply within the response timeout, a broken
+    /// connection, too few RedLock masters heard) or went unanswered for half of what the lease
+    /// had left. Redis is down, frozen or cut off from this host, so the lock can no longer be
     /// guaranteed.
     Unreachable,
-    /// The lease ran out without renewal (`renew` was off, or the hold cap was reached), or the
-    /// process stalled past it (a pause, a blocked executor thread) before it could renew.
+    /// The lease ran out with no renewal attempt failing: `renew` was off, the hold cap
+    /// (`max_hold`) was reached, or this process stalled past it (`SIGSTOP`, a paused VM, a
+    /// blocked client runtime) and did not send its renewals in time. It says nothing about
+    /// Redis.
     LeaseElapsed,
     /// Redis answered the renewals with an error (for example `READONLY`, `NOPERM` or `OOM`)
     /// until the lease ran out: reachable, but it would not extend the lease.
@@ -59,7 +71,9 @@ impl fmt::Display for LossReason {
             LossReason::Expired => "the lock key expired or was deleted",
             LossReason::Stolen => "another owner holds the lock now",
             LossReason::Unreachable => "Redis could not be reached before the lease ran out",
-            LossReason::LeaseElapsed => "the lease (ttl) elapsed without renewal",
+            LossReason::LeaseElapsed => {
+                "the lease (ttl) elapsed with no renewal attempt failing (renewal off, the hold cap reached, or this process stalled past it)"
+            }
             LossReason::Refused => "Redis refused to renew the lease until it ran out",
             LossReason::Unreplicated => {
                 "too few replicas acknowledged the renewals until the lease ran out"

@@ -94,9 +94,17 @@ pub(crate) struct Lease {
     state: Mutex<LeaseState>,
     /// Woken on every change of `state` (waiters of [`Lease::lost`]).
     changed: Notify,
-    /// True while the watchdog renews this lease: a passed deadline then means Redis could not
-    /// be reached; otherwise the lease simply elapsed.
+    /// True while the watchdog renews this lease; false without `renew`, or once the hold cap's
+    /// last renewal is sent: the lease is then meant to elapse, and a passed deadline is
+    /// [`LossReason::LeaseElapsed`] (unless refused or unreplicated).
     renewing: AtomicBool,
+    /// Evidence, gathered while the lease was still guaranteed, that Redis did not answer its
+    /// renewals: the last attempt failed on the way (no reply within the response timeout, a
+    /// broken connection, too few RedLock masters heard), or the attempt in flight went
+    /// unanswered for half of what the lease had left. Cleared by any answer. A passed deadline
+    /// with it is [`LossReason::Unreachable`]; without it the renewals were not attempted in
+    /// time (the process stalled), which is [`LossReason::LeaseElapsed`].
+    unanswered: AtomicBool,
     /// The last renewal attempt got an error reply (Redis answered but refused): a passed
     /// deadline is then reported as [`LossReason::Refused`].
     refused: AtomicBool,
@@ -120,6 +128,7 @@ impl Lease {
             }),
             changed: Notify::new(),
             renewing: AtomicBool::new(renewing),
+            unanswered: AtomicBool::new(false),
             refused: AtomicBool::new(false),
             unreplicated: AtomicBool::new(false),
             held,
@@ -225,6 +234,22 @@ impl Lease {
         self.refused.store(refused, Ordering::Release);
     }
 
+    /// A renewal attempt went unanswered (it failed on the way, or is still in flight past its
+    /// bound): recorded only while the lease is still guaranteed, since a process that
+    /// stalled past its deadline finds its attempts timed out when it runs again, and that is
+    /// the stall's doing, not Redis'.
+    pub(crate) fn renewal_unanswered(&self) {
+        let s = self.state();
+        if s.lost.is_none() && Instant::now() < s.deadline {
+            self.unanswered.store(true, Ordering::Release);
+        }
+    }
+
+    /// Redis answered a renewal attempt (whatever the answer).
+    pub(crate) fn renewal_answered(&self) {
+        self.unanswered.store(false, Ordering::Release);
+    }
+
     /// Records whether the last renewal was acknowledged by too few replicas.
     pub(crate) fn set_unreplicated(&self, unreplicated: bool) {
         self.unreplicated.store(unreplicated, Ordering::Release);
@@ -247,14 +272,18 @@ impl Lease {
         None
     }
 
+    /// Why a lease whose deadline passed is lost, by what its renewals met (see
+    /// [`LossReason`]'s variants: this is where they are told apart).
     fn elapsed_reason(&self) -> LossReason {
         if self.unreplicated.load(Ordering::Acquire) {
             LossReason::Unreplicated
         } else if self.refused.load(Ordering::Acquire) {
             LossReason::Refused
-        } else if self.renewing.load(Ordering::Acquire) {
+        } else if self.renewing.load(Ordering::Acquire) && self.unanswered.load(Ordering::Acquire) {
             LossReason::Unreachable
         } else {
+            // Renewed, and no attempt failed: none was made in time, so the process (or the
+            // client's runtime) did not run — a stall.
             LossReason::LeaseElapsed
         }
     }

@@ -9,9 +9,10 @@
 //!
 //! The `lock` label is the lock's *label* ([`crate::LockBuilder::label`]): the key template
 //! for `#[distributed_lock]` (`order:<id>`), or what the manual API passes, by default
-//! [`UNLABELED`]; never the rendered key, so the number of series stays bounded. Every series
-//! with a `lock` label also has a `kind` label: what the acquisition takes (`lock`, `permit`,
-//! `read` or `set`, see [`Labels`]).
+//! [`UNLABELED`], and a leader election's name for its lock ([`election_label`]); never the
+//! rendered key, so the number of series stays bounded. Every series with a `lock` label also
+//! has a `kind` label: what the acquisition takes (`lock`, `permit`, `read`, `set` or
+//! `leader`, see [`Labels`]).
 //!
 //! What an operator alerts on needs a few series that no single event gives: how late renewals
 //! come ([`RENEWAL_MARGIN_RATIO`]), how long a renewed hold has lasted in ttls
@@ -33,9 +34,37 @@ use crate::error::{Error, LossReason};
 /// The `lock` label of a lock built without [`crate::LockBuilder::label`].
 pub(crate) const UNLABELED: &str = "unlabeled";
 
+/// The `kind` label of a leader election's lock: a hold meant to last as long as its process
+/// runs, which the operator's kit watches through the election's own alerts rather than the
+/// alerts on stuck or lost holds.
+pub(crate) const LEADER_KIND: &str = "leader";
+
+/// The election names given a `lock` label so far ([`election_label`]).
+static ELECTIONS: std::sync::LazyLock<std::sync::RwLock<std::collections::HashSet<&'static str>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// The `lock` label of the leader election `name`'s lock: the name itself. An election's name
+/// is a fixed name the developer chose, as a key template is (not data: one per order), so it
+/// bounds the series as a template does. A label is `&'static str` (no allocation per call):
+/// each distinct name is kept once for the life of the process, as its series are by the
+/// recorder. Compiled without the feature too: the acquire span's `lock.template` is the label.
+pub(crate) fn election_label(name: &str) -> &'static str {
+    if let Some(label) = crate::sync::read(&ELECTIONS).get(name) {
+        return label;
+    }
+    let mut names = crate::sync::write(&ELECTIONS);
+    if let Some(label) = names.get(name) {
+        return label;
+    }
+    let label: &'static str = Box::leak(name.into());
+    names.insert(label);
+    label
+}
+
 /// The labels of one acquisition's series: `lock` (its label) and `kind`, what it takes —
 /// `lock` (the lock itself, the write of a read/write lock), `permit` (one of a semaphore's),
-/// `read` (a shared hold) or `set` (several locks at once, `lock_all`).
+/// `read` (a shared hold), `set` (several locks at once, `lock_all`) or `leader` (a leader
+/// election's lock, [`LEADER_KIND`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Labels {
     pub(crate) lock: &'static str,
@@ -131,7 +160,7 @@ pub fn describe_metrics() {
     describe_counter!(
         ACQUIRE_TOTAL,
         Unit::Count,
-        "Lock acquire calls by lock label, kind (lock, permit, read, set) and outcome (acquired, reentered, busy, skipped, timeout, error)."
+        "Lock acquire calls by lock label, kind (lock, permit, read, set, leader) and outcome (acquired, reentered, busy, skipped, timeout, error)."
     );
     describe_counter!(
         ACQUIRE_RETRIES_TOTAL,

@@ -502,9 +502,10 @@
 //! **The `lock` label is the lock's template, never its key**, so the number of series stays
 //! bounded however many orders or users there are: `#[distributed_lock(key = "order:<id>")]`
 //! labels with `order:<id>` exactly as written; the manual API labels with
-//! [`LockBuilder::label`] (a `&'static str`), and without it with `"unlabeled"`. The `kind`
-//! label says what the acquisition takes: `lock` (a lock, or the write of a read/write lock),
-//! `permit` (one of a semaphore's), `read` (a shared hold) or `set` (several locks at once).
+//! [`LockBuilder::label`] (a `&'static str`), and without it with `"unlabeled"`; a leader
+//! election's lock with the election's name. The `kind` label says what the acquisition takes:
+//! `lock` (a lock, or the write of a read/write lock), `permit` (one of a semaphore's), `read`
+//! (a shared hold), `set` (several locks at once) or `leader` (a leader election's lock).
 //!
 //! ```no_run
 //! # async fn demo(id: u64) -> Result<(), distlock::Error> {

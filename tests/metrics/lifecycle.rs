@@ -419,6 +419,42 @@ async fn a_leaders_terms_are_counted_and_its_gauge_returns_to_zero() {
     );
 }
 
+/// An election's lock is labelled with the election's name and kind `leader` (not
+/// `unlabeled`, kind `lock`), in every series of a hold: acquired, held, and lost (here found
+/// gone by the resign's release: the default ttl, so no renewal happens, and the unlabeled
+/// renewal series stay the other test's).
+#[tokio::test]
+async fn an_elections_lock_carries_its_name_and_kind_leader() {
+    recorded();
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let name = "metrics-election";
+    let labels = [("lock", name), ("kind", "leader")];
+    let held = || {
+        seen()
+            .gauges
+            .get(&series("distlock_held", &labels))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let leadership = c.leader(name).campaign().await.unwrap();
+    let acquired = [("lock", name), ("kind", "leader"), ("outcome", "acquired")];
+    assert_eq!(counter("distlock_acquire_total", &acquired), 1);
+    assert_eq!(held(), 1.0);
+    let _: () = server.conn().await.del(lock_key(name)).await.unwrap();
+    let _ = leadership.resign().await;
+    assert_eq!(held(), 0.0);
+    let expired = [("lock", name), ("kind", "leader"), ("reason", "expired")];
+    assert_eq!(counter("distlock_lost_total", &expired), 1);
+    for reason in ["stolen", "unreachable", "lease_elapsed"] {
+        let zero = [("lock", name), ("kind", "leader"), ("reason", reason)];
+        assert!(
+            seen().counters.get(&series("distlock_lost_total", &zero)) == Some(&0),
+            "{reason}: at 0 from the first term"
+        );
+    }
+}
+
 /// The rare counters of a lock are there at 0 from its first hold (a series first seen at 1 is
 /// an increase `increase()` never sees): a loss for every reason, a sent release for every
 /// outcome; an election's lost terms from its first term.

@@ -2,8 +2,9 @@
 //! `metrics-exporter-prometheus` with the kit's buckets, served on a free loopback port for a
 //! real `prometheus` to scrape, while tasks take locks so that every series the dashboard and
 //! the rules read gets samples: contention (waits, `busy`, `timeout`), renewed holds, a
-//! permit, a lock lost (once Prometheus has its loss series at 0), a transient failure retried, a leader elected, losing its term and
-//! elected again.
+//! permit, a lock lost and a leader's term lost (each once Prometheus has its loss series at 0),
+//! a transient failure retried; and the holds the kit must tell apart: a leader leading for
+//! good and a plain lock held as long, both past 100 ttls within seconds (ttl 100 ms).
 
 use std::future::Future;
 use std::time::Duration;
@@ -90,9 +91,12 @@ fn is_acquire(args: &[Vec<u8>]) -> bool {
     args.len() > 3 && args[0].eq_ignore_ascii_case(b"SET") && has(b"NX") && has(b"GET")
 }
 
+/// The ttl of the long holds: 100 of them pass in 10 s.
+const LONG_TTL: Duration = Duration::from_millis(100);
+
 impl Load {
-    /// Starts the steady load on `server`, then makes two one-off events (a retry, a leader's
-    /// lost term), each awaited until it happened.
+    /// Starts the steady load on `server`, then makes a one-off event (a retry), awaited until
+    /// it happened.
     pub(crate) async fn start(server: &RedisServer) -> Load {
         let (a, b) = (client(server.url()).await, client(server.url()).await);
         let mut tasks = Vec::new();
@@ -142,8 +146,20 @@ impl Load {
                     .await;
             }
         }));
+        // Held for good, renewed every third of 100 ms: a healthy leader of `keeper` and a
+        // plain lock of `stuck:<n>`.
+        let leading = b.leader("keeper").ttl(LONG_TTL).campaign().await.unwrap();
+        let stuck = a
+            .lock("stuck:1")
+            .label("stuck:<n>")
+            .ttl(LONG_TTL)
+            .renew(true);
+        let stuck = stuck.acquire().await.unwrap();
+        tasks.push(tokio::spawn(async move {
+            let _held = (leading, stuck);
+            std::future::pending::<()>().await;
+        }));
         retry_a_transient_failure(server, &a).await;
-        tasks.push(lose_a_term_and_lead_again(server, &b).await);
         Load { tasks, client: a }
     }
 
@@ -161,6 +177,38 @@ impl Load {
         let _: () = server.conn().await.del("distlock:{lease:1}").await.unwrap();
         let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost()).await;
         lost.expect("the loss is found by the next renewal");
+    }
+
+    /// A leader of `scheduler` is elected, and its lock deleted once `scraped` (its loss series,
+    /// at 0, seen by Prometheus): its term is lost (`expired`, counted when its leadership is
+    /// dropped); then a task leads again for good (the gauge at 1).
+    pub(crate) async fn lose_a_term(
+        &mut self,
+        server: &RedisServer,
+        scraped: impl Future<Output = ()>,
+    ) {
+        let c = self.client.clone();
+        let campaign = || {
+            c.leader("scheduler")
+                .ttl(Duration::from_millis(300))
+                .campaign()
+        };
+        let leading = campaign().await.unwrap();
+        scraped.await;
+        let _: () = server
+            .conn()
+            .await
+            .del("distlock:{scheduler}")
+            .await
+            .unwrap();
+        let lost = tokio::time::timeout(Duration::from_secs(5), leading.lost()).await;
+        lost.expect("the leader is told");
+        drop(leading);
+        let leading = campaign().await.unwrap();
+        self.tasks.push(tokio::spawn(async move {
+            let _leading = leading;
+            std::future::pending::<()>().await;
+        }));
     }
 }
 
@@ -181,29 +229,4 @@ async fn retry_a_transient_failure(server: &RedisServer, holder: &Client) {
     held.release().await.unwrap();
     let taken = waiting.await.unwrap().expect("taken after the retry");
     taken.release().await.unwrap();
-}
-
-/// A leader whose lock is deleted loses its term (counted when its leadership is dropped);
-/// then a task leads again for good (the gauge at 1).
-async fn lose_a_term_and_lead_again(server: &RedisServer, c: &Client) -> JoinHandle<()> {
-    let campaign = || {
-        c.leader("scheduler")
-            .ttl(Duration::from_millis(300))
-            .campaign()
-    };
-    let leading = campaign().await.unwrap();
-    let _: () = server
-        .conn()
-        .await
-        .del("distlock:{scheduler}")
-        .await
-        .unwrap();
-    let lost = tokio::time::timeout(Duration::from_secs(5), leading.lost()).await;
-    lost.expect("the leader is told");
-    drop(leading);
-    let leading = campaign().await.unwrap();
-    tokio::spawn(async move {
-        let _leading = leading;
-        std::future::pending::<()>().await;
-    })
 }

@@ -5,8 +5,11 @@
 //! (a throwaway `testkit::Prometheus`: 1 s scrapes and rule evaluations, the kit's rule files)
 //! scrapes the metrics example's equivalent under load (`load`) until every query of every
 //! dashboard panel returns a series with a value, every recording rule a series, every rule is
-//! healthy, and the lock the load loses fires `DistlockLocksLost`. And `testkit::Prometheus`
-//! itself: it answers, and its process is gone when it is dropped.
+//! healthy, the lock the load loses fires `DistlockLocksLost`, and the kit tells an election's
+//! lock from a plain one: a leader's lost term fires `DistlockLeadershipLost` and no
+//! `DistlockLocksLost`, a leader past 100 ttls trips no `DistlockHeldPastTtls` while a plain
+//! lock held as long does (pending: its `for` is 5 minutes). And `testkit::Prometheus` itself:
+//! it answers, and its process is gone when it is dropped.
 
 mod load;
 
@@ -27,8 +30,13 @@ const DASHBOARD: &str = "ops/grafana/distlock-dashboard.json";
 /// rate interval of 10 scrapes.
 const VARIABLES: [(&str, &str); 2] = [("$lock", ".*"), ("$__rate_interval", "10s")];
 
-/// How long the load may take to show in every query.
-const WITHIN: Duration = Duration::from_secs(25);
+/// How long the load may take to show in every query (the long holds need 10 s to pass 100
+/// ttls).
+const WITHIN: Duration = Duration::from_secs(40);
+
+/// How long a query that must stay empty is watched after its witness showed: three rule
+/// evaluations.
+const QUIET_FOR: Duration = Duration::from_secs(3);
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -137,6 +145,47 @@ fn every_recording_rule_has_expected_samples() {
     }
 }
 
+/// The runbook's `DistlockLocksLost` section explains every `reason` the runtime gives a loss
+/// (`reason_label` in `distlock-core/src/metrics.rs`) and no other, and
+/// `docs/observability.md` tells every one apart.
+#[test]
+fn the_runbook_explains_every_loss_reason() {
+    let source = read("distlock-core/src/metrics.rs");
+    let mut reasons: Vec<&str> = source
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("LossReason::"))
+        .filter_map(|l| l.split_once(" => \""))
+        .map(|(_, label)| label.trim_end_matches("\","))
+        .collect();
+    reasons.sort_unstable();
+    assert_eq!(reasons.len(), 6, "{reasons:?}");
+    let readme = read("ops/README.md");
+    let section = readme
+        .split("### DistlockLocksLost")
+        .nth(1)
+        .and_then(|s| s.split("\n### ").next())
+        .expect("a DistlockLocksLost section");
+    let mut explained: Vec<&str> = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("- `"))
+        .filter_map(|l| l.split('`').next())
+        .collect();
+    explained.sort_unstable();
+    assert_eq!(explained, reasons, "ops/README.md, DistlockLocksLost");
+    let docs = read("docs/observability.md");
+    let paragraph = docs
+        .split("\n\n")
+        .find(|p| p.starts_with("The `reason` of `distlock_lost_total`"))
+        .expect("docs/observability.md: the paragraph on loss reasons");
+    let paragraph = paragraph.split_whitespace().collect::<Vec<_>>().join(" ");
+    for reason in reasons {
+        assert!(
+            paragraph.contains(&format!("`{reason}` (")),
+            "docs/observability.md does not tell `{reason}` apart"
+        );
+    }
+}
+
 /// Every `expr` of every panel's targets (rows' own panels included), as written.
 fn panel_queries(dashboard: &Value) -> Vec<String> {
     fn walk(panels: &Value, out: &mut Vec<String>) {
@@ -204,20 +253,62 @@ async fn prometheus_sees_every_panel_and_rule_of_the_kit_under_load() {
         absolute(RULES),
         absolute(ALERTS),
     ));
-    let load = load::Load::start(&server).await;
-    // The loss once Prometheus has its series at 0 (a series born at 1 is no increase).
+    let mut load = load::Load::start(&server).await;
+    // The losses once Prometheus has their series at 0 (a series born at 1 is no increase).
     let zero = r#"distlock_lost_total{lock="lease:<n>",reason="expired"} == 0"#;
     load.lose_a_lock(&server, until_series(&prometheus, zero, started))
         .await;
+    let zero = [
+        r#"distlock_lost_total{lock="scheduler",kind="leader",reason="expired"} == 0"#,
+        r#"distlock_leader_lost_total{name="scheduler",reason="expired"} == 0"#,
+    ];
+    let scraped = async {
+        for query in zero {
+            until_series(&prometheus, query, started).await;
+        }
+    };
+    load.lose_a_term(&server, scraped).await;
 
-    // Each query waits for: a series with a value (a panel), a series (a recording rule).
+    // Each query waits for: a series with a value (a panel), a series (a recording rule, an
+    // alert).
     let mut waiting: Vec<(String, bool)> = panels.iter().map(|q| (substituted(q), true)).collect();
     waiting.extend(records.iter().map(|r| (r.clone(), false)));
-    let lost = r#"ALERTS{alertname="DistlockLocksLost",alertstate="firing",lock="lease:<n>",reason="expired"}"#;
-    waiting.push((lost.to_owned(), false));
+    for alert in [
+        r#"ALERTS{alertname="DistlockLocksLost",alertstate="firing",lock="lease:<n>",reason="expired"}"#,
+        r#"ALERTS{alertname="DistlockLeadershipLost",alertstate="firing",name="scheduler",reason="expired"}"#,
+        r#"ALERTS{alertname="DistlockHeldPastTtls",alertstate="pending",lock="stuck:<n>"}"#,
+    ] {
+        waiting.push((alert.to_owned(), false));
+    }
+    // Alerts that must not be, in any state, from the start; watched for [`QUIET_FOR`] after
+    // their witness (what they would fire on) showed.
+    let mut quiet: Vec<(&str, &str, Option<Instant>)> = vec![
+        (
+            r#"lock_kind_reason:distlock_lost:increase10m{lock="scheduler",kind="leader",reason="expired"} > 0"#,
+            r#"ALERTS{alertname="DistlockLocksLost",lock="scheduler"}"#,
+            None,
+        ),
+        (
+            r#"lock_kind:distlock_hold_ttl_ratio:max_rate10m{lock="keeper",kind="leader"} > 100"#,
+            r#"ALERTS{alertname="DistlockHeldPastTtls",lock="keeper"}"#,
+            None,
+        ),
+    ];
     let mut last = BTreeMap::new();
     let mut rules_ok = false;
     loop {
+        for (witness, alert, seen_at) in &mut quiet {
+            let fired = series(&prometheus.query(alert).await);
+            assert!(fired.is_empty(), "{alert}: {fired:?}");
+            if seen_at.is_none() && !series(&prometheus.query(witness).await).is_empty() {
+                *seen_at = Some(Instant::now());
+            }
+        }
+        let unwatched: Vec<&str> = quiet
+            .iter()
+            .filter(|(_, _, at)| at.is_none_or(|at| at.elapsed() < QUIET_FOR))
+            .map(|(witness, _, _)| *witness)
+            .collect();
         let mut still = Vec::new();
         for (query, finite) in waiting {
             let found = series(&prometheus.query(&query).await);
@@ -229,13 +320,13 @@ async fn prometheus_sees_every_panel_and_rule_of_the_kit_under_load() {
         }
         waiting = still;
         rules_ok = rules_ok || every_rule_healthy(&prometheus).await;
-        if waiting.is_empty() && rules_ok {
+        if waiting.is_empty() && rules_ok && unwatched.is_empty() {
             break;
         }
         let unseen: Vec<_> = waiting.iter().map(|(q, _)| (q, &last[q])).collect();
         assert!(
             started.elapsed() < WITHIN,
-            "after {WITHIN:?}, rules healthy: {rules_ok}; no series (with a value) for:\n{unseen:#?}\nprometheus' log:\n{}",
+            "after {WITHIN:?}, rules healthy: {rules_ok}; no series (with a value) for:\n{unseen:#?}\nnot watched quiet for {QUIET_FOR:?} after:\n{unwatched:#?}\nprometheus' log:\n{}",
             prometheus.log()
         );
         // The next scrape and rule evaluation are a second apart.

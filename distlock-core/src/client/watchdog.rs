@@ -437,7 +437,7 @@ async fn renew_chunk(
     switches: u64,
 ) {
     let sent_at = Instant::now();
-    let reply = deployment.call(call, timeout).await;
+    let reply = noting_silence(deployment.call(call, timeout), holders, sent_at).await;
     let mut table = sync::lock(&shared.table);
     // A reply that crossed a master switch may come from the superseded master: it extends
     // and decides nothing (see the module docs); the leases are confirmed on the new master.
@@ -454,6 +454,7 @@ async fn renew_chunk(
             let batch = call.items.iter().zip(holders).zip(statuses);
             for ((item, (id, r)), status) in batch {
                 r.lease.set_refused(false);
+                r.lease.renewal_answered();
                 if matches!(status, Renewed::Yes) {
                     if let Some(e) = table.entries.get_mut(id) {
                         e.confirmed = switches;
@@ -493,6 +494,7 @@ async fn renew_chunk(
                     // lasts until its lease runs out, the loss says so.
                     Renewed::Undecided => {
                         metrics::renewal(RenewalOutcome::Failed);
+                        r.lease.renewal_unanswered();
                         tracing::warn!(key = %r.name, "lease renewal undecided: too few RedLock masters answered for this lock; retrying");
                         if let Some(e) = table.entries.get_mut(id) {
                             e.due = e.due.min(Instant::now() + RETRY_AFTER_ERROR);
@@ -513,6 +515,10 @@ async fn renew_chunk(
             // An error reply means Redis is there but will not renew (READONLY, NOPERM, OOM,
             // ...): if that lasts until the lease runs out, the loss says so.
             let refused = matches!(&failed, Some(CallError::Redis(e)) if is_error_reply(e));
+            // No answer at all (a timeout, a broken connection, too few RedLock masters): the
+            // evidence that makes a loss `Unreachable`. A reply that crossed a master switch
+            // was an answer, from the old master: it tells nothing about reaching the new one.
+            let unanswered = failed.is_some() && !refused;
             let why = match failed {
                 None => "the master switched while the renewal was in flight".to_owned(),
                 Some(CallError::Redis(e)) => e.to_string(),
@@ -525,6 +531,11 @@ async fn renew_chunk(
             for (id, r) in holders {
                 metrics::renewal(RenewalOutcome::Failed);
                 r.lease.set_refused(refused);
+                if unanswered {
+                    r.lease.renewal_unanswered();
+                } else if refused {
+                    r.lease.renewal_answered();
+                }
                 tracing::warn!(key = %r.name, error = %why, "lease renewal failed; retrying");
                 if let Some(e) = table.entries.get_mut(id) {
                     e.due = e.due.min(retry);
@@ -533,4 +544,31 @@ async fn renew_chunk(
             }
         }
     }
+}
+
+/// Awaits a renewal call's `reply`; if it has not come by half of what the shortest lease of
+/// `holders` had left when it was sent (`sent_at`), notes the silence on each lease
+/// ([`Lease::renewal_unanswered`]) and keeps waiting. So a call that outlives the lease (a
+/// response timeout longer than what it had left) still leaves the evidence that tells a frozen
+/// or cut-off Redis (`Unreachable`) from a process that did not run (`LeaseElapsed`): stalled
+/// past the deadline, the process finds this timer late and the lease past, which is no
+/// evidence.
+async fn noting_silence<T>(
+    reply: impl std::future::Future<Output = T>,
+    holders: &[(u64, Arc<Renewal>)],
+    sent_at: Instant,
+) -> T {
+    let earliest = holders.iter().map(|(_, r)| r.lease.deadline()).min();
+    let left = earliest.map_or(Duration::ZERO, |at| at.saturating_duration_since(sent_at));
+    tokio::pin!(reply);
+    tokio::select! {
+        biased;
+        out = &mut reply => return out,
+        () = tokio::time::sleep_until(sent_at + left / 2) => {
+            for (_, r) in holders {
+                r.lease.renewal_unanswered();
+            }
+        }
+    }
+    reply.await
 }

@@ -138,7 +138,7 @@ impl Leadership {
 
 /// Campaigns with `lock` until elected, then proclaims the term.
 pub(super) async fn campaign(lock: LockBuilder, identity: String) -> Result<Leadership, Error> {
-    let lock = lock.fenced(true).renew(true).wait(Duration::MAX);
+    let lock = lock.fenced(true).renew(true).wait(Duration::MAX).election();
     loop {
         let guard = lock.clone().acquire().await?;
         let config = guard.hold().client.config();

@@ -62,6 +62,8 @@ pub struct LockBuilder {
     kind: Kind,
     /// `.read()`: a shared hold (checked against the kind when the acquire starts).
     read: bool,
+    /// A leader election's lock ([`LockBuilder::election`]): its metrics' `kind` is `leader`.
+    election: bool,
     /// [`crate::lock_all`]: the set's other names (`name` is its first); `None` for one lock.
     others: Option<Vec<String>>,
 }
@@ -82,6 +84,7 @@ pub fn lock(name: impl Into<String>) -> LockBuilder {
         skip: false,
         kind: Kind::Exclusive,
         read: false,
+        election: false,
         others: None,
     }
 }
@@ -311,6 +314,14 @@ impl LockBuilder {
         self
     }
 
+    /// The lock of the leader election of its name: its metrics' `lock` label is the name
+    /// ([`metrics::election_label`]) and their `kind` is `leader`.
+    pub(crate) fn election(mut self) -> Self {
+        self.label = metrics::election_label(&self.name);
+        self.election = true;
+        self
+    }
+
     /// A busy lock will skip the caller's work (`#[distributed_lock(skip)]`): the acquire
     /// counts as `skipped` rather than `busy` in the metrics. Nothing else changes.
     pub(crate) fn skipping(mut self) -> Self {
@@ -469,9 +480,12 @@ impl LockBuilder {
     /// builder says it (a set of one distinct name still counts as a set).
     fn labels(&self) -> Labels {
         // A set asked for with `read` (refused) still counts as a set.
-        let kind = match self.read && self.others.is_none() {
-            true => Kind::Read.label(),
-            false => self.kind.label(),
+        let kind = if self.election {
+            metrics::LEADER_KIND
+        } else if self.read && self.others.is_none() {
+            Kind::Read.label()
+        } else {
+            self.kind.label()
         };
         Labels {
             lock: self.label,
