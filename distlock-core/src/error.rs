@@ -313,6 +313,25 @@ pub enum Error {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
+    /// `fence::sqlx::advance` (feature `sqlx-postgres`) was called on a connection outside a
+    /// transaction, where the fence would protect nothing (its row lock ends with the
+    /// statement). Nothing was fenced.
+    #[error("fence of `{resource}` not advanced: the connection is not in a transaction, where `advance` protects nothing (the fence's row lock would end with its own statement); call it first in the transaction that makes the writes (`let mut tx = pool.begin().await?; advance(&mut tx, ..)`)")]
+    FenceOutsideTransaction {
+        /// The resource whose fence was to advance.
+        resource: String,
+    },
+    /// `fence::sqlx::advance` (feature `sqlx-postgres`) waited its bound for another holder's
+    /// transaction to let go of the resource's fence row: that holder is still running a
+    /// statement (a holder frozen idle in its transaction is ended by Postgres after its own
+    /// bound). The transaction has failed: roll it back and retry.
+    #[error("fence of `{resource}` stayed locked by another holder's transaction for the whole {waited:?} bound: that holder is still running a statement (one frozen idle in its transaction is ended by Postgres after its own bound); this transaction has failed: roll it back and retry")]
+    FenceLocked {
+        /// The resource whose fence was to advance.
+        resource: String,
+        /// The bound `advance` waited.
+        waited: Duration,
+    },
 }
 
 fn fence_mismatch_message(resource: &str, lock: &str, fenced_by: Option<&str>) -> String {

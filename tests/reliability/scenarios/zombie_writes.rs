@@ -363,7 +363,7 @@ async fn pg_write(
     let mut tx = pool.begin().await.map_err(store)?;
     let read = match fence {
         Some(fence) => {
-            advance(&mut tx, fence).await?;
+            advance(&mut tx, fence, TTL).await?;
             let row = sqlx::query("SELECT tokens FROM history WHERE phase = $1")
                 .bind(phase)
                 .fetch_one(&mut *tx)
