@@ -321,15 +321,15 @@ pub enum Error {
         /// The resource whose fence was to advance.
         resource: String,
     },
-    /// `fence::sqlx::advance` (feature `sqlx-postgres`) waited its bound for another holder's
-    /// transaction to let go of the resource's fence row: that holder is still running a
-    /// statement (a holder frozen idle in its transaction is ended by Postgres after its own
-    /// bound). The transaction has failed: roll it back and retry.
-    #[error("fence of `{resource}` stayed locked by another holder's transaction for the whole {waited:?} bound: that holder is still running a statement (one frozen idle in its transaction is ended by Postgres after its own bound); this transaction has failed: roll it back and retry")]
+    /// `fence::sqlx::advance` (feature `sqlx-postgres`) waited twice its bound for another
+    /// holder's transaction to let go of the resource's fence row: that holder is still
+    /// running a statement (a holder frozen idle in its transaction is ended by Postgres after
+    /// its bound). The transaction has failed: roll it back and retry.
+    #[error("fence of `{resource}` stayed locked by another holder's transaction for the whole {waited:?} this advance waited (twice its bound): that holder is still running a statement (one frozen idle in its transaction is ended by Postgres after its bound); this transaction has failed: roll it back and retry")]
     FenceLocked {
         /// The resource whose fence was to advance.
         resource: String,
-        /// The bound `advance` waited.
+        /// How long `advance` waited: twice its bound.
         waited: Duration,
     },
 }

@@ -39,14 +39,17 @@
 //!   after it sees each older holder's committed writes.
 //! * **Another lock's row is a misuse**: [`Error::FenceMismatch`], nothing compared.
 //! * **A frozen holder blocks the next for at most the bound.** `advance` sets
-//!   `idle_in_transaction_session_timeout` and `lock_timeout` to its `bound` for the rest of
-//!   the transaction (`SET LOCAL`, in the upsert itself, before it waits on the row; both are
-//!   off by default in Postgres). A holder paused after `advance` for longer than `bound` has
-//!   its session ended by Postgres, which releases the row: its writes roll back and its
-//!   `COMMIT` fails. The next holder's `advance` waits on the row at most its `bound`, then
-//!   fails with [`Error::FenceLocked`] (the row's holder is running a statement, not idle);
-//!   its transaction has failed and is retried. Give every holder of a resource the same bound:
-//!   the lock's ttl, after which the lock has moved on anyway.
+//!   `idle_in_transaction_session_timeout` to its `bound` and `lock_timeout` to twice it for
+//!   the rest of the transaction (`SET LOCAL`, in the upsert itself, before it waits on the
+//!   row; both are off by default in Postgres). A holder paused after `advance` for longer
+//!   than `bound` has its session ended by Postgres, which releases the row: its writes roll
+//!   back and its `COMMIT` fails, and the next holder, waiting on the row, goes on. A holder
+//!   that is not idle but still running a statement is not ended: the next holder's `advance`
+//!   waits twice its `bound`, then fails with [`Error::FenceLocked`], its transaction failed,
+//!   to retry. The wait is twice the bound so that a holder frozen idle, ended after the same
+//!   bound, always lets go first, even when the next holder arrived just after it froze and
+//!   Postgres takes a moment to end it. Give every holder of a resource the same bound: the
+//!   lock's ttl, after which the lock has moved on anyway.
 //! * **Outside a transaction nothing is fenced**, so `advance` refuses it:
 //!   [`Error::FenceOutsideTransaction`]. A transaction sqlx began (`pool.begin()`,
 //!   `conn.begin()`) is known at no cost; on a connection sqlx has none on, `advance` asks the
@@ -77,9 +80,9 @@ use crate::fence::Fence;
 /// SQL as the migration file `migrations/20261127000000_distlock_fences.sql`.
 pub const SCHEMA: &str = include_str!("../../migrations/20261127000000_distlock_fences.sql");
 
-/// The longest bound Postgres takes (`lock_timeout` and
-/// `idle_in_transaction_session_timeout` are `int` milliseconds): about 24.8 days.
-pub const LONGEST_BOUND: Duration = Duration::from_millis(i32::MAX as u64);
+/// The longest bound Postgres takes (`lock_timeout`, twice the bound, is `int` milliseconds):
+/// about 12.4 days.
+pub const LONGEST_BOUND: Duration = Duration::from_millis(i32::MAX as u64 / 2);
 
 /// Moves the fence of the resource named like `fence`'s lock to its token, in the transaction
 /// `conn` (`&mut tx`), bounding how long a frozen holder can block the next. See
@@ -94,15 +97,15 @@ pub async fn advance(conn: &mut PgConnection, fence: &Fence, bound: Duration) ->
 /// `bound` (the lock's ttl is the natural choice; at least 1 ms, at most [`LONGEST_BOUND`])
 /// is how long this transaction may sit idle from now on before Postgres ends its session
 /// (`idle_in_transaction_session_timeout`: a holder frozen after `advance` lets go of the row
-/// then), and how long this `advance`, and every later statement of the transaction, waits
-/// for a lock (`lock_timeout`). Both are `SET LOCAL`: they end with the transaction. Give every
-/// holder of a resource the same bound.
+/// then); this `advance`, and every later statement of the transaction, waits at most twice
+/// the bound for a lock (`lock_timeout`). Both are `SET LOCAL`: they end with the transaction.
+/// Give every holder of a resource the same bound.
 ///
 /// `Ok` when no higher token of the lock has advanced `resource` (the same token passes
 /// again); the row stays locked until the transaction ends. Fails with [`Error::Fenced`] when
 /// a higher token has (the transaction is then failed too: none of its writes commit),
 /// [`Error::FenceMismatch`] when `resource` is fenced by another lock,
-/// [`Error::FenceLocked`] when another holder's transaction kept the row locked for the whole
+/// [`Error::FenceLocked`] when another holder's transaction kept the row locked for twice the
 /// bound (this transaction has failed: retry), [`Error::FenceOutsideTransaction`] when `conn`
 /// is not in a transaction (nothing done), [`Error::InvalidConfig`] for a bound out of range,
 /// and [`Error::Store`] on a database error (a missing table: run [`SCHEMA`] first).
@@ -115,7 +118,7 @@ pub async fn advance_resource(
     let bound_ms = bound.as_millis();
     if bound_ms == 0 || bound > LONGEST_BOUND {
         return Err(Error::InvalidConfig {
-            reason: format!("the bound of `advance` ({bound:?}) must be 1 ms to {LONGEST_BOUND:?} (Postgres' `lock_timeout` and `idle_in_transaction_session_timeout` are `int` milliseconds, and 0 turns them off): give the lock's ttl"),
+            reason: format!("the bound of `advance` ({bound:?}) must be 1 ms to {LONGEST_BOUND:?} (Postgres' `lock_timeout`, twice the bound, is `int` milliseconds, and 0 turns the timeouts off): give the lock's ttl"),
         });
     }
     let store = |source: ::sqlx::Error| match code(&source).as_deref() {
@@ -124,7 +127,7 @@ pub async fn advance_resource(
         },
         Some(LOCK_NOT_AVAILABLE) => Error::FenceLocked {
             resource: resource.to_owned(),
-            waited: bound,
+            waited: bound * 2,
         },
         _ => Error::Store {
             resource: resource.to_owned(),
@@ -145,7 +148,8 @@ pub async fn advance_resource(
         .bind(resource)
         .bind(fence.name())
         .bind(fence.token().to_string())
-        .bind(bound_ms.to_string());
+        .bind(bound_ms.to_string())
+        .bind((bound_ms * 2).to_string());
     let moved = conn.fetch_optional(advance).await.map_err(store)?;
     if moved.is_some() {
         return Ok(());
@@ -192,13 +196,14 @@ const LOCK_NOT_AVAILABLE: &str = "55P03";
 const IN_TRANSACTION: &str = "LOCK TABLE distlock_fences IN ACCESS SHARE MODE";
 
 /// The upsert: a row per resource, moved forward only, within one lock name. Returns a row
-/// when it inserted or moved (or kept) the token. Its source row sets the bound (`$4`, ms) for
-/// the rest of the transaction first, so the wait on another holder's row is bounded by it
-/// (`set_config` is volatile: evaluated once, before the row is inserted or its conflict
-/// waited on; the `WHERE` reads both results, so neither is planned away).
+/// when it inserted or moved (or kept) the token. Its source row sets the bounds (`$4`, idle,
+/// and `$5`, lock waits, in ms) for the rest of the transaction first, so the wait on another
+/// holder's row is bounded (`set_config` is volatile: evaluated once, before the row is
+/// inserted or its conflict waited on; the `WHERE` reads both results, so neither is planned
+/// away).
 const ADVANCE: &str = "INSERT INTO distlock_fences AS f (resource, lock_name, token) \
      SELECT $1, $2, $3::numeric \
-     FROM (SELECT set_config('lock_timeout', $4, true) AS waits, \
+     FROM (SELECT set_config('lock_timeout', $5, true) AS waits, \
                   set_config('idle_in_transaction_session_timeout', $4, true) AS idles) AS bound \
      WHERE bound.waits IS NOT NULL AND bound.idles IS NOT NULL \
      ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, updated_at = now() \
