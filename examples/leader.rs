@@ -1,15 +1,19 @@
 //! Leader election: three replicas of a scheduler, and only the leader schedules.
 //!
-//! Each replica campaigns for `scheduler` (`distlock::leader`); the leader runs three ticks,
-//! writing each run into the store through `distlock::fence` with its term (a deposed leader's
-//! write would be refused), then resigns, and the next replica in line is elected at once. An
+//! Each replica campaigns for `scheduler` (`distlock::leader`); the leader claims the store
+//! with its term the moment it is elected (from then on a deposed leader's write to any key of
+//! the election is refused), runs three ticks, writing each run into the store through
+//! `distlock::fence` with its term, then resigns, and the next replica in line is elected at once. An
 //! observer prints every term as it starts. Run with
 //! `cargo run -p distlock-examples --example leader` (starts its own Redis, or set
 //! `REDIS_URL`).
 
 use std::time::Duration;
 
-use distlock::fence::redis::{get, set};
+/// How long a deposed leader's write can still arrive here: far longer than its lease.
+const FENCES_ARRIVE_WITHIN: Duration = Duration::from_secs(60);
+
+use distlock::fence::redis::FencedStore;
 use distlock::{Config, Error};
 
 #[tokio::main]
@@ -42,9 +46,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut replicas = Vec::new();
     for replica in 0..3 {
         let client = Config::new(url.clone()).connect().await?;
-        let store = redis::Client::open(url.clone())?
-            .get_multiplexed_async_connection()
-            .await?;
+        let store = FencedStore::new(
+            redis::Client::open(url.clone())?
+                .get_multiplexed_async_connection()
+                .await?,
+            FENCES_ARRIVE_WITHIN,
+        );
         replicas.push(tokio::spawn(async move {
             client
                 .leader("scheduler")
@@ -53,10 +60,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .run(|leadership| {
                     let mut store = store.clone();
                     async move {
+                        // Elected: older terms are refused from now on, on every key.
+                        store.claim(&leadership.fence()).await?;
                         for tick in 0..3 {
                             let run = format!("replica-{replica} tick {tick}");
                             // Refused (Error::Fenced) if a later leader has written.
-                            set(&mut store, "scheduler:last-run", &run, &leadership.fence())
+                            store
+                                .set("scheduler:last-run", &run, &leadership.fence())
                                 .await?;
                             tokio::time::sleep(Duration::from_millis(50)).await;
                         }
@@ -83,16 +93,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let seen = observer.await.expect("observer task");
     assert_eq!(seen, terms, "the observer saw every term, in order");
 
-    let mut store = redis::Client::open(url)?
-        .get_multiplexed_async_connection()
-        .await?;
-    let last = get::<String, _>(&mut store, "scheduler:last-run")
+    let mut store = FencedStore::new(
+        redis::Client::open(url)?
+            .get_multiplexed_async_connection()
+            .await?,
+        FENCES_ARRIVE_WITHIN,
+    );
+    let last = store
+        .get::<String>("scheduler:last-run")
         .await?
         .expect("written");
     println!("last run: {} (term {})", last.value, last.token);
-    // The first leader, deposed long ago, tries to write again: refused.
+    // The first leader, deposed long ago, tries to write a key no later leader wrote: refused.
     let stale = distlock::Fence::new("scheduler", terms[0]);
-    let refused = set(&mut store, "scheduler:last-run", "stale", &stale).await;
+    let refused = store.set("scheduler:next-run", "stale", &stale).await;
     assert!(matches!(refused, Err(Error::Fenced { .. })));
     println!("a deposed leader's write: refused");
     Ok(())

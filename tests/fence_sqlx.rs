@@ -12,6 +12,10 @@ use distlock::{Error, Fence};
 use sqlx::{Connection, PgConnection, PgPool, Row};
 use testkit::PostgresServer;
 
+/// Every holder's bound: far above these tests' transactions, so it never ends one here
+/// (tests/fence_sqlx_bounds.rs tests the bound itself).
+const BOUND: Duration = Duration::from_secs(30);
+
 async fn pool(server: &PostgresServer) -> PgPool {
     let pool = PgPool::connect(&server.url()).await.expect("connect");
     sqlx::raw_sql(SCHEMA).execute(&pool).await.unwrap();
@@ -41,7 +45,7 @@ async fn body(pool: &PgPool) -> String {
 /// A fenced write of `text` in one transaction, committed.
 async fn write(pool: &PgPool, fence: &Fence, text: &str) -> Result<(), Error> {
     let mut tx = pool.begin().await.unwrap();
-    advance(&mut tx, fence).await?;
+    advance(&mut tx, fence, BOUND).await?;
     sqlx::query("UPDATE notes SET body = $1 WHERE id = 1")
         .bind(text)
         .execute(&mut *tx)
@@ -67,7 +71,7 @@ async fn a_stale_token_fails_and_its_transaction_cannot_commit() {
         .execute(&mut *tx)
         .await
         .unwrap();
-    match advance(&mut tx, &old).await {
+    match advance(&mut tx, &old, BOUND).await {
         Err(Error::Fenced {
             resource,
             token,
@@ -127,12 +131,12 @@ async fn another_locks_resource_is_a_misuse() {
     let server = PostgresServer::start();
     let pool = pool(&server).await;
     let mut tx = pool.begin().await.unwrap();
-    advance_resource(&mut tx, "notes", &Fence::new("a", 5))
+    advance_resource(&mut tx, "notes", &Fence::new("a", 5), BOUND)
         .await
         .unwrap();
     tx.commit().await.unwrap();
     let mut tx = pool.begin().await.unwrap();
-    match advance_resource(&mut tx, "notes", &Fence::new("b", 9)).await {
+    match advance_resource(&mut tx, "notes", &Fence::new("b", 9), BOUND).await {
         Err(Error::FenceMismatch {
             resource,
             lock,
@@ -149,7 +153,10 @@ async fn another_locks_resource_is_a_misuse() {
 async fn without_the_table_the_error_says_so() {
     let server = PostgresServer::start();
     let mut conn = PgConnection::connect(&server.url()).await.unwrap();
-    let err = advance(&mut conn, &Fence::new("x", 1)).await.unwrap_err();
+    let mut tx = conn.begin().await.unwrap();
+    let err = advance(&mut tx, &Fence::new("x", 1), BOUND)
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::Store { .. }), "{err:?}");
     assert!(err.to_string().contains("distlock_fences"), "{err}");
 }
@@ -177,13 +184,13 @@ async fn racing_holders_wait_on_the_row_and_never_interleave() {
     // The older holder advanced first and is still in its transaction: the newer one waits
     // for it, then writes after it.
     let mut older = pool.begin().await.unwrap();
-    advance(&mut older, &old).await.unwrap();
+    advance(&mut older, &old, BOUND).await.unwrap();
     let newer = tokio::spawn({
         let pool = pool.clone();
         let new = new.clone();
         async move {
             let mut tx = pool.begin().await.unwrap();
-            advance(&mut tx, &new).await.unwrap();
+            advance(&mut tx, &new, BOUND).await.unwrap();
             let seen: String = sqlx::query("SELECT body FROM notes WHERE id = 1")
                 .fetch_one(&mut *tx)
                 .await
@@ -215,7 +222,7 @@ async fn racing_holders_wait_on_the_row_and_never_interleave() {
     // The other way round: an older holder behind a newer one waits, then is refused.
     let newest = Fence::new("note:1", 30);
     let mut ahead = pool.begin().await.unwrap();
-    advance(&mut ahead, &newest).await.unwrap();
+    advance(&mut ahead, &newest, BOUND).await.unwrap();
     let behind = tokio::spawn({
         let pool = pool.clone();
         async move { write(&pool, &new, "stale").await }

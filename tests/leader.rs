@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use distlock::fence::redis::set;
+use distlock::fence::redis::FencedStore;
 use distlock::{Client, Config, Leader};
 use futures_util::StreamExt;
 use redis::AsyncCommands;
@@ -161,16 +161,14 @@ async fn run_cancels_its_body_when_leadership_is_lost_and_campaigns_again() {
 async fn a_deposed_leaders_fenced_writes_are_refused() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let mut conn = server.conn().await;
+    let mut store = FencedStore::new(server.conn().await, Duration::from_secs(60));
     let old = c.leader("writer").campaign().await.unwrap();
     let old_fence = old.fence();
-    set(&mut conn, "state", "old", &old_fence).await.unwrap();
+    store.set("state", "old", &old_fence).await.unwrap();
     old.resign().await.unwrap();
     let new = c.leader("writer").campaign().await.unwrap();
-    set(&mut conn, "state", "new", &new.fence()).await.unwrap();
-    let refused = set(&mut conn, "state", "stale", &old_fence)
-        .await
-        .unwrap_err();
+    store.set("state", "new", &new.fence()).await.unwrap();
+    let refused = store.set("state", "stale", &old_fence).await.unwrap_err();
     assert!(refused.is_fenced(), "{refused}");
     new.resign().await.unwrap();
 }

@@ -342,6 +342,53 @@ pub enum Error {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
+    /// `fence::sqlx::advance` (feature `sqlx-postgres`) was called on a connection outside a
+    /// transaction, where the fence would protect nothing (its row lock ends with the
+    /// statement). Nothing was fenced.
+    #[error("fence of `{resource}` not advanced: the connection is not in a transaction, where `advance` protects nothing (the fence's row lock would end with its own statement); call it first in the transaction that makes the writes (`let mut tx = pool.begin().await?; advance(&mut tx, ..)`)")]
+    FenceOutsideTransaction {
+        /// The resource whose fence was to advance.
+        resource: String,
+    },
+    /// `fence::sqlx::advance` (feature `sqlx-postgres`) waited twice its bound for another
+    /// holder's transaction to let go of the resource's fence row: that holder is still
+    /// running a statement (a holder frozen idle in its transaction is ended by Postgres after
+    /// its bound). The transaction has failed: roll it back and retry.
+    #[error("fence of `{resource}` stayed locked by another holder's transaction for the whole {waited:?} this advance waited (twice its bound): that holder is still running a statement (one frozen idle in its transaction is ended by Postgres after its bound); this transaction has failed: roll it back and retry")]
+    FenceLocked {
+        /// The resource whose fence was to advance.
+        resource: String,
+        /// How long `advance` waited: twice its bound.
+        waited: Duration,
+    },
+    /// A fenced write in a Redis Cluster ([`crate::fence::redis::FencedStore`]) named a key
+    /// outside the hash slot of its lock's watermark, so Redis refused the script
+    /// (`CROSSSLOT`). Nothing was written.
+    #[error("fenced write to `{resource}` refused by Redis Cluster (CROSSSLOT): the key is not in the hash slot of `{watermark}`, the watermark of lock `{lock}`, and a fenced write checks both in one script; in a Cluster name every key written under lock `{lock}` with its hash tag `{{{lock}}}` (e.g. `data:{{{lock}}}`), or keep fences per key (`FencedStore::per_key`, the weaker promise); nothing was written")]
+    FenceCrossSlot {
+        /// The key written.
+        resource: String,
+        /// The lock whose token the write carried.
+        lock: String,
+        /// The lock's watermark key.
+        watermark: String,
+    },
+    /// The Redis of fenced writes ([`crate::fence::redis::FencedStore`]) may evict keys, or
+    /// would not say whether it may; found at the store's first write. Nothing was written.
+    #[error("{}", fence_eviction_message(.policy.as_deref()))]
+    FenceEviction {
+        /// The server's `maxmemory-policy`; `None` when neither `INFO memory` nor `CONFIG GET`
+        /// was permitted.
+        policy: Option<String>,
+    },
+}
+
+fn fence_eviction_message(policy: Option<&str>) -> String {
+    let found = match policy {
+        Some(policy) => format!("has `maxmemory-policy {policy}`, which may evict"),
+        None => "would not tell its `maxmemory-policy` (`INFO memory` and `CONFIG GET` were refused), so it may evict".to_owned(),
+    };
+    format!("the Redis of fenced writes {found} the lock watermarks and tombstones that refuse stale writes (they carry an expiry; `allkeys-*` may evict the values' tokens too), and a stale holder's write would then land; set `maxmemory-policy noeviction` on that server, or accept the risk with `FencedStore::allow_eviction`; nothing was written")
 }
 
 fn fence_mismatch_message(resource: &str, lock: &str, fenced_by: Option<&str>) -> String {

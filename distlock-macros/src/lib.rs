@@ -221,8 +221,8 @@ use proc_macro::TokenStream;
 ///
 /// Take the lock with a fencing token, which the body reads with `distlock::fence()` (the
 /// lock's name and token) and writes the resource it protects with, so that a holder whose
-/// lease ran out cannot write after the next holder: `distlock::fence::redis::set` (your own
-/// Redis data) or `distlock::fence::sqlx::advance` (a Postgres transaction) refuse its write
+/// lease ran out cannot write after the next holder: `distlock::fence::redis::FencedStore` (your
+/// own Redis data) or `distlock::fence::sqlx::advance` (a Postgres transaction) refuse its write
 /// with `Error::Fenced` (see `LockBuilder::fenced` for the guarantee and its price: a fenced
 /// acquire runs a script where a plain one is a single `SET NX PX GET`). A nested call that
 /// re-enters the lock shares its token.
@@ -231,14 +231,15 @@ use proc_macro::TokenStream;
 /// # use distlock::distributed_lock;
 /// # #[derive(Debug)] pub struct AppError;
 /// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
-/// # async fn store() -> distlock::redis::aio::MultiplexedConnection { unimplemented!() }
+/// # use distlock::{fence::redis::FencedStore, redis::aio::MultiplexedConnection};
+/// # async fn store() -> FencedStore<MultiplexedConnection> { unimplemented!() }
 /// #[distributed_lock(key = "ledger:<account>", ttl = "10s", fenced)]
 /// async fn post(account: u64, entry: String) -> Result<(), AppError> {
 ///     let fence = distlock::fence()?;
-///     let mut conn = store().await;
+///     let mut store = store().await;
 ///     let key = format!("ledger:{account}:last");
-///     // Refused (Error::Fenced), nothing written, if a newer holder has written it.
-///     distlock::fence::redis::set(&mut conn, &key, entry, &fence).await?;
+///     // Refused (Error::Fenced), nothing written, if a newer holder has written or claimed.
+///     store.set(&key, entry, &fence).await?;
 ///     Ok(())
 /// }
 /// # fn main() {}

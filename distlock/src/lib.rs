@@ -69,7 +69,7 @@
 //! | `testing` | a throwaway `redis-server` per test process, with the default client installed on it, for the tests of code that takes locks | the module `distlock::testing`: `testing::init`, `testing::TestRedis` |
 //! | `tls` | `rediss://` URLs (one server, Cluster, Sentinel, RedLock masters) through rustls, with your roots or the system's, and client certificates for mutual TLS | none: [`Config::tls_root_certificates`] and [`Config::tls_client_certificate`] are always there; without the feature a `rediss://` URL is refused by [`Config::validate`] |
 //! | `metrics` | counters, histograms and gauges through the `metrics` facade (see [Metrics](#metrics)); install any recorder to collect them | `distlock::describe_metrics` |
-//! | `sqlx-postgres` | fenced writes in PostgreSQL through your sqlx (0.8) transaction (see [`fence`](mod@fence)) | the module `distlock::fence::sqlx`: `advance`, `advance_resource`, `SCHEMA` |
+//! | `sqlx-postgres` | fenced writes in PostgreSQL through your sqlx (0.8) transaction (see [`fence`](mod@fence)) | the module `distlock::fence::sqlx`: `advance`, `advance_resource`, `LONGEST_BOUND`, `SCHEMA` |
 //!
 //! Items behind a feature are compiled, and so documented, only with it. docs.rs builds these
 //! docs with every feature and marks each such item with the feature it needs; locally, run
@@ -539,29 +539,31 @@
 //! for a plain lock (`scripts/profile-scripts.sh` in the repository).
 //!
 //! The store must check the token, or it protects nothing: [`fence`](mod@fence) does it for
-//! you. `fence::redis::set` / `get` / `del` write your own Redis data (on any redis-rs
-//! connection, the lock's server or another) only if no newer holder has written it, and
-//! `fence::sqlx::advance` (feature `sqlx-postgres`) does the same in your Postgres
-//! transaction. A stale write fails with [`Error::Fenced`] and changes nothing (reliability
-//! row 23: holders frozen past their lease and writing with old tokens land 0 stale writes in
-//! either store, where plain writes in the same run land them).
+//! you. A `fence::redis::FencedStore` (over any redis-rs connection, the lock's server or
+//! another) writes your own Redis data only if no newer holder of the lock has written any of
+//! the lock's keys there or claimed them (`claim`, the moment a holder or a leader takes
+//! over), and `fence::sqlx::advance` (feature `sqlx-postgres`) does the same for a resource in
+//! your Postgres transaction, ending a holder frozen in it after a bound you give. A stale
+//! write fails with [`Error::Fenced`] and changes nothing (reliability row 23: holders frozen
+//! past their lease and writing with old tokens land 0 stale writes in either store, where
+//! plain writes in the same run land them).
 //!
 //! ```no_run
 //! # use distlock::distributed_lock;
 //! # #[derive(Debug)] struct AppError;
 //! # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
-//! # async fn ledger() -> distlock::redis::aio::MultiplexedConnection { unimplemented!() }
+//! # use distlock::{fence::redis::FencedStore, redis::aio::MultiplexedConnection};
+//! # async fn ledger() -> FencedStore<MultiplexedConnection> { unimplemented!() }
 //! /// The balance is written only by the newest holder of `account:<id>`.
 //! #[distributed_lock(key = "account:<id>", ttl = "5s", renew, fenced)]
 //! async fn post(id: u64, cents: i64) -> Result<i64, AppError> {
 //!     let fence = distlock::fence()?; // the lock's name and token
-//!     let mut conn = ledger().await;
-//!     let key = format!("balance:{id}");
-//!     let balance = distlock::fence::redis::get::<i64, _>(&mut conn, &key).await?
-//!         .map_or(0, |stored| stored.value);
+//!     let mut store = ledger().await; // FencedStore::new(connection, how long fences arrive)
+//!     let key = format!("balance:{{account:{id}}}"); // the lock's hash tag: Cluster-ready
+//!     let balance = store.get::<i64>(&key).await?.map_or(0, |stored| stored.value);
 //!     // Err(Fenced) and nothing written if a newer holder wrote since: this one was paused
 //!     // past its lease after its read.
-//!     distlock::fence::redis::set(&mut conn, &key, balance + cents, &fence).await?;
+//!     store.set(&key, balance + cents, &fence).await?;
 //!     Ok(balance + cents)
 //! }
 //! ```
@@ -715,7 +717,9 @@
 //! [`LossReason::Refused`]. The `distlock` CLI needs a user of its own: its lines are in its
 //! docs (`docs/cli.md`). [`fence::redis`] writes through your own
 //! connection, whose user needs `EVALSHA`, `SCRIPT LOAD`, `HSET`, `HMGET`, `HDEL`, `TYPE`,
-//! `PEXPIRE` and `PERSIST` on the keys it writes.
+//! `PEXPIRE` and `PERSIST` on the keys it writes, `TYPE`, `GET` and `SET` on the lock
+//! watermarks (`distlock:{*}:watermark`), and `INFO` (or `CONFIG GET`) for the store's
+//! first-write check of the eviction policy.
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock::fence::redis as fenced;
+use distlock::fence::redis::FencedStore;
 use distlock::fence::sqlx::{advance, SCHEMA};
 use distlock::{Config, Error};
 use redis::AsyncCommands;
@@ -43,6 +43,9 @@ const TTL: Duration = Duration::from_millis(400);
 
 /// How long a zombie stays frozen at most, waiting for a newer holder's write.
 const FROZEN_AT_MOST: Duration = Duration::from_secs(5);
+
+/// How long the Redis store keeps what refuses a stale fence: well past a zombie's freeze.
+const FENCES_ARRIVE_WITHIN: Duration = Duration::from_secs(60);
 
 pub(crate) fn scenario(s: &Settings, budget: Duration) -> Scenario {
     let (workers, rounds) = (s.pick(3, 5), s.pick(6, 24));
@@ -96,6 +99,7 @@ async fn run(t: Arc<Tally>, workers: usize, rounds: u64) {
         ("RedLock x3, fenced", redlock.join(","), "fenced"),
     ];
     let mut conn = data.conn().await;
+    let mut store = FencedStore::new(conn.clone(), FENCES_ARRIVE_WITHIN);
     for (i, (name, lock_urls, mode)) in phases.into_iter().enumerate() {
         let phase = format!("zombie-{i}");
         sqlx::query("INSERT INTO history VALUES ($1, '')")
@@ -113,7 +117,8 @@ async fn run(t: Arc<Tally>, workers: usize, rounds: u64) {
         ];
         let figures = drive(&t, workers, &params).await;
         let redis_history = match mode {
-            "fenced" => fenced::get::<String, _>(&mut conn, &phase)
+            "fenced" => store
+                .get::<String>(&phase)
                 .await
                 .expect("the fenced history")
                 .map(|s| s.value),
@@ -262,6 +267,7 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
         .get_multiplexed_async_connection()
         .await
         .map_err(|e| e.to_string())?;
+    let mut store = FencedStore::new(data.clone(), FENCES_ARRIVE_WITHIN);
     let pool = PgPool::connect(ctx.param("pg"))
         .await
         .map_err(|e| e.to_string())?;
@@ -280,7 +286,8 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
         let token = fence.token();
         // The reads a zombie writes from after its pause.
         let redis_read = match fenced_mode {
-            true => fenced::get::<String, _>(&mut data, &phase)
+            true => store
+                .get::<String>(&phase)
                 .await
                 .map_err(|e| e.to_string())?
                 .map(|s| s.value)
@@ -305,7 +312,7 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
         for _ in 0..2 {
             value = format!("{value},{token}");
             let landed = match fenced_mode {
-                true => match fenced::set(&mut data, &phase, &value, &fence).await {
+                true => match store.set(&phase, &value, &fence).await {
                     Ok(()) => true,
                     Err(Error::Fenced { .. }) => false,
                     Err(e) => {
@@ -363,7 +370,7 @@ async fn pg_write(
     let mut tx = pool.begin().await.map_err(store)?;
     let read = match fence {
         Some(fence) => {
-            advance(&mut tx, fence).await?;
+            advance(&mut tx, fence, TTL).await?;
             let row = sqlx::query("SELECT tokens FROM history WHERE phase = $1")
                 .bind(phase)
                 .fetch_one(&mut *tx)

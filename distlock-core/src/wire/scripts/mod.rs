@@ -145,9 +145,10 @@
 //! over: `ACQUIRE_HANDED`, `LEAVE_QUEUE`, the grant window and ticket), `redlock` (the queued
 //! acquire and the fence floor), `shared` (a permit, a read, a write that met readers), `sets`
 //! (`ACQUIRE_ALL`), `renew` (`RENEW`), and two that are not a lock's: `store` (`FENCED_WRITE`,
-//! `fence::redis`) and `identity` (`CLIENT_RECORD`, a client's identity record). The Lua
-//! functions several scripts share are the preludes below (macros, so that `concat!` makes
-//! each script one constant string; defined before the files, so each file can use them).
+//! `fence::redis`: a fenced write checked against its lock's watermark, or a claim raising
+//! it) and `identity` (`CLIENT_RECORD`, a client's identity record). The Lua functions several
+//! scripts share are the preludes below (macros, so that `concat!` makes each script one
+//! constant string; defined before the files, so each file can use them).
 
 /// The protocol version every lock value starts with.
 pub const VERSION_TAG: &str = "d2:";
