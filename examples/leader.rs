@@ -14,7 +14,7 @@ use std::time::Duration;
 const FENCES_ARRIVE_WITHIN: Duration = Duration::from_secs(60);
 
 use distlock::fence::redis::FencedStore;
-use distlock::{Config, Error};
+use distlock::{Config, Error, Observed};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -28,13 +28,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         use futures_util::StreamExt;
         let mut leaders = Box::pin(watcher.leader("scheduler").observe());
         let mut terms = Vec::new();
-        while let Some(leader) = leaders.next().await {
-            match leader {
-                Some(leader) => {
+        while let Some(seen) = leaders.next().await {
+            match seen.expect("the observer's client is installed") {
+                Observed::Leader(leader) => {
                     println!("observer: term {} led by {}", leader.term, leader.identity);
                     terms.push(leader.term);
                 }
-                None => println!("observer: no leader"),
+                Observed::Past(leader) => {
+                    println!(
+                        "observer: term {} led by {} (missed)",
+                        leader.term, leader.identity
+                    );
+                    terms.push(leader.term);
+                }
+                Observed::Vacant => println!("observer: no leader"),
+                other => println!("observer: {other:?}"),
             }
             if terms.len() == 3 {
                 return terms;

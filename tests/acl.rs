@@ -177,7 +177,8 @@ async fn leader(a: &Client, b: &Client) {
     let shown = shown
         .expect("the observer yields")
         .expect("the stream lives");
-    assert_eq!(shown.map(|l| l.term), Some(first.term()));
+    let shown = shown.expect("the observer's client is installed");
+    assert_eq!(shown.leader().map(|l| l.term), Some(first.term()));
     let next = tokio::spawn({
         let b = b.clone();
         async move { b.leader("sched").identity("b").campaign().await }
@@ -416,10 +417,19 @@ async fn a_missing_permission_is_a_typed_error_naming_it() {
     let own = c.lock("own").acquire().await.unwrap();
     let started = Instant::now();
     denied(own.release().await, started, (Release, "own"), "channel");
-    // An observer of a leader cannot subscribe either: its stream ends, it does not hang.
+    // An observer of a leader cannot subscribe either: its stream ends with the refusal, it
+    // does not hang.
     let mut observer = Box::pin(c.leader("sched").observe());
     let ended = tokio::time::timeout(Duration::from_secs(2), observer.next()).await;
-    assert!(matches!(ended, Ok(None)), "{ended:?}");
+    assert!(
+        matches!(
+            ended,
+            Ok(Some(Err(distlock::Error::PermissionDenied { .. })))
+        ),
+        "{ended:?}"
+    );
+    let after = tokio::time::timeout(Duration::from_secs(2), observer.next()).await;
+    assert!(matches!(after, Ok(None)), "{after:?}");
     held.release().await.unwrap();
 }
 

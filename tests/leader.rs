@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use distlock::fence::redis::FencedStore;
-use distlock::{Client, Config, Leader};
+use distlock::{Client, Config, Error, Observed};
 use futures_util::StreamExt;
 use redis::AsyncCommands;
 use testkit::RedisServer;
@@ -22,11 +22,19 @@ async fn client(server: &RedisServer) -> Client {
 }
 
 /// The next item of an observer, within 5 s.
-async fn next<S: futures_util::Stream<Item = Option<Leader>> + Unpin>(s: &mut S) -> Option<Leader> {
+async fn next<S: futures_util::Stream<Item = Result<Observed, Error>> + Unpin>(
+    s: &mut S,
+) -> Observed {
     tokio::time::timeout(Duration::from_secs(5), s.next())
         .await
         .expect("the observer yields within 5 s")
         .expect("the observer's stream does not end")
+        .expect("the observer's client is installed")
+}
+
+/// The term of the leader an item shows as the present (`None`: no leader, history or a gap).
+fn present(item: &Observed) -> Option<u64> {
+    item.leader().map(|l| l.term)
 }
 
 #[tokio::test]
@@ -83,7 +91,7 @@ async fn observers_see_every_term_in_order_and_none_between() {
     let server = RedisServer::start();
     let (leaders, watcher) = (client(&server).await, client(&server).await);
     let mut seen = Box::pin(watcher.leader("jobs").observe());
-    assert_eq!(next(&mut seen).await, None, "no leader yet");
+    assert_eq!(next(&mut seen).await, Observed::Vacant, "no leader yet");
     let mut terms = Vec::new();
     for round in 0..3 {
         let leadership = leaders
@@ -92,30 +100,37 @@ async fn observers_see_every_term_in_order_and_none_between() {
             .campaign()
             .await
             .unwrap();
-        let shown = next(&mut seen).await.expect("the new leader");
+        let shown = next(&mut seen).await;
+        let shown = shown.leader().expect("the new leader");
         assert_eq!(
             (shown.term, shown.identity.as_str()),
             (leadership.term(), format!("round {round}").as_str())
         );
         terms.push(shown.term);
         leadership.resign().await.unwrap();
-        assert_eq!(next(&mut seen).await, None, "no leader after the resign");
+        assert_eq!(
+            next(&mut seen).await,
+            Observed::Vacant,
+            "no leader after the resign"
+        );
     }
     assert!(terms.windows(2).all(|w| w[1] > w[0]), "{terms:?}");
 
-    // A term that begins and ends between two looks is still shown, in order: two terms in a
-    // row while the observer is not polled.
+    // A term that begins and ends between two looks is still shown, in order, as history: two
+    // terms in a row while the observer is not polled.
     let one = leaders.leader("jobs").campaign().await.unwrap();
     let t1 = one.term();
     one.resign().await.unwrap();
     let two = leaders.leader("jobs").campaign().await.unwrap();
     let t2 = two.term();
     let mut shown = Vec::new();
-    while shown.last() != Some(&Some(t2)) {
-        shown.push(next(&mut seen).await.map(|l| l.term));
+    while shown.last().and_then(present) != Some(t2) {
+        shown.push(next(&mut seen).await);
     }
-    let terms: Vec<u64> = shown.iter().flatten().copied().collect();
-    assert_eq!(terms, vec![t1, t2], "every term once, in order: {shown:?}");
+    assert!(
+        matches!(&shown[..], [Observed::Past(p), Observed::Leader(l)] if p.term == t1 && l.term == t2),
+        "the missed term as history, then the present: {shown:?}"
+    );
     two.resign().await.unwrap();
 }
 
@@ -207,9 +222,9 @@ async fn over_redlock_terms_rise_and_observers_follow() {
     };
     let (a, b, watcher) = (connect().await, connect().await, connect().await);
     let mut seen = Box::pin(watcher.leader("quorum").observe());
-    assert_eq!(next(&mut seen).await, None);
+    assert_eq!(next(&mut seen).await, Observed::Vacant);
     let first = a.leader("quorum").identity("a").campaign().await.unwrap();
-    assert_eq!(next(&mut seen).await.map(|l| l.term), Some(first.term()));
+    assert_eq!(present(&next(&mut seen).await), Some(first.term()));
     let second = tokio::spawn({
         let b = b.clone();
         async move { b.leader("quorum").identity("b").campaign().await.unwrap() }
@@ -222,11 +237,13 @@ async fn over_redlock_terms_rise_and_observers_follow() {
         .unwrap();
     assert!(second.term() > term_a);
     let mut shown = Vec::new();
-    while shown.last() != Some(&Some(second.term())) {
-        shown.push(next(&mut seen).await.map(|l| l.term));
+    while shown.last().and_then(present) != Some(second.term()) {
+        shown.push(next(&mut seen).await);
     }
     assert!(
-        shown.iter().flatten().all(|&t| t == second.term()),
+        shown
+            .iter()
+            .all(|o| present(o).is_none_or(|t| t == second.term())),
         "{shown:?}"
     );
     let current = watcher.leader("quorum").current().await.unwrap().unwrap();

@@ -86,6 +86,9 @@ pub(crate) fn check_ttl<S: fmt::Display>(
 struct LeaseState {
     deadline: Instant,
     lost: Option<LossReason>,
+    /// When it was lost: the deadline, for a lease that ran out; the moment it was marked,
+    /// otherwise.
+    lost_at: Option<Instant>,
 }
 
 /// Shared by a guard and the watchdog: the lease deadline and the loss flag.
@@ -125,6 +128,7 @@ impl Lease {
             state: Mutex::new(LeaseState {
                 deadline,
                 lost: None,
+                lost_at: None,
             }),
             changed: Notify::new(),
             renewing: AtomicBool::new(renewing),
@@ -191,6 +195,7 @@ impl Lease {
         self.update(|s| {
             if s.lost.is_none() {
                 s.lost = Some(reason);
+                s.lost_at = Some(Instant::now().min(s.deadline));
                 // Counted before the waiters of `lost()` wake.
                 self.held.lost(reason);
                 true
@@ -212,6 +217,7 @@ impl Lease {
         self.update(|s| {
             if s.lost.is_none() {
                 s.lost = Some(LossReason::Released);
+                s.lost_at = Some(Instant::now());
                 true
             } else {
                 false
@@ -270,6 +276,12 @@ impl Lease {
             return self.state().lost;
         }
         None
+    }
+
+    /// When the lease was lost (or let go), if it was.
+    pub(crate) fn lost_at(&self) -> Option<Instant> {
+        self.lost_reason()?;
+        self.state().lost_at
     }
 
     /// Why a lease whose deadline passed is lost, by what its renewals met (see

@@ -610,7 +610,7 @@ pub use config::duration::{parse_duration, DurationError};
 pub use config::{Config, ALL_REPLICAS};
 pub use error::{Error, HeldBy, LossReason, Operation, Result};
 pub use fence::Fence;
-pub use leader::{leader, Leader, LeaderBuilder, Leadership};
+pub use leader::{leader, Leader, LeaderBuilder, LeaderWatch, Leadership, Observed};
 pub use lease::{LEASE_MARGIN, MAX_TTL, MIN_TTL};
 pub use lock::builder::{lock, lock_all, semaphore, LockBuilder};
 pub use lock::context::{ensure_held, fence, fence_of, fencing_token, fencing_token_of};

@@ -616,8 +616,8 @@ pub(crate) fn server_events_watched(events: &[ServerEvent]) {
 }
 
 /// One term of this process as leader of an election: `distlock_leader` while it lasts,
-/// counted in `distlock_leader_terms_total`, and in `distlock_leader_lost_total` if it ends
-/// lost (`lost_reason` at its end).
+/// counted in `distlock_leader_terms_total`, and in `distlock_leader_lost_total` when it is
+/// lost (once: the caller counts each term's loss once, as it happens).
 pub(crate) struct Leading {
     #[cfg(feature = "metrics")]
     name: String,
@@ -646,18 +646,20 @@ impl Leading {
         }
     }
 
-    /// The term ends; `lost`: why, if it ended lost.
+    /// The term is lost, for `reason`.
     #[inline]
-    pub(crate) fn end(&self, lost: Option<LossReason>) {
+    pub(crate) fn lost(&self, reason: LossReason) {
         #[cfg(feature = "metrics")]
-        {
-            ::metrics::gauge!(LEADER, "name" => self.name.clone()).decrement(1.0);
-            if let Some(reason) = lost {
-                ::metrics::counter!(LEADER_LOST_TOTAL, "name" => self.name.clone(), "reason" => reason_label(reason)).increment(1);
-            }
-        }
+        ::metrics::counter!(LEADER_LOST_TOTAL, "name" => self.name.clone(), "reason" => reason_label(reason)).increment(1);
         #[cfg(not(feature = "metrics"))]
-        let _ = lost;
+        let _ = reason;
+    }
+
+    /// The term ends (its `Leadership` goes).
+    #[inline]
+    pub(crate) fn end(&self) {
+        #[cfg(feature = "metrics")]
+        ::metrics::gauge!(LEADER, "name" => self.name.clone()).decrement(1.0);
     }
 }
 

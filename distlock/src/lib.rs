@@ -727,8 +727,8 @@
 pub use distlock_core::{
     ensure_held, fence, fence_of, fencing_token, fencing_token_of, hash_slot, init, leader, lock,
     lock_all, semaphore, shutdown, Client, Config, Error, Fence, HeldBy, Leader, LeaderBuilder,
-    Leadership, LockBuilder, LockGuard, LossReason, Operation, Result, Run, ALL_REPLICAS,
-    LEASE_MARGIN, MAX_NAME_LEN, MAX_TTL, MIN_TTL,
+    LeaderWatch, Leadership, LockBuilder, LockGuard, LossReason, Observed, Operation, Result, Run,
+    ALL_REPLICAS, LEASE_MARGIN, MAX_NAME_LEN, MAX_TTL, MIN_TTL,
 };
 
 #[doc(inline)]

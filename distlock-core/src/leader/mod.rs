@@ -58,10 +58,15 @@
 //!   so elect a second leader) in a failover unless [`LeaderBuilder::min_replicas`] replicas
 //!   acknowledged it; RedLock holds while a majority of masters does.
 
+mod health;
 mod leadership;
+mod memory;
 mod observe;
 mod record;
+mod watch;
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -72,42 +77,78 @@ use crate::error::{Error, LossReason};
 use crate::lock::backoff::Backoff;
 use crate::lock::builder::{lock, LockBuilder};
 
-/// A term of [`LeaderBuilder::run`] lost sooner than this after its election is followed by a
-/// pause before the next campaign (15 ms, doubling to 200 ms while terms keep ending this
-/// soon).
+use leadership::Campaign;
+
+/// A term of [`LeaderBuilder::run`] (or [`LeaderBuilder::serve`]) lost sooner than this after
+/// its election is followed by a pause before the next campaign (15 ms, doubling to 200 ms
+/// while terms keep ending this soon).
 const QUICK_LOSS: Duration = Duration::from_secs(1);
 
+pub use health::{LeaderHealth, Overdue};
 pub use leadership::Leadership;
+pub use observe::Observed;
 pub use record::Leader;
+pub use watch::LeaderWatch;
+
+/// What [`LeaderBuilder::on_lost`] is called with: a term of this process lost while its body
+/// ran (the body was cancelled).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Lost {
+    /// The election.
+    pub name: String,
+    /// The term lost.
+    pub term: u64,
+    /// Why.
+    pub reason: LossReason,
+}
+
+type OnLost = Arc<dyn Fn(&Lost) + Send + Sync>;
 
 /// Builds a leader election of one name; start with [`crate::leader()`] or [`Client::leader`].
-#[derive(Debug, Clone)]
-#[must_use = "a LeaderBuilder does nothing until `.campaign()`, `.run(..)`, `.observe()` or `.current()`"]
+#[derive(Clone)]
+#[must_use = "a LeaderBuilder does nothing until `.campaign()`, `.run(..)`, `.serve(..)`, `.observe()` or `.current()`"]
 pub struct LeaderBuilder {
     lock: LockBuilder,
     identity: Option<String>,
+    health: Option<LeaderHealth>,
+    on_lost: Option<OnLost>,
+}
+
+impl fmt::Debug for LeaderBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaderBuilder")
+            .field("lock", &self.lock)
+            .field("identity", &self.identity)
+            .field("health", &self.health)
+            .field("on_lost", &self.on_lost.is_some())
+            .finish()
+    }
 }
 
 /// Starts building the leader election `name` through the default client (see
 /// [`crate::init`]).
 pub fn leader(name: impl Into<String>) -> LeaderBuilder {
-    LeaderBuilder {
-        lock: lock(name),
-        identity: None,
-    }
+    LeaderBuilder::of(lock(name))
 }
 
 impl Client {
     /// Starts building the leader election `name` through this client.
     pub fn leader(&self, name: impl Into<String>) -> LeaderBuilder {
-        LeaderBuilder {
-            lock: self.lock(name),
-            identity: None,
-        }
+        LeaderBuilder::of(self.lock(name))
     }
 }
 
 impl LeaderBuilder {
+    fn of(lock: LockBuilder) -> Self {
+        LeaderBuilder {
+            lock,
+            identity: None,
+            health: None,
+            on_lost: None,
+        }
+    }
+
     /// The leadership's lease ([`LockBuilder::ttl`]): a leader that dies is replaced this long
     /// after its last renewal at most; renewed every third of it. Default: the client's.
     pub fn ttl(mut self, ttl: Duration) -> Self {
@@ -115,8 +156,11 @@ impl LeaderBuilder {
         self
     }
 
-    /// Replicas that must acknowledge the election and each renewal
-    /// ([`LockBuilder::min_replicas`]): a failover then does not elect a second leader.
+    /// Replicas that must acknowledge the election, its term's record and each renewal
+    /// ([`LockBuilder::min_replicas`]): with every replica of a Sentinel master
+    /// ([`crate::ALL_REPLICAS`]), a failover promotes a replica that has the election and its
+    /// term, so it elects no second leader and no lower term (see the module docs, "What is
+    /// promised", for what holds with fewer).
     pub fn min_replicas(mut self, replicas: usize) -> Self {
         self.lock = self.lock.min_replicas(replicas);
         self
@@ -135,24 +179,52 @@ impl LeaderBuilder {
         self
     }
 
+    /// Reports every term this builder wins to `health`, the liveness check of a leader that
+    /// keeps acting past its lease ([`LeaderHealth`]).
+    pub fn health(mut self, health: &LeaderHealth) -> Self {
+        self.health = Some(health.clone());
+        self
+    }
+
+    /// Called when a term is lost while [`LeaderBuilder::run`]'s (or
+    /// [`LeaderBuilder::serve`]'s) body runs, right after the body was cancelled and before the
+    /// next campaign: how the caller learns of it without a tracing subscriber (a metric, an
+    /// alert of its own, a log line in its format). Not called for a term the body resigned.
+    pub fn on_lost(mut self, on_lost: impl Fn(&Lost) + Send + Sync + 'static) -> Self {
+        self.on_lost = Some(Arc::new(on_lost));
+        self
+    }
+
     /// Waits, in turn with the other candidates, until elected; then proclaims the term and
     /// returns the [`Leadership`] (renewed until resigned, dropped or lost).
     ///
     /// Transient failures are retried for as long as it takes; fails only with what cannot
     /// pass by waiting (no client installed, a key of another kind under the name, an invalid
-    /// option).
+    /// option). A term lost before it could be proclaimed is campaigned for again after a pause
+    /// that grows while it keeps happening.
     pub async fn campaign(self) -> Result<Leadership, Error> {
-        leadership::campaign(self.lock, self.identity.unwrap_or_else(process_identity)).await
+        leadership::campaign(Campaign {
+            lock: self.lock,
+            identity: self.identity.unwrap_or_else(process_identity),
+            health: self.health,
+        })
+        .await
     }
 
-    /// Campaigns, runs `body` as leader, and returns what it returns. If leadership can no
-    /// longer be guaranteed while it runs, the body is cancelled (dropped at its next
-    /// `.await`) before any other candidate can be elected, and the candidate campaigns
-    /// again with a fresh call of `body` (after a short pause when the term lasted under a
-    /// second: a server that elects but then refuses renewals is not hammered).
+    /// Campaigns, runs `body` as leader, and returns what it returns: **when the body returns,
+    /// `run` returns** (its `Leadership`, dropped with the body unless it was resigned, hands
+    /// over at once). To stay a candidate for good, use [`LeaderBuilder::serve`].
     ///
-    /// The body owns its [`Leadership`]: [`Leadership::resign`] hands over at once; returning
-    /// without resigning releases it the same way (in the background).
+    /// If leadership can no longer be guaranteed while the body runs, the body is cancelled
+    /// (dropped without being polled again: the loss is looked at first, on every poll) before
+    /// any other candidate can be elected, [`LeaderBuilder::on_lost`] is told, and the candidate
+    /// campaigns again with a fresh call of `body` (after a short pause when the term lasted
+    /// under a second: a server that elects but then refuses renewals is not hammered).
+    ///
+    /// The body owns its [`Leadership`]: [`Leadership::resign`] hands over at once, and every
+    /// [`LeaderWatch`] of the term (and [`crate::ensure_held`] inside the body) says so from
+    /// then on; a body that resigned is not cancelled (it chose to step down), and `run`
+    /// returns its output when it completes.
     pub async fn run<F, Fut>(self, mut body: F) -> Result<Fut::Output, Error>
     where
         F: FnMut(Leadership) -> Fut,
@@ -161,7 +233,7 @@ impl LeaderBuilder {
         let mut backoff = Backoff::default();
         loop {
             let leadership = self.clone().campaign().await?;
-            let elected = Instant::now();
+            let (elected, term) = (Instant::now(), leadership.term());
             let lost = leadership.lost();
             // Inside the election lock's frame, as `LockBuilder::run`'s body: `fence()` gives
             // the term, and taking the name again re-enters.
@@ -182,33 +254,90 @@ impl LeaderBuilder {
                 reason
                 // The body is dropped here, before anything else happens.
             };
-            tracing::warn!(name = %self.lock.name(), %reason, "leadership lost; campaigning again");
-            // Terms lost as soon as won (a server that takes the election but refuses its
-            // renewals): a pause before each new campaign, growing while it lasts.
-            let now = Instant::now();
-            if now - elected < QUICK_LOSS {
-                tokio::time::sleep_until(backoff.next(now, now + QUICK_LOSS)).await;
-            } else {
-                backoff.reset();
-            }
+            self.lost_term(term, reason);
+            pause_after_quick_loss(&mut backoff, elected).await;
         }
     }
 
-    /// The leaders of this name as they change, pushed: the current one first (`None`
-    /// without one), then every new term in order, and `None` whenever there is no leader.
-    /// Not `async`: the stream subscribes when first polled. It ends only if the client
-    /// cannot be found (none installed under the builder's name), or if Redis refuses the
-    /// client's user what observing needs (an ACL: the release channel's subscription or the
-    /// record's read fails with [`Error::PermissionDenied`]; see the `distlock` crate docs,
-    /// "Least privilege"); other failures are retried.
-    pub fn observe(&self) -> impl futures_util::Stream<Item = Option<Leader>> + Send + 'static {
-        observe::stream(self.lock.clone())
+    /// Stays a candidate for good: campaigns, runs `body` while elected, and campaigns again
+    /// when the body returns (its `Leadership` handed over at once, unless it resigned first)
+    /// or when the term is lost (the body cancelled, as in [`LeaderBuilder::run`]); the body's
+    /// output is dropped. Curator's `autoRequeue`. Returns only with what no campaign can
+    /// mend (no client installed, a key of another kind under the name, an invalid option);
+    /// drop the future to stop being a candidate (a term it leads is released then).
+    pub async fn serve<F, Fut>(self, mut body: F) -> Error
+    where
+        F: FnMut(Leadership) -> Fut,
+        Fut: std::future::Future,
+    {
+        let mut backoff = Backoff::default();
+        loop {
+            let elected = Instant::now();
+            let once = self.clone().run(&mut body).await;
+            if let Err(error) = once {
+                return error;
+            }
+            // The body returned: a term that lasted under a second is followed by a pause too.
+            pause_after_quick_loss(&mut backoff, elected).await;
+        }
+    }
+
+    /// A lost term: said through tracing and [`LeaderBuilder::on_lost`].
+    fn lost_term(&self, term: u64, reason: LossReason) {
+        let name = self.lock.name();
+        tracing::warn!(name = %name, term, %reason, "leadership lost; campaigning again");
+        if let Some(on_lost) = &self.on_lost {
+            on_lost(&Lost {
+                name: name.to_owned(),
+                term,
+                reason,
+            });
+        }
+    }
+
+    /// The election as followers see it, pushed: the present first (the leader, or
+    /// [`Observed::Vacant`]), then each change — a new leader, a new identity, no leader —
+    /// with the terms that began and ended between two looks as [`Observed::Past`], oldest
+    /// first, and [`Observed::Gap`] where the record no longer reaches back to the last term
+    /// seen. It never goes silent while a leader exists.
+    ///
+    /// Not `async`: the stream subscribes when first polled. Failures that pass by waiting
+    /// are retried; what no retry mends is the stream's last item, an `Err`: no client
+    /// installed under the builder's name, an invalid name, or Redis refusing the client's user
+    /// what observing needs (an ACL: [`Error::PermissionDenied`]; see the `distlock` crate docs,
+    /// "Least privilege").
+    pub fn observe(
+        &self,
+    ) -> impl futures_util::Stream<Item = Result<Observed, Error>> + Send + 'static {
+        observe::stream(self.lock.clone(), None)
+    }
+
+    /// [`LeaderBuilder::observe`], resumed after `term` (the last term a previous observer
+    /// saw, etcd's `Observe` from a revision): the terms after it come first as
+    /// [`Observed::Past`] (a [`Observed::Gap`] first if the record no longer reaches back to
+    /// `term`), then the present.
+    pub fn observe_from(
+        &self,
+        term: u64,
+    ) -> impl futures_util::Stream<Item = Result<Observed, Error>> + Send + 'static {
+        observe::stream(self.lock.clone(), Some(term))
     }
 
     /// The current leader, in one look (`None` without one).
     pub async fn current(&self) -> Result<Option<Leader>, Error> {
         let client = self.lock.resolve()?;
-        let record = record::read(&client, self.lock.name()).await?;
-        Ok(record.leader.as_ref().map(Leader::of))
+        let (record, read_at) = record::read(&client, self.lock.name()).await?;
+        Ok(Leader::current(&record, read_at))
+    }
+}
+
+/// After a term that lasted under [`QUICK_LOSS`] (elected at `elected`), a pause that grows
+/// while terms keep ending this soon; after a longer one, none (and the pauses start over).
+async fn pause_after_quick_loss(backoff: &mut Backoff, elected: Instant) {
+    let now = Instant::now();
+    if now - elected < QUICK_LOSS {
+        tokio::time::sleep_until(backoff.next(now, now + QUICK_LOSS)).await;
+    } else {
+        backoff.reset();
     }
 }

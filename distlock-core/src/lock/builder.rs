@@ -359,6 +359,11 @@ impl LockBuilder {
         self.ttl.unwrap_or(config.default_ttl)
     }
 
+    /// The replicas this lock waits for through `config` (its own, else the client's default).
+    pub(crate) fn min_replicas_in(&self, config: &Config) -> usize {
+        self.min_replicas.unwrap_or(config.min_replicas)
+    }
+
     /// The client this lock is taken through (the default, a named or a given one).
     pub(crate) fn resolve(&self) -> Result<Client, Error> {
         match &self.client {

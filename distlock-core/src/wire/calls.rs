@@ -19,7 +19,7 @@ use crate::wire::scripts::{TURN_GRACE, VERSION_TAG};
 mod leader;
 mod shared;
 
-pub(crate) use leader::{CurrentCall, ProclaimCall, Proclaimed, Record, TermEntry};
+pub(crate) use leader::{CurrentCall, ProclaimCall, ProclaimMode, Proclaimed, Record, TermEntry};
 pub(crate) use shared::{Shared, SharedAcquireCall, SharedAcquired, Turn};
 
 /// What an acquire found.

@@ -182,8 +182,8 @@ async fn phase(
         async move {
             let mut stream = Box::pin(stream);
             while let Some(item) = stream.next().await {
-                if let Some(leader) = item {
-                    lock_unpoisoned(&observed).push(leader.term);
+                if let Some(term) = seen_term(item) {
+                    lock_unpoisoned(&observed).push(term);
                 }
             }
         }
@@ -488,8 +488,8 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
     tokio::spawn(async move {
         let mut stream = Box::pin(observed);
         while let Some(item) = stream.next().await {
-            if let Some(leader) = item {
-                Ctx::say_to_suite(format!("SAW term={}", leader.term));
+            if let Some(term) = seen_term(item) {
+                Ctx::say_to_suite(format!("SAW term={term}"));
             }
         }
     });
@@ -528,5 +528,14 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
                 }
             }
         }
+    }
+}
+
+/// The term an observer's item shows, the present or one missed between two looks (`None`: no
+/// leader, a gap, or the stream's error).
+fn seen_term(item: Result<distlock::Observed, distlock::Error>) -> Option<u64> {
+    match item.ok()? {
+        distlock::Observed::Leader(l) | distlock::Observed::Past(l) => Some(l.term),
+        _ => None,
     }
 }

@@ -8,9 +8,12 @@ use crate::wire::calls::{CurrentCall, ProclaimCall, Proclaimed, Record};
 
 use super::quorum::{answered, majority, NoQuorum, Quorate};
 
-/// A leader's proclaim: it counts once a majority wrote the term (the largest term written is
-/// the leader's: each master's is the token, or above its own last term); refused (`None`)
-/// once a majority can no longer write it.
+/// A leader's proclaim, once a majority of masters still hold the lock for it: the largest term
+/// any of them wrote or asked for (each master's own is the token, or above its own last term),
+/// `written` only if a majority wrote that very term. Otherwise the leader proclaims again with
+/// it as `exact`, so that a majority's records and fence floors carry the leader's term: a later
+/// majority, which shares a master with this one, then elects a term above it even if the master
+/// that held the highest term is down. Refused (`None`) once a majority can no longer hold it.
 impl Quorate for ProclaimCall<'_> {
     fn count(
         &self,
@@ -20,22 +23,44 @@ impl Quorate for ProclaimCall<'_> {
         _elapsed: Duration,
     ) -> Result<Option<Proclaimed>, NoQuorum> {
         let required = majority(nodes);
-        let written: Vec<&Proclaimed> = replies.iter().flatten().collect();
-        if written.len() >= required {
-            return Ok(written.into_iter().max_by_key(|p| p.term).copied());
-        }
-        if written.len() + silent < required {
+        let held: Vec<&Proclaimed> = replies.iter().flatten().collect();
+        if held.len() + silent < required {
             return Ok(None);
         }
+        let Some(top) = held.iter().map(|p| p.term).max() else {
+            return Err(NoQuorum {
+                agreed: 0,
+                required,
+            });
+        };
+        let at_top: Vec<&&Proclaimed> =
+            held.iter().filter(|p| p.written && p.term == top).collect();
+        if at_top.len() >= required {
+            return Ok(Some(Proclaimed {
+                term: top,
+                since_ms: at_top.iter().map(|p| p.since_ms).max().unwrap_or(0),
+                written: true,
+            }));
+        }
+        // A majority holds the lock but has not written one term (yet): another round, unless
+        // the masters still out could make this one agree.
+        if held.len() >= required && at_top.len() + silent < required {
+            return Ok(Some(Proclaimed {
+                term: top,
+                since_ms: 0,
+                written: false,
+            }));
+        }
         Err(NoQuorum {
-            agreed: written.len(),
+            agreed: at_top.len(),
             required,
         })
     }
 }
 
 /// The current leader over a quorum: a majority answered, and a majority's records name one
-/// owner whose lock they hold (its largest term); the terms of every answer, merged. No owner
+/// owner whose lock they hold (its largest term); the terms a majority of the answers recorded,
+/// merged. No owner
 /// named by a majority yet is undecided while the masters still out could make one: a leader
 /// whose proclaim has reached a bare majority is read as such even when the first majority to
 /// answer holds only one of those masters (the third gets it a moment later).
@@ -71,9 +96,18 @@ impl Quorate for CurrentCall<'_> {
             }
             _ => None,
         };
+        // Only terms a majority of masters recorded: a proclaim that reached a minority (its
+        // candidate lost the lock before a majority wrote it) elected nobody.
         let mut terms: Vec<_> = replies
             .iter()
             .flat_map(|r| r.terms.iter().cloned())
+            .filter(|t| {
+                replies
+                    .iter()
+                    .filter(|r| r.terms.iter().any(|o| o.term == t.term))
+                    .count()
+                    >= required
+            })
             .collect();
         terms.sort_by_key(|t| std::cmp::Reverse(t.term));
         terms.dedup_by_key(|t| t.term);

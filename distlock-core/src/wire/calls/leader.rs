@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use crate::lease::millis_ceil;
 use crate::wire::keys::LockKeys;
-use crate::wire::request::{Call, Request, LEADER_CURRENT_SCRIPT, LEADER_PROCLAIM_SCRIPT};
+use crate::wire::request::{
+    Call, ReplicaWait, Request, LEADER_CURRENT_SCRIPT, LEADER_PROCLAIM_SCRIPT,
+};
 
 /// [`LEADER_PROCLAIM`](crate::wire::scripts::LEADER_PROCLAIM): the holder of the election's lock
 /// writes its term.
@@ -22,6 +24,24 @@ pub(crate) struct ProclaimCall<'a> {
     pub(crate) retention: Duration,
     /// The release channel is sharded (a cluster).
     pub(crate) sharded: bool,
+    /// The highest term of the name the client has seen (0: none): a new term is above it.
+    pub(crate) known: u64,
+    /// The term to write (0: none), RedLock's agreement round: every master's record of this
+    /// hold is moved up to it.
+    pub(crate) exact: u64,
+    /// A new term (or the record kept as it is), or a new identity shown for the term.
+    pub(crate) mode: ProclaimMode,
+    /// The replicas that must acknowledge the record (`min_replicas`), if any.
+    pub(crate) wait: Option<ReplicaWait>,
+}
+
+/// What a [`ProclaimCall`] does to a record the hold already owns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ProclaimMode {
+    /// Proclaims a new term, or keeps the record already ours as it is (renews its expiry).
+    Term,
+    /// Shows the call's identity for the term already ours.
+    Value,
 }
 
 /// A proclaimed term.
@@ -30,6 +50,9 @@ pub(crate) struct Proclaimed {
     pub(crate) term: u64,
     /// When the term started, in the server's clock (Unix ms).
     pub(crate) since_ms: u64,
+    /// The term is written (over RedLock: a majority wrote this very term). `false`: a server
+    /// needs a term at least `term` (RedLock: another round, with `exact` at `term`).
+    pub(crate) written: bool,
 }
 
 impl Call for ProclaimCall<'_> {
@@ -51,7 +74,13 @@ impl Call for ProclaimCall<'_> {
             .arg(self.token)
             .arg(self.identity)
             .arg(millis_ceil(self.retention))
-            .arg(if self.sharded { "s" } else { "-" });
+            .arg(if self.sharded { "s" } else { "-" })
+            .arg(self.known)
+            .arg(self.exact)
+            .arg(match self.mode {
+                ProclaimMode::Term => "n",
+                ProclaimMode::Value => "v",
+            });
         Request::Script(&LEADER_PROCLAIM_SCRIPT, cmd)
     }
 
@@ -59,13 +88,22 @@ impl Call for ProclaimCall<'_> {
         self.id
     }
 
-    fn decode(&self, (ok, term, since): (i64, String, i64)) -> Option<Option<Proclaimed>> {
-        match ok {
-            0 => Some(None),
-            1 => Some(Some(Proclaimed {
+    fn replica_wait(&self) -> Option<ReplicaWait> {
+        self.wait
+    }
+
+    fn decode(&self, (status, term, since): (i64, String, i64)) -> Option<Option<Proclaimed>> {
+        let proclaimed = |written| {
+            Some(Some(Proclaimed {
                 term: term.parse().ok()?,
                 since_ms: u64::try_from(since).ok()?,
-            })),
+                written,
+            }))
+        };
+        match status {
+            0 => Some(None),
+            1 => proclaimed(true),
+            2 => proclaimed(false),
             _ => None,
         }
     }

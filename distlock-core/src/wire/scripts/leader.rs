@@ -19,50 +19,109 @@
 /// How many terms `prefix:{name}:leader:terms` keeps.
 pub const TERMS_KEPT: usize = 32;
 
-/// A new leader proclaims its term.
+/// A new leader proclaims its term; a leader keeps its record, or changes what followers see.
 ///
 /// KEYS: lock, fence, leader, leader terms, release channel. ARGV: request id, the lock value
 /// (`d2:<owner>`), the fencing token of the hold (decimal), identity, retention ms (of the
-/// fence floor and the record), `s` for a sharded channel or `-`.
+/// fence floor and the record), `s` for a sharded channel or `-`, `known` (the highest term the
+/// client has seen of the name, decimal, `0` for none), `exact` (a term to write, decimal, `0`
+/// for none: RedLock's agreement round), and the mode: `n` (proclaim, or keep the record
+/// already ours) or `v` (ours: show the new identity).
 ///
-/// Returns `{id, {1, term, since}}` (proclaimed; a replay of our own proclaim returns the term it
-/// wrote and only renews the record's expiry: how a leader keeps its record) or `{id, {0, '0', 0}}`
-/// (the lock is not held by this value: nothing written). The term is the token, or one above the
-/// last term written when that is not below it (a fence floor lost and a clock behind): terms only
-/// rise. The fence floor is raised to the term, so later holders' tokens are above it; the term is
-/// added to the terms list and a wake (`1`) is published on the release channel, where observers
-/// (and the lock's waiters, who try again) hear it.
+/// Returns `{id, {status, term, since}}`:
+/// * `0`: the lock is not held by this value: nothing written.
+/// * `1`: the term is written. A new term is the token, or one above the last term written
+///   (the record's) and above `known` when the token is not: terms only rise, even after the
+///   fence floor was lost and with a clock behind. With `exact`, exactly that term (the
+///   record of our own hold is moved up to it). The record already ours is kept as it is
+///   (only its expiry and the fence floor's renewed: how a leader keeps its record), or shows
+///   the new identity (`v`).
+/// * `2` (only with `exact`): not written: this server's own last term needs a term above
+///   `term`, which is returned (the next round proposes it).
+///
+/// Every written term raises the fence floor to it (kept the retention, renewed with the
+/// record), so later holders' tokens are above it; a new term or identity is added to (or
+/// replaces the head of) the terms list, and a wake (`1`) is published on the release channel,
+/// where observers (and the lock's waiters, who try again) hear it.
 pub const LEADER_PROCLAIM: &str = r#"
 if redis.call('GET', KEYS[1]) ~= ARGV[2] then
   return {ARGV[1], {0, '0', 0}}
 end
-local rec = redis.call('HMGET', KEYS[3], 'term', 'owner', 'since')
+local retention = ARGV[5]
+local function above(a, b)
+  return #a > #b or (#a == #b and a > b)
+end
+local function plus1(a)
+  return string.format('%d', tonumber(a) + 1)
+end
+local function keep(term)
+  local floor = redis.call('GET', KEYS[2])
+  if (not floor) or above(term, floor) then
+    redis.call('SET', KEYS[2], term, 'PX', retention)
+  else
+    local left = redis.call('PTTL', KEYS[2])
+    if left >= 0 and left < tonumber(retention) then
+      redis.call('PEXPIRE', KEYS[2], retention)
+    end
+  end
+  redis.call('PEXPIRE', KEYS[3], retention)
+  redis.call('PEXPIRE', KEYS[4], retention)
+end
+local function wake()
+  if ARGV[6] == 's' then
+    redis.call('SPUBLISH', KEYS[5], '1')
+  else
+    redis.call('PUBLISH', KEYS[5], '1')
+  end
+end
+local exact = ARGV[8]
+local rec = redis.call('HMGET', KEYS[3], 'term', 'owner', 'since', 'identity')
 if rec[2] == ARGV[2] then
-  redis.call('PEXPIRE', KEYS[3], ARGV[5])
-  redis.call('PEXPIRE', KEYS[4], ARGV[5])
-  return {ARGV[1], {1, rec[1], tonumber(rec[3])}}
+  local term, identity, changed = rec[1], rec[4] or '', false
+  if exact ~= '0' and above(exact, term) then
+    term, changed = exact, true
+  end
+  if ARGV[9] == 'v' and identity ~= ARGV[4] then
+    identity, changed = ARGV[4], true
+  end
+  if changed then
+    redis.call('HSET', KEYS[3], 'term', term, 'identity', identity)
+    local entry = term .. ' ' .. rec[3] .. ' ' .. identity
+    local head = redis.call('LINDEX', KEYS[4], 0)
+    if head and string.sub(head, 1, #rec[1] + 1) == rec[1] .. ' ' then
+      redis.call('LSET', KEYS[4], 0, entry)
+    else
+      redis.call('LPUSH', KEYS[4], entry)
+      redis.call('LTRIM', KEYS[4], 0, 31)
+    end
+  end
+  keep(term)
+  if changed then
+    wake()
+  end
+  return {ARGV[1], {1, term, tonumber(rec[3])}}
 end
 local term = ARGV[3]
 local seen = rec[1]
-if seen and (#seen > #term or (#seen == #term and seen >= term)) then
-  term = string.format('%d', tonumber(seen) + 1)
+if seen and not above(term, seen) then
+  term = plus1(seen)
 end
-local floor = redis.call('GET', KEYS[2])
-if (not floor) or #floor < #term or (#floor == #term and floor < term) then
-  redis.call('SET', KEYS[2], term, 'PX', ARGV[5])
+if not above(term, ARGV[7]) then
+  term = plus1(ARGV[7])
+end
+if exact ~= '0' then
+  if above(term, exact) then
+    return {ARGV[1], {2, term, 0}}
+  end
+  term = exact
 end
 local t = redis.call('TIME')
 local since = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', KEYS[3], 'term', term, 'identity', ARGV[4], 'since', since, 'owner', ARGV[2])
 redis.call('LPUSH', KEYS[4], term .. ' ' .. since .. ' ' .. ARGV[4])
 redis.call('LTRIM', KEYS[4], 0, 31)
-redis.call('PEXPIRE', KEYS[3], ARGV[5])
-redis.call('PEXPIRE', KEYS[4], ARGV[5])
-if ARGV[6] == 's' then
-  redis.call('SPUBLISH', KEYS[5], '1')
-else
-  redis.call('PUBLISH', KEYS[5], '1')
-end
+keep(term)
+wake()
 return {ARGV[1], {1, term, since}}
 "#;
 
