@@ -101,7 +101,10 @@ async fn terms_rise_after_the_record_and_floor_are_deleted_and_the_clock_stepped
         .await
         .unwrap();
     let moved = term_of_a_fresh_process("deleted", &[server.url()]).await;
-    assert!(moved > fresh, "moved forward by the operator: {moved} after {fresh}");
+    assert!(
+        moved > fresh,
+        "moved forward by the operator: {moved} after {fresh}"
+    );
 }
 
 #[tokio::test]
@@ -156,7 +159,11 @@ async fn a_leaders_fence_floor_lives_as_long_as_it_leads() {
         tokio::time::sleep(ttl / 2).await;
         let floor: Option<u64> = conn.get("distlock:{kept}:fence").await.unwrap();
         let floor = floor.expect("the fence floor lives while the leader leads");
-        assert!(floor >= leadership.term(), "{floor} below {}", leadership.term());
+        assert!(
+            floor >= leadership.term(),
+            "{floor} below {}",
+            leadership.term()
+        );
     }
     leadership.resign().await.unwrap();
 }
@@ -183,10 +190,17 @@ async fn over_redlock_a_term_one_master_carried_above_the_others_is_written_on_a
     // A majority of the masters wrote that very term, and raised their floors to it.
     for master in &masters[1..] {
         let mut conn = master.conn().await;
-        let written: Option<u64> = conn.hget("distlock:{carried}:leader", "term").await.unwrap();
+        let written: Option<u64> = conn
+            .hget("distlock:{carried}:leader", "term")
+            .await
+            .unwrap();
         let floor: Option<u64> = conn.get("distlock:{carried}:fence").await.unwrap();
         assert_eq!(written, Some(term), "the record on {}", master.url());
-        assert!(floor >= Some(term), "the floor on {}: {floor:?}", master.url());
+        assert!(
+            floor >= Some(term),
+            "the floor on {}: {floor:?}",
+            master.url()
+        );
     }
     leadership.resign().await.unwrap();
     // The master that carried the term goes; a process that never saw it is elected by the
