@@ -33,12 +33,26 @@ const AGREEMENT_ROUNDS: usize = 4;
 /// This candidate leads: the election's lock, renewed, and its term. Dropping it (or
 /// [`Leadership::resign`]) hands leadership to the next candidate, and ends belief at once:
 /// every [`Leadership::lost`] and [`LeaderWatch`] of the term says
-/// [`LossReason::Released`] before the next candidate can be elected.
+/// [`LossReason::Released`] before the next candidate can be elected. (The `Leadership` a body
+/// of [`LeaderBuilder::run`](super::LeaderBuilder::run) is given is the exception: dropped,
+/// it goes back to `run`, which lets go when the body completes.)
 ///
 /// Its methods are the lock guard's ([`LockGuard`]), with the term as the fencing token.
 #[derive(Debug)]
 #[must_use = "dropping a Leadership resigns it at once"]
 pub struct Leadership {
+    /// `None` only once resigned or handed back (never seen through `&self`).
+    held: Option<Held>,
+    /// Where a dropped `Leadership` goes instead of letting go: `run`'s, while its body runs.
+    back: Option<Lent>,
+}
+
+/// A `Leadership` lent to a body by `run`: where it goes when the body drops it.
+pub(super) type Lent = Arc<std::sync::Mutex<Option<Held>>>;
+
+/// What a [`Leadership`] holds.
+#[derive(Debug)]
+pub(super) struct Held {
     guard: LockGuard,
     term: u64,
     since: SystemTime,
@@ -46,6 +60,15 @@ pub struct Leadership {
     /// What a proclaim of this term writes (its token, retention, replicas).
     proclaim: Proclaim,
     leading: Term,
+}
+
+impl Drop for Leadership {
+    fn drop(&mut self) {
+        if let (Some(back), Some(held)) = (&self.back, self.held.take()) {
+            *crate::sync::lock(back) = Some(held);
+        }
+        // Otherwise `held`, if any, drops here: the lock is let go.
+    }
 }
 
 /// The term's end, when its [`Leadership`] goes (resigned, dropped, or ended by `run`): its
@@ -96,44 +119,44 @@ impl std::fmt::Debug for Term {
 impl Leadership {
     /// The election's name.
     pub fn name(&self) -> &str {
-        self.guard.name()
+        self.held().guard.name()
     }
 
     /// This leader's term: strictly greater than every earlier term of the name, and its
     /// fencing token.
     pub fn term(&self) -> u64 {
-        self.term
+        self.held().term
     }
 
     /// The term as a [`Fence`], for writes through [`fence`](mod@crate::fence): a store
     /// refuses them once a later leader has written, or claimed the store on its election.
     pub fn fence(&self) -> Fence {
-        Fence::new(self.name(), self.term)
+        Fence::new(self.name(), self.held().term)
     }
 
     /// What followers see of this leader ([`Leadership::proclaim`] changes it).
     pub fn identity(&self) -> &str {
-        &self.identity
+        &self.held().identity
     }
 
     /// When this term started, by the Redis server's clock.
     pub fn since(&self) -> SystemTime {
-        self.since
+        self.held().since
     }
 
     /// How long this candidate has led.
     pub fn held_for(&self) -> Duration {
-        self.guard.held_for()
+        self.held().guard.held_for()
     }
 
     /// The instant until which leadership is guaranteed ([`LockGuard::guaranteed_until`]).
     pub fn guaranteed_until(&self) -> Instant {
-        self.guard.guaranteed_until()
+        self.held().guard.guaranteed_until()
     }
 
     /// Why leadership was lost, or `None` while it is guaranteed.
     pub fn lost_reason(&self) -> Option<LossReason> {
-        self.guard.lost_reason()
+        self.held().guard.lost_reason()
     }
 
     /// True while leadership is guaranteed: [`Leadership::ensure_held`] as a `bool`, from
@@ -146,7 +169,7 @@ impl Leadership {
     /// can have been elected while this says `Ok`. Call it before an irreversible step (and
     /// still fence the step).
     pub fn ensure_held(&self) -> Result<(), Error> {
-        self.guard.ensure_held()
+        self.held().guard.ensure_held()
     }
 
     /// Resolves when leadership can no longer be guaranteed, before any other candidate can
@@ -154,14 +177,18 @@ impl Leadership {
     /// resigns (or its `Leadership` is dropped), before the release is sent. Does not borrow
     /// the leadership.
     pub fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
-        self.guard.lost()
+        self.held().guard.lost()
     }
 
     /// A handle on this term for code that does not own the `Leadership` (a task the leader
     /// spawned, a request handler): it asks whether this term still leads, and is told the
     /// moment it does not ([`LeaderWatch`]).
     pub fn watch(&self) -> LeaderWatch {
-        LeaderWatch::new(self.name().into(), self.term, self.guard.lease().clone())
+        LeaderWatch::new(
+            self.name().into(),
+            self.held().term,
+            self.held().guard.lease().clone(),
+        )
     }
 
     /// Changes what followers see of this leader ([`Leader::identity`](super::Leader::identity))
@@ -175,11 +202,12 @@ impl Leadership {
         let proclaim = Proclaim {
             identity: identity.clone(),
             mode: ProclaimMode::Value,
-            ..self.proclaim.clone()
+            ..self.held().proclaim.clone()
         };
-        match proclaim_once(self.guard.hold(), &proclaim).await? {
+        let held = self.held.as_mut().expect("a Leadership holds its term");
+        match proclaim_once(held.guard.hold(), &proclaim).await? {
             Proclaimed { written: true, .. } => {
-                self.identity = identity;
+                held.identity = identity;
                 Ok(())
             }
             _ => Err(Error::Lost {
@@ -192,12 +220,12 @@ impl Leadership {
     /// The frame a body led under runs in ([`LeaderBuilder::run`](super::LeaderBuilder::run)):
     /// the election's hold, with the term as its token.
     pub(super) fn frame(&self) -> Frame {
-        let hold = self.guard.hold();
+        let hold = self.held().guard.hold();
         Frame::new(
             hold.client.identity(),
             hold.clone(),
-            Some(self.term),
-            self.guard.lease().clone(),
+            Some(self.held().term),
+            self.held().guard.lease().clone(),
         )
     }
 
@@ -205,11 +233,22 @@ impl Leadership {
     /// Belief ends before the release is sent: every [`Leadership::lost`] and [`LeaderWatch`]
     /// of this term says [`LossReason::Released`] by then. `Err(Lost)` if leadership had
     /// already been lost.
-    pub async fn resign(self) -> Result<(), Error> {
-        let Leadership { guard, leading, .. } = self;
+    pub async fn resign(mut self) -> Result<(), Error> {
+        let Held { guard, leading, .. } = self.held.take().expect("a Leadership holds its term");
         let released = guard.release().await;
         drop(leading);
         released
+    }
+
+    fn held(&self) -> &Held {
+        self.held.as_ref().expect("a Leadership holds its term")
+    }
+
+    /// This leadership, lent to a body of `run`: dropped, it goes to `back` instead of letting
+    /// go.
+    pub(super) fn lent(mut self, back: Lent) -> Self {
+        self.back = Some(back);
+        self
     }
 }
 
@@ -272,15 +311,18 @@ pub(super) async fn campaign(campaign: Campaign) -> Result<Leadership, Error> {
                     term: p.term,
                 };
                 return Ok(Leadership {
-                    guard,
-                    term: p.term,
-                    since: SystemTime::UNIX_EPOCH + Duration::from_millis(p.since_ms),
-                    identity,
-                    proclaim: Proclaim {
-                        exact: p.term,
-                        ..proclaim
-                    },
-                    leading,
+                    held: Some(Held {
+                        guard,
+                        term: p.term,
+                        since: SystemTime::UNIX_EPOCH + Duration::from_millis(p.since_ms),
+                        identity,
+                        proclaim: Proclaim {
+                            exact: p.term,
+                            ..proclaim
+                        },
+                        leading,
+                    }),
+                    back: None,
                 });
             }
             // Lost before the term was written (or agreed): campaign again, after a pause

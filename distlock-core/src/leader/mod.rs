@@ -77,7 +77,17 @@ use crate::error::{Error, LossReason};
 use crate::lock::backoff::Backoff;
 use crate::lock::builder::{lock, LockBuilder};
 
-use leadership::Campaign;
+use leadership::{Campaign, Lent};
+
+/// Lets go of a `Leadership` its body gave back ([`Lent`]) once dropped: after the body (which is
+/// dropped first, being declared after it).
+struct LetGo(Lent);
+
+impl Drop for LetGo {
+    fn drop(&mut self) {
+        drop(crate::sync::lock(&self.0).take());
+    }
+}
 
 /// A term of [`LeaderBuilder::run`] (or [`LeaderBuilder::serve`]) lost sooner than this after
 /// its election is followed by a pause before the next campaign (15 ms, doubling to 200 ms
@@ -221,10 +231,13 @@ impl LeaderBuilder {
     /// campaigns again with a fresh call of `body` (after a short pause when the term lasted
     /// under a second: a server that elects but then refuses renewals is not hammered).
     ///
-    /// The body owns its [`Leadership`]: [`Leadership::resign`] hands over at once, and every
-    /// [`LeaderWatch`] of the term (and [`crate::ensure_held`] inside the body) says so from
-    /// then on; a body that resigned is not cancelled (it chose to step down), and `run`
-    /// returns its output when it completes.
+    /// The body is given its [`Leadership`]: [`Leadership::resign`] hands over at once, and
+    /// every [`LeaderWatch`] of the term (and [`crate::ensure_held`] inside the body) says so
+    /// from then on; a body that resigned is not cancelled (it chose to step down), and `run`
+    /// returns its output when it completes. Dropping the `Leadership` inside the body does not
+    /// let go (a body written `|_| work()` still leads while `work()` runs): it goes back to
+    /// `run`, which lets go when the body completes or is cancelled. A `Leadership` the body
+    /// moves elsewhere (a spawned task) leads until dropped there.
     pub async fn run<F, Fut>(self, mut body: F) -> Result<Fut::Output, Error>
     where
         F: FnMut(Leadership) -> Fut,
@@ -232,9 +245,13 @@ impl LeaderBuilder {
     {
         let mut backoff = Backoff::default();
         loop {
-            let leadership = self.clone().campaign().await?;
+            // The body's `Leadership`, dropped inside the body, comes back here: the lock is let
+            // go when the body completes (or is cancelled), not before.
+            let back = Lent::default();
+            let leadership = self.clone().campaign().await?.lent(back.clone());
             let (elected, term) = (Instant::now(), leadership.term());
             let lost = leadership.lost();
+            let _let_go = LetGo(back);
             // Inside the election lock's frame, as `LockBuilder::run`'s body: `fence()` gives
             // the term, and taking the name again re-enters.
             let reason = {
