@@ -490,7 +490,7 @@
 //! | `distlock_waiting` | gauge | `lock`, `kind` | acquire calls waiting for a busy lock now: down when they take it, give up, fail or are dropped |
 //! | `distlock_leader` | gauge | `name` | 1 while this process leads the election `name` ([`leader`](mod@leader)): up when a term starts, down when its `Leadership` is resigned, dropped or ended by `run` (election names are few: the name is the label) |
 //! | `distlock_leader_terms_total` | counter | `name` | terms this process started as leader |
-//! | `distlock_leader_lost_total` | counter | `name`, `reason` | terms of this process that ended lost (not resigned), by [`LossReason`] as `distlock_lost_total` |
+//! | `distlock_leader_lost_total` | counter | `name`, `reason` | terms of this process lost (not resigned), counted when the loss happens (not when the `Leadership` goes), by [`LossReason`] as `distlock_lost_total` |
 //!
 //! The rare counters are there at 0 before their first event, so that Prometheus'
 //! `increase()` and `rate()` see it (a series that first appears at 1 shows no increase):

@@ -23,40 +23,88 @@
 //! # Ok(()) }
 //! ```
 //!
+//! What etcd's `concurrency.Election`, client-go's `leaderelection` and Curator's
+//! `LeaderSelector` users look for, and where it is: `Campaign` / `Resign` are
+//! [`LeaderBuilder::campaign`] and [`Leadership::resign`]; `Proclaim` is
+//! [`Leadership::proclaim`]; `Observe` (from a revision) is [`LeaderBuilder::observe`]
+//! ([`LeaderBuilder::observe_from`]); `Leader` is [`LeaderBuilder::current`], with the
+//! leader's lease ([`Leader::lease_until`]); `OnStartedLeading` / `OnStoppedLeading` are
+//! [`LeaderBuilder::run`]'s body and [`LeaderBuilder::on_lost`]; `IsLeader` is
+//! [`Leadership::is_leader`] and, for code that does not own the leadership,
+//! [`LeaderWatch`]; the `HealthzAdaptor` is [`LeaderHealth`]; Curator's `autoRequeue` is
+//! [`LeaderBuilder::serve`].
+//!
 //! # What is promised
 //!
 //! * **One leader believes at a time.** While [`Leadership::ensure_held`] says `Ok` (and
 //!   [`Leadership::lost`] has not resolved), no other candidate has been elected: leadership
 //!   is the lock's lease, with its margin, and is given up (`lost`) before the lease could run
 //!   out. [`LeaderBuilder::run`] cancels its body at that moment, before any other candidate
-//!   can be elected, and campaigns again.
-//! * **Terms rise.** Each term is above every earlier term of the name (the fence floor is
-//!   raised to it; a term that would not be is moved above the last one written), so
-//!   observers never see a term go back, and a fenced store refuses a deposed leader.
+//!   can be elected — the loss is looked at first on every poll, so a body is never polled
+//!   again once its term is lost, even after a stall past the lease — and campaigns again.
+//! * **Belief ends when the term ends.** A resign (or a dropped [`Leadership`]) ends belief
+//!   before its release is sent: every [`Leadership::lost`] and [`LeaderWatch`] of the term
+//!   says [`LossReason::Released`] before the next candidate
+//!   can be elected.
+//! * **Terms never go back.** Each term is above every earlier term of the name: it is the
+//!   election's fencing token (the server's clock in µs, above the fence floor), moved above
+//!   the last term recorded and above the highest term this process has seen of the name
+//!   when it is not. The record and the fence floor are written together and kept while the
+//!   leader leads (renewed every third of the retention) and a retention after; over RedLock a
+//!   term counts only once a majority of masters wrote that very term (a second round writes
+//!   the largest term any master asked for on every master), so a later majority, which shares
+//!   a master with it, elects above it even if the master that held the highest term is gone.
+//!   So terms rise across a leaderless gap longer than the retention, a server clock stepped
+//!   back, the record and floor deleted by hand, and a RedLock master lost — each alone, and
+//!   any two of them as long as one process that saw the last term campaigns or observes (see
+//!   "What is not" for what still breaks it).
 //! * **Turns.** Candidates are elected in the order they started campaigning (one server,
 //!   Sentinel, Cluster: the lock's queue and handoff; RedLock: its masters' queue). A leader that
 //!   resigns (or whose [`Leadership`] is dropped) hands over within one handoff; one that dies
 //!   is replaced when its lease runs out (its ttl).
-//! * **Observers see every term, in order.** [`LeaderBuilder::observe`] is woken by each new
-//!   term (and by each release) through the lock's release channel, reads the record, and
-//!   yields every term it has not yet yielded (the record keeps the last
-//!   [`TERMS_KEPT`](crate::scripts::TERMS_KEPT)), oldest first, and `None` when there is no
-//!   leader; a leader that died is noticed when its lease runs out.
+//! * **Observers tell the present from history.** [`LeaderBuilder::observe`] is woken by each
+//!   new term, identity and release through the lock's release channel (and looks again when
+//!   the leader's lease should have run out: a leader that died publishes nothing), reads the
+//!   record, and yields the present ([`Observed::Leader`], [`Observed::Vacant`]) whenever it
+//!   changes — a leader is shown even if its term is below one seen before, so an observer never
+//!   goes silent while a leader exists — with the terms that began and ended between two looks
+//!   as [`Observed::Past`], oldest first, and [`Observed::Gap`] when the record no longer
+//!   reaches back to the last term seen (it keeps the last
+//!   [`TERMS_KEPT`](crate::scripts::TERMS_KEPT)). Over RedLock it shows only terms a majority
+//!   of masters recorded: a proclaim that reached a minority elected nobody.
+//! * **Failovers, with every replica.** With [`LeaderBuilder::min_replicas`] covering every
+//!   replica a failover may promote ([`ALL_REPLICAS`](crate::ALL_REPLICAS) over Sentinel), the
+//!   election, the term's record and every renewal are acknowledged by the replicas before they
+//!   count: a failover promotes a replica that has the leader's lock and term, so it elects no
+//!   second leader and no lower term.
 //!
 //! # What is not
 //!
 //! * Leadership is a lease: a leader paused past it (a GC pause, `SIGSTOP`) still believes it
 //!   leads until it runs again and checks. Write through [`fence`](mod@crate::fence) with its
-//!   term, and the stores refuse it.
-//! * **The record is kept a retention.** A name's record (the last terms, who leads) expires
-//!   [`Config::fence_retention`](crate::Config::fence_retention) (at least the election's
-//!   ttl) after its last leader wrote it (a leader renews it every third of that). A name
-//!   elected again after that starts a new record: its terms still rise (they are fencing
-//!   tokens: the server's clock, above the fence floor while it lives), but an observer that
-//!   missed the gap sees no earlier terms.
-//! * The deployment's limits are the lock's: asynchronous replication can lose the lock (and
-//!   so elect a second leader) in a failover unless [`LeaderBuilder::min_replicas`] replicas
-//!   acknowledged it; RedLock holds while a majority of masters does.
+//!   term (and [`claim`](crate::fence::redis::FencedStore::claim) the store when elected), and
+//!   the stores refuse it.
+//! * **Failovers with fewer replicas.** With `min_replicas` 0 (the default) a failover can
+//!   promote a replica that missed the election, its renewals or its record: the lock is gone
+//!   there, so another candidate can be elected while the old leader still believes, until the
+//!   old leader's next renewal reaches the new master and finds the lock gone
+//!   ([`LossReason::Expired`] or `Stolen`) or its lease runs out —
+//!   at most one ttl after its last renewal. The new term is the new master's clock, above the
+//!   old term unless that server's clock is behind the old master's (and no candidate or
+//!   observer in this election saw the old term). Fencing is what keeps the stores right
+//!   meanwhile.
+//! * **What still breaks the terms**: the servers' memory of the name gone (no leader for
+//!   longer than the retention, a server restarted without persistence, or the keys deleted)
+//!   **and** their clock behind the clock that made the last term **and** no process that saw
+//!   the last term campaigning or observing. An operator moves a name forward by raising its
+//!   fence floor above the last term (`SET <prefix>:{<name>}:fence <term>`; the next term is
+//!   above it); `distlock inspect <name>` shows the floor and the leader's term.
+//! * **The record is kept a retention.** A name's record (the last terms, who leads) and its
+//!   fence floor expire [`Config::fence_retention`](crate::Config::fence_retention) (at least
+//!   the election's ttl) after its last leader wrote them (a leader renews both every third of
+//!   that). A name elected again after that starts a new record: its terms still rise (see
+//!   above), and an observer that missed the gap is told ([`Observed::Gap`]).
+//! * RedLock holds while a majority of masters does.
 
 mod health;
 mod leadership;
