@@ -237,3 +237,87 @@ async fn a_body_that_drops_its_leadership_leads_until_it_completes() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn the_candidates_in_line_are_listed_leader_first_in_the_order_they_will_be_elected() {
+    let server = RedisServer::start();
+    let (a, b, c) = (
+        client(&server).await,
+        client(&server).await,
+        client(&server).await,
+    );
+    let first = a.leader("line").identity("a").campaign().await.unwrap();
+    let second = tokio::spawn({
+        let b = b.clone();
+        async move { b.leader("line").identity("b").campaign().await.unwrap() }
+    });
+    testkit::until_queued(&server.conn().await, "line", 1).await;
+    let third = tokio::spawn({
+        let c = c.clone();
+        async move { c.leader("line").identity("c").campaign().await.unwrap() }
+    });
+    testkit::until_queued(&server.conn().await, "line", 2).await;
+    let line = |cands: Vec<distlock::leader::Candidate>| {
+        cands
+            .into_iter()
+            .map(|c| (c.identity.unwrap_or_default(), c.leading))
+            .collect::<Vec<_>>()
+    };
+    let seen = line(a.leader("line").candidates().await.unwrap());
+    assert_eq!(
+        seen,
+        [("a".into(), true), ("b".into(), false), ("c".into(), false)]
+    );
+    first.resign().await.unwrap();
+    let second = second.await.unwrap();
+    let seen = line(c.leader("line").candidates().await.unwrap());
+    assert_eq!(seen, [("b".into(), true), ("c".into(), false)]);
+    // A candidate that stops campaigning leaves the line.
+    third.abort();
+    let _ = third.await;
+    testkit::eventually(Duration::from_secs(3), "c left the line", || {
+        let a = a.clone();
+        async move {
+            let seen = line(a.leader("line").candidates().await.unwrap());
+            (seen == [("b".to_owned(), true)]).then_some(())
+        }
+    })
+    .await;
+    second.resign().await.unwrap();
+}
+
+#[tokio::test]
+async fn over_redlock_the_candidates_are_those_a_majority_queued() {
+    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let connect = || async {
+        Config::redlock(masters.iter().map(RedisServer::url))
+            .response_timeout(Duration::from_millis(500))
+            .connect()
+            .await
+            .unwrap()
+    };
+    let (a, b) = (connect().await, connect().await);
+    let first = a.leader("line").identity("a").campaign().await.unwrap();
+    let second = tokio::spawn({
+        let b = b.clone();
+        async move { b.leader("line").identity("b").campaign().await.unwrap() }
+    });
+    let seen = testkit::eventually(Duration::from_secs(3), "b in line", || {
+        let a = a.clone();
+        async move {
+            let seen: Vec<_> = a
+                .leader("line")
+                .candidates()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|c| (c.identity.unwrap_or_default(), c.leading))
+                .collect();
+            (seen.len() == 2).then_some(seen)
+        }
+    })
+    .await;
+    assert_eq!(seen, [("a".to_owned(), true), ("b".to_owned(), false)]);
+    first.resign().await.unwrap();
+    second.await.unwrap().resign().await.unwrap();
+}

@@ -276,6 +276,11 @@ impl Client {
         ShortId::with_counter(&self.inner.id, b':', n)
     }
 
+    /// This client's id, `d2:<hex id>`: the part of its lock values before their counter.
+    pub(crate) fn owner_prefix(&self) -> &str {
+        &self.inner.id
+    }
+
     /// A fresh request id, unique within this client (`r<hex n>`): every reply echoes it.
     pub(crate) fn new_request_id(&self) -> ShortId {
         let n = self.inner.next.fetch_add(1, Ordering::Relaxed);

@@ -19,8 +19,10 @@ use crate::lock::guard::LockGuard;
 use crate::lock::hold::Hold;
 use crate::metrics::Leading;
 use crate::wire::calls::{ProclaimCall, ProclaimMode, Proclaimed};
+use crate::wire::keys::LockKeys;
 use crate::wire::request::ReplicaWait;
 
+use super::candidates::Candidacy;
 use super::health::LeaderHealth;
 use super::memory;
 use super::watch::LeaderWatch;
@@ -80,6 +82,8 @@ struct Term {
     health: Option<LeaderHealth>,
     name: String,
     term: u64,
+    /// This client among the election's candidates, while it leads.
+    _candidacy: Candidacy,
 }
 
 /// `distlock_leader` and `distlock_leader_lost_total` of one term: a loss counted once, when
@@ -268,6 +272,13 @@ pub(super) async fn campaign(campaign: Campaign) -> Result<Leadership, Error> {
         health,
     } = campaign;
     let lock = lock.fenced(true).renew(true).wait(Duration::MAX).election();
+    let candidacy = {
+        let client = lock.resolve()?;
+        let config = client.config();
+        let keep = fence_kept(config.fence_retention, lock.ttl_in(config));
+        let keys = LockKeys::new(&config.key_prefix, lock.name())?;
+        Candidacy::enter(&client, keys, identity.clone(), keep)
+    };
     let mut backoff = Backoff::default();
     loop {
         let guard = lock.clone().acquire().await?;
@@ -309,6 +320,7 @@ pub(super) async fn campaign(campaign: Campaign) -> Result<Leadership, Error> {
                     health,
                     name: lock.name().to_owned(),
                     term: p.term,
+                    _candidacy: candidacy,
                 };
                 return Ok(Leadership {
                     held: Some(Held {

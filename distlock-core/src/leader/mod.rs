@@ -106,6 +106,7 @@
 //!   above), and an observer that missed the gap is told ([`Observed::Gap`]).
 //! * RedLock holds while a majority of masters does.
 
+mod candidates;
 mod health;
 mod leadership;
 mod memory;
@@ -142,6 +143,7 @@ impl Drop for LetGo {
 /// while terms keep ending this soon).
 const QUICK_LOSS: Duration = Duration::from_secs(1);
 
+pub use candidates::Candidate;
 pub use health::{LeaderHealth, Overdue};
 pub use leadership::Leadership;
 pub use observe::Observed;
@@ -386,6 +388,16 @@ impl LeaderBuilder {
         term: u64,
     ) -> impl futures_util::Stream<Item = Result<Observed, Error>> + Send + 'static {
         observe::stream(self.lock.clone(), Some(term))
+    }
+
+    /// The candidates in line (Curator's participants), in one look: the leader first
+    /// ([`Candidate::leading`]), then every candidate waiting, in the order they will be
+    /// elected (their arrival; over RedLock, those a majority of masters queued), each with
+    /// the identity it campaigns with.
+    pub async fn candidates(&self) -> Result<Vec<Candidate>, Error> {
+        let client = self.lock.resolve()?;
+        let keys = crate::wire::keys::LockKeys::new(&client.config().key_prefix, self.lock.name())?;
+        candidates::line(&client, &keys).await
     }
 
     /// The current leader, in one look (`None` without one).

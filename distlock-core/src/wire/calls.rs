@@ -19,7 +19,10 @@ use crate::wire::scripts::{TURN_GRACE, VERSION_TAG};
 mod leader;
 mod shared;
 
-pub(crate) use leader::{CurrentCall, ProclaimCall, ProclaimMode, Proclaimed, Record, TermEntry};
+pub(crate) use leader::{
+    CandidateCall, CandidatesCall, CurrentCall, Line, ProclaimCall, ProclaimMode, Proclaimed,
+    Record, TermEntry,
+};
 pub(crate) use shared::{Shared, SharedAcquireCall, SharedAcquired, Turn};
 
 /// What an acquire found.

@@ -89,6 +89,11 @@ impl LockKeys {
         self.with_suffix(":leader:terms")
     }
 
+    /// A leader election's candidates, `prefix:{name}:leader:candidates` (client id → identity).
+    pub(crate) fn leader_candidates(&self) -> String {
+        self.with_suffix(":leader:candidates")
+    }
+
     /// A waiting writer's intent, `prefix:{name}:writer` (see `scripts`, "Shared holds").
     pub(crate) fn writer(&self) -> String {
         self.with_suffix(":writer")

@@ -11,8 +11,8 @@ use redis::{Cmd, ErrorKind, FromRedisValue, Pipeline, RedisResult, ServerErrorKi
 use crate::lease::millis_ceil;
 use crate::wire::scripts::{
     ACQUIRE_ALL, ACQUIRE_FENCED, ACQUIRE_HANDED, ACQUIRE_PERMIT, ACQUIRE_QUEUED, ACQUIRE_READ,
-    ACQUIRE_WRITE, CLIENT_RECORD, FENCE_FLOOR, LEADER_CURRENT, LEADER_PROCLAIM, LEAVE_QUEUE,
-    RELEASE, RELEASE_MANY, RENEW,
+    ACQUIRE_WRITE, CLIENT_RECORD, FENCE_FLOOR, LEADER_CANDIDATE, LEADER_CANDIDATES, LEADER_CURRENT,
+    LEADER_PROCLAIM, LEAVE_QUEUE, RELEASE, RELEASE_MANY, RENEW,
 };
 
 /// A Lua script; its SHA1 is computed on first use.
@@ -121,6 +121,8 @@ pub(crate) static ACQUIRE_PERMIT_SCRIPT: Lua = Lua::new(ACQUIRE_PERMIT);
 pub(crate) static ACQUIRE_READ_SCRIPT: Lua = Lua::new(ACQUIRE_READ);
 pub(crate) static LEADER_PROCLAIM_SCRIPT: Lua = Lua::new(LEADER_PROCLAIM);
 pub(crate) static LEADER_CURRENT_SCRIPT: Lua = Lua::new(LEADER_CURRENT);
+pub(crate) static LEADER_CANDIDATE_SCRIPT: Lua = Lua::new(LEADER_CANDIDATE);
+pub(crate) static LEADER_CANDIDATES_SCRIPT: Lua = Lua::new(LEADER_CANDIDATES);
 pub(crate) static ACQUIRE_WRITE_SCRIPT: Lua = Lua::new(ACQUIRE_WRITE);
 pub(crate) static ACQUIRE_ALL_SCRIPT: Lua = Lua::new(ACQUIRE_ALL);
 pub(crate) static CLIENT_RECORD_SCRIPT: Lua = Lua::new(CLIENT_RECORD);

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use crate::wire::calls::{CurrentCall, ProclaimCall, Proclaimed, Record};
+use crate::wire::calls::{
+    CandidateCall, CandidatesCall, CurrentCall, Line, ProclaimCall, Proclaimed, Record,
+};
 
 use super::quorum::{answered, majority, NoQuorum, Quorate};
 
@@ -130,6 +132,64 @@ impl Quorate for CurrentCall<'_> {
             owner: leading.owner.clone(),
             pttl: held.iter().map(|r| r.pttl).min().unwrap_or(-2),
             terms,
+        })
+    }
+}
+
+/// A candidate entering or leaving: best effort (an entry only names a waiter the queue holds,
+/// and lapses by itself), done once a majority answered.
+impl Quorate for CandidateCall<'_> {
+    fn count(
+        &self,
+        replies: &[()],
+        nodes: usize,
+        _silent: usize,
+        _elapsed: Duration,
+    ) -> Result<(), NoQuorum> {
+        answered(replies, nodes).map(|_| ())
+    }
+}
+
+/// An election's line over a quorum, once a majority answered: the holder a majority's locks
+/// hold (none otherwise), the waiters a majority queued, in the order the first answer has them,
+/// and every identity any master has.
+impl Quorate for CandidatesCall<'_> {
+    fn count(
+        &self,
+        replies: &[Line],
+        nodes: usize,
+        _silent: usize,
+        _elapsed: Duration,
+    ) -> Result<Line, NoQuorum> {
+        let replies = answered(replies, nodes)?;
+        let required = majority(nodes);
+        let holder = replies
+            .iter()
+            .map(|r| &r.holder)
+            .find(|h| {
+                !h.is_empty() && replies.iter().filter(|r| &r.holder == *h).count() >= required
+            })
+            .cloned()
+            .unwrap_or_default();
+        let mut queue: Vec<String> = Vec::new();
+        for reply in replies {
+            for waiter in &reply.queue {
+                let queued = replies.iter().filter(|r| r.queue.contains(waiter)).count();
+                if queued >= required && !queue.contains(waiter) {
+                    queue.push(waiter.clone());
+                }
+            }
+        }
+        let mut identities: Vec<(String, String)> = Vec::new();
+        for pair in replies.iter().flat_map(|r| r.identities.iter()) {
+            if !identities.iter().any(|(client, _)| *client == pair.0) {
+                identities.push(pair.clone());
+            }
+        }
+        Ok(Line {
+            holder,
+            queue,
+            identities,
         })
     }
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 use crate::lease::millis_ceil;
 use crate::wire::keys::LockKeys;
 use crate::wire::request::{
-    Call, ReplicaWait, Request, LEADER_CURRENT_SCRIPT, LEADER_PROCLAIM_SCRIPT,
+    Call, ReplicaWait, Request, LEADER_CANDIDATES_SCRIPT, LEADER_CANDIDATE_SCRIPT,
+    LEADER_CURRENT_SCRIPT, LEADER_PROCLAIM_SCRIPT,
 };
 
 /// [`LEADER_PROCLAIM`](crate::wire::scripts::LEADER_PROCLAIM): the holder of the election's lock
@@ -185,4 +186,90 @@ fn parse_term(text: &str) -> Option<TermEntry> {
         since_ms: parts.next()?.parse().ok()?,
         identity: parts.next().unwrap_or_default().to_owned(),
     })
+}
+
+/// [`LEADER_CANDIDATE`](crate::wire::scripts::LEADER_CANDIDATE): a candidate enters (refreshes)
+/// or leaves an election's candidates.
+pub(crate) struct CandidateCall<'a> {
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) id: &'a [u8],
+    /// The client's id (`d2:<hex>`), the prefix of its lock values.
+    pub(crate) client: &'a str,
+    /// What followers will see of it; `None`: it leaves.
+    pub(crate) identity: Option<&'a str>,
+    /// How long the candidates hash is kept after this write.
+    pub(crate) keep: Duration,
+}
+
+impl Call for CandidateCall<'_> {
+    type Raw = i64;
+    type Reply = ();
+
+    fn request(&self) -> Request {
+        let mut cmd = LEADER_CANDIDATE_SCRIPT.evalsha();
+        cmd.arg(1)
+            .arg(self.keys.leader_candidates())
+            .arg(self.id)
+            .arg(self.client)
+            .arg(self.identity.unwrap_or_default())
+            .arg(millis_ceil(self.keep));
+        Request::Script(&LEADER_CANDIDATE_SCRIPT, cmd)
+    }
+
+    fn request_id(&self) -> &[u8] {
+        self.id
+    }
+
+    fn decode(&self, done: i64) -> Option<()> {
+        (done == 1).then_some(())
+    }
+}
+
+/// [`LEADER_CANDIDATES`](crate::wire::scripts::LEADER_CANDIDATES): an election's holder, queue
+/// and candidates' identities.
+pub(crate) struct CandidatesCall<'a> {
+    pub(crate) keys: &'a LockKeys,
+    pub(crate) id: &'a [u8],
+}
+
+/// What [`CandidatesCall`] read.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Line {
+    /// The lock's value (empty: not held).
+    pub(crate) holder: String,
+    /// The waiters' values, in arrival order.
+    pub(crate) queue: Vec<String>,
+    /// Client id → identity.
+    pub(crate) identities: Vec<(String, String)>,
+}
+
+impl Call for CandidatesCall<'_> {
+    type Raw = (String, Vec<String>, Vec<String>);
+    type Reply = Line;
+
+    fn request(&self) -> Request {
+        let mut cmd = LEADER_CANDIDATES_SCRIPT.evalsha();
+        cmd.arg(3)
+            .arg(self.keys.lock())
+            .arg(self.keys.queue())
+            .arg(self.keys.leader_candidates())
+            .arg(self.id);
+        Request::Script(&LEADER_CANDIDATES_SCRIPT, cmd)
+    }
+
+    fn request_id(&self) -> &[u8] {
+        self.id
+    }
+
+    fn decode(&self, (holder, queue, flat): Self::Raw) -> Option<Line> {
+        let identities = flat
+            .chunks_exact(2)
+            .map(|pair| (pair[0].clone(), pair[1].clone()))
+            .collect();
+        Some(Line {
+            holder,
+            queue,
+            identities,
+        })
+    }
 }

@@ -141,3 +141,42 @@ end
 local terms = redis.call('LRANGE', KEYS[3], 0, -1)
 return {ARGV[1], {held, rec[1] or '0', rec[2] or '', tonumber(rec[3] or '0'), rec[4] or '', redis.call('PTTL', KEYS[1]), terms}}
 "#;
+
+/// A candidate enters (or stays in) an election's candidates, or leaves them.
+///
+/// KEYS: the candidates hash (`prefix:{name}:leader:candidates`: client id → what followers
+/// will see of it). ARGV: request id, the client id (`d2:<hex>`), its identity (empty: it
+/// leaves), how long the hash is kept (ms) after this write.
+///
+/// Returns `{id, 1}`. A candidate refreshes its entry while it campaigns and leads; a process
+/// that dies leaves its entry until no candidate writes the hash for that long (it is shown only
+/// while the client's waiter is in the lock's queue: [`LEADER_CANDIDATES`]).
+pub const LEADER_CANDIDATE: &str = r#"
+if ARGV[3] == '' then
+  redis.call('HDEL', KEYS[1], ARGV[2])
+else
+  redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+end
+return {ARGV[1], 1}
+"#;
+
+/// The candidates of an election in line: the lock's holder and its queue, with what each
+/// candidate said it is.
+///
+/// KEYS: lock, queue, candidates hash. ARGV: request id.
+///
+/// Returns `{id, {holder, queue, candidates}}`: `holder` the lock's value (empty without one, or
+/// when the key is not a lock), `queue` the waiters' values in arrival order (their tickets),
+/// `candidates` the hash as `{client id, identity, ...}`.
+pub const LEADER_CANDIDATES: &str = r#"
+local holder = ''
+if redis.call('TYPE', KEYS[1]).ok == 'string' then
+  holder = redis.call('GET', KEYS[1])
+end
+local queue = {}
+if redis.call('TYPE', KEYS[2]).ok == 'zset' then
+  queue = redis.call('ZRANGE', KEYS[2], 0, -1)
+end
+return {ARGV[1], {holder, queue, redis.call('HGETALL', KEYS[3])}}
+"#;

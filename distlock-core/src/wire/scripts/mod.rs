@@ -172,7 +172,9 @@ mod store;
 pub(crate) use handoff::{grant_window, handed_ticket};
 pub use handoff::{ACQUIRE_HANDED, LEAVE_QUEUE};
 pub use identity::CLIENT_RECORD;
-pub use leader::{LEADER_CURRENT, LEADER_PROCLAIM, TERMS_KEPT};
+pub use leader::{
+    LEADER_CANDIDATE, LEADER_CANDIDATES, LEADER_CURRENT, LEADER_PROCLAIM, TERMS_KEPT,
+};
 pub use lock::{ACQUIRE_FENCED, RELEASE, RELEASE_MANY};
 pub(crate) use redlock::TURN_GRACE;
 pub use redlock::{ACQUIRE_QUEUED, FENCE_FLOOR};
