@@ -293,13 +293,14 @@ pub enum Error {
     /// token of the same lock has written the resource already: the writer lost its lock (a
     /// pause past its lease, a partition, a failover) and someone else has held it since.
     /// Nothing was changed (in SQL: the transaction can no longer commit).
-    #[error("write to `{resource}` refused: fencing token {token} is older than {seen}, which has written it already, so this holder lost its lock and another holder has written since; nothing was changed (do not retry with this token: take the lock again)")]
+    #[error("write to `{resource}` refused: fencing token {token} is older than {seen}, a newer holder of the same lock that has written it (or, fenced per lock, written another key of the lock or claimed the store), so this holder lost its lock; nothing was changed (do not retry with this token: take the lock again)")]
     Fenced {
         /// The resource written: the Redis key, or the SQL `resource` name.
         resource: String,
         /// The writer's token.
         token: u64,
-        /// The highest token that has written the resource.
+        /// The highest token that has written the resource (fenced per lock: the lock's
+        /// watermark, raised by any key's write or a claim).
         seen: u64,
     },
     /// A fenced write ([`fence`](mod@crate::fence)) met a resource fenced by another lock, or a Redis key

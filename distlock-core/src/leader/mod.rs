@@ -32,7 +32,7 @@
 //! [`LeaderBuilder::run`]'s body and [`LeaderBuilder::on_lost`]; `IsLeader` is
 //! [`Leadership::is_leader`] and, for code that does not own the leadership,
 //! [`LeaderWatch`]; the `HealthzAdaptor` is [`LeaderHealth`]; Curator's `autoRequeue` is
-//! [`LeaderBuilder::serve`].
+//! [`LeaderBuilder::serve`] and its participants [`LeaderBuilder::candidates`].
 //!
 //! # What is promised
 //!
