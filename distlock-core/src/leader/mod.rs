@@ -75,8 +75,11 @@
 //! * **Failovers, with every replica.** With [`LeaderBuilder::min_replicas`] covering every
 //!   replica a failover may promote ([`ALL_REPLICAS`](crate::ALL_REPLICAS) over Sentinel), the
 //!   election, the term's record and every renewal are acknowledged by the replicas before they
-//!   count: a failover promotes a replica that has the leader's lock and term, so it elects no
-//!   second leader and no lower term.
+//!   count: a failover that promotes one of those replicas finds the leader's lock and term
+//!   there, so it elects no second leader and no lower term. `WAIT` is not consensus
+//!   ([`Config::min_replicas`](crate::Config::min_replicas)): a replica that had not
+//!   acknowledged (one disconnected from the master, which `ALL_REPLICAS` no longer counts) can
+//!   still be promoted, and then what follows for `min_replicas` 0 applies.
 //!
 //! # What is not
 //!
