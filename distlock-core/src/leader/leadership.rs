@@ -281,7 +281,18 @@ pub(super) async fn campaign(campaign: Campaign) -> Result<Leadership, Error> {
     };
     let mut backoff = Backoff::default();
     loop {
-        let guard = lock.clone().acquire().await?;
+        let guard = match lock.clone().acquire().await {
+            Ok(guard) => guard,
+            // Too few replicas acknowledged the election (a failover under way, or the new
+            // master's replicas not listed yet): that passes by waiting, as a campaign waits.
+            Err(error) if passes_by_waiting(&error) => {
+                tracing::debug!(name = %lock.name(), %error, "a candidate's election not acknowledged; campaigning again");
+                let now = Instant::now();
+                tokio::time::sleep_until(backoff.next(now, now + Duration::from_secs(1))).await;
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
         let client = guard.hold().client.clone();
         let config = client.config();
         let prefix = config.key_prefix.clone();
@@ -346,12 +357,18 @@ pub(super) async fn campaign(campaign: Campaign) -> Result<Leadership, Error> {
             }
             Err(error) => {
                 let _ = guard.release().await;
-                if !error.is_transient() {
+                if !passes_by_waiting(&error) {
                     return Err(error);
                 }
             }
         }
     }
+}
+
+/// An acquire's failure a campaign waits out: too few replicas acknowledging the election (a
+/// failover under way), or a transient failure the acquire's own retries did not outlast.
+fn passes_by_waiting(error: &Error) -> bool {
+    matches!(error, Error::Unreplicated { .. }) || error.is_transient()
 }
 
 /// Writes the term of the lock `guard` holds; over a RedLock quorum again with the largest term

@@ -261,10 +261,12 @@ impl LeaderBuilder {
     /// Waits, in turn with the other candidates, until elected; then proclaims the term and
     /// returns the [`Leadership`] (renewed until resigned, dropped or lost).
     ///
-    /// Transient failures are retried for as long as it takes; fails only with what cannot
-    /// pass by waiting (no client installed, a key of another kind under the name, an invalid
-    /// option). A term lost before it could be proclaimed is campaigned for again after a pause
-    /// that grows while it keeps happening.
+    /// Transient failures, and too few replicas acknowledging the election
+    /// ([`LeaderBuilder::min_replicas`]: a failover under way, the new master's replicas not
+    /// listed yet), are waited out for as long as it takes; fails only with what cannot pass by
+    /// waiting (no client installed, a key of another kind under the name, an invalid option).
+    /// A term lost before it could be proclaimed is campaigned for again after a pause that
+    /// grows while it keeps happening.
     pub async fn campaign(self) -> Result<Leadership, Error> {
         leadership::campaign(Campaign {
             lock: self.lock,
