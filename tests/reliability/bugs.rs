@@ -12,7 +12,7 @@
 //! group was still on its way into redis-rs overtook it; a group's owners now wait for its
 //! answer).
 //!
-//! Open: [`B8`].
+//! Open: [`B8`], [`B9`].
 
 /// A known runtime bug.
 #[allow(dead_code)] // used while a bug is open
@@ -30,4 +30,14 @@ pub(crate) static B8: Bug = Bug {
     id: "B8",
     title:
         "a leader campaign gives up with Unreplicated after a Sentinel failover (min_replicas all)",
+};
+
+/// A new term is proclaimed (its record written: who leads, in which term) without waiting for
+/// the election's `min_replicas` replicas, though its lock was: a failover right after an
+/// election promotes a replica where the new leader holds the lock but the record still names
+/// the previous leader, so `current()` and observers say nobody leads while it does. Row 24f
+/// (SENTINEL FAILOVER right after an election, replication lagged and held) shows it.
+pub(crate) static B9: Bug = Bug {
+    id: "B9",
+    title: "a new term's record is not replicated before the term is proclaimed (min_replicas)",
 };

@@ -22,7 +22,7 @@ use futures_util::{Stream, StreamExt};
 use testkit::RedisSentinel;
 use tokio::task::JoinHandle;
 
-use crate::bugs::B8;
+use crate::bugs::{Bug, B8};
 use crate::common::{lock_unpoisoned, ms};
 use crate::report::Tally;
 use crate::worker::{field_u64, fields, Ctx, Worker};
@@ -139,6 +139,9 @@ impl Log {
 pub(crate) struct Election {
     /// How the row's messages name it (its `min_replicas`, its deployment).
     pub(crate) label: String,
+    name: String,
+    /// The suite's client, which observes and asks who leads.
+    client: Client,
     candidates: Vec<Worker>,
     log: Arc<Mutex<Log>>,
     /// What the suite's observer yielded, with when (µs).
@@ -156,6 +159,8 @@ pub(crate) struct Campaign<'a> {
     pub(crate) ttl: Duration,
     /// `min_replicas`: a count, or [`ALL_REPLICAS`].
     pub(crate) replicas: usize,
+    /// How long `WAIT` waits for them ([`REPLICA_TIMEOUT`] unless replication lags).
+    pub(crate) replica_timeout: Duration,
 }
 
 impl Election {
@@ -190,6 +195,10 @@ impl Election {
                     ("name", campaign.name.clone()),
                     ("ttl_ms", campaign.ttl.as_millis().to_string()),
                     ("replicas", replicas.clone()),
+                    (
+                        "replica_timeout_ms",
+                        campaign.replica_timeout.as_millis().to_string(),
+                    ),
                     ("identity", format!("candidate-{n}")),
                 ];
                 Worker::spawn(format!("{}-{n}", campaign.name), "elector", &params)
@@ -197,6 +206,8 @@ impl Election {
             .collect();
         Election {
             label: label.into(),
+            name: campaign.name.clone(),
+            client: observer_client.clone(),
             candidates,
             log: Arc::new(Mutex::new(Log::default())),
             observed,
@@ -233,6 +244,30 @@ impl Election {
         }
     }
 
+    /// [`Election::until`], reading every millisecond: for a row that must act the moment a
+    /// line is said.
+    pub(crate) async fn until_quick(
+        &mut self,
+        within: Duration,
+        done: impl Fn(&Log) -> bool,
+    ) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            for c in &mut self.candidates {
+                while let Some(line) = c.next_line(Duration::ZERO).await {
+                    record(&self.log, c.name(), &line);
+                }
+            }
+            if done(&self.log()) {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     /// Waits for an election after `at` µs (`0`: any): its (term, candidate index); a violation
     /// if none comes within `within`.
     pub(crate) async fn lead_after(
@@ -260,9 +295,9 @@ impl Election {
         self.candidates[index].send("resign").await;
     }
 
-    /// Waits (up to `within`) until the suite's observer yielded the last elected term, then
-    /// stops every candidate and the observer: the log and what the observer yielded.
-    pub(crate) async fn finish(mut self, t: &Tally, within: Duration) -> (Log, Vec<(Seen, u64)>) {
+    /// Waits (up to `within`) until the suite's observer yielded the last elected term, asks
+    /// who leads (`current()`), then stops every candidate and the observer.
+    pub(crate) async fn finish(mut self, t: &Tally, within: Duration) -> Ended {
         self.read().await;
         let last = self.log().terms().last().copied();
         let deadline = tokio::time::Instant::now() + within;
@@ -282,6 +317,13 @@ impl Election {
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        let asked_at = now_us();
+        let builder = self.client.leader(self.name.clone());
+        let current = match tokio::time::timeout(Duration::from_secs(5), builder.current()).await {
+            Ok(Ok(leader)) => Ok(leader.map(|l| l.term)),
+            Ok(Err(error)) => Err(error.to_string()),
+            Err(_) => Err("no answer within 5 s".to_owned()),
+        };
         self.read().await;
         for c in &mut self.candidates {
             // A candidate that gave up (or panicked) says so on stderr before it exits.
@@ -293,10 +335,44 @@ impl Election {
         }
         self.read().await;
         self.observer.abort();
-        let observed = std::mem::take(&mut *lock_unpoisoned(&self.observed));
-        let log = std::mem::take(&mut *lock_unpoisoned(&self.log));
-        (log, observed)
+        Ended {
+            observed: std::mem::take(&mut *lock_unpoisoned(&self.observed)),
+            log: std::mem::take(&mut *lock_unpoisoned(&self.log)),
+            current: (asked_at, current),
+        }
     }
+}
+
+/// What an election left when its row stopped it.
+pub(crate) struct Ended {
+    pub(crate) log: Log,
+    /// What the suite's observer yielded, with when (µs).
+    pub(crate) observed: Vec<(Seen, u64)>,
+    /// When the suite asked who leads (`current()`), and the term it was told.
+    pub(crate) current: (u64, Result<Option<u64>, String>),
+}
+
+/// The record names the leader of the moment: `current()`, asked at the end, names the last
+/// term elected before it was asked, unless that term ended (`LOST`, `RESIGNED`) by the end.
+/// A violation that `bug` explains counts as known.
+pub(crate) fn check_record(t: &Tally, label: &str, ended: &Ended, bug: Option<&'static Bug>) {
+    let (asked_at, current) = &ended.current;
+    let log = &ended.log;
+    let leading = log
+        .leads
+        .iter()
+        .filter(|l| l.1 < *asked_at)
+        .max_by_key(|l| l.1)
+        .map(|l| l.0)
+        .filter(|&term| log.lost_of(term).is_none() && !log.resigned.iter().any(|r| r.0 == term));
+    let Some(term) = leading else { return };
+    let ok = *current == Ok(Some(term));
+    let what =
+        || format!("{label}: term {term} leads, but the record names {current:?} (`current()`)");
+    match bug {
+        Some(bug) => t.check_known(bug, ok, what),
+        None => t.check(ok, what),
+    };
 }
 
 /// Records a candidate's line.
@@ -355,10 +431,10 @@ pub(crate) struct Checked {
 pub(crate) fn check(
     t: &Tally,
     label: &str,
-    log: &Log,
-    observed: &[(Seen, u64)],
+    ended: &Ended,
     (overlap_allowed, observer_within): (Duration, Duration),
 ) -> Checked {
+    let (log, observed) = (&ended.log, &ended.observed[..]);
     let terms = log.terms();
     t.ops(terms.len() as u64 + log.held.len() as u64);
     t.check(terms.windows(2).all(|w| w[1] > w[0]), || {
@@ -453,8 +529,21 @@ fn sees_every_term(saw: &[Seen], terms: &[u64], all: bool) -> bool {
 /// How long the candidates' and observers' clients wait for a reply.
 pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// How long `WAIT` waits for the replicas of `min_replicas` (200 ms: a healthy replica on this
+/// machine acknowledges within a millisecond).
+pub(crate) const REPLICA_TIMEOUT: Duration = Duration::from_millis(200);
+
 /// A client of the deployment (`url`: one server; `sentinel`: the sentinels' URLs).
 pub(crate) async fn connect(kind: &str, urls: &str) -> Result<Client, distlock::Error> {
+    connect_with(kind, urls, REPLICA_TIMEOUT).await
+}
+
+/// [`connect`] with another replica timeout.
+async fn connect_with(
+    kind: &str,
+    urls: &str,
+    replica_timeout: Duration,
+) -> Result<Client, distlock::Error> {
     let list: Vec<String> = urls.split(',').map(str::to_owned).collect();
     let config = match kind {
         "sentinel" => Config::sentinel(list, RedisSentinel::SERVICE),
@@ -462,7 +551,7 @@ pub(crate) async fn connect(kind: &str, urls: &str) -> Result<Client, distlock::
     };
     config
         .response_timeout(RESPONSE_TIMEOUT)
-        .replica_timeout(Duration::from_millis(200))
+        .replica_timeout(replica_timeout)
         .connect()
         .await
 }
@@ -471,7 +560,8 @@ pub(crate) async fn connect(kind: &str, urls: &str) -> Result<Client, distlock::
 /// check says `Ok`, resigns when told, says `LOST` and campaigns again when leadership is lost;
 /// says `SAW` for each item its observer yields.
 pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
-    let client = connect(ctx.param("kind"), ctx.param("urls"))
+    let replica_timeout = Duration::from_millis(ctx.num("replica_timeout_ms"));
+    let client = connect_with(ctx.param("kind"), ctx.param("urls"), replica_timeout)
         .await
         .map_err(|e| e.to_string())?;
     let name = ctx.param("name").to_owned();

@@ -19,7 +19,9 @@ use std::time::Duration;
 
 use testkit::ShiftedClock;
 
-use super::election_log::{self, now_us, span, Campaign, Election, RESPONSE_TIMEOUT};
+use super::election_log::{
+    self, now_us, span, Campaign, Election, REPLICA_TIMEOUT, RESPONSE_TIMEOUT,
+};
 use crate::common::{ms, Rng, Settings};
 use crate::report::{Scenario, Tally};
 
@@ -70,6 +72,7 @@ async fn run(t: Arc<Tally>, rounds: u64, seed: u64) {
             name: format!("clock-{round}"),
             ttl: TTL,
             replicas: 0,
+            replica_timeout: REPLICA_TIMEOUT,
         };
         let election = Election::start("one server", &observer_client, &campaign, CANDIDATES);
         // The step lands anywhere in the clients' server-check period.
@@ -120,10 +123,12 @@ async fn steps(t: &Tally, mut election: Election, clock: &ShiftedClock, phase: D
         }
     }
     lead_a_little(&mut election).await;
-    let (log, observed) = election.finish(t, TTL + TTL / 2).await;
+    let ended = election.finish(t, TTL + TTL / 2).await;
+    let log = &ended.log;
     // The overlap allowed is the step forward's: every other pair of terms must not overlap.
     let bounds = (TOLD_WITHIN, REPLACED_WITHIN);
-    let checked = election_log::check(t, "one server", &log, &observed, bounds);
+    let checked = election_log::check(t, "one server", &ended, bounds);
+    election_log::check_record(t, "one server", &ended, None);
     let across_step = log
         .overlaps()
         .into_iter()
