@@ -66,8 +66,8 @@ pub(crate) fn all(settings: &Settings) -> Vec<Scenario> {
         clock_steps::scenario(&s, heavy(90, 120)),
         zombie_writes::scenario(&s, heavy(90, 240)),
         leader_faults::scenario(&s, heavy(120, 300)),
-        leader_failover::scenario(&s, heavy(60, 240)),
-        leader_clock::scenario(&s, heavy(40, 120)),
+        leader_failover::scenario(&s, heavy(60, 180)),
+        leader_clock::scenario(&s, heavy(30, 90)),
     ]
 }
 
