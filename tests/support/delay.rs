@@ -64,6 +64,11 @@ impl DelayProxy {
         DelayProxy::start(SocketAddr::from(([127, 0, 0, 1], server.port())), delay)
     }
 
+    /// The delay line's own address (`127.0.0.1:<port>`).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
     /// `redis://127.0.0.1:<port>/`.
     pub fn url(&self) -> String {
         format!("redis://{}/", self.addr)

@@ -258,13 +258,8 @@ impl RedisSentinel {
             .replicas()
             .map(|replica| {
                 let line = DelayProxy::to(master, lag);
-                let url = line.url();
-                let port = url
-                    .trim_end_matches('/')
-                    .rsplit(':')
-                    .next()
-                    .map(str::to_owned);
-                (replica.port(), line, port.expect("the delay line's port"))
+                let port = line.addr().port().to_string();
+                (replica.port(), line, port)
             })
             .collect();
         for (replica, _, port) in &lines {

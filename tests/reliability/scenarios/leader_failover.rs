@@ -82,7 +82,7 @@ pub(crate) fn scenario(s: &Settings, budget: Duration) -> Scenario {
     Scenario::new(
         "24f",
         format!(
-            "leader election through Sentinel failovers (master + 2 replicas, down-after 1 s): two elections at once, min_replicas 0 and all, {CANDIDATES} candidate processes each, ttl 1 s; SENTINEL FAILOVER and master SIGKILL ({rounds}x each, a fresh group each); an observer in the suite and one in every candidate"
+            "leader election through Sentinel failovers (master + 2 replicas, down-after 1 s): two elections at once, min_replicas 0 and all, {CANDIDATES} candidate processes each, ttl 1 s; SENTINEL FAILOVER and master SIGKILL, and with all replicas (ttl 6 s) SENTINEL FAILOVER right after an election, replication held ({rounds}x each, a fresh group each); an observer in the suite and one in every candidate"
         ),
         budget,
         move |t| run(t, rounds),
