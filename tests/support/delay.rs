@@ -22,6 +22,7 @@ pub struct DelayProxy {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
     accepted: Arc<AtomicU64>,
+    held: Arc<AtomicBool>,
 }
 
 impl DelayProxy {
@@ -32,7 +33,8 @@ impl DelayProxy {
         let addr = listener.local_addr().expect("the delay line's address");
         let stop = Arc::new(AtomicBool::new(false));
         let accepted = Arc::new(AtomicU64::new(0));
-        let (stop_flag, count) = (stop.clone(), accepted.clone());
+        let held = Arc::new(AtomicBool::new(false));
+        let (stop_flag, count, hold) = (stop.clone(), accepted.clone(), held.clone());
         thread::Builder::new()
             .name("delay-accept".into())
             .spawn(move || {
@@ -45,7 +47,7 @@ impl DelayProxy {
                     let Ok(server) = TcpStream::connect(upstream) else {
                         continue; // dropping `client` closes it
                     };
-                    connect_both_ways(client, server, delay);
+                    connect_both_ways(client, server, delay, &hold);
                 }
             })
             .expect("spawn the delay line's acceptor");
@@ -53,12 +55,18 @@ impl DelayProxy {
             addr,
             stop,
             accepted,
+            held,
         }
     }
 
     /// Starts a delay line to `server`.
     pub fn to(server: &crate::server::RedisServer, delay: Duration) -> DelayProxy {
         DelayProxy::start(SocketAddr::from(([127, 0, 0, 1], server.port())), delay)
+    }
+
+    /// The delay line's own address (`127.0.0.1:<port>`).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
     }
 
     /// `redis://127.0.0.1:<port>/`.
@@ -70,31 +78,46 @@ impl DelayProxy {
     pub fn accepted(&self) -> u64 {
         self.accepted.load(Ordering::Relaxed)
     }
+
+    /// While on, nothing is delivered in either direction: what was read is kept, in order,
+    /// and delivered once it is off (or dropped with its connection). Bytes still on their
+    /// way when it is turned on (read less than the delay ago) are held too: a replica behind
+    /// a delay line does not get the writes of the last `delay` before a hold.
+    pub fn hold(&self, on: bool) {
+        self.held.store(on, Ordering::Release);
+    }
 }
 
 impl Drop for DelayProxy {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
+        // Held bytes go (or fail with their connection), so no writer waits on.
+        self.held.store(false, Ordering::Release);
         // Wakes the acceptor so it sees the flag.
         let _ = TcpStream::connect(self.addr);
     }
 }
 
-/// Two delayed directions between `client` and `server`.
-fn connect_both_ways(client: TcpStream, server: TcpStream, delay: Duration) {
+/// Two delayed directions between `client` and `server`, held while `held` is on.
+fn connect_both_ways(
+    client: TcpStream,
+    server: TcpStream,
+    delay: Duration,
+    held: &Arc<AtomicBool>,
+) {
     for stream in [&client, &server] {
         let _ = stream.set_nodelay(true);
     }
     let (Ok(client_rd), Ok(server_rd)) = (client.try_clone(), server.try_clone()) else {
         return;
     };
-    one_way(client_rd, server, delay);
-    one_way(server_rd, client, delay);
+    one_way(client_rd, server, delay, held.clone());
+    one_way(server_rd, client, delay, held.clone());
 }
 
-/// Bytes read from `from` are written to `to` `delay` after they arrived: a reader thread
-/// stamps each chunk, a writer thread holds it until its time.
-fn one_way(mut from: TcpStream, mut to: TcpStream, delay: Duration) {
+/// Bytes read from `from` are written to `to` `delay` after they arrived (and not while `held`
+/// is on): a reader thread stamps each chunk, a writer thread holds it until its time.
+fn one_way(mut from: TcpStream, mut to: TcpStream, delay: Duration, held: Arc<AtomicBool>) {
     let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
     let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
         thread::Builder::new()
@@ -127,6 +150,9 @@ fn one_way(mut from: TcpStream, mut to: TcpStream, delay: Duration) {
                 let now = Instant::now();
                 if due > now {
                     thread::sleep(due - now);
+                }
+                while held.load(Ordering::Acquire) {
+                    thread::sleep(Duration::from_millis(1));
                 }
                 if to.write_all(&bytes).is_err() {
                     break;
@@ -185,5 +211,22 @@ mod tests {
         let ten = started.elapsed();
         assert!(ten < delay * 2 + Duration::from_millis(35), "{ten:?}");
         assert_eq!(proxy.accepted(), 1);
+    }
+
+    #[test]
+    fn a_hold_keeps_what_was_on_its_way_until_it_is_let_go() {
+        let delay = Duration::from_millis(20);
+        let proxy = DelayProxy::start(echo(), delay);
+        let mut conn = TcpStream::connect(proxy.addr).unwrap();
+        conn.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        conn.write_all(b"a").unwrap();
+        // Within the delay: the byte is on its way when the hold starts.
+        proxy.hold(true);
+        let mut buf = [0u8; 1];
+        assert!(conn.read_exact(&mut buf).is_err(), "delivered while held");
+        proxy.hold(false);
+        conn.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"a");
     }
 }

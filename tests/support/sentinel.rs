@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::belief::{Probe, Round};
 use crate::cli::cli;
+use crate::delay::DelayProxy;
 use crate::server::{free_port, redis_binary, RedisServer, TlsFiles, READY_WITHIN};
 
 /// The shape of a [`RedisSentinel`] group.
@@ -241,6 +242,50 @@ impl RedisSentinel {
         let new = named[0].filter(|&p| p != old)?;
         let agreed = named.iter().all(|&p| p == Some(new));
         (agreed && cli(new, &["ROLE"]).lines().next() == Some("master")).then_some(new)
+    }
+
+    /// Points every replica at the master through a delay line of its own (`lag` each way),
+    /// returned once each replicates through it and the master's writes are acknowledged: a
+    /// write reaches the replicas `lag` after the master applied it, and
+    /// [`DelayProxy::hold`] keeps it from them, so a failover promotes a replica without it.
+    /// The sentinels still list the replicas (they read them from the master); they point
+    /// them back at the master themselves at a failover, or `failover-timeout` (10 s) after
+    /// they first saw them.
+    pub fn replicate_through_delay(&self, lag: Duration) -> Vec<DelayProxy> {
+        let master = self.master();
+        // (replica, its delay line, the line's port)
+        let lines: Vec<(u16, DelayProxy, String)> = self
+            .replicas()
+            .map(|replica| {
+                let line = DelayProxy::to(master, lag);
+                let port = line.addr().port().to_string();
+                (replica.port(), line, port)
+            })
+            .collect();
+        for (replica, _, port) in &lines {
+            let reply = cli(*replica, &["REPLICAOF", "127.0.0.1", port]);
+            assert!(
+                reply.contains("OK"),
+                "REPLICAOF through the delay line: {reply}"
+            );
+        }
+        let count = lines.len().to_string();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let through = lines.iter().all(|(replica, _, port)| {
+                let info = cli(*replica, &["INFO", "replication"]);
+                let line = |l: &str| info.lines().any(|x| x.trim_end() == l);
+                line(&format!("master_port:{port}")) && line("master_link_status:up")
+            });
+            if through && cli(master.port(), &["WAIT", &count, "1000"]).trim() == count {
+                return lines.into_iter().map(|(_, line, _)| line).collect();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the replicas did not replicate through their delay lines"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// `SENTINEL FAILOVER`, returned once it is over (see

@@ -5,9 +5,12 @@ mod cancel_storm;
 mod clock_steps;
 mod cluster_failover;
 mod connection_faults;
+mod election_log;
 mod failover_belief;
 mod fairness;
 mod holder_faults;
+mod leader_clock;
+mod leader_failover;
 mod leader_faults;
 mod long_hold;
 mod multi_stall;
@@ -63,6 +66,8 @@ pub(crate) fn all(settings: &Settings) -> Vec<Scenario> {
         clock_steps::scenario(&s, heavy(90, 120)),
         zombie_writes::scenario(&s, heavy(90, 240)),
         leader_faults::scenario(&s, heavy(120, 300)),
+        leader_failover::scenario(&s, heavy(60, 180)),
+        leader_clock::scenario(&s, heavy(30, 90)),
     ]
 }
 
@@ -78,6 +83,7 @@ pub(crate) async fn worker_role(role: &str, ctx: Ctx) -> Result<(), String> {
         "multi-stall" => multi_stall::worker(ctx).await,
         "zombie" => zombie_writes::worker(ctx).await,
         "candidate" => leader_faults::worker(ctx).await,
+        "elector" => election_log::worker(ctx).await,
         other => Err(format!("unknown worker role `{other}`")),
     }
 }
