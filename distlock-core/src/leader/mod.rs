@@ -87,15 +87,27 @@
 //!   leads until it runs again and checks. Write through [`fence`](mod@crate::fence) with its
 //!   term (and [`claim`](crate::fence::redis::FencedStore::claim) the store when elected), and
 //!   the stores refuse it.
-//! * **Failovers with fewer replicas.** With `min_replicas` 0 (the default) a failover can
-//!   promote a replica that missed the election, its renewals or its record: the lock is gone
-//!   there, so another candidate can be elected while the old leader still believes, until the
-//!   old leader's next renewal reaches the new master and finds the lock gone
-//!   ([`LossReason::Expired`] or `Stolen`) or its lease runs out —
-//!   at most one ttl after its last renewal. The new term is the new master's clock, above the
-//!   old term unless that server's clock is behind the old master's (and no candidate or
-//!   observer in this election saw the old term). Fencing is what keeps the stores right
-//!   meanwhile.
+//! * **A Sentinel failover with `min_replicas` 0 can elect a second leader while the first
+//!   still believes it leads.** The first keeps renewing on the old master, which acknowledges
+//!   until Sentinel demotes it, while the promoted replica's copy of its lock runs out (a ttl
+//!   after the last renewal that reached it) and another candidate is elected there. The first
+//!   is told as soon as its client hears of the switch from the sentinel it listens to (the
+//!   announcement, or its answer every 500 ms) and confirms its lease on the new master
+//!   (`Expired`, `Stolen`, or `Unreachable` while the old master is gone): two leaders can
+//!   believe at once for at most 0.5 s plus one response timeout after the sentinels name the
+//!   new master. Terms still rise (the new master's clock, above the last term seen by the
+//!   candidates and observers), so a store written through [`fence`](mod@crate::fence) refuses
+//!   the deposed leader. Measured with ttl 1 s (reliability row 24f): told 15–480 ms after the
+//!   naming, never after the next leader's first `Ok`. With every replica (above), no renewal
+//!   the promoted replica lacks counts, and a new leader is elected on the new master within
+//!   ttl + 1 s of its naming (its replicas must be listed first; the campaign waits out the
+//!   elections too few replicas acknowledge meanwhile).
+//! * **A step forward of the server's clock** expires the leader's lock early (Redis keeps
+//!   expiry as a wall-clock date), and another candidate can be elected at once. The leader is
+//!   told at its client's next server check ([`Config::server_check`](crate::Config::server_check),
+//!   250 ms) plus a round trip: measured (row 24c, +60 s), told 2–157 ms after the step. A
+//!   step back changes nothing a leader or an observer sees: a term minted on a clock behind
+//!   the last one is lifted above it.
 //! * **What still breaks the terms**: the servers' memory of the name gone (no leader for
 //!   longer than the retention, a server restarted without persistence, or the keys deleted)
 //!   **and** their clock behind the clock that made the last term **and** no process that saw
