@@ -64,6 +64,9 @@ async fn term_of_a_fresh_process(name: &str, urls: &[String]) -> u64 {
     let mut child = ChildTest::spawn("terms_child", (ROLE, format!("{name} {}", urls.join(","))));
     let line = child.expect("term ", Duration::from_secs(20)).await;
     let term = line.rsplit("term ").next().unwrap_or_default();
+    // It resigns and exits: killed (when dropped) before its resign, it would leave the
+    // election held for its ttl.
+    assert!(child.wait(Duration::from_secs(10)).await.success());
     term.trim().parse().expect("a term")
 }
 

@@ -10,8 +10,10 @@ use crate::wire::calls::{
 
 use super::quorum::{answered, majority, NoQuorum, Quorate};
 
-/// A leader's proclaim, once a majority of masters still hold the lock for it: the largest term
-/// any of them wrote or asked for (each master's own is the token, or above its own last term),
+/// A leader's proclaim, once every master that can answer has (those known to be down, and
+/// those that did not answer within the response timeout, aside), so that the largest term any
+/// of them carries counts, and a majority still holds the lock for it: that largest term any of
+/// them wrote or asked for (each master's own is the token, or above its own last term),
 /// `written` only if a majority wrote that very term. Otherwise the leader proclaims again with
 /// it as `exact`, so that a majority's records and fence floors carry the leader's term: a later
 /// majority, which shares a master with this one, then elects a term above it even if the master
@@ -28,6 +30,13 @@ impl Quorate for ProclaimCall<'_> {
         let held: Vec<&Proclaimed> = replies.iter().flatten().collect();
         if held.len() + silent < required {
             return Ok(None);
+        }
+        // Every master's answer counts: one still out may carry a term above the others'.
+        if silent > 0 {
+            return Err(NoQuorum {
+                agreed: held.len(),
+                required,
+            });
         }
         let Some(top) = held.iter().map(|p| p.term).max() else {
             return Err(NoQuorum {
@@ -57,6 +66,27 @@ impl Quorate for ProclaimCall<'_> {
             agreed: at_top.len(),
             required,
         })
+    }
+
+    /// Every master answered or ran out of time: decided by those that answered.
+    fn settle(
+        &self,
+        replies: &[Option<Proclaimed>],
+        nodes: usize,
+        elapsed: Duration,
+    ) -> Result<Option<Proclaimed>, NoQuorum> {
+        self.count(replies, nodes, 0, elapsed)
+    }
+
+    /// Every master not known to be down answered: decided without waiting for those.
+    fn without_down(
+        &self,
+        replies: &[Option<Proclaimed>],
+        nodes: usize,
+        _down: usize,
+        elapsed: Duration,
+    ) -> Option<Result<Option<Proclaimed>, NoQuorum>> {
+        Some(self.count(replies, nodes, 0, elapsed))
     }
 }
 
@@ -212,6 +242,44 @@ mod tests {
             pttl: 1_000,
             terms: vec![entry],
         }
+    }
+
+    #[test]
+    fn a_proclaim_waits_for_every_master_and_agrees_on_the_largest_term() {
+        let keys = LockKeys::new("p", "quorum").unwrap();
+        let call = ProclaimCall {
+            keys: &keys,
+            id: b"r1",
+            value: b"d2:a:1",
+            token: 7,
+            identity: "a",
+            retention: Duration::from_secs(60),
+            sharded: false,
+            known: 0,
+            exact: 0,
+            mode: crate::wire::calls::ProclaimMode::Term,
+            wait: None,
+        };
+        let written = |term| {
+            Some(Proclaimed {
+                term,
+                since_ms: 1,
+                written: true,
+            })
+        };
+        let never = Duration::ZERO;
+        // Two of three wrote 7: the third may carry a larger term, so it is waited for.
+        let two = [written(7), written(7)];
+        assert!(call.count(&two, 3, 1, never).is_err(), "undecided");
+        // It answered (or ran out of time): 7 on a majority.
+        let agreed = call.settle(&two, 3, never).unwrap().unwrap();
+        assert_eq!((agreed.term, agreed.written), (7, true));
+        // The third carries 9: another round, at 9.
+        let three = [written(7), written(7), written(9)];
+        let again = call.count(&three, 3, 0, never).unwrap().unwrap();
+        assert_eq!((again.term, again.written), (9, false));
+        // A majority no longer holds the lock: nothing written.
+        assert_eq!(call.count(&[None, None], 3, 1, never).unwrap(), None);
     }
 
     #[test]
