@@ -3,11 +3,14 @@
 //! `LossReason::Released` — before the next holder can be handed the lock — and what still
 //! shares the hold (a body asking `distlock::ensure_held()`) is told.
 //!
-//! The task awaiting `lost()` runs on a runtime of its own thread, so nothing on the test's
-//! runtime delays it; its timestamp is compared with the moment the next holder had the lock.
+//! The `lost()` future is polled by the next holder the moment it has the lock (no await in
+//! between): it must be ready by then. (A task awaiting it is woken at that moment; when it
+//! runs is the scheduler's business.)
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use futures_util::FutureExt;
 
 use distlock::{Client, Config, Error, LossReason};
 use testkit::RedisServer;
@@ -20,33 +23,13 @@ async fn client(server: &RedisServer) -> Client {
         .expect("connect")
 }
 
-/// Awaits `lost` on a thread and runtime of its own; joined, when it resolved and why.
-fn watch(
-    lost: impl Future<Output = LossReason> + Send + 'static,
-) -> std::thread::JoinHandle<(LossReason, Instant)> {
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let reason = tokio::time::timeout(Duration::from_secs(20), lost)
-                .await
-                .expect("lost() resolves");
-            (reason, Instant::now())
-        })
-    })
-}
-
-/// Asserts the watcher resolved with `Released`, before `next_at`.
-fn resolved_before(watcher: std::thread::JoinHandle<(LossReason, Instant)>, next_at: Instant) {
-    let (reason, at) = watcher.join().expect("the watcher");
-    assert_eq!(reason, LossReason::Released);
-    assert!(
-        at < next_at,
-        "lost() resolved {:?} after the next holder had the lock",
-        at - next_at
-    );
+/// Polls `lost` once (at the moment the next holder has the lock): it must be ready, with
+/// `Released`.
+fn resolved_by_now(lost: impl Future<Output = LossReason>, what: &str) {
+    match lost.now_or_never() {
+        Some(reason) => assert_eq!(reason, LossReason::Released, "{what}"),
+        None => panic!("{what}: lost() still pending when the next holder had the lock"),
+    }
 }
 
 #[tokio::test]
@@ -60,7 +43,7 @@ async fn a_resigned_leaders_lost_resolves_before_the_next_leader_is_elected() {
             .campaign()
             .await
             .unwrap();
-        let watcher = watch(leading.lost());
+        let lost = leading.lost();
         let next = tokio::spawn({
             let b = b.clone();
             async move {
@@ -70,7 +53,8 @@ async fn a_resigned_leaders_lost_resolves_before_the_next_leader_is_elected() {
                     .campaign()
                     .await
                     .unwrap();
-                (Instant::now(), elected)
+                resolved_by_now(lost, "the resigned leader's");
+                elected
             }
         });
         testkit::until_queued(&server.conn().await, "belief", 1).await;
@@ -80,9 +64,7 @@ async fn a_resigned_leaders_lost_resolves_before_the_next_leader_is_elected() {
         } else {
             drop(leading);
         }
-        let (elected_at, elected) = next.await.unwrap();
-        resolved_before(watcher, elected_at);
-        elected.resign().await.unwrap();
+        next.await.unwrap().resign().await.unwrap();
     }
 }
 
@@ -98,7 +80,7 @@ async fn a_released_guards_lost_resolves_before_the_next_holder_takes_the_lock()
             .acquire()
             .await
             .unwrap();
-        let watcher = watch(guard.lost());
+        let lost = guard.lost();
         let next = tokio::spawn({
             let b = b.clone();
             async move {
@@ -108,7 +90,8 @@ async fn a_released_guards_lost_resolves_before_the_next_holder_takes_the_lock()
                     .acquire()
                     .await
                     .unwrap();
-                (Instant::now(), taken)
+                resolved_by_now(lost, "the released guard's");
+                taken
             }
         });
         testkit::until_queued(&server.conn().await, "belief:lock", 1).await;
@@ -117,9 +100,7 @@ async fn a_released_guards_lost_resolves_before_the_next_holder_takes_the_lock()
         } else {
             drop(guard);
         }
-        let (taken_at, taken) = next.await.unwrap();
-        resolved_before(watcher, taken_at);
-        taken.release().await.unwrap();
+        next.await.unwrap().release().await.unwrap();
     }
 }
 
