@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
 bash scripts/ensure-postgres.sh
 bash scripts/ensure-prometheus.sh
+# Valkey 8.1 and Redis 8.2 for the server matrix (VALKEY_SERVER, REDIS8_SERVER).
+servers=$(bash scripts/ensure-servers.sh)
+eval "$(sed 's/^/export /' <<<"$servers")"
 cargo fmt --all -- --check
 # `metrics`: the metrics test (distlock-suite) and example (distlock-examples) need it
 # (benchmarks are built without it).
@@ -25,7 +28,9 @@ build_json=$(mktemp)
 log=$(mktemp)
 background_log=$(mktemp)
 second_log=$(mktemp)
-trap 'rm -f "$build_json" "$log" "$background_log" "$second_log"' EXIT
+valkey_log=$(mktemp)
+redis8_log=$(mktemp)
+trap 'rm -f "$build_json" "$log" "$background_log" "$second_log" "$valkey_log" "$redis8_log"' EXIT
 cargo test "${common[@]}" --tests --no-run --message-format=json-render-diagnostics >"$build_json"
 # Two streams of tests run at once, both mostly waiting (on Redis, timers, failovers, child
 # processes): cargo runs test binaries one after another, so the second stream is binaries
@@ -95,6 +100,34 @@ background=$!
   exit "$stream_status"
 ) >"$second_log" 2>&1 &
 second_run=$!
+# The server matrix: the test binaries and reliability rows whose outcome depends on the
+# server's behaviour (scripts, expiry, pub/sub, ACLs, replication and failover, cluster) run
+# again on Valkey 8.1 and on Redis 8.2 (the test support starts the binary in REDIS_SERVER),
+# one stream per server alongside the others (~5 minutes each; they mostly wait too). Debian's
+# Redis 7.0 runs everything above.
+matrix_tests=(core_lock core_renewal core_faults handoff permits read_holds multi_locks leader leader_terms leader_observe fence_redis fence_redis_watermark fence_redis_checks scripts_load replicas sentinel cluster redlock acl loss_reasons)
+matrix_rows=(1a 5 6 16 c1 23 24)
+reliability_exe=$(executable reliability)
+# Runs the matrix on the server binary $1 (every binary, even after a failure).
+run_matrix() {
+  local stream_status=0 name exe
+  for name in "${matrix_tests[@]}"; do
+    exe=$(executable "$name")
+    if [ -z "$exe" ]; then
+      echo "could not find the test binary $name in cargo's build output"
+      return 1
+    fi
+    echo "     Running $name on $1"
+    REDIS_SERVER="$1" "$exe" || stream_status=1
+  done
+  echo "     Running reliability ${matrix_rows[*]} on $1"
+  REDIS_SERVER="$1" "$reliability_exe" "${matrix_rows[@]}" || stream_status=1
+  return "$stream_status"
+}
+run_matrix "$VALKEY_SERVER" >"$valkey_log" 2>&1 &
+valkey_run=$!
+run_matrix "$REDIS8_SERVER" >"$redis8_log" 2>&1 &
+redis8_run=$!
 status=0
 cargo test "${other_targets[@]}" --no-fail-fast 2>&1 | tee "$log" || status=1
 # The same features as the tests above, so the doc tests reuse their build (another feature
@@ -114,6 +147,8 @@ report_stream() {
   fi
 }
 report_stream "$second_run" "$second_log" "the reliability suite, sentinel_failover and clock_steps"
+report_stream "$valkey_run" "$valkey_log" "the server matrix on Valkey 8.1"
+report_stream "$redis8_run" "$redis8_log" "the server matrix on Redis 8.2"
 report_stream "$background" "$background_log" "lints without features, packages and UI cases"
 passed=$(grep -Eo '(ok|FAILED)\. [0-9]+ passed|^[0-9]+ passed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')
