@@ -235,7 +235,7 @@ pub enum Error {
     },
     /// The client could not connect to Redis, or the connection's set-up failed (a missing or
     /// wrong password is reported here, at start-up).
-    #[error("could not connect to Redis at {to}: {source}; check the URL, that the server is up and reachable, and the credentials")]
+    #[error("{}", connect_message(to, source))]
     Connect {
         /// What the client tried to reach: the URL, the cluster's seed nodes, the Sentinel
         /// service and its sentinels, or the RedLock masters (passwords replaced by `***`).
@@ -343,6 +343,14 @@ pub enum Error {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
+    /// `fence::sqlx::advance` (feature `sqlx-postgres`) found no `distlock_fences` table in the
+    /// database: the schema was never created there. Nothing was fenced (the transaction has
+    /// failed).
+    #[error("fence of `{resource}` not advanced: the table `distlock_fences` does not exist in this database; create it once with `distlock::fence::sqlx::SCHEMA` (`sqlx::raw_sql(SCHEMA).execute(&pool).await?`), or add distlock-core/migrations/ to your own migrations")]
+    FenceTableMissing {
+        /// The resource whose fence was to advance.
+        resource: String,
+    },
     /// `fence::sqlx::advance` (feature `sqlx-postgres`) was called on a connection outside a
     /// transaction, where the fence would protect nothing (its row lock ends with the
     /// statement). Nothing was fenced.
@@ -397,6 +405,21 @@ fn fence_mismatch_message(resource: &str, lock: &str, fenced_by: Option<&str>) -
         Some(other) => format!("`{resource}` is fenced by lock `{other}`, not by `{lock}`: tokens compare only within one lock name, so nothing was compared or changed; protect each resource with one lock name"),
         None => format!("`{resource}` holds a value that was not written through `distlock::fence::redis` (a fenced value is a hash of `value`, `token` and `lock`), so the write under lock `{lock}` was refused; delete the key once, then write it only through `fence::redis::set`"),
     }
+}
+
+fn connect_message(to: &str, source: &redis::RedisError) -> String {
+    if answered_not_as_redis(source) {
+        format!("the server at {to} accepted the connection but did not answer as Redis ({source}): check that the URL's port is a Redis server's (6379 by default; 5432, for one, is PostgreSQL's), and that the server accepts this client (`maxclients`, `protected-mode`)")
+    } else {
+        format!("could not connect to Redis at {to}: {source}; check the URL, that the server is up and reachable, and the credentials")
+    }
+}
+
+/// A connection that was accepted and then dropped, or answered bytes that are not Redis's
+/// protocol: another service's port (a refused connection is not one: nothing listens there).
+fn answered_not_as_redis(source: &redis::RedisError) -> bool {
+    (source.is_connection_dropped() && !source.is_connection_refusal())
+        || source.kind() == redis::ErrorKind::Parse
 }
 
 fn not_fenced_message(key: Option<&str>) -> String {

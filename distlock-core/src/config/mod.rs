@@ -3,8 +3,10 @@
 pub(crate) mod duration;
 mod redact;
 pub(crate) mod source;
+mod url_problem;
 
 pub(crate) use redact::{redact_url, uses_tls};
+pub(crate) use url_problem::url_problem;
 
 use std::collections::HashMap;
 use std::fmt;

@@ -28,7 +28,7 @@ use redis::{
 use crate::background::Background;
 #[cfg(feature = "tls")]
 use crate::config::uses_tls;
-use crate::config::{redact_url, Config, ALL_REPLICAS, MAX_REPLICAS};
+use crate::config::{redact_url, url_problem, Config, ALL_REPLICAS, MAX_REPLICAS};
 use crate::deploy::sentinel::{follows_master_after, MasterLink, MasterSubscriber, Sentinels};
 use crate::error::Error;
 
@@ -152,12 +152,12 @@ impl Backend {
             let shown = redact_url(url);
             // The most common slip: a bare `host:port`.
             let hint = if url.contains("://") {
-                String::new()
+                format!("; {}", url_problem(url))
             } else {
                 format!("; add `redis://` (or `rediss://` for TLS): `redis://{shown}/`")
             };
             Error::InvalidConfig {
-                reason: format!("`{shown}` {what}: {}{hint}", describe(e)),
+                reason: format!("`{shown}` {what} ({}){hint}", describe(e)),
             }
         };
         let kind = if !config.sentinels.is_empty() {

@@ -108,7 +108,8 @@ pub async fn advance(conn: &mut PgConnection, fence: &Fence, bound: Duration) ->
 /// [`Error::FenceLocked`] when another holder's transaction kept the row locked for twice the
 /// bound (this transaction has failed: retry), [`Error::FenceOutsideTransaction`] when `conn`
 /// is not in a transaction (nothing done), [`Error::InvalidConfig`] for a bound out of range,
-/// and [`Error::Store`] on a database error (a missing table: run [`SCHEMA`] first).
+/// [`Error::FenceTableMissing`] when the table was never created (run [`SCHEMA`] first), and
+/// [`Error::Store`] on another database error.
 pub async fn advance_resource(
     conn: &mut PgConnection,
     resource: &str,
@@ -123,6 +124,9 @@ pub async fn advance_resource(
     }
     let store = |source: ::sqlx::Error| match code(&source).as_deref() {
         Some(OUTSIDE_TRANSACTION) => Error::FenceOutsideTransaction {
+            resource: resource.to_owned(),
+        },
+        Some(UNDEFINED_TABLE) => Error::FenceTableMissing {
             resource: resource.to_owned(),
         },
         Some(LOCK_NOT_AVAILABLE) => Error::FenceLocked {
@@ -190,6 +194,9 @@ const OUTSIDE_TRANSACTION: &str = "25P01";
 
 /// `lock_not_available`: a lock waited for longer than `lock_timeout`.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
+
+/// SQLSTATE `undefined_table`: `distlock_fences` was never created ([`SCHEMA`]).
+const UNDEFINED_TABLE: &str = "42P01";
 
 /// Fails with `25P01` outside a transaction block; in one, takes the weakest table lock (the
 /// upsert takes a stronger one next), which conflicts only with `ALTER`/`DROP`-like locks.
