@@ -37,11 +37,11 @@
 //! | fault | on the server | the holder is told |
 //! | --- | --- | --- |
 //! | [`TestRedis::expire_lock`] | the lock's key deleted, as its lease running out there would (an expiry, an eviction, a restart without persistence) | [`Expired`](crate::LossReason::Expired), within a round trip |
-//! | [`TestRedis::steal_lock`] | the key deleted and the lock taken by another owner, fenced: a [`NewHolder`], whose [`fence`](NewHolder::fence) makes a [`FencedStore`](crate::fence::redis::FencedStore) refuse the old holder's writes ([`Error::Fenced`](crate::Error::Fenced)) | [`Stolen`](crate::LossReason::Stolen), within a round trip |
-//! | [`TestRedis::pause`], [`TestRedis::pause_for`] | the `redis-server` process stopped (`SIGSTOP`) until the guard is dropped: nothing answers, the keys' expiry dates run out | [`Unreachable`](crate::LossReason::Unreachable) when its lease runs out ([`LeaseElapsed`](crate::LossReason::LeaseElapsed) without `renew`) |
+//! | [`TestRedis::steal_lock`] | the key deleted and the lock taken by another owner, fenced: a [`NewHolder`], whose [`fence`](NewHolder::fence) makes a [`FencedStore`](crate::fence::redis::FencedStore) refuse the old holder's writes ([`Error::Fenced`](crate::Error::Fenced)) | [`Stolen`](crate::LossReason::Stolen), within a round trip (see its docs for a rare `Expired`) |
+//! | [`TestRedis::pause`], [`TestRedis::pause_for`] | the `redis-server` process stopped (`SIGSTOP`) until the guard is dropped: nothing answers, and a key whose date passes meanwhile is gone when it thaws | [`Unreachable`](crate::LossReason::Unreachable) when its lease runs out ([`LeaseElapsed`](crate::LossReason::LeaseElapsed) without `renew`) |
 //! | [`TestRedis::step_clock`] | the wall clock stepped forward: every key's expiry that much earlier, and the clients' server checks read the clock that much ahead | [`Expired`](crate::LossReason::Expired) within a round trip, for a lock the step expired; a lock with more left is kept |
 //! | [`TestSentinel::failover`], [`TestSentinel::failover_seen_by`] | `SENTINEL FAILOVER`: the replica promoted | nothing, for a lock the replica had (`min_replicas`): the client confirms it on the new master |
-//! | [`TestSentinel::failover_losing`] | a failover to a replica that had not received the lock | [`Expired`](crate::LossReason::Expired), once the client follows (within about 500 ms) |
+//! | [`TestSentinel::failover_losing`] | a failover to a replica that had not received the lock | [`Expired`](crate::LossReason::Expired), once the client follows the failover (it hears the sentinel's announcement, or asks every 500 ms) |
 //!
 //! Faults of one lock (`expire_lock`, `steal_lock`) may be made on the shared server of
 //! [`init`]; faults of the whole server (`pause`, `step_clock`) reach every test that uses it,

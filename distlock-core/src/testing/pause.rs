@@ -13,10 +13,10 @@ impl TestRedis {
     ///
     /// A holder whose lease runs out meanwhile is told [`LossReason::Unreachable`] (its
     /// renewals went unanswered) and its body cancelled, or [`LossReason::LeaseElapsed`]
-    /// without `renew`; the lock key expires on the server at its date all the same, so it is
-    /// free when the server thaws. Every client of the server waits: pause a private server
-    /// ([`TestRedis::start`]), not the one [`init`](crate::testing::init) shares between the
-    /// tests of the process.
+    /// without `renew`. The server's clock runs on: a key whose date passes during the pause is
+    /// gone when the server thaws (the renewals that waited meanwhile find nothing to extend).
+    /// Every client of the server waits: pause a private server ([`TestRedis::start`]), not
+    /// the one [`init`](crate::testing::init) shares between the tests of the process.
     ///
     /// [`LossReason::Unreachable`]: crate::LossReason::Unreachable
     /// [`LossReason::LeaseElapsed`]: crate::LossReason::LeaseElapsed
