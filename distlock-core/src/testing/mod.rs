@@ -51,10 +51,10 @@
 //!
 //! A lock deleted on the server is noticed by its holder at its next renewal, up to a third of
 //! its ttl later, and without `renew` not at all (a fenced write is then what refuses a stale
-//! holder). The faults that lose locks in production (a restart, a clock step, a failover) are
-//! noticed sooner: each client checks its servers' clocks and run ids every
-//! [`Config::server_check`](crate::Config::server_check) (250 ms) and, at a step or a restart,
-//! confirms every lease on the server at once. The kit shows its faults to those checks: with
+//! holder). The faults that lose locks in production are noticed sooner: a client follows a
+//! Sentinel failover and confirms every lease on the new master, and it checks its servers'
+//! clocks and run ids every [`Config::server_check`](crate::Config::server_check) (250 ms) and,
+//! at a step or a restart, confirms every lease on the server at once. The kit shows its faults to those checks: with
 //! the feature `testing` compiled in, the server check of every client in the process reads a
 //! server as the kit says (its clock further ahead after [`TestRedis::step_clock`]; one more
 //! request to confirm every lease after [`TestRedis::expire_lock`] and
