@@ -116,12 +116,14 @@ async fn lost_while<C>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_server_is_unreachable_whatever_the_response_timeout() {
-    let server = RedisServer::start();
+    // The fault kit's server and pause, as a user's test would freeze it.
+    let server = distlock::testing::TestRedis::start().unwrap();
+    let url = || server.url().to_owned();
     // Renewal attempts time out (and are retried) before the lease runs out.
-    let short = lost_while(server.url(), TTL / 4, "frozen:short", || server.paused()).await;
+    let short = lost_while(url(), TTL / 4, "frozen:short", || server.pause()).await;
     assert_eq!(short, LossReason::Unreachable);
     // The attempt in flight outlives the lease: it went unanswered while the process ran.
-    let long = lost_while(server.url(), TTL * 10, "frozen:long", || server.paused()).await;
+    let long = lost_while(url(), TTL * 10, "frozen:long", || server.pause()).await;
     assert_eq!(long, LossReason::Unreachable);
 }
 

@@ -54,7 +54,8 @@
 //! tokio = { version = "1", features = ["rt-multi-thread", "macros"] }
 //!
 //! [dev-dependencies]
-//! # Tests of code that takes locks, against a throwaway redis-server; the same source as above.
+//! # Tests of code that takes locks, against a throwaway redis-server, and their faults (a lock
+//! # taken mid-body, a paused server, a clock step, a Sentinel failover); the same source as above.
 //! distlock = { git = "<the repository's URL>", rev = "<commit>", features = ["testing"] }
 //! ```
 //!
@@ -66,7 +67,7 @@
 //! | feature | what it adds | items |
 //! | --- | --- | --- |
 //! | `serde` | the lock settings from a configuration file (TOML, JSON, YAML), durations as text (`"10s"`; see [Configuration](#configuration)) | `impl Deserialize for Config` |
-//! | `testing` | a throwaway `redis-server` per test process, with the default client installed on it, for the tests of code that takes locks | the module `distlock::testing`: `testing::init`, `testing::TestRedis` |
+//! | `testing` | a throwaway `redis-server` per test process, with the default client installed on it, for the tests of code that takes locks; and the faults that take a lock from the code under test (expired or stolen now, the server paused, its clock stepped, a Sentinel failover), so a test asserts that the body was cancelled or a stale fenced write refused (`docs/testing.md`). Test-only hooks in the server check, compiled only with the feature | the module `distlock::testing`: `testing::init`, `testing::TestRedis`, `testing::TestSentinel`, `testing::NewHolder`, `testing::Paused`, `testing::Locks` |
 //! | `tls` | `rediss://` URLs (one server, Cluster, Sentinel, RedLock masters) through rustls, with your roots or the system's, and client certificates for mutual TLS | none: [`Config::tls_root_certificates`] and [`Config::tls_client_certificate`] are always there; without the feature a `rediss://` URL is refused by [`Config::validate`] |
 //! | `metrics` | counters, histograms and gauges through the `metrics` facade (see [Metrics](#metrics)); install any recorder to collect them | `distlock::describe_metrics` |
 //! | `sqlx-postgres` | fenced writes in PostgreSQL through your sqlx (0.8) transaction (see [`fence`](mod@fence)) | the module `distlock::fence::sqlx`: `advance`, `advance_resource`, `LONGEST_BOUND`, `SCHEMA` |

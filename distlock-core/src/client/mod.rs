@@ -293,6 +293,20 @@ impl Client {
         watchdog::epoch(&self.inner.deployment, &self.inner.checks)
     }
 
+    /// Master switches seen so far (Sentinel; 0 elsewhere), without the server checks' steps
+    /// and restarts: what the testing kit waits for after a failover it made.
+    #[cfg(feature = "testing")]
+    pub(crate) fn master_switches(&self) -> u64 {
+        self.inner.deployment.switches()
+    }
+
+    /// True when every lease of this client still held was confirmed on the server since the
+    /// latest master switch, clock step or restart it saw (see `watchdog`).
+    #[cfg(feature = "testing")]
+    pub(crate) fn leases_confirmed(&self) -> bool {
+        self.inner.watchdog.all_confirmed(self.switches())
+    }
+
     /// True where masters switch under the client (Sentinel) or server clocks are watched for
     /// steps: every lease is confirmed on the server after each (see `watchdog`).
     pub(crate) fn follows_switches(&self) -> bool {

@@ -238,6 +238,15 @@ impl Watchdog {
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
         sync::lock(&self.shared.table)
     }
+
+    /// True when every lease still held was confirmed on the server under `epoch` (the
+    /// testing kit waits for it after a failover it made).
+    #[cfg(feature = "testing")]
+    pub(crate) fn all_confirmed(&self, epoch: u64) -> bool {
+        let table = self.table();
+        let mut leases = table.entries.values();
+        leases.all(|e| e.confirmed == epoch || e.renewal.lease.lost_reason().is_some())
+    }
 }
 
 fn spawn(

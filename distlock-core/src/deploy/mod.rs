@@ -6,6 +6,8 @@
 
 pub(crate) mod backend;
 pub(crate) mod call_error;
+#[cfg(feature = "testing")]
+pub(crate) mod check_faults;
 pub(crate) mod connection;
 pub(crate) mod redlock;
 pub(crate) mod sentinel;

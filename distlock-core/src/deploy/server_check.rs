@@ -38,6 +38,9 @@ use crate::deploy::backend::Link;
 use crate::deploy::connection::Connection;
 use crate::metrics::{self, ServerEvent};
 
+#[cfg(feature = "testing")]
+use super::check_faults;
+
 /// How much further than this machine's clock a server's clock may move between two reads
 /// (beyond their round trips) before it counts as a step: far above the drift of a clock NTP
 /// slews (at most 0.5 ms per second), far below a ttl.
@@ -70,7 +73,12 @@ impl ServerCheck {
         });
         let task = period.map(|period| {
             metrics::server_events_watched(&[ServerEvent::ClockStep, ServerEvent::Restart]);
-            let task = watch_clocks(servers, period, timeout, steps.clone());
+            // The testing kit's faults made from now on are this client's to see.
+            #[cfg(feature = "testing")]
+            let since = check_faults::now();
+            #[cfg(not(feature = "testing"))]
+            let since = ();
+            let task = watch_clocks(servers, (period, timeout), steps.clone(), since);
             background.spawn_task(task)
         });
         ServerCheck { steps, task }
@@ -108,20 +116,41 @@ struct Reading {
     at: Instant,
     rtt: Duration,
     run_id: Option<String>,
+    /// What the testing kit showed of this server (`check_faults`).
+    #[cfg(feature = "testing")]
+    kit: check_faults::Shown,
 }
+
+/// What the testing kit had shown when a check started (`check_faults::now`; nothing without
+/// the feature).
+#[cfg(feature = "testing")]
+type Since = u64;
+#[cfg(not(feature = "testing"))]
+type Since = ();
 
 async fn watch_clocks(
     servers: Vec<Arc<Connection>>,
-    period: Duration,
-    timeout: Duration,
+    (period, timeout): (Duration, Duration),
     steps: Arc<Steps>,
+    since: Since,
 ) {
     // The last reading of each server (by connection and node address).
     let mut last: HashMap<(usize, String), Reading> = HashMap::new();
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    #[cfg(feature = "testing")]
+    let mut kit = check_faults::wakes();
+    #[cfg(not(feature = "testing"))]
+    let () = since;
     loop {
+        #[cfg(not(feature = "testing"))]
         tick.tick().await;
+        // A fault the testing kit made is read at once, not at the next tick.
+        #[cfg(feature = "testing")]
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = kit.changed() => {}
+        }
         // All at once: a server that does not answer does not delay the others' readings.
         let reads = servers.iter().map(|server| {
             let (_, link) = server.current();
@@ -134,7 +163,12 @@ async fn watch_clocks(
                 continue;
             };
             for (node, reading) in readings {
-                let Some(before) = last.insert((i, node.clone()), reading.clone()) else {
+                let before = last.insert((i, node.clone()), reading.clone());
+                #[cfg(feature = "testing")]
+                if kit_fault(&node, before.as_ref(), &reading, since) {
+                    steps.count();
+                }
+                let Some(before) = before else {
                     continue;
                 };
                 if let Some(ahead) = stepped(&before, &reading) {
@@ -164,6 +198,30 @@ impl Steps {
         let seen = self.seen.fetch_add(1, Ordering::AcqRel) + 1;
         self.announce.send_replace(seen);
     }
+}
+
+/// True if the testing kit made a fault on the server since the `before` reading (or since
+/// the check started, `since`, for its first reading) that the clock comparison does not count
+/// by itself: a request to confirm every lease, or a step made before the first reading (with
+/// no earlier reading, the comparison cannot see it; a real one would go unnoticed).
+#[cfg(feature = "testing")]
+fn kit_fault(node: &str, before: Option<&Reading>, after: &Reading, since: u64) -> bool {
+    let (stepped, confirmed) = match before {
+        // A later step is the comparison's to count.
+        Some(before) => (false, after.kit.confirmed > before.kit.confirmed),
+        None => (after.kit.stepped > since, after.kit.confirmed > since),
+    };
+    if stepped {
+        tracing::warn!(
+            node = %node,
+            ahead_ms = after.kit.ahead_us / 1000,
+            "a Redis server's clock stepped forward: its locks expire early; confirming every lease"
+        );
+        metrics::server_event(ServerEvent::ClockStep);
+    } else if confirmed {
+        tracing::debug!(node = %node, "the testing kit asks every lease confirmed");
+    }
+    stepped || confirmed
 }
 
 /// True if the two readings came from different runs of the server.
@@ -212,11 +270,19 @@ async fn read_clocks(mut link: Link) -> redis::RedisResult<Vec<(String, Reading)
     let at = sent + rtt / 2;
     let reading = |time: Value, run_id: Option<String>| -> Option<Reading> {
         let (secs, micros): (i64, i64) = redis::from_redis_value(time).ok()?;
+        let server_us = secs.checked_mul(1_000_000)?.checked_add(micros)?;
+        #[cfg(feature = "testing")]
+        let kit = check_faults::shown(run_id.as_deref());
         Some(Reading {
-            server_us: secs.checked_mul(1_000_000)?.checked_add(micros)?,
+            #[cfg(feature = "testing")]
+            server_us: server_us.saturating_add(kit.ahead_us),
+            #[cfg(not(feature = "testing"))]
+            server_us,
             at,
             rtt,
             run_id,
+            #[cfg(feature = "testing")]
+            kit,
         })
     };
     Ok(match (times, infos) {
@@ -265,6 +331,8 @@ mod tests {
             at: base + Duration::from_millis(local_ms),
             rtt: Duration::from_millis(rtt_ms),
             run_id: Some("a".into()),
+            #[cfg(feature = "testing")]
+            kit: check_faults::Shown::default(),
         }
     }
 
