@@ -12,16 +12,8 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 
-use distlock::{Client, Config, Error, LossReason};
-use testkit::RedisServer;
-
-async fn client(server: &RedisServer) -> Client {
-    Config::new(server.url())
-        .response_timeout(Duration::from_millis(500))
-        .connect()
-        .await
-        .expect("connect")
-}
+use distlock::{Error, LossReason};
+use testkit::{quick_client, RedisServer};
 
 /// Polls `lost` once (at the moment the next holder has the lock): it must be ready, with
 /// `Released`.
@@ -35,7 +27,7 @@ fn resolved_by_now(lost: impl Future<Output = LossReason>, what: &str) {
 #[tokio::test]
 async fn a_resigned_leaders_lost_resolves_before_the_next_leader_is_elected() {
     let server = RedisServer::start();
-    let (a, b) = (client(&server).await, client(&server).await);
+    let (a, b) = (quick_client(&server).await, quick_client(&server).await);
     for round in 0..5 {
         let leading = a
             .leader("belief")
@@ -71,7 +63,7 @@ async fn a_resigned_leaders_lost_resolves_before_the_next_leader_is_elected() {
 #[tokio::test]
 async fn a_released_guards_lost_resolves_before_the_next_holder_takes_the_lock() {
     let server = RedisServer::start();
-    let (a, b) = (client(&server).await, client(&server).await);
+    let (a, b) = (quick_client(&server).await, quick_client(&server).await);
     for round in 0..6 {
         let guard = a
             .lock("belief:lock")
@@ -107,7 +99,7 @@ async fn a_released_guards_lost_resolves_before_the_next_holder_takes_the_lock()
 #[tokio::test]
 async fn a_leaders_body_that_resigned_is_told_it_no_longer_leads() {
     let server = RedisServer::start();
-    let a = client(&server).await;
+    let a = quick_client(&server).await;
     let (before, after, ended) = a
         .leader("belief:body")
         .run(|leadership| async move {

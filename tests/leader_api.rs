@@ -10,23 +10,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::leader::{LeaderHealth, Lost};
-use distlock::{Client, Config, Error, LossReason};
+use distlock::{Config, Error, LossReason};
 use redis::AsyncCommands;
-use testkit::RedisServer;
+use testkit::{quick_client, RedisServer};
 use tokio::time::Instant;
-
-async fn client(server: &RedisServer) -> Client {
-    Config::new(server.url())
-        .response_timeout(Duration::from_millis(500))
-        .connect()
-        .await
-        .expect("connect")
-}
 
 #[tokio::test]
 async fn a_watch_says_whether_its_term_leads_without_the_leadership() {
     let server = RedisServer::start();
-    let c = client(&server).await;
+    let c = quick_client(&server).await;
     let leadership = c.leader("watched").campaign().await.unwrap();
     let watch = leadership.watch();
     assert!(watch.is_leader() && leadership.is_leader());
@@ -52,7 +44,7 @@ async fn a_watch_says_whether_its_term_leads_without_the_leadership() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_body_does_not_yield_past_its_lease_is_unhealthy_until_it_goes() {
     let server = RedisServer::start();
-    let c = client(&server).await;
+    let c = quick_client(&server).await;
     let health = LeaderHealth::new(Duration::from_millis(200));
     let ttl = Duration::from_millis(300);
     let (led_tx, led_rx) = std::sync::mpsc::channel();
@@ -116,7 +108,7 @@ async fn a_leader_whose_body_does_not_yield_past_its_lease_is_unhealthy_until_it
 #[tokio::test]
 async fn serve_stays_a_candidate_after_its_body_returns() {
     let server = RedisServer::start();
-    let c = client(&server).await;
+    let c = quick_client(&server).await;
     let bodies = Arc::new(AtomicUsize::new(0));
     let terms = Arc::new(Mutex::new(Vec::new()));
     let serving = tokio::spawn({
@@ -147,7 +139,7 @@ async fn serve_stays_a_candidate_after_its_body_returns() {
 #[tokio::test]
 async fn on_lost_says_why_a_body_was_cancelled_and_quick_losses_pause_the_campaigns() {
     let server = RedisServer::start();
-    let c = client(&server).await;
+    let c = quick_client(&server).await;
     let lost = Arc::new(Mutex::new(Vec::<Lost>::new()));
     let started = Instant::now();
     let serving = tokio::spawn({
@@ -208,7 +200,7 @@ async fn with_min_replicas_the_terms_record_is_on_the_replica_when_the_leader_is
 #[tokio::test]
 async fn a_body_that_drops_its_leadership_leads_until_it_completes() {
     let server = RedisServer::start();
-    let (c, other) = (client(&server).await, client(&server).await);
+    let (c, other) = (quick_client(&server).await, quick_client(&server).await);
     let (held_midway, led_by) = c
         .leader("dropped")
         .identity("a")
@@ -242,9 +234,9 @@ async fn a_body_that_drops_its_leadership_leads_until_it_completes() {
 async fn the_candidates_in_line_are_listed_leader_first_in_the_order_they_will_be_elected() {
     let server = RedisServer::start();
     let (a, b, c) = (
-        client(&server).await,
-        client(&server).await,
-        client(&server).await,
+        quick_client(&server).await,
+        quick_client(&server).await,
+        quick_client(&server).await,
     );
     let first = a.leader("line").identity("a").campaign().await.unwrap();
     let second = tokio::spawn({

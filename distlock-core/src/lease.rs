@@ -278,6 +278,18 @@ impl Lease {
         None
     }
 
+    /// `Ok(())` while the lease is guaranteed, otherwise [`Error::Lost`] for the lock `key`
+    /// with why: what every `ensure_held` answers.
+    pub(crate) fn ensure_held(&self, key: &str) -> Result<(), Error> {
+        match self.lost_reason() {
+            None => Ok(()),
+            Some(reason) => Err(Error::Lost {
+                key: key.to_owned(),
+                reason,
+            }),
+        }
+    }
+
     /// When the lease was lost (or let go), if it was.
     pub(crate) fn lost_at(&self) -> Option<Instant> {
         self.lost_reason()?;

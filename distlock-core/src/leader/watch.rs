@@ -65,13 +65,7 @@ impl LeaderWatch {
     /// `Ok(())` while this term leads, otherwise [`Error::Lost`] with why
     /// ([`LossReason::Released`] once the leader resigned).
     pub fn ensure_held(&self) -> Result<(), Error> {
-        match self.lost_reason() {
-            None => Ok(()),
-            Some(reason) => Err(Error::Lost {
-                key: self.name().to_owned(),
-                reason,
-            }),
-        }
+        self.lease.ensure_held(self.name())
     }
 
     /// Why this term no longer leads, or `None` while it does.

@@ -200,12 +200,7 @@ pub fn ensure_held() -> Result<(), Error> {
     let innermost = current().ok_or(Error::NotLocked)?;
     let mut cursor = Some(&innermost);
     while let Some(Frame(data)) = cursor {
-        if let Some(reason) = data.lease.lost_reason() {
-            return Err(Error::Lost {
-                key: data.hold.keys.name().to_owned(),
-                reason,
-            });
-        }
+        data.lease.ensure_held(data.hold.keys.name())?;
         cursor = data.parent.as_ref();
     }
     Ok(())

@@ -203,13 +203,7 @@ impl LockGuard {
     /// hold, [`LockGuard::lost`] and a body's [`crate::ensure_held`], then says
     /// [`LossReason::Released`].)
     pub fn ensure_held(&self) -> Result<(), Error> {
-        match self.lost_reason() {
-            None => Ok(()),
-            Some(reason) => Err(Error::Lost {
-                key: self.name().to_owned(),
-                reason,
-            }),
-        }
+        self.lease.ensure_held(self.name())
     }
 
     /// Resolves when the lock is lost: renewal found it gone or taken, Redis stayed unreachable

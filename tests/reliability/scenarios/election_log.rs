@@ -604,30 +604,37 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
             }
             Err(error) => return Err(error.to_string()),
         };
-        let term = leadership.term();
-        ctx.say(format!("LEAD term={term} at={}", now_us()));
-        let lost = leadership.lost();
-        tokio::pin!(lost);
-        loop {
-            tokio::select! {
-                command = ctx.command() => {
-                    if command == "resign" {
-                        // From the call: the next leader may be elected before its reply.
-                        let at = now_us();
-                        let _ = leadership.resign().await;
-                        ctx.say(format!("RESIGNED term={term} at={at}"));
-                        break;
-                    }
+        lead(&mut ctx, leadership).await;
+    }
+}
+
+/// Leads as row 24's candidates do, until the term ends: `LEAD` first, `HELD` (with the
+/// instants before and after the check) every 10 ms while `ensure_held()` says `Ok`, `RESIGNED`
+/// when the suite says `resign`, `LOST` (with why) when the term is lost.
+pub(crate) async fn lead(ctx: &mut Ctx, leadership: distlock::Leadership) {
+    let term = leadership.term();
+    ctx.say(format!("LEAD term={term} at={}", now_us()));
+    let lost = leadership.lost();
+    tokio::pin!(lost);
+    loop {
+        tokio::select! {
+            command = ctx.command() => {
+                if command == "resign" {
+                    // From the call: the next leader may be elected before its reply.
+                    let at = now_us();
+                    let _ = leadership.resign().await;
+                    ctx.say(format!("RESIGNED term={term} at={at}"));
+                    return;
                 }
-                reason = &mut lost => {
-                    ctx.say(format!("LOST term={term} at={} why={reason:?}", now_us()));
-                    break;
-                }
-                () = tokio::time::sleep(Duration::from_millis(10)) => {
-                    let before = now_us();
-                    if leadership.ensure_held().is_ok() {
-                        ctx.say(format!("HELD term={term} b={before} a={}", now_us()));
-                    }
+            }
+            reason = &mut lost => {
+                ctx.say(format!("LOST term={term} at={} why={reason:?}", now_us()));
+                return;
+            }
+            () = tokio::time::sleep(Duration::from_millis(10)) => {
+                let before = now_us();
+                if leadership.ensure_held().is_ok() {
+                    ctx.say(format!("HELD term={term} b={before} a={}", now_us()));
                 }
             }
         }

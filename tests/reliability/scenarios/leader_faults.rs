@@ -501,33 +501,7 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
             .campaign()
             .await
             .map_err(|e| e.to_string())?;
-        let term = leadership.term();
-        ctx.say(format!("LEAD term={term} at={}", now_us()));
-        let lost = leadership.lost();
-        tokio::pin!(lost);
-        loop {
-            tokio::select! {
-                command = ctx.command() => {
-                    if command == "resign" {
-                        // From the call: the next leader may be elected before its reply.
-                        let at = now_us();
-                        let _ = leadership.resign().await;
-                        ctx.say(format!("RESIGNED term={term} at={at}"));
-                        break;
-                    }
-                }
-                _ = &mut lost => {
-                    ctx.say(format!("LOST term={term} at={}", now_us()));
-                    break;
-                }
-                () = tokio::time::sleep(Duration::from_millis(10)) => {
-                    let before = now_us();
-                    if leadership.ensure_held().is_ok() {
-                        ctx.say(format!("HELD term={term} b={before} a={}", now_us()));
-                    }
-                }
-            }
-        }
+        super::election_log::lead(&mut ctx, leadership).await;
     }
 }
 
