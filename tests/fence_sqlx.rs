@@ -157,8 +157,10 @@ async fn without_the_table_the_error_says_so() {
     let err = advance(&mut tx, &Fence::new("x", 1), BOUND)
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Store { .. }), "{err:?}");
+    // Names the table and the fix (issue 44: it named the relation only).
+    assert!(matches!(err, Error::FenceTableMissing { .. }), "{err:?}");
     assert!(err.to_string().contains("distlock_fences"), "{err}");
+    assert!(err.to_string().contains("fence::sqlx::SCHEMA"), "{err}");
 }
 
 /// Waits until one session of the server waits on a row lock (`what` names the wait).

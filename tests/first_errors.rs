@@ -1,11 +1,12 @@
 //! The errors a new user meets first, each saying what is wrong and how to fix it (issue 44):
 //! a URL with another scheme or a path that is not a database number, a URL pointing at
-//! another service's port (a real PostgreSQL), an observer with no client installed, and a
-//! fenced write to Postgres before its table exists.
+//! another service's port (a real PostgreSQL), an observer with no client installed. (A fenced
+//! write to Postgres before its table exists names `fence::sqlx::SCHEMA`:
+//! `tests/fence_sqlx.rs`.)
 
 use std::time::Duration;
 
-use distlock::{Config, Error, Fence};
+use distlock::{Config, Error};
 use futures_util::StreamExt;
 use testkit::PostgresServer;
 
@@ -70,20 +71,4 @@ async fn an_observer_with_no_client_installed_ends_with_the_error() {
         }
         other => panic!("{other:?}"),
     }
-}
-
-#[tokio::test]
-async fn a_fenced_write_before_its_table_exists_names_the_schema_to_run() {
-    use distlock::fence::sqlx::advance;
-    let postgres = tokio::task::spawn_blocking(PostgresServer::start)
-        .await
-        .unwrap();
-    let pool = sqlx::PgPool::connect(&postgres.url()).await.unwrap();
-    let mut tx = pool.begin().await.unwrap();
-    let err = advance(&mut tx, &Fence::new("ledger:7", 1), Duration::from_secs(5))
-        .await
-        .unwrap_err();
-    let text = err.to_string();
-    assert!(text.contains("distlock_fences"), "{text}");
-    assert!(text.contains("fence::sqlx::SCHEMA"), "{text}");
 }

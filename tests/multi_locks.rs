@@ -473,7 +473,11 @@ async fn on_a_cluster_sets_across_slots_conserve_the_total_without_deadlock() {
     );
     assert_eq!(done, 2 * 3 * 20);
     assert_eq!(total(&ledger), START * ACCOUNTS as i64);
-    // A busy later group releases the earlier ones: nothing of the set is left held.
+    // A busy later group releases the earlier ones: nothing of the set is left held. (The
+    // transfers' last releases were sent without waiting, `run`'s way: answered first.)
+    for c in &clients {
+        c.settle().await;
+    }
     let c = &clients[0];
     let names: Vec<String> = (0..ACCOUNTS).map(|a| format!("cacct:{a}")).collect();
     let last = {

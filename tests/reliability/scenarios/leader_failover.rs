@@ -53,6 +53,11 @@ const REELECTED_WITHIN: Duration = TTL.saturating_add(SENTINEL_CHECK);
 /// sentinels which replicas the new master has every 500 ms (until they list one, its
 /// acquires are refused as unreplicated).
 const REELECTED_WITHIN_ALL: Duration = REELECTED_WITHIN.saturating_add(SENTINEL_CHECK);
+/// Added to [`REELECTED_WITHIN_ALL`] in CI (`CI` set), where the suite shares its two cores with
+/// other test binaries: the replicas' resync with the new master, which every `WAIT` of the
+/// next election needs, took the next term's first `Ok` to 2.46 s after the naming there
+/// (0.5–1.5 s on a quiet machine).
+const REELECTED_SLACK_CI: Duration = Duration::from_millis(1500);
 /// With `min_replicas` 0, how long two terms may believe at once (their `Ok` checks, and the
 /// old leader's `LOST` after the next one's `LEAD`): the old leader renews on the old master,
 /// unreplicated, until its client hears of the switch, within [`SENTINEL_CHECK`] of the
@@ -226,9 +231,10 @@ async fn failover(t: &Tally, fault: Fault, round: u64) -> Vec<Outcome> {
     let mut outcomes = Vec::new();
     for ((mut election, replicas), old) in elections.into_iter().zip(leaders) {
         let old = old.unwrap_or(0);
-        let within = match replicas {
-            0 => REELECTED_WITHIN,
-            _ => REELECTED_WITHIN_ALL,
+        let within = match (replicas, std::env::var_os("CI")) {
+            (0, _) => REELECTED_WITHIN,
+            (_, None) => REELECTED_WITHIN_ALL,
+            (_, Some(_)) => REELECTED_WITHIN_ALL + REELECTED_SLACK_CI,
         };
         // Led on the new master: by a later term, or by the old one past any lease it could
         // have had from the old master (the bound on a later term is checked below).
