@@ -14,4 +14,5 @@
 //!   it and the reliability test that tests it under real faults).
 
 pub mod keyspace;
+pub mod protocol;
 pub mod scripts;

@@ -81,6 +81,8 @@ pub struct Mutations {
     pub token_from_clock_only: bool,
     /// `FENCED_WRITE` does not compare with the watermark.
     pub write_without_watermark: bool,
+    /// A lock let go is deleted and woken even with waiters queued (nobody is handed it).
+    pub let_go_without_handoff: bool,
     /// `LEADER_PROCLAIM` writes the hold's token as the term even when it is not above the
     /// last term written.
     pub term_from_token_only: bool,

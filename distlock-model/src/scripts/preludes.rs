@@ -212,7 +212,7 @@ pub(super) fn let_go(
     chan: &str,
     queue: Option<(&str, &str)>,
 ) {
-    if let Some((q, ids)) = queue {
+    if let Some((q, ids)) = queue.filter(|_| !f.let_go_without_handoff) {
         let line = Line { q, ids, chan };
         if turn_over(r, f, lock, line, Some("string"), None, None).is_some() {
             return;
