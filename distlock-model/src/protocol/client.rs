@@ -96,6 +96,8 @@ pub struct Inflight {
     pub seq: u8,
     /// The failover epoch it was applied in.
     pub epoch: u8,
+    /// Tokens the server had handed out when it was applied (its own included).
+    pub issued: u8,
 }
 
 /// A client.
@@ -242,6 +244,7 @@ fn send(
         reply: Reply::Nil,
         seq: 0,
         epoch: 0,
+        issued: 0,
     });
     if w.slow {
         w.slow = false;
@@ -280,17 +283,13 @@ pub(super) fn apply(s: &Setup, w: &mut World, c: usize) {
     if before.as_deref() != w.server.holder(w.now) {
         w.history.freed_by_expiry = false;
     }
-    // Tokens and terms in the order the server hands them out (their replies may arrive in
-    // another order).
-    let fresh = match (&req, inner(&ran.reply).as_slice()) {
-        (Req::Attempt { .. }, [1, token, ..]) if s.fenced && *token > 0 => Some(*token),
-        _ => None,
-    };
-    if let Some(token) = fresh {
-        if token <= w.history.max_token {
-            w.history.token_went_back = true;
+    // Tokens are compared in the order the server hands them out (their replies may arrive
+    // in another order), once their holder accepts them (a token of a take that no replica
+    // acknowledged is never handed to the caller).
+    if let (Req::Attempt { .. }, [1, token, ..]) = (&req, inner(&ran.reply).as_slice()) {
+        if s.fenced && *token > 0 {
+            w.history.issued += 1;
         }
-        w.history.max_token = w.history.max_token.max(token);
     }
     if req == Req::Proclaim {
         let items = ran
@@ -314,11 +313,12 @@ pub(super) fn apply(s: &Setup, w: &mut World, c: usize) {
             }
         }
     }
-    let (seq, epoch) = (w.server.seq, w.server.epoch);
+    let (seq, epoch, issued) = (w.server.seq, w.server.epoch, w.history.issued);
     if let Some(f) = w.clients[c].inflight.as_mut() {
         f.reply = ran.reply;
         f.seq = seq;
         f.epoch = epoch;
+        f.issued = issued;
     }
 }
 
@@ -504,6 +504,19 @@ pub(super) fn act(st: &Setup, w: &mut World, c: usize) {
     }
 }
 
+/// A holder accepts `token`, the `issued`-th the server handed out: every token accepted so
+/// far must be below it if it was handed out before it, above it if after.
+fn accept_token(w: &mut World, issued: u8, token: i64) {
+    let h = &mut w.history;
+    if h.accepted
+        .iter()
+        .any(|&(i, t)| (i < issued && t >= token) || (i > issued && t <= token))
+    {
+        h.token_went_back = true;
+    }
+    h.accepted.push((issued, token));
+}
+
 /// The hold is taken (by an attempt sent at `sent`, or handed over: `until` given).
 fn taken(st: &Setup, w: &mut World, c: usize, token: i64, until: i64) {
     let now = w.now;
@@ -577,6 +590,9 @@ pub(super) fn receive(st: &Setup, w: &mut World, c: usize) {
                     return;
                 }
                 let token = if st.fenced { token } else { 0 };
+                if token > 0 {
+                    accept_token(w, f.issued, token);
+                }
                 taken(st, w, c, token, base + st.ttl - st.margin);
                 return;
             }

@@ -118,13 +118,15 @@ impl Default for Setup {
 /// What a step broke that no single state shows (a history variable: the first such break).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct History {
-    /// The highest fencing token handed out so far.
-    pub max_token: i64,
+    /// Fencing tokens the server handed out so far.
+    pub issued: u8,
+    /// The tokens holders accepted: (the server's count when it handed it out, the token).
+    pub accepted: Vec<(u8, i64)>,
     /// The highest leader term written so far.
     pub max_term: i64,
     /// The highest token whose fenced write landed.
     pub max_landed: i64,
-    /// A fresh token not above every earlier one.
+    /// A token accepted that is not above every token handed out (and accepted) before it.
     pub token_went_back: bool,
     /// A new term not above every earlier one.
     pub term_went_back: bool,

@@ -37,7 +37,7 @@ pub(super) fn acquire_handed(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
             let now = permit_now(r);
             r.zremrangebyscore(lock, Bound::Incl(0), Bound::Incl(now));
             if let Some((_, first)) = r.zrange(lock, 1, 1).into_iter().next() {
-                let ms = (first - now).max(1).min(WRITER_LAPSE / 4);
+                let ms = (first - now).clamp(1, WRITER_LAPSE / 4);
                 permit_settle(r, lock, now);
                 let pttl = r.pttl(lock).max(0);
                 queue(r, pttl);

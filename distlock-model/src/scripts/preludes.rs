@@ -156,10 +156,7 @@ pub(super) fn turn_over(
 ) -> Option<Turned> {
     let mut now: Option<i64> = None;
     let mut out = None;
-    loop {
-        let Some(first) = r.zrange(line.q, 0, 0).into_iter().next() else {
-            break;
-        };
+    while let Some(first) = r.zrange(line.q, 0, 0).into_iter().next() {
         if below.is_some_and(|b| first.1 >= b) {
             break;
         }

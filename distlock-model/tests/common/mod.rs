@@ -2,11 +2,11 @@
 
 use std::time::Instant;
 
-use distlock_model::protocol::{Protocol, Setup, World};
+use distlock_model::protocol::{Protocol, Setup};
 use stateright::{Checker, HasDiscoveries, Model};
 
 /// The safety properties (every one but the coverage `sometimes`).
-pub const SAFETY: &[&str] = &[
+pub(crate) const SAFETY: &[&str] = &[
     "mutual exclusion",
     "tokens rise",
     "terms rise",
@@ -17,16 +17,17 @@ pub const SAFETY: &[&str] = &[
 ];
 
 /// What a check found.
-pub struct Checked {
-    pub unique: usize,
-    pub depth: usize,
-    pub found: Vec<&'static str>,
-    pub shortest: Vec<(&'static str, String)>,
+#[allow(dead_code)]
+pub(crate) struct Checked {
+    pub(crate) unique: usize,
+    pub(crate) depth: usize,
+    pub(crate) found: Vec<&'static str>,
+    pub(crate) shortest: Vec<(&'static str, String)>,
 }
 
 /// Checks `setup` exhaustively (breadth first, every state up to its horizon), or until the
 /// first counterexample of `stop_at` (a mutation's property: BFS finds the shortest first).
-pub fn check(name: &str, setup: Setup, stop_at: Option<&'static str>) -> Checked {
+pub(crate) fn check(name: &str, setup: Setup, stop_at: Option<&'static str>) -> Checked {
     let started = Instant::now();
     let mut checker = Protocol(setup).checker().threads(2);
     if let Some(property) = stop_at {
@@ -57,7 +58,8 @@ pub fn check(name: &str, setup: Setup, stop_at: Option<&'static str>) -> Checked
 }
 
 /// The safety properties `checked` found violated.
-pub fn violated(checked: &Checked) -> Vec<&'static str> {
+#[allow(dead_code)]
+pub(crate) fn violated(checked: &Checked) -> Vec<&'static str> {
     checked
         .found
         .iter()
@@ -68,7 +70,8 @@ pub fn violated(checked: &Checked) -> Vec<&'static str> {
 
 /// Random walks (`walks` of them, seeded) over `setup`: each path to its horizon, every
 /// state's properties checked.
-pub fn walk(name: &str, setup: Setup, seed: u64, states: usize) -> Vec<&'static str> {
+#[allow(dead_code)]
+pub(crate) fn walk(name: &str, setup: Setup, seed: u64, states: usize) -> Vec<&'static str> {
     let started = Instant::now();
     let c = Protocol(setup)
         .checker()
@@ -85,10 +88,4 @@ pub fn walk(name: &str, setup: Setup, seed: u64, states: usize) -> Vec<&'static 
         started.elapsed()
     );
     found
-}
-
-/// The last state of a path, for a failure's message.
-#[allow(dead_code)]
-pub fn describe(w: &World) -> String {
-    format!("{w:#?}")
 }
