@@ -12,7 +12,7 @@
 mod common;
 
 use common::{check, violated, walk, Checked};
-use distlock_model::protocol::Setup;
+use distlock_model::protocol::{Hold, Setup};
 
 fn deep() -> bool {
     std::env::var_os("DISTLOCK_MODEL_DEEP").is_some()
@@ -102,6 +102,46 @@ fn a_lock_with_its_queue_handoff_expiry_pauses_and_slow_requests() {
             &["fifo, newcomers included"],
         );
     }
+}
+
+#[test]
+fn permits_and_readers_never_believed_with_an_incompatible_hold() {
+    let permits = holds(
+        "semaphore of 2, 3 clients",
+        Setup {
+            hold_kind: Hold::Permits(2),
+            clients: 3,
+            horizon: horizon(9, 11),
+            ..Setup::default()
+        },
+        &[],
+    );
+    assert!(
+        permits.found.contains(&"two holds at once"),
+        "never two permits at once"
+    );
+    holds(
+        "a reader and a writer",
+        Setup {
+            hold_kind: Hold::ReadWrite { readers: 1 },
+            ..Setup::default()
+        },
+        &[],
+    );
+    let readers = holds(
+        "two readers and a writer",
+        Setup {
+            hold_kind: Hold::ReadWrite { readers: 2 },
+            clients: 3,
+            horizon: horizon(9, 11),
+            ..Setup::default()
+        },
+        &[],
+    );
+    assert!(
+        readers.found.contains(&"two holds at once"),
+        "never two readers at once"
+    );
 }
 
 #[test]

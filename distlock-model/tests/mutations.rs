@@ -5,7 +5,7 @@
 
 mod common;
 
-use distlock_model::protocol::{ClientBugs, Setup};
+use distlock_model::protocol::{ClientBugs, Hold, Setup};
 use distlock_model::scripts::Mutations;
 
 /// One mutation: its name, the model it is checked in, the property it must break.
@@ -167,6 +167,40 @@ fn cases() -> Vec<Case> {
                 },
             ),
             breaks: "no stale write lands",
+        },
+        Case {
+            name: "ACQUIRE_PERMIT counts one permit too many",
+            setup: with_mutation(
+                Setup {
+                    hold_kind: Hold::Permits(2),
+                    clients: 3,
+                    horizon: 8,
+                    pauses: 0,
+                    ..Setup::default()
+                },
+                Mutations {
+                    permit_off_by_one: true,
+                    ..m()
+                },
+            ),
+            breaks: "mutual exclusion",
+        },
+        Case {
+            name: "a writer is handed the lock with readers inside",
+            setup: with_mutation(
+                Setup {
+                    hold_kind: Hold::ReadWrite { readers: 2 },
+                    clients: 3,
+                    horizon: 10,
+                    pauses: 0,
+                    ..Setup::default()
+                },
+                Mutations {
+                    writer_ignores_readers: true,
+                    ..m()
+                },
+            ),
+            breaks: "mutual exclusion",
         },
         Case {
             name: "belief ends after the release, not before it is sent",

@@ -6,7 +6,7 @@
 use crate::scripts::Reply;
 
 use super::server::keys;
-use super::{inner, Setup, World};
+use super::{inner, Hold, Setup, World};
 
 /// Where a client is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -350,6 +350,81 @@ pub(super) fn ticket(s: &Setup, started: i64) -> i64 {
     started * 1024 + s.window
 }
 
+/// What client `c` holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Writer,
+    Reader,
+    Permit(u8),
+}
+
+fn role(st: &Setup, c: usize) -> Role {
+    match st.hold_kind {
+        Hold::Lock => Role::Writer,
+        Hold::Permits(n) => Role::Permit(n),
+        Hold::ReadWrite { readers } if c < readers => Role::Reader,
+        Hold::ReadWrite { .. } => Role::Writer,
+    }
+}
+
+/// An acquire attempt of client `c` (`queued`: in its turn, after its first found the hold
+/// busy), as `lock::kind` sends it.
+fn attempt(
+    st: &Setup,
+    c: usize,
+    value: String,
+    id: String,
+    started: i64,
+    queued: bool,
+) -> (&'static str, Vec<&'static str>, Vec<String>) {
+    let confirm = st.fenced || st.min_replicas;
+    let retention = s(if st.fenced { st.retention } else { 0 });
+    let ticket = s(ticket(st, started));
+    match role(st, c) {
+        Role::Permit(n) => {
+            let mut k = vec![keys::LOCK, keys::FENCE];
+            let mut argv = vec![value, s(st.ttl), s(n), retention, id];
+            if queued {
+                k.extend([keys::QUEUE, keys::CHAN, keys::IDS]);
+                argv.extend([ticket, s("-")]);
+            }
+            ("ACQUIRE_PERMIT", k, argv)
+        }
+        Role::Reader => {
+            let k = vec![
+                keys::LOCK,
+                keys::FENCE,
+                keys::WRITER,
+                keys::QUEUE,
+                keys::CHAN,
+                keys::IDS,
+                keys::UNTIL,
+            ];
+            let ticket = if queued { ticket } else { s(0) };
+            (
+                "ACQUIRE_READ",
+                k,
+                vec![value, s(st.ttl), retention, id, ticket, s("-")],
+            )
+        }
+        Role::Writer if queued => {
+            let mut k = vec![keys::LOCK, keys::QUEUE, keys::CHAN, keys::IDS, keys::UNTIL];
+            let mut argv = vec![value, s(st.ttl), id, ticket, s(st.window), s("-")];
+            if confirm {
+                k.push(keys::FENCE);
+                argv.push(retention);
+            }
+            ("ACQUIRE_HANDED", k, argv)
+        }
+        Role::Writer if st.fenced => (
+            "ACQUIRE_FENCED",
+            vec![keys::LOCK, keys::FENCE],
+            vec![value, s(st.ttl), retention, id],
+        ),
+        Role::Writer => ("SET_NX_GET", vec![keys::LOCK], vec![value, s(st.ttl)]),
+    }
+}
+
 /// Client `c` does what is due.
 pub(super) fn act(st: &Setup, w: &mut World, c: usize) {
     let now = w.now;
@@ -384,45 +459,9 @@ pub(super) fn act(st: &Setup, w: &mut World, c: usize) {
             started, queued, ..
         } => {
             let (_, id) = cl.request_id();
-            let confirm = st.fenced || st.min_replicas;
             let req = Req::Attempt { queued };
-            if queued {
-                let mut k = vec![keys::LOCK, keys::QUEUE, keys::CHAN, keys::IDS, keys::UNTIL];
-                let mut argv = vec![
-                    value,
-                    s(st.ttl),
-                    id,
-                    s(ticket(st, started)),
-                    s(st.window),
-                    s("-"),
-                ];
-                if confirm {
-                    k.push(keys::FENCE);
-                    argv.push(s(if st.fenced { st.retention } else { 0 }));
-                }
-                send(st, w, c, req, "ACQUIRE_HANDED", &k, argv);
-            } else if st.fenced {
-                let argv = vec![value, s(st.ttl), s(st.retention), id];
-                send(
-                    st,
-                    w,
-                    c,
-                    req,
-                    "ACQUIRE_FENCED",
-                    &[keys::LOCK, keys::FENCE],
-                    argv,
-                );
-            } else {
-                send(
-                    st,
-                    w,
-                    c,
-                    req,
-                    "SET_NX_GET",
-                    &[keys::LOCK],
-                    vec![value, s(st.ttl)],
-                );
-            }
+            let (script, k, argv) = attempt(st, c, value, id, started, queued);
+            send(st, w, c, req, script, &k, argv);
         }
         Phase::Holding {
             until,
@@ -562,9 +601,11 @@ pub(super) fn receive(st: &Setup, w: &mut World, c: usize) {
     };
     match f.req {
         Req::Attempt { queued } => {
-            let (took, token, pttl) = match (&f.reply, queued) {
+            let plain = matches!(&f.reply, Reply::Nil | Reply::Bulk(_) | Reply::Error(_));
+            let (took, token, pttl) = match (&f.reply, queued && !plain) {
                 (Reply::Nil, false) => (true, 0, 0),
-                (Reply::Bulk(_), false) => (false, 0, 0),
+                // Another holder, or readers (`WRONGTYPE`: the writer queues behind them).
+                (Reply::Bulk(_) | Reply::Error(_), false) => (false, 0, 0),
                 (r, _) => match inner(r).as_slice() {
                     [1, t, ..] => (true, *t, 0),
                     [_, p, ..] => (false, 0, *p),

@@ -43,9 +43,26 @@ pub struct ClientBugs {
     pub believe_before_replicas: bool,
 }
 
+/// What the clients hold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Hold {
+    /// An exclusive lock (`distlock::lock`).
+    #[default]
+    Lock,
+    /// A permit of a semaphore of `n` (`distlock::semaphore`).
+    Permits(u8),
+    /// The first `readers` clients read (`.read()`), the others write.
+    ReadWrite {
+        /// How many of the clients read.
+        readers: usize,
+    },
+}
+
 /// What the model runs: its sizes, its timings, the faults allowed and the seeded bugs.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Setup {
+    /// What the clients hold.
+    pub hold_kind: Hold,
     /// Clients (2 or 3).
     pub clients: usize,
     /// Acquisitions per client.
@@ -92,6 +109,7 @@ impl Default for Setup {
     /// 8, one pause.
     fn default() -> Self {
         Setup {
+            hold_kind: Hold::Lock,
             clients: 2,
             rounds: 1,
             ttl: 4,
@@ -211,6 +229,20 @@ impl Protocol {
             .filter(|&c| w.clients[c].believes(w.now))
             .collect()
     }
+
+    /// No two incompatible holds believed at one instant: one lock holder; at most `n`
+    /// permits; a writer alone, or readers.
+    pub fn compatible(&self, w: &World) -> bool {
+        let believers = self.believers(w);
+        match self.0.hold_kind {
+            Hold::Lock => believers.len() <= 1,
+            Hold::Permits(n) => believers.len() <= usize::from(n),
+            Hold::ReadWrite { readers } => {
+                let writers = believers.iter().filter(|&&c| c >= readers).count();
+                writers == 0 || believers.len() == 1
+            }
+        }
+    }
 }
 
 impl Model for Protocol {
@@ -327,7 +359,7 @@ impl Model for Protocol {
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
             Property::always("mutual exclusion", |m: &Protocol, w: &World| {
-                m.believers(w).len() <= 1
+                m.compatible(w)
             }),
             Property::always("tokens rise", |_, w: &World| !w.history.token_went_back),
             Property::always("terms rise", |_, w: &World| !w.history.term_went_back),
@@ -344,6 +376,9 @@ impl Model for Protocol {
             Property::sometimes("a lock handed over", |_, w: &World| w.history.handed),
             Property::sometimes("two holds in turn", |_, w: &World| {
                 w.clients.iter().filter(|c| c.taken > 0).count() >= 2
+            }),
+            Property::sometimes("two holds at once", |m: &Protocol, w: &World| {
+                m.believers(w).len() >= 2
             }),
         ]
     }

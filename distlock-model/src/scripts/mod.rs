@@ -83,6 +83,10 @@ pub struct Mutations {
     pub write_without_watermark: bool,
     /// A lock let go is deleted and woken even with waiters queued (nobody is handed it).
     pub let_go_without_handoff: bool,
+    /// `ACQUIRE_PERMIT` counts one permit more than the semaphore has.
+    pub permit_off_by_one: bool,
+    /// `turn_over` hands a writer the lock without looking for readers inside.
+    pub writer_ignores_readers: bool,
     /// `LEADER_PROCLAIM` writes the hold's token as the term even when it is not above the
     /// last term written.
     pub term_from_token_only: bool,

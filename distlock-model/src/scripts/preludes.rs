@@ -171,7 +171,7 @@ pub(super) fn turn_over(
             r.zadd(lock, -1, READERS, ZAdd::Any);
             let t = *now.get_or_insert_with(|| permit_now(r));
             r.zadd(lock, t + window, &first.0, ZAdd::Nx);
-        } else if held == Some("zset") && {
+        } else if held == Some("zset") && !f.writer_ignores_readers && {
             let t = *now.get_or_insert_with(|| permit_now(r));
             r.zremrangebyscore(lock, Bound::Incl(0), Bound::Incl(t));
             r.zcard(lock) > 1

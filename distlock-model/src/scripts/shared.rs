@@ -34,7 +34,7 @@ pub(super) fn acquire_permit(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
             held = -1;
         }
     }
-    let mut free = want - held;
+    let mut free = want - held + i64::from(m.permit_off_by_one);
     if held >= 0 && turn {
         let line = Line {
             q: a.k(3),
