@@ -145,6 +145,32 @@ fn permits_and_readers_never_believed_with_an_incompatible_hold() {
 }
 
 #[test]
+fn a_set_of_two_excludes_each_of_its_locks() {
+    holds(
+        "a set of two and the first lock alone",
+        Setup {
+            hold_kind: Hold::Sets,
+            ..Setup::default()
+        },
+        &[],
+    );
+    let sets = holds(
+        "a set of two and each lock alone",
+        Setup {
+            hold_kind: Hold::Sets,
+            clients: 3,
+            horizon: horizon(8, 10),
+            ..Setup::default()
+        },
+        &[],
+    );
+    assert!(
+        sets.found.contains(&"two holds at once"),
+        "never both locks held apart at once"
+    );
+}
+
+#[test]
 fn fencing_tokens_rise_and_no_stale_write_lands() {
     let fenced = Setup {
         fenced: true,
@@ -155,7 +181,7 @@ fn fencing_tokens_rise_and_no_stale_write_lands() {
         "fenced lock, 2 acquisitions each",
         Setup {
             rounds: 2,
-            horizon: horizon(8, 12),
+            horizon: horizon(8, 10),
             ..fenced
         },
         &["fifo, newcomers included"],

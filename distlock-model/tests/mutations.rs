@@ -203,6 +203,23 @@ fn cases() -> Vec<Case> {
             breaks: "mutual exclusion",
         },
         Case {
+            name: "ACQUIRE_ALL looks at its first lock only",
+            setup: with_mutation(
+                Setup {
+                    hold_kind: Hold::Sets,
+                    clients: 3,
+                    horizon: 9,
+                    pauses: 0,
+                    ..Setup::default()
+                },
+                Mutations {
+                    set_checks_first_only: true,
+                    ..m()
+                },
+            ),
+            breaks: "mutual exclusion",
+        },
+        Case {
             name: "belief ends after the release, not before it is sent",
             setup: with_bug(
                 Setup::default(),

@@ -5,8 +5,9 @@
 
 use crate::scripts::Reply;
 
+use super::requests::{self, confirms, ticket};
 use super::server::keys;
-use super::{inner, Hold, Setup, World};
+use super::{inner, Setup, World};
 
 /// Where a client is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -345,86 +346,6 @@ fn s(v: impl ToString) -> String {
     v.to_string()
 }
 
-/// The ticket of an acquire started at `started` (`handed_ticket`).
-pub(super) fn ticket(s: &Setup, started: i64) -> i64 {
-    started * 1024 + s.window
-}
-
-/// What client `c` holds.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Role {
-    Writer,
-    Reader,
-    Permit(u8),
-}
-
-fn role(st: &Setup, c: usize) -> Role {
-    match st.hold_kind {
-        Hold::Lock => Role::Writer,
-        Hold::Permits(n) => Role::Permit(n),
-        Hold::ReadWrite { readers } if c < readers => Role::Reader,
-        Hold::ReadWrite { .. } => Role::Writer,
-    }
-}
-
-/// An acquire attempt of client `c` (`queued`: in its turn, after its first found the hold
-/// busy), as `lock::kind` sends it.
-fn attempt(
-    st: &Setup,
-    c: usize,
-    value: String,
-    id: String,
-    started: i64,
-    queued: bool,
-) -> (&'static str, Vec<&'static str>, Vec<String>) {
-    let confirm = st.fenced || st.min_replicas;
-    let retention = s(if st.fenced { st.retention } else { 0 });
-    let ticket = s(ticket(st, started));
-    match role(st, c) {
-        Role::Permit(n) => {
-            let mut k = vec![keys::LOCK, keys::FENCE];
-            let mut argv = vec![value, s(st.ttl), s(n), retention, id];
-            if queued {
-                k.extend([keys::QUEUE, keys::CHAN, keys::IDS]);
-                argv.extend([ticket, s("-")]);
-            }
-            ("ACQUIRE_PERMIT", k, argv)
-        }
-        Role::Reader => {
-            let k = vec![
-                keys::LOCK,
-                keys::FENCE,
-                keys::WRITER,
-                keys::QUEUE,
-                keys::CHAN,
-                keys::IDS,
-                keys::UNTIL,
-            ];
-            let ticket = if queued { ticket } else { s(0) };
-            (
-                "ACQUIRE_READ",
-                k,
-                vec![value, s(st.ttl), retention, id, ticket, s("-")],
-            )
-        }
-        Role::Writer if queued => {
-            let mut k = vec![keys::LOCK, keys::QUEUE, keys::CHAN, keys::IDS, keys::UNTIL];
-            let mut argv = vec![value, s(st.ttl), id, ticket, s(st.window), s("-")];
-            if confirm {
-                k.push(keys::FENCE);
-                argv.push(retention);
-            }
-            ("ACQUIRE_HANDED", k, argv)
-        }
-        Role::Writer if st.fenced => (
-            "ACQUIRE_FENCED",
-            vec![keys::LOCK, keys::FENCE],
-            vec![value, s(st.ttl), retention, id],
-        ),
-        Role::Writer => ("SET_NX_GET", vec![keys::LOCK], vec![value, s(st.ttl)]),
-    }
-}
-
 /// Client `c` does what is due.
 pub(super) fn act(st: &Setup, w: &mut World, c: usize) {
     let now = w.now;
@@ -450,9 +371,8 @@ pub(super) fn act(st: &Setup, w: &mut World, c: usize) {
             }
             if queued {
                 let (_, id) = cl.request_id();
-                let argv = vec![value, id, s("-"), s(5)];
-                let k = [keys::QUEUE, keys::UNTIL, keys::LOCK, keys::CHAN, keys::IDS];
-                send(st, w, c, Req::Leave, "LEAVE_QUEUE", &k, argv);
+                let (script, k, argv) = requests::leave(st, c, (value, id));
+                send(st, w, c, Req::Leave, script, &k, argv);
             }
         }
         Phase::Waiting {
@@ -460,7 +380,7 @@ pub(super) fn act(st: &Setup, w: &mut World, c: usize) {
         } => {
             let (_, id) = cl.request_id();
             let req = Req::Attempt { queued };
-            let (script, k, argv) = attempt(st, c, value, id, started, queued);
+            let (script, k, argv) = requests::attempt(st, c, (value, id), started, queued);
             send(st, w, c, req, script, &k, argv);
         }
         Phase::Holding {
@@ -473,56 +393,23 @@ pub(super) fn act(st: &Setup, w: &mut World, c: usize) {
         } => {
             if st.leader && !proclaimed {
                 let (_, id) = cl.request_id();
-                let known = s(cl.known_term);
-                let who = format!("c{}", cl.id);
-                let argv = vec![
-                    id,
-                    value,
-                    s(token),
-                    who,
-                    s(st.retention),
-                    s("-"),
-                    known,
-                    s(0),
-                    s("n"),
-                ];
-                let k = [
-                    keys::LOCK,
-                    keys::FENCE,
-                    keys::LEADER,
-                    keys::TERMS,
-                    keys::CHAN,
-                ];
-                send(st, w, c, Req::Proclaim, "LEADER_PROCLAIM", &k, argv);
+                let known = cl.known_term;
+                let (script, k, argv) = requests::proclaim(st, c, (value, id), token, known);
+                send(st, w, c, Req::Proclaim, script, &k, argv);
             } else if renew_at.is_some_and(|at| at <= now) {
                 if now >= until {
                     // The watchdog finds the lease lost before it renews (`collect`).
                     return next_round(st, w, c);
                 }
                 let (_, id) = cl.request_id();
-                send(
-                    st,
-                    w,
-                    c,
-                    Req::Renew,
-                    "RENEW",
-                    &[keys::LOCK],
-                    vec![id, s(st.ttl), value],
-                );
+                let (script, k, argv) = requests::renew(st, c, (value, id));
+                send(st, w, c, Req::Renew, script, &k, argv);
             } else if release_at <= now {
                 let (_, id) = cl.request_id();
                 let kept = st.bugs.belief_after_release.then_some(until);
                 cl.phase = Phase::Releasing { until: kept };
-                let k = [keys::LOCK, keys::CHAN, keys::QUEUE, keys::IDS];
-                send(
-                    st,
-                    w,
-                    c,
-                    Req::Release,
-                    "RELEASE",
-                    &k,
-                    vec![value, id, s(0), s("-")],
-                );
+                let (script, k, argv) = requests::release(st, c, (value, id));
+                send(st, w, c, Req::Release, script, &k, argv);
             } else if st.fenced && !written {
                 if let Phase::Holding { written, .. } = &mut cl.phase {
                     *written = true;
@@ -663,7 +550,8 @@ pub(super) fn receive(st: &Setup, w: &mut World, c: usize) {
             }
         }
         Req::Renew => {
-            let ok = inner(&f.reply).first() == Some(&1);
+            let statuses = inner(&f.reply);
+            let ok = !statuses.is_empty() && statuses.iter().all(|&st| st == 1);
             let ok_acked = ok && acked(w);
             if let Phase::Holding {
                 until, renew_at, ..
@@ -715,7 +603,7 @@ pub(super) fn hear(st: &Setup, w: &mut World, c: usize) {
     let now = w.now;
     let msg = w.clients[c].inbox.remove(0);
     let value = w.clients[c].value();
-    let confirm = st.fenced || st.min_replicas;
+    let confirm = confirms(st, c);
     let Phase::Waiting {
         next_at, last_busy, ..
     } = w.clients[c].phase.clone()

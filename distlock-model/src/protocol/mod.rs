@@ -17,6 +17,7 @@
 //! **What each property means** is in `docs/protocol.md`, with the mutation that breaks it.
 
 mod client;
+mod requests;
 pub mod server;
 
 use stateright::{Model, Property};
@@ -56,6 +57,9 @@ pub enum Hold {
         /// How many of the clients read.
         readers: usize,
     },
+    /// Client 0 takes two locks as a set (`distlock::lock_all`), client 1 the first alone,
+    /// client 2 the second alone.
+    Sets,
 }
 
 /// What the model runs: its sizes, its timings, the faults allowed and the seeded bugs.
@@ -241,6 +245,14 @@ impl Protocol {
                 let writers = believers.iter().filter(|&&c| c >= readers).count();
                 writers == 0 || believers.len() == 1
             }
+            Hold::Sets => [server::keys::LOCK, server::keys::LOCK2]
+                .iter()
+                .all(|name| {
+                    let on = believers
+                        .iter()
+                        .filter(|&&c| requests::covers(&self.0, c).contains(name));
+                    on.count() <= 1
+                }),
         }
     }
 }

@@ -10,6 +10,8 @@ use crate::scripts::{self, Mutations, Ran};
 pub mod keys {
     /// The lock.
     pub const LOCK: &str = "l";
+    /// A set's second lock (its other keys `m:q`, `m:i`, ... as the first's).
+    pub const LOCK2: &str = "m";
     /// Its waiters' queue.
     pub const QUEUE: &str = "l:q";
     /// The request that last queued each waiter.

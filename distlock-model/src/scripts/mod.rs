@@ -87,6 +87,8 @@ pub struct Mutations {
     pub permit_off_by_one: bool,
     /// `turn_over` hands a writer the lock without looking for readers inside.
     pub writer_ignores_readers: bool,
+    /// `ACQUIRE_ALL` looks at its first lock only before it sets them all.
+    pub set_checks_first_only: bool,
     /// `LEADER_PROCLAIM` writes the hold's token as the term even when it is not above the
     /// last term written.
     pub term_from_token_only: bool,

@@ -37,6 +37,9 @@ pub(super) fn acquire_all(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
     let mut mine = 0;
     for i in 1..=n {
         let lock = key(i, 1);
+        if m.set_checks_first_only && i > 1 {
+            break;
+        }
         match r.get(lock) {
             Err(_) => {
                 if r.type_of(lock) == "zset" && r.zscore(lock, READERS).is_some() {
