@@ -177,15 +177,18 @@ fn fencing_tokens_rise_and_no_stale_write_lands() {
         ..Setup::default()
     };
     holds("fenced lock", fenced.clone(), &[]);
-    holds(
-        "fenced lock, 2 acquisitions each",
-        Setup {
-            rounds: 2,
-            horizon: horizon(8, 10),
-            ..fenced
-        },
-        &["fifo, newcomers included"],
-    );
+    if deep() {
+        // In CI the random walks cover fenced holders taking several turns.
+        holds(
+            "fenced lock, 2 acquisitions each",
+            Setup {
+                rounds: 2,
+                horizon: 10,
+                ..fenced
+            },
+            &["fifo, newcomers included"],
+        );
+    }
 }
 
 #[test]
