@@ -1,0 +1,649 @@
+//! A modelled client: one acquire at a time, as `lock::waiting` runs it (a first attempt that
+//! takes a free lock, then queued attempts that a release may answer with a grant), a hold
+//! kept as `lease.rs` keeps it (renewed by the watchdog, ended by a release or a loss), the
+//! leader's proclaim, and a fenced write.
+
+use crate::scripts::Reply;
+
+use super::requests::{self, confirms, ticket};
+use super::server::keys;
+use super::{inner, Setup, World};
+
+/// Where a client is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Between acquisitions.
+    Idle,
+    /// Acquiring.
+    Waiting {
+        /// When the acquire started (its ticket's time).
+        started: i64,
+        /// When it attempts next (`None`: only a message wakes it).
+        next_at: Option<i64>,
+        /// Subscribed and queued in Redis (after its first attempt found the lock held).
+        queued: bool,
+        /// The last queued attempt that found the lock held: its request and its send.
+        last_busy: Option<(u8, i64)>,
+    },
+    /// Holding (believed while `now < until`).
+    Holding {
+        /// Believed until here.
+        until: i64,
+        /// Its fencing token (0: none).
+        token: i64,
+        /// When the watchdog renews next.
+        renew_at: Option<i64>,
+        /// When it lets go.
+        release_at: i64,
+        /// Its fenced write is done.
+        written: bool,
+        /// Its term is proclaimed (a leader).
+        proclaimed: bool,
+    },
+    /// Its release is in flight; believed until `until` only under the bug that ends belief
+    /// after the release.
+    Releasing {
+        /// Believed until here (the bug), or not at all.
+        until: Option<i64>,
+    },
+    /// Every acquisition done.
+    Done,
+}
+
+/// What a request in flight was.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Req {
+    /// An acquire attempt (queued or not).
+    Attempt {
+        /// A queued attempt (`ACQUIRE_HANDED`).
+        queued: bool,
+    },
+    /// A renewal.
+    Renew,
+    /// A release (or a resign).
+    Release,
+    /// A leader's proclaim.
+    Proclaim,
+    /// Leaving the queue.
+    Leave,
+}
+
+/// A script call on its way to the server (a slow request: [`super::Act::Apply`] applies
+/// it).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Call {
+    /// The script.
+    pub script: &'static str,
+    /// Its keys.
+    pub keys: Vec<&'static str>,
+    /// Its arguments.
+    pub argv: Vec<String>,
+}
+
+/// A request sent: on its way to the server, or applied there with its reply on the way.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Inflight {
+    /// What it was.
+    pub req: Req,
+    /// Its request id.
+    pub id: u8,
+    /// When it was sent.
+    pub sent: i64,
+    /// Not applied yet (a slow request).
+    pub call: Option<Call>,
+    /// The reply (`Nil` until applied).
+    pub reply: Reply,
+    /// The primary's write count after it (for `WAIT`).
+    pub seq: u8,
+    /// The failover epoch it was applied in.
+    pub epoch: u8,
+    /// Tokens the server had handed out when it was applied (its own included).
+    pub issued: u8,
+}
+
+/// A client.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Client {
+    /// Its number.
+    pub id: usize,
+    /// Acquisitions started.
+    pub round: u8,
+    /// Holds taken.
+    pub taken: u8,
+    /// Where it is.
+    pub phase: Phase,
+    /// Its request in flight.
+    pub inflight: Option<Inflight>,
+    /// Messages heard on the release channel, not handled yet.
+    pub inbox: Vec<String>,
+    /// Paused.
+    pub paused: bool,
+    /// Requests sent.
+    pub requests: u8,
+    /// The highest term it has seen.
+    pub known_term: i64,
+}
+
+impl Client {
+    pub(super) fn new(id: usize) -> Client {
+        Client {
+            id,
+            round: 0,
+            taken: 0,
+            phase: Phase::Idle,
+            inflight: None,
+            inbox: Vec::new(),
+            paused: false,
+            requests: 0,
+            known_term: 0,
+        }
+    }
+
+    /// The lock value of its current acquisition.
+    pub fn value(&self) -> String {
+        format!("d2:c{}r{}", self.id, self.round)
+    }
+
+    fn request_id(&mut self) -> (u8, String) {
+        self.requests += 1;
+        (self.requests, format!("c{}q{}", self.id, self.requests))
+    }
+
+    /// Whether `ensure_held` is `Ok` at `now`.
+    pub fn believes(&self, now: i64) -> bool {
+        match self.phase {
+            Phase::Holding { until, .. } => now < until,
+            Phase::Releasing { until: Some(until) } => now < until,
+            _ => false,
+        }
+    }
+
+    /// Something is due that the client must do before time passes.
+    pub(super) fn due(&self, s: &Setup, now: i64) -> bool {
+        match &self.phase {
+            Phase::Idle => self.round < s.rounds,
+            Phase::Waiting {
+                next_at, started, ..
+            } => next_at.is_some_and(|at| at <= now) || now >= started + s.wait,
+            Phase::Holding {
+                renew_at,
+                release_at,
+                proclaimed,
+                written,
+                ..
+            } => {
+                (s.leader && !proclaimed)
+                    || renew_at.is_some_and(|at| at <= now)
+                    || *release_at <= now
+                    || (s.fenced && !written)
+            }
+            Phase::Releasing { .. } | Phase::Done => false,
+        }
+    }
+
+    /// Would what is due send a request (an attempt, a renewal, a release, a proclaim)?
+    pub(super) fn sends(&self, s: &Setup, now: i64) -> bool {
+        match &self.phase {
+            Phase::Waiting {
+                started, queued, ..
+            } => *queued || now < started + s.wait,
+            Phase::Holding {
+                renew_at,
+                release_at,
+                proclaimed,
+                ..
+            } => {
+                (s.leader && !proclaimed)
+                    || renew_at.is_some_and(|at| at <= now)
+                    || *release_at <= now
+            }
+            _ => false,
+        }
+    }
+
+    /// Must it act before time passes (an acquire may start at any time; a fenced write may
+    /// come late, as a zombie's does)?
+    pub(super) fn forced(&self, s: &Setup, now: i64) -> bool {
+        match &self.phase {
+            Phase::Idle => false,
+            Phase::Holding {
+                renew_at,
+                release_at,
+                proclaimed,
+                ..
+            } => {
+                (s.leader && !proclaimed)
+                    || renew_at.is_some_and(|at| at <= now)
+                    || *release_at <= now
+            }
+            _ => self.due(s, now),
+        }
+    }
+}
+
+/// Sends a lock script for client `c`: applied at once, or (a slow request, when the step is
+/// [`super::Act::ActSlow`]) left on its way until [`apply`].
+fn send(
+    s: &Setup,
+    w: &mut World,
+    c: usize,
+    req: Req,
+    script: &'static str,
+    k: &[&'static str],
+    argv: Vec<String>,
+) {
+    let id = w.clients[c].requests;
+    w.clients[c].inflight = Some(Inflight {
+        req,
+        id,
+        sent: w.now,
+        call: Some(Call {
+            script,
+            keys: k.to_vec(),
+            argv,
+        }),
+        reply: Reply::Nil,
+        seq: 0,
+        epoch: 0,
+        issued: 0,
+    });
+    if w.slow {
+        w.slow = false;
+        w.pauses -= 1;
+    } else {
+        apply(s, w, c);
+    }
+}
+
+/// The server applies client `c`'s request: its reply is on the way, what it published is
+/// heard by the waiters subscribed, and what the step did is checked against the history.
+pub(super) fn apply(s: &Setup, w: &mut World, c: usize) {
+    let Some(f) = w.clients[c].inflight.as_mut() else {
+        return;
+    };
+    let Some(call) = f.call.take() else { return };
+    let req = f.req.clone();
+    let before = w.server.holder(w.now).map(str::to_owned);
+    let ran = w
+        .server
+        .run(w.now, call.script, &call.keys, &call.argv, &s.mutations);
+    let after = w.server.holder(w.now).map(str::to_owned);
+    if before.is_some() && after.is_none() && w.server.queue_len(w.now) > 0 {
+        w.history.left_free = true;
+    }
+    if let Some(new) = after.filter(|a| before.as_ref() != Some(a)) {
+        let first = req == (Req::Attempt { queued: false });
+        if passes(s, w, &new) {
+            if first && before.is_none() && w.history.freed_by_expiry {
+                w.history.barged = true;
+            } else {
+                w.history.passed = true;
+            }
+        }
+    }
+    if before.as_deref() != w.server.holder(w.now) {
+        w.history.freed_by_expiry = false;
+    }
+    // Tokens are compared in the order the server hands them out (their replies may arrive
+    // in another order), once their holder accepts them (a token of a take that no replica
+    // acknowledged is never handed to the caller).
+    if let (Req::Attempt { .. }, [1, token, ..]) = (&req, inner(&ran.reply).as_slice()) {
+        if s.fenced && *token > 0 {
+            w.history.issued += 1;
+        }
+    }
+    if req == Req::Proclaim {
+        let items = ran
+            .reply
+            .items()
+            .get(1)
+            .map(|r| r.items().to_vec())
+            .unwrap_or_default();
+        if let (Some(Reply::Int(1)), Some(Reply::Bulk(term))) = (items.first(), items.get(1)) {
+            let term = term.parse::<i64>().unwrap_or(0);
+            if term <= w.history.max_term {
+                w.history.term_went_back = true;
+            }
+            w.history.max_term = w.history.max_term.max(term);
+        }
+    }
+    for (_, msg) in &ran.published {
+        for other in w.clients.iter_mut() {
+            if matches!(other.phase, Phase::Waiting { queued: true, .. }) {
+                other.inbox.push(msg.clone());
+            }
+        }
+    }
+    let (seq, epoch, issued) = (w.server.seq, w.server.epoch, w.history.issued);
+    if let Some(f) = w.clients[c].inflight.as_mut() {
+        f.reply = ran.reply;
+        f.seq = seq;
+        f.epoch = epoch;
+        f.issued = issued;
+    }
+}
+
+/// Whether the lock, just taken by (or handed to) `holder`, passed a waiter queued in Redis
+/// before it: one with a lower ticket still in the queue.
+fn passes(st: &Setup, w: &World, holder: &str) -> bool {
+    let Some(taker) = w.clients.iter().find(|c| c.value() == holder) else {
+        return false;
+    };
+    let Phase::Waiting { started, .. } = taker.phase else {
+        return false;
+    };
+    let mine = ticket(st, started);
+    w.clients.iter().any(|other| {
+        other.id != taker.id
+            && matches!(other.phase, Phase::Waiting { queued: true, .. })
+            && w.server
+                .queued(w.now, &other.value())
+                .is_some_and(|t| t < mine)
+    })
+}
+
+fn s(v: impl ToString) -> String {
+    v.to_string()
+}
+
+/// Client `c` does what is due.
+pub(super) fn act(st: &Setup, w: &mut World, c: usize) {
+    let now = w.now;
+    let cl = &mut w.clients[c];
+    let value = cl.value();
+    match cl.phase.clone() {
+        Phase::Idle => {
+            cl.phase = Phase::Waiting {
+                started: now,
+                next_at: Some(now),
+                queued: false,
+                last_busy: None,
+            };
+        }
+        Phase::Waiting {
+            started, queued, ..
+        } if now >= started + st.wait => {
+            cl.phase = Phase::Idle;
+            cl.round += 1;
+            cl.inbox.clear();
+            if cl.round >= st.rounds {
+                cl.phase = Phase::Done;
+            }
+            if queued {
+                let (_, id) = cl.request_id();
+                let (script, k, argv) = requests::leave(st, c, (value, id));
+                send(st, w, c, Req::Leave, script, &k, argv);
+            }
+        }
+        Phase::Waiting {
+            started, queued, ..
+        } => {
+            let (_, id) = cl.request_id();
+            let req = Req::Attempt { queued };
+            let (script, k, argv) = requests::attempt(st, c, (value, id), started, queued);
+            send(st, w, c, req, script, &k, argv);
+        }
+        Phase::Holding {
+            until,
+            token,
+            renew_at,
+            release_at,
+            written,
+            proclaimed,
+        } => {
+            if st.leader && !proclaimed {
+                let (_, id) = cl.request_id();
+                let known = cl.known_term;
+                let (script, k, argv) = requests::proclaim(st, c, (value, id), token, known);
+                send(st, w, c, Req::Proclaim, script, &k, argv);
+            } else if renew_at.is_some_and(|at| at <= now) {
+                if now >= until {
+                    // The watchdog finds the lease lost before it renews (`collect`).
+                    return next_round(st, w, c);
+                }
+                let (_, id) = cl.request_id();
+                let (script, k, argv) = requests::renew(st, c, (value, id));
+                send(st, w, c, Req::Renew, script, &k, argv);
+            } else if release_at <= now {
+                let (_, id) = cl.request_id();
+                let kept = st.bugs.belief_after_release.then_some(until);
+                cl.phase = Phase::Releasing { until: kept };
+                let (script, k, argv) = requests::release(st, c, (value, id));
+                send(st, w, c, Req::Release, script, &k, argv);
+            } else if st.fenced && !written {
+                if let Phase::Holding { written, .. } = &mut cl.phase {
+                    *written = true;
+                }
+                let argv = vec![s("set"), s("l"), s(token), s(0), format!("v{c}")];
+                let ran = w
+                    .server
+                    .write(now, &[keys::DATA, keys::MARK], &argv, &st.mutations);
+                if ran.reply == Reply::Int(1) {
+                    if token < w.history.max_landed {
+                        w.history.stale_write_landed = true;
+                    }
+                    w.history.max_landed = w.history.max_landed.max(token);
+                }
+            }
+        }
+        Phase::Releasing { .. } | Phase::Done => {}
+    }
+}
+
+/// A holder accepts `token`, the `issued`-th the server handed out: every token accepted so
+/// far must be below it if it was handed out before it, above it if after.
+fn accept_token(w: &mut World, issued: u8, token: i64) {
+    let h = &mut w.history;
+    if h.accepted
+        .iter()
+        .any(|&(i, t)| (i < issued && t >= token) || (i > issued && t <= token))
+    {
+        h.token_went_back = true;
+    }
+    h.accepted.push((issued, token));
+}
+
+/// The hold is taken (by an attempt sent at `sent`, or handed over: `until` given).
+fn taken(st: &Setup, w: &mut World, c: usize, token: i64, until: i64) {
+    let now = w.now;
+    let cl = &mut w.clients[c];
+    cl.taken += 1;
+    cl.inbox.clear();
+    let renew_at = (st.renew > 0).then(|| now + st.renew);
+    cl.phase = Phase::Holding {
+        until,
+        token,
+        renew_at,
+        release_at: now + st.hold,
+        written: false,
+        proclaimed: false,
+    };
+}
+
+/// The hold is over (released, lost, or given up): the next acquisition, or done.
+fn next_round(st: &Setup, w: &mut World, c: usize) {
+    let cl = &mut w.clients[c];
+    cl.round += 1;
+    cl.inbox.clear();
+    cl.phase = if cl.round >= st.rounds {
+        Phase::Done
+    } else {
+        Phase::Idle
+    };
+}
+
+/// Client `c` receives its reply.
+pub(super) fn receive(st: &Setup, w: &mut World, c: usize) {
+    let Some(f) = w.clients[c].inflight.take() else {
+        return;
+    };
+    let now = w.now;
+    let base = if st.bugs.lease_from_reply {
+        now
+    } else {
+        f.sent
+    };
+    let acked = |w: &mut World| {
+        !st.min_replicas || st.bugs.believe_before_replicas || w.server.acknowledge(f.seq, f.epoch)
+    };
+    match f.req {
+        Req::Attempt { queued } => {
+            let plain = matches!(&f.reply, Reply::Nil | Reply::Bulk(_) | Reply::Error(_));
+            let (took, token, pttl) = match (&f.reply, queued && !plain) {
+                (Reply::Nil, false) => (true, 0, 0),
+                // Another holder, or readers (`WRONGTYPE`: the writer queues behind them).
+                (Reply::Bulk(_) | Reply::Error(_), false) => (false, 0, 0),
+                (r, _) => match inner(r).as_slice() {
+                    [1, t, ..] => (true, *t, 0),
+                    [_, p, ..] => (false, 0, *p),
+                    _ => (false, 0, 0),
+                },
+            };
+            if took {
+                if !acked(w) {
+                    // Unreplicated: the hold is let go, never believed.
+                    let value = w.clients[c].value();
+                    let (_, id) = w.clients[c].request_id();
+                    w.clients[c].phase = Phase::Releasing { until: None };
+                    let k = [keys::LOCK, keys::CHAN, keys::QUEUE, keys::IDS];
+                    send(
+                        st,
+                        w,
+                        c,
+                        Req::Release,
+                        "RELEASE",
+                        &k,
+                        vec![value, id, s(0), s("-")],
+                    );
+                    return;
+                }
+                let token = if st.fenced { token } else { 0 };
+                if token > 0 {
+                    accept_token(w, f.issued, token);
+                }
+                taken(st, w, c, token, base + st.ttl - st.margin);
+                return;
+            }
+            if let Phase::Waiting {
+                started,
+                next_at,
+                queued: q,
+                last_busy,
+            } = &mut w.clients[c].phase
+            {
+                let give_up = *started + st.wait;
+                if !*q {
+                    *q = true;
+                    *next_at = Some(now);
+                    return;
+                }
+                *last_busy = Some((f.id, f.sent));
+                let at = if st.bugs.no_recheck {
+                    give_up
+                } else {
+                    (now + pttl.max(1)).min(now + st.recheck).min(give_up)
+                };
+                if at > now + st.recheck {
+                    w.history.stranded = true;
+                }
+                *next_at = Some(at);
+            }
+        }
+        Req::Renew => {
+            let statuses = inner(&f.reply);
+            let ok = !statuses.is_empty() && statuses.iter().all(|&st| st == 1);
+            let ok_acked = ok && acked(w);
+            if let Phase::Holding {
+                until, renew_at, ..
+            } = &mut w.clients[c].phase
+            {
+                if !ok {
+                    w.clients[c].phase = Phase::Releasing { until: None };
+                    next_round(st, w, c);
+                    return;
+                }
+                if ok_acked {
+                    *until = (*until).max(base + st.ttl - st.margin);
+                }
+                *renew_at = (st.renew > 0).then(|| now + st.renew);
+            }
+        }
+        Req::Release | Req::Leave => {
+            if matches!(w.clients[c].phase, Phase::Releasing { .. }) {
+                next_round(st, w, c);
+            }
+        }
+        Req::Proclaim => {
+            let items = f
+                .reply
+                .items()
+                .get(1)
+                .map(|r| r.items().to_vec())
+                .unwrap_or_default();
+            let term = match items.get(1) {
+                Some(Reply::Bulk(t)) => t.parse::<i64>().unwrap_or(0),
+                _ => 0,
+            };
+            if items.first() == Some(&Reply::Int(1)) {
+                w.clients[c].known_term = term;
+                if let Phase::Holding { proclaimed, .. } = &mut w.clients[c].phase {
+                    *proclaimed = true;
+                }
+            } else {
+                // Not our lock any more: the hold is lost.
+                w.clients[c].phase = Phase::Releasing { until: None };
+                next_round(st, w, c);
+            }
+        }
+    }
+}
+
+/// Client `c` handles the next message on its release channel.
+pub(super) fn hear(st: &Setup, w: &mut World, c: usize) {
+    let now = w.now;
+    let msg = w.clients[c].inbox.remove(0);
+    let value = w.clients[c].value();
+    let confirm = confirms(st, c);
+    let Phase::Waiting {
+        next_at, last_busy, ..
+    } = w.clients[c].phase.clone()
+    else {
+        return;
+    };
+    let wake = |w: &mut World| {
+        if let Phase::Waiting { next_at, .. } = &mut w.clients[c].phase {
+            *next_at = Some(now);
+        }
+    };
+    let Some(named) = msg.strip_prefix(&format!("{value} ")) else {
+        if msg == "1" || msg == value {
+            wake(w);
+        }
+        let _ = next_at;
+        return;
+    };
+    if confirm {
+        return wake(w);
+    }
+    let request = |id: u8| format!("c{c}q{id}");
+    let from = match last_busy {
+        Some((id, sent)) if named == request(id) || st.bugs.trust_any_grant => Some(sent),
+        _ => None,
+    };
+    let Some(sent) = from else { return wake(w) };
+    let base = if st.bugs.trust_grant_from_receipt {
+        now
+    } else {
+        sent
+    };
+    let until = base + st.window - st.margin;
+    if 2 * (until - now) < st.window {
+        return wake(w);
+    }
+    w.history.handed = true;
+    taken(st, w, c, 0, until);
+    // The watchdog extends a trusted grant to the ttl a third of the way through it.
+    if let Phase::Holding { renew_at, .. } = &mut w.clients[c].phase {
+        *renew_at = Some(now + (until - now) / 3);
+    }
+}

@@ -1,0 +1,384 @@
+//! The Lua functions several scripts share (`distlock-core/src/wire/scripts/preludes.rs`),
+//! function for function, over the modelled keyspace.
+
+use crate::keyspace::{lua_number, Bound, Redis, ZAdd};
+
+use super::Mutations;
+
+/// The mark of a semaphore's set of holders (score `-n`).
+pub const PERMITS: &str = "d2:permits";
+/// The mark of a set of readers (score `-1`).
+pub const READERS: &str = "d2:readers";
+/// How long a writer at the head of the line behind readers waits without asking again.
+pub const WRITER_LAPSE: i64 = 2000;
+
+/// `permit_now`: the server's clock in ms.
+pub(super) fn permit_now(r: &Redis) -> i64 {
+    let (s, us) = r.time();
+    s * 1000 + us / 1000
+}
+
+/// `permit_settle`: the key's expiry at its latest deadline, or the key deleted.
+pub(super) fn permit_settle(r: &mut Redis, key: &str, now: i64) {
+    let at = r.zrange(key, -1, -1).first().map_or(0, |(_, s)| *s);
+    if at <= now {
+        r.del(key);
+    } else {
+        r.pexpire(key, at - now);
+    }
+}
+
+/// `permit_count`: a semaphore's `n`.
+pub(super) fn permit_count(r: &mut Redis, key: &str) -> Option<i64> {
+    if r.type_of(key) != "zset" {
+        return None;
+    }
+    r.zscore(key, PERMITS).map(|n| -n)
+}
+
+/// `permit_set`: a `d2` set of holders (permits or readers).
+pub(super) fn permit_set(r: &mut Redis, key: &str) -> bool {
+    if r.type_of(key) != "zset" {
+        return false;
+    }
+    r.zscore(key, PERMITS).is_some() || r.zscore(key, READERS).is_some()
+}
+
+/// `permit_renew`: -2 not a set of holders, 1 renewed (only extends), 0 not a holder.
+pub(super) fn permit_renew(r: &mut Redis, key: &str, value: &str, ttl: &str) -> i64 {
+    if !permit_set(r, key) {
+        return -2;
+    }
+    let now = permit_now(r);
+    r.zremrangebyscore(key, Bound::Incl(0), Bound::Incl(now));
+    let s = r.zscore(key, value);
+    if s.is_some() {
+        r.zadd(key, now + num(ttl), value, ZAdd::Gt);
+    }
+    permit_settle(r, key, now);
+    i64::from(s.is_some())
+}
+
+/// `wake`.
+pub(super) fn wake(r: &mut Redis, chan: &str, msg: &str) {
+    r.publish(chan, msg);
+}
+
+/// `enqueue`.
+pub(super) fn enqueue(
+    r: &mut Redis,
+    q: &str,
+    ids: &str,
+    value: &str,
+    ticket: &str,
+    id: &str,
+    ms: i64,
+) {
+    r.zadd(q, num(ticket), value, ZAdd::Any);
+    r.hset(ids, value, id);
+    let keep = ms.max(0) + num(ticket).rem_euclid(1024).max(1);
+    for key in [q, ids] {
+        if r.pttl(key) < keep {
+            r.pexpire(key, keep);
+        }
+    }
+}
+
+/// `grant`: the first waiter's entry out, the message naming it; its grant window.
+pub(super) fn grant(
+    r: &mut Redis,
+    f: &Mutations,
+    chan: &str,
+    (q, ids): (&str, &str),
+    first: &(String, i64),
+    id: Option<String>,
+) -> i64 {
+    r.zrem(q, &first.0);
+    match id {
+        Some(id) => {
+            r.hdel(ids, &first.0);
+            let id = id.strip_prefix("r:").unwrap_or(&id);
+            wake(r, chan, &format!("{} {id}", first.0));
+        }
+        None => wake(r, chan, &first.0),
+    }
+    if f.grant_for_ttl > 0 {
+        return f.grant_for_ttl;
+    }
+    first.1.rem_euclid(1024).max(1)
+}
+
+/// `writer_waits`.
+fn writer_waits(r: &mut Redis, lapses: Option<&str>, first: &str, now: i64) -> bool {
+    let Some(lapses) = lapses else { return true };
+    let at = r.zscore(lapses, first);
+    if at.is_some_and(|at| at <= now) {
+        return false;
+    }
+    if at.is_none() {
+        r.zadd(lapses, now + WRITER_LAPSE, first, ZAdd::Any);
+        r.pexpire(lapses, 2 * WRITER_LAPSE);
+    }
+    true
+}
+
+/// What `turn_over` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Turned {
+    /// Readers at the head were handed a share each.
+    Readers,
+    /// A writer was handed the lock.
+    Handed,
+    /// A writer at the head waits for the readers inside.
+    Writer,
+}
+
+/// The queue keys of a lock: the queue, its request ids, the release channel.
+#[derive(Clone, Copy)]
+pub(super) struct Line<'k> {
+    /// `prefix:{name}:queue`.
+    pub(super) q: &'k str,
+    /// `prefix:{name}:queue:ids`.
+    pub(super) ids: &'k str,
+    /// The release channel.
+    pub(super) chan: &'k str,
+}
+
+/// `turn_over`: `held` is `Some("string")`, `Some("zset")` or `None` (free).
+pub(super) fn turn_over(
+    r: &mut Redis,
+    f: &Mutations,
+    lock: &str,
+    line: Line,
+    mut held: Option<&'static str>,
+    below: Option<i64>,
+    lapses: Option<&str>,
+) -> Option<Turned> {
+    let mut now: Option<i64> = None;
+    let mut out = None;
+    while let Some(first) = r.zrange(line.q, 0, 0).into_iter().next() {
+        if below.is_some_and(|b| first.1 >= b) {
+            break;
+        }
+        let id = r.hget(line.ids, &first.0);
+        if id.as_deref().is_some_and(|i| i.starts_with("r:")) {
+            if held == Some("string") {
+                r.del(lock);
+            }
+            held = Some("zset");
+            out = Some(Turned::Readers);
+            let window = grant(r, f, line.chan, (line.q, line.ids), &first, id);
+            r.zadd(lock, -1, READERS, ZAdd::Any);
+            let t = *now.get_or_insert_with(|| permit_now(r));
+            r.zadd(lock, t + window, &first.0, ZAdd::Nx);
+        } else if held == Some("zset") && !f.writer_ignores_readers && {
+            let t = *now.get_or_insert_with(|| permit_now(r));
+            r.zremrangebyscore(lock, Bound::Incl(0), Bound::Incl(t));
+            r.zcard(lock) > 1
+        } {
+            let t = now.unwrap_or_default();
+            if writer_waits(r, lapses, &first.0, t) {
+                permit_settle(r, lock, t);
+                return Some(Turned::Writer);
+            }
+            r.zrem(line.q, &first.0);
+            r.hdel(line.ids, &first.0);
+            if let Some(lapses) = lapses {
+                r.zrem(lapses, &first.0);
+            }
+        } else {
+            if held == Some("zset") {
+                r.del(lock);
+            }
+            let window = grant(r, f, line.chan, (line.q, line.ids), &first, id);
+            r.set(lock, &first.0, Some(window));
+            return Some(Turned::Handed);
+        }
+    }
+    if let (Some("zset"), Some(t)) = (held, now) {
+        permit_settle(r, lock, t);
+    }
+    out
+}
+
+/// `let_go`: handed over (with the queue) or deleted and woken.
+pub(super) fn let_go(
+    r: &mut Redis,
+    f: &Mutations,
+    lock: &str,
+    chan: &str,
+    queue: Option<(&str, &str)>,
+) {
+    if let Some((q, ids)) = queue.filter(|_| !f.let_go_without_handoff) {
+        let line = Line { q, ids, chan };
+        if turn_over(r, f, lock, line, Some("string"), None, None).is_some() {
+            return;
+        }
+    }
+    r.del(lock);
+    wake(r, chan, "1");
+}
+
+/// A releasing client's next waiter (`nv`, `nt`, `nid`).
+pub(super) struct Next<'a> {
+    /// Its lock value.
+    pub(super) value: &'a str,
+    /// Its ticket.
+    pub(super) ticket: &'a str,
+    /// The request id its grant will name.
+    pub(super) id: &'a str,
+}
+
+/// `release_lock`: -3 not a `d2` lock, -2 no lock, -1 another's, 0 released.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn release_lock(
+    r: &mut Redis,
+    f: &Mutations,
+    lock: &str,
+    chan: &str,
+    queue: Option<(&str, &str)>,
+    v: Option<String>,
+    value: &str,
+    keep: &str,
+    next: Option<Next>,
+) -> i64 {
+    if let Some(v) = &v {
+        if v != value && !v.starts_with("d2:") {
+            return -3;
+        }
+    }
+    let has_next = next.is_some();
+    if let (Some(n), Some((q, ids))) = (&next, queue) {
+        if v.as_deref() != Some(n.value) {
+            let pttl = r.pttl(lock);
+            enqueue(r, q, ids, n.value, n.ticket, n.id, pttl);
+        }
+    }
+    let code = match &v {
+        None => -2,
+        Some(v) if v != value && !f.release_without_owner_check => -1,
+        Some(_) => {
+            if num(keep) > 0 {
+                r.pexpire(lock, num(keep));
+            }
+            0
+        }
+    };
+    if (code == 0 && num(keep) <= 0) || (code == -2 && has_next) {
+        let_go(r, f, lock, chan, queue);
+    }
+    code
+}
+
+/// `permit_hand`: free permits handed to the waiters in order; (still free, handed).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn permit_hand(
+    r: &mut Redis,
+    f: &Mutations,
+    key: &str,
+    line: Line,
+    now: i64,
+    n: i64,
+    below: Option<i64>,
+) -> (i64, i64) {
+    let mut held = r.zcard(key);
+    if held > 0 {
+        held -= 1;
+    }
+    let (mut free, mut handed) = (n - held, 0);
+    while free > 0 {
+        let Some(first) = r.zrange(line.q, 0, 0).into_iter().next() else {
+            break;
+        };
+        if below.is_some_and(|b| first.1 >= b) {
+            break;
+        }
+        let id = r.hget(line.ids, &first.0);
+        let window = grant(r, f, line.chan, (line.q, line.ids), &first, id);
+        r.zadd(key, -n, PERMITS, ZAdd::Any);
+        r.zadd(key, now + window, &first.0, ZAdd::Nx);
+        free -= 1;
+        handed += 1;
+    }
+    (free, handed)
+}
+
+/// `permit_release`: -3 not a set of holders, -2 not held, 1 kept, 0 let go.
+pub(super) fn permit_release(
+    r: &mut Redis,
+    f: &Mutations,
+    key: &str,
+    value: &str,
+    keep: &str,
+    chan: &str,
+    queue: Option<(&str, &str)>,
+) -> i64 {
+    if r.type_of(key) != "zset" {
+        return -3;
+    }
+    let n = r.zscore(key, PERMITS);
+    if n.is_none() && r.zscore(key, READERS).is_none() {
+        return -3;
+    }
+    let now = permit_now(r);
+    r.zremrangebyscore(key, Bound::Incl(0), Bound::Incl(now));
+    let mut code = -2;
+    if r.zscore(key, value).is_some() {
+        if num(keep) > 0 {
+            r.zadd(key, now + num(keep), value, ZAdd::Xx);
+            code = 1;
+        } else {
+            r.zrem(key, value);
+            code = 0;
+        }
+    }
+    if code == 0 {
+        let mut woken = false;
+        match (n, queue) {
+            (Some(n), Some((q, ids))) => {
+                let line = Line { q, ids, chan };
+                let (free, handed) = permit_hand(r, f, key, line, now, -n, None);
+                woken = handed > 0 && free == 0;
+            }
+            (None, Some((q, ids))) => {
+                let line = Line { q, ids, chan };
+                match turn_over(r, f, key, line, Some("zset"), None, None) {
+                    Some(Turned::Handed) => return code,
+                    turned => woken = turned == Some(Turned::Readers),
+                }
+            }
+            _ => {}
+        }
+        if !woken {
+            wake(r, chan, "1");
+        }
+    }
+    permit_settle(r, key, now);
+    code
+}
+
+/// `fence_raise`: the token (0 without retention) and whether the key held no number.
+pub(super) fn fence_raise(r: &mut Redis, f: &Mutations, key: &str, retention: &str) -> (i64, bool) {
+    if num(retention) <= 0 {
+        return (0, false);
+    }
+    let (s, us) = r.time();
+    let mut token = s * 1_000_000 + us;
+    let prev = r
+        .set_get(key, &token.to_string(), Some(num(retention)))
+        .unwrap_or_default();
+    let Some(last) = lua_number(prev.as_deref().unwrap_or("0")) else {
+        r.set(key, prev.as_deref().unwrap_or(""), Some(num(retention)));
+        return (0, true);
+    };
+    if token <= last && !f.token_from_clock_only {
+        token = last + 1;
+        r.set(key, &token.to_string(), Some(num(retention)));
+    }
+    (token, false)
+}
+
+/// `tonumber` of an argument the scripts read as a number (0 for none).
+pub(super) fn num(s: &str) -> i64 {
+    lua_number(s).unwrap_or(0)
+}

@@ -1,0 +1,378 @@
+//! The protocol model checked: each configuration exhaustively (breadth first, every state up
+//! to its horizon: the depth reached is printed), then random walks beyond (longer horizons,
+//! more clients, every fault at once). `DISTLOCK_MODEL_DEEP=1` (`scripts/model.sh`) checks
+//! bigger configurations and walks longer.
+//!
+//! Two overlaps are the docs' own admissions, and the checker must find them (the docs'
+//! honesty, checked): a failover to a replica that missed an unacknowledged lock (without
+//! `min_replicas`), and a server clock stepped forward past the margin. And one fairness
+//! limit: a newcomer's first attempt (`SET NX`, no script) may take a lock that an expiry
+//! freed before the waiters queued for it look again (`fifo, newcomers included`).
+
+mod common;
+
+use common::{check, violated, walk, Checked};
+use distlock_model::protocol::{Hold, Setup};
+
+fn deep() -> bool {
+    std::env::var_os("DISTLOCK_MODEL_DEEP").is_some()
+}
+
+/// The horizon (ms) of a configuration: `ci` in CI, `deeper` with `DISTLOCK_MODEL_DEEP`.
+fn horizon(ci: i64, deeper: i64) -> i64 {
+    if deep() {
+        deeper
+    } else {
+        ci
+    }
+}
+
+/// Checks `setup` exhaustively: no safety property violated but those in `admitted`, and the
+/// model reaches a second hold (it is not vacuous).
+fn holds(name: &str, setup: Setup, admitted: &[&str]) -> Checked {
+    let checked = check(name, setup, None);
+    let unexpected: Vec<&str> = violated(&checked)
+        .into_iter()
+        .filter(|p| !admitted.contains(p))
+        .collect();
+    let paths: Vec<String> = checked
+        .shortest
+        .iter()
+        .filter(|(p, _)| unexpected.contains(p))
+        .map(|(p, path)| format!("{p}: {path}"))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "{name}: violated {unexpected:?}; shortest counterexamples:\n{}",
+        paths.join("\n")
+    );
+    assert!(
+        checked.found.contains(&"two holds in turn"),
+        "{name}: the model never reached a second hold: it checks nothing"
+    );
+    checked
+}
+
+#[test]
+fn a_lock_with_its_queue_handoff_expiry_pauses_and_slow_requests() {
+    let base = Setup::default();
+    let c = holds("lock, 2 clients", base.clone(), &[]);
+    assert!(
+        c.found.contains(&"a lock handed over"),
+        "no handoff reached"
+    );
+    assert!(c.depth >= 30 && c.unique > 40_000, "shallower than stated");
+    holds(
+        "lock, 2 clients, 2 acquisitions each",
+        Setup {
+            rounds: 2,
+            horizon: horizon(10, 13),
+            ..base.clone()
+        },
+        &["fifo, newcomers included"],
+    );
+    holds(
+        "lock, renewed, held past its ttl",
+        Setup {
+            renew: 1,
+            hold: 4,
+            ..base.clone()
+        },
+        &[],
+    );
+    holds(
+        "lock, a finer grain (6 ms lease, 4 ms window)",
+        Setup {
+            ttl: 6,
+            window: 4,
+            wait: 10,
+            horizon: 13,
+            ..base.clone()
+        },
+        &[],
+    );
+    if deep() {
+        holds(
+            "lock, 3 clients",
+            Setup {
+                clients: 3,
+                horizon: 11,
+                ..base
+            },
+            &["fifo, newcomers included"],
+        );
+    }
+}
+
+#[test]
+fn permits_and_readers_never_believed_with_an_incompatible_hold() {
+    let permits = holds(
+        "semaphore of 2, 3 clients",
+        Setup {
+            hold_kind: Hold::Permits(2),
+            clients: 3,
+            horizon: horizon(9, 11),
+            ..Setup::default()
+        },
+        &[],
+    );
+    assert!(
+        permits.found.contains(&"two holds at once"),
+        "never two permits at once"
+    );
+    holds(
+        "a reader and a writer",
+        Setup {
+            hold_kind: Hold::ReadWrite { readers: 1 },
+            ..Setup::default()
+        },
+        &[],
+    );
+    let readers = holds(
+        "two readers and a writer",
+        Setup {
+            hold_kind: Hold::ReadWrite { readers: 2 },
+            clients: 3,
+            horizon: horizon(9, 11),
+            ..Setup::default()
+        },
+        &[],
+    );
+    assert!(
+        readers.found.contains(&"two holds at once"),
+        "never two readers at once"
+    );
+}
+
+#[test]
+fn a_set_of_two_excludes_each_of_its_locks() {
+    holds(
+        "a set of two and the first lock alone",
+        Setup {
+            hold_kind: Hold::Sets,
+            ..Setup::default()
+        },
+        &[],
+    );
+    let sets = holds(
+        "a set of two and each lock alone",
+        Setup {
+            hold_kind: Hold::Sets,
+            clients: 3,
+            horizon: horizon(8, 10),
+            ..Setup::default()
+        },
+        &[],
+    );
+    assert!(
+        sets.found.contains(&"two holds at once"),
+        "never both locks held apart at once"
+    );
+}
+
+#[test]
+fn fencing_tokens_rise_and_no_stale_write_lands() {
+    let fenced = Setup {
+        fenced: true,
+        ..Setup::default()
+    };
+    holds("fenced lock", fenced.clone(), &[]);
+    if deep() {
+        // In CI the random walks cover fenced holders taking several turns.
+        holds(
+            "fenced lock, 2 acquisitions each",
+            Setup {
+                rounds: 2,
+                horizon: 10,
+                ..fenced
+            },
+            &["fifo, newcomers included"],
+        );
+    }
+}
+
+#[test]
+fn leader_terms_rise_and_belief_ends_with_the_hold() {
+    holds(
+        "leader election",
+        Setup {
+            fenced: true,
+            leader: true,
+            horizon: horizon(11, 13),
+            ..Setup::default()
+        },
+        &[],
+    );
+}
+
+#[test]
+fn a_failover_keeps_exclusion_with_min_replicas() {
+    let failover = Setup {
+        replica: true,
+        min_replicas: true,
+        ..Setup::default()
+    };
+    holds(
+        "failover, min_replicas",
+        Setup {
+            horizon: horizon(10, 13),
+            ..failover.clone()
+        },
+        &[],
+    );
+    holds(
+        "failover, min_replicas, fenced and renewed",
+        Setup {
+            fenced: true,
+            renew: 1,
+            hold: 4,
+            pauses: 0,
+            ..failover
+        },
+        &[],
+    );
+}
+
+#[test]
+fn a_failover_without_min_replicas_can_lose_a_lock_as_the_docs_admit() {
+    let c = check(
+        "failover, no min_replicas",
+        Setup {
+            replica: true,
+            pauses: 0,
+            ..Setup::default()
+        },
+        Some("mutual exclusion"),
+    );
+    assert!(
+        c.found.contains(&"mutual exclusion"),
+        "the docs admit that a failover to a replica that missed a lock can let two holders \
+         believe: the checker must find it"
+    );
+}
+
+#[test]
+fn a_clock_step_back_keeps_exclusion_and_tokens_rising() {
+    holds(
+        "clock stepped back, fenced",
+        Setup {
+            fenced: true,
+            clock_step: -3,
+            horizon: horizon(10, 13),
+            ..Setup::default()
+        },
+        &[],
+    );
+    holds(
+        "clock stepped back, leader",
+        Setup {
+            fenced: true,
+            leader: true,
+            clock_step: -3,
+            pauses: 0,
+            ..Setup::default()
+        },
+        &[],
+    );
+}
+
+#[test]
+fn a_clock_step_forward_past_the_margin_overlaps_as_the_docs_admit() {
+    holds(
+        "clock stepped forward within the margin",
+        Setup {
+            clock_step: 2,
+            ..Setup::default()
+        },
+        &[],
+    );
+    let c = check(
+        "clock stepped forward past the margin",
+        Setup {
+            clock_step: 3,
+            pauses: 0,
+            ..Setup::default()
+        },
+        Some("mutual exclusion"),
+    );
+    assert!(
+        c.found.contains(&"mutual exclusion"),
+        "the docs admit that a server clock stepping forward expires locks early: the \
+         checker must find the overlap"
+    );
+}
+
+#[test]
+fn a_newcomer_passes_queued_waiters_only_at_a_lock_an_expiry_freed() {
+    let three = Setup {
+        clients: 3,
+        horizon: 9,
+        ..Setup::default()
+    };
+    holds(
+        "3 clients, no pause",
+        Setup {
+            pauses: 0,
+            ..three.clone()
+        },
+        &[],
+    );
+    let c = check(
+        "3 clients, a holder paused past its lease",
+        three,
+        Some("fifo, newcomers included"),
+    );
+    assert!(
+        c.found.contains(&"fifo, newcomers included"),
+        "a newcomer's first attempt (SET NX) takes a lock freed by expiry before the queued \
+         waiters look again: the checker must find it"
+    );
+}
+
+#[test]
+fn random_walks_beyond_the_exhaustive_depth() {
+    let states = if deep() { 3_000_000 } else { 300_000 };
+    let everything = Setup {
+        clients: 3,
+        rounds: 3,
+        renew: 1,
+        hold: 3,
+        wait: 12,
+        horizon: 40,
+        fenced: true,
+        leader: true,
+        replica: true,
+        min_replicas: true,
+        clock_step: -4,
+        pauses: 3,
+        ..Setup::default()
+    };
+    let found = walk("every fault, 3 clients, 40 ms", everything, 41, states);
+    let unexpected: Vec<&str> = found
+        .into_iter()
+        .filter(|p| *p != "fifo, newcomers included")
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "random walks violated {unexpected:?}"
+    );
+    let plain = Setup {
+        clients: 3,
+        rounds: 4,
+        ttl: 6,
+        window: 4,
+        wait: 14,
+        horizon: 60,
+        pauses: 4,
+        ..Setup::default()
+    };
+    let found = walk("plain lock, 3 clients, 60 ms", plain, 7, states);
+    let unexpected: Vec<&str> = found
+        .into_iter()
+        .filter(|p| *p != "fifo, newcomers included")
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "random walks violated {unexpected:?}"
+    );
+}
