@@ -539,7 +539,8 @@ mod tests {
 
     #[test]
     fn reads_valkeys_own_version_before_its_compatible_redis_version() {
-        let valkey = "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.1.8\r\n";
+        let valkey =
+            "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.1.8\r\n";
         assert_eq!(server_name(valkey), "Valkey 8.1.8");
         assert_eq!(
             server_name("# Server\r\nredis_version:8.2.3\r\n"),

@@ -11,6 +11,8 @@
 //! lock held as long does (pending: its `for` is 5 minutes). And `testkit::Prometheus` itself:
 //! it answers, and its process is gone when it is dropped.
 
+mod configs;
+mod grafana_schema;
 mod load;
 
 use std::collections::BTreeMap;
