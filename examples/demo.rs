@@ -6,7 +6,12 @@
 //! lost), then with `#[distributed_lock]` (the counter ends exactly right). It prints who held
 //! the lock, who waited, who skipped the once-only job, and the fencing tokens. With
 //! `DEMO_DISTLOCK_CLI` set to the `distlock` binary (scripts/demo.sh does), it ends with what
-//! `distlock list` shows an operator.
+//! `distlock list` shows an operator. It then shows what the fencing tokens are for: a holder
+//! paused past its lease (a GC pause, a stopped VM, `SIGSTOP`) writes with its old token
+//! through `distlock::fence::redis::FencedStore` after the next holder wrote, and is refused
+//! with `Error::Fenced` (while the same late write as a plain `SET` overwrites the newer
+//! holder's). It first names the server it talks to, from `INFO server` (Redis or Valkey, and
+//! its version): the one at `REDIS_URL`, or the one it starts (`REDIS_SERVER` picks its binary).
 //!
 //! `cargo run -p distlock-examples --example demo -- --cluster` (or scripts/demo-cluster.sh) runs the same annotated
 //! code against a 3-master Redis Cluster it starts itself (redis-server processes stopped by
@@ -147,6 +152,163 @@ async fn worker(id: usize, url: String) -> Result<(), AppError> {
     Ok(())
 }
 
+/// The server at `url`, as its `INFO server` names it: `Redis 7.0.15`, `Valkey 8.1.8`.
+async fn server_version(url: &str) -> Result<String, AppError> {
+    let mut conn = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn)
+        .await?;
+    Ok(server_name(&info))
+}
+
+/// The server's name and version from an `INFO server` reply. Valkey reports a
+/// `redis_version` too (the Redis it is compatible with, 7.2.4): its own comes first.
+fn server_name(info: &str) -> String {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    match (field("valkey_version"), field("redis_version")) {
+        (Some(valkey), _) => format!("Valkey {valkey}"),
+        (None, Some(redis)) => format!("Redis {redis}"),
+        (None, None) => "a server whose INFO names no version".to_owned(),
+    }
+}
+
+/// The lock of the fencing scene, and the store's key for it: the lock's hash tag, so that
+/// the key and the lock's watermark share a slot in a Redis Cluster.
+const LEDGER: &str = "ledger";
+const LEDGER_KEY: &str = "entries:{ledger}";
+/// The same entries written with plain `SET`s, for the contrast.
+const LEDGER_PLAIN_KEY: &str = "entries:{ledger}:plain";
+
+/// Holder A's lease in the fencing scene: it is not renewed, as a paused process renews
+/// nothing, so it runs out this long after A took the lock.
+const PAUSED_LEASE: Duration = Duration::from_millis(500);
+
+/// What the fencing scene saw.
+#[derive(Debug)]
+struct FencingScene {
+    /// Holder A's token, and B's (taken after A's lease ran out).
+    a_token: u64,
+    b_token: u64,
+    /// A's late write through the fenced store: refused, if fencing works.
+    a_late_write: Result<(), distlock::Error>,
+    /// The entry the store holds at the end, and the token that wrote it.
+    stored: (String, u64),
+    /// The plain copy at the end: A's late `SET` lands over B's entry.
+    plain: String,
+}
+
+/// What fencing tokens are for: holder A writes, is paused past its lease, B takes the lock
+/// and writes, and A, resuming, writes with its old token. The fenced store refuses A; a plain
+/// `SET` of the same late write overwrites B's entry. A and B are clients of their own (as two
+/// processes are), made by `connect`; `store_url` is the Redis the entries are written to (in
+/// a Cluster, the master of the lock's slot).
+async fn fencing_scene<F, Fut>(connect: F, store_url: &str) -> Result<FencingScene, AppError>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<distlock::Client, distlock::Error>>,
+{
+    use distlock::fence::redis::FencedStore;
+    // The connection through `distlock::redis`: the redis-rs (1.x) `FencedStore` takes.
+    let mut plain = distlock::redis::Client::open(store_url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    // How late a fence may still arrive here: far longer than the scene.
+    let mut store = FencedStore::new(plain.clone(), Duration::from_secs(60));
+    let (a, b) = (connect().await?, connect().await?);
+
+    let a_guard = a
+        .lock(LEDGER)
+        .fenced(true)
+        .ttl(PAUSED_LEASE)
+        .renew(false)
+        .acquire()
+        .await?;
+    let a_fence = a_guard.fence().expect("taken fenced");
+    store.claim(&a_fence).await?;
+    store.set(LEDGER_KEY, "entry 1 by A", &a_fence).await?;
+    let _: () = plain.set(LEDGER_PLAIN_KEY, "entry 1 by A").await?;
+    println!(
+        "[holder A] holds {LEDGER} (fencing token {}), writes \"entry 1 by A\" -> ok",
+        a_fence.token()
+    );
+    println!(
+        "[holder A] is paused before its next write (a GC pause, a stopped VM, SIGSTOP): its \
+         {} ms lease runs out, and it does not know",
+        PAUSED_LEASE.as_millis()
+    );
+
+    let asked = Instant::now();
+    let b_guard = b
+        .lock(LEDGER)
+        .fenced(true)
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await?;
+    let b_fence = b_guard.fence().expect("taken fenced");
+    store.claim(&b_fence).await?;
+    store.set(LEDGER_KEY, "entry 2 by B", &b_fence).await?;
+    let _: () = plain.set(LEDGER_PLAIN_KEY, "entry 2 by B").await?;
+    println!(
+        "[holder B] takes {LEDGER} after waiting {} ms (fencing token {}), claims the store, \
+         writes \"entry 2 by B\" -> ok",
+        asked.elapsed().as_millis(),
+        b_fence.token()
+    );
+
+    // A resumes where it was paused: it still believes it holds the lock, and writes.
+    println!(
+        "[holder A] resumes, still believing it holds {LEDGER}, writes \"entry 2 by A\" with \
+         token {}",
+        a_fence.token()
+    );
+    let a_late_write = store.set(LEDGER_KEY, "entry 2 by A", &a_fence).await;
+    match &a_late_write {
+        Err(refused @ distlock::Error::Fenced { .. }) => {
+            println!("[holder A] -> REFUSED, nothing written: {refused}")
+        }
+        other => println!("[holder A] -> NOT REFUSED: {other:?}"),
+    }
+    let _: () = plain.set(LEDGER_PLAIN_KEY, "entry 2 by A").await?;
+    b_guard.release().await?;
+    drop(a_guard);
+
+    let stored = store
+        .get::<String>(LEDGER_KEY)
+        .await?
+        .expect("the entry was written");
+    let stored = (stored.value, stored.token);
+    let plain_now: String = plain.get(LEDGER_PLAIN_KEY).await?;
+    let _: () = plain.del(&[LEDGER_KEY, LEDGER_PLAIN_KEY]).await?;
+    Ok(FencingScene {
+        a_token: a_fence.token(),
+        b_token: b_fence.token(),
+        a_late_write,
+        stored,
+        plain: plain_now,
+    })
+}
+
+/// True if the scene shows what fencing promises: A's late write refused with its token and
+/// B's, B's entry kept, while the unfenced copy took A's late write.
+fn fencing_held(scene: &FencingScene) -> bool {
+    let refused = matches!(
+        scene.a_late_write,
+        Err(distlock::Error::Fenced { token, seen, .. })
+            if token == scene.a_token && seen == scene.b_token
+    );
+    refused
+        && scene.b_token > scene.a_token
+        && scene.stored == ("entry 2 by B".to_owned(), scene.b_token)
+        && scene.plain == "entry 2 by A"
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("worker") {
@@ -178,14 +340,20 @@ fn main() {
             (Some(server), url)
         }
     };
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    // The server the demo talks to, as it names itself (not the binary's name).
+    let server_named = rt
+        .block_on(server_version(&url))
+        .unwrap_or_else(|e| format!("a server that did not answer INFO ({e})"));
     match &cluster {
         Some(cluster) => println!(
             "distlock demo: {WORKERS} processes x {TASKS} tasks x {ROUNDS} increments against a \
-             Redis Cluster of 3 masters ({}); counters on {url}\n",
+             Redis Cluster of 3 masters ({}: {server_named}); counters on {url}\n",
             cluster.urls().join(", ")
         ),
         None => println!(
-            "distlock demo: {WORKERS} processes x {TASKS} tasks x {ROUNDS} increments against {url}\n"
+            "distlock demo: {WORKERS} processes x {TASKS} tasks x {ROUNDS} increments against \
+             {server_named} at {url}\n"
         ),
     }
     println!(
@@ -238,7 +406,6 @@ fn main() {
         }
     }
 
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (unlocked, locked): (i64, i64) = rt.block_on(async {
         let mut conn = redis::Client::open(url.as_str())
             .unwrap()
@@ -267,9 +434,117 @@ fn main() {
             "WRONG"
         }
     );
-    if !all_ok || locked != expected {
+
+    // What the fencing tokens printed above are for.
+    println!("\nFencing: a holder paused past its lease writes late, with its old token\n");
+    let store_url = match &cluster {
+        Some(cluster) => {
+            let master = cluster.master_of_slot(distlock::hash_slot(LEDGER.as_bytes()));
+            format!("redis://127.0.0.1:{master}/")
+        }
+        None => url.clone(),
+    };
+    let connect = || {
+        let config = match &nodes {
+            Some(nodes) => distlock::Config::cluster(nodes.split(',')),
+            None => distlock::Config::new(url.clone()),
+        };
+        config.connect()
+    };
+    let fenced = match rt.block_on(fencing_scene(connect, &store_url)) {
+        Ok(scene) => {
+            println!(
+                "\n{LEDGER_KEY} = \"{}\" (token {}): B's entry stands",
+                scene.stored.0, scene.stored.1
+            );
+            println!(
+                "the same late write as a plain SET: {LEDGER_PLAIN_KEY} = \"{}\", B's entry \
+                 overwritten (no token: nothing to refuse it)",
+                scene.plain
+            );
+            fencing_held(&scene)
+        }
+        Err(e) => {
+            eprintln!("the fencing scene failed: {e}");
+            false
+        }
+    };
+    if !fenced {
+        println!("fencing: WRONG (the late write was not refused as it should be)");
+    }
+
+    if !all_ok || locked != expected || !fenced {
         // `exit` skips destructors: stop the servers by PID first.
-        drop((server, cluster));
+        drop((rt, server, cluster));
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fencing scene against a real Redis: A's late write is refused with its token and
+    /// B's, B's entry stands, and the plain copy took A's late write (the scene shows both).
+    #[test]
+    fn the_paused_holders_late_write_is_refused() {
+        let server = testkit::RedisServer::start();
+        let url = server.url();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let connect = || distlock::Config::new(url.clone()).connect();
+        let scene = runtime
+            .block_on(async {
+                tokio::time::timeout(Duration::from_secs(10), fencing_scene(connect, &url)).await
+            })
+            .expect("the scene ends within 10 s")
+            .unwrap();
+        assert!(
+            matches!(scene.a_late_write, Err(distlock::Error::Fenced { .. })),
+            "{scene:?}"
+        );
+        assert!(fencing_held(&scene), "{scene:?}");
+    }
+
+    /// The check the demo's exit status rests on fails when the late write lands.
+    #[test]
+    fn a_late_write_that_lands_fails_the_check() {
+        let scene = FencingScene {
+            a_token: 1,
+            b_token: 2,
+            a_late_write: Ok(()),
+            stored: ("entry 2 by B".to_owned(), 2),
+            plain: "entry 2 by A".to_owned(),
+        };
+        assert!(!fencing_held(&scene));
+    }
+
+    /// The demo names the server it talks to as the server names itself: the version the
+    /// binary it started reports (`redis-server --version`, or `REDIS_SERVER`'s: Valkey's too).
+    #[test]
+    fn names_the_server_it_talks_to() {
+        let server = testkit::RedisServer::start();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let named = runtime.block_on(server_version(&server.url())).unwrap();
+        let binary = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned());
+        let version = std::process::Command::new(&binary)
+            .arg("--version")
+            .output()
+            .unwrap();
+        // `Redis server v=7.0.15 sha=…` / `Valkey server v=8.1.8 sha=…`
+        let version = String::from_utf8(version.stdout).unwrap();
+        let (product, rest) = version.split_once(" server v=").expect("a server version");
+        let number = rest.split_whitespace().next().unwrap();
+        assert_eq!(named, format!("{product} {number}"), "{version}");
+    }
+
+    #[test]
+    fn reads_valkeys_own_version_before_its_compatible_redis_version() {
+        let valkey =
+            "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.1.8\r\n";
+        assert_eq!(server_name(valkey), "Valkey 8.1.8");
+        assert_eq!(
+            server_name("# Server\r\nredis_version:8.2.3\r\n"),
+            "Redis 8.2.3"
+        );
     }
 }

@@ -540,8 +540,10 @@
 //! for a plain lock (`scripts/profile-scripts.sh` in the repository).
 //!
 //! The store must check the token, or it protects nothing: [`fence`](mod@fence) does it for
-//! you. A `fence::redis::FencedStore` (over any redis-rs connection, the lock's server or
-//! another) writes your own Redis data only if no newer holder of the lock has written any of
+//! you. A `fence::redis::FencedStore` (over any redis-rs 1.x connection, the lock's server or
+//! another: open it through [`distlock::redis`](crate::redis), the redis-rs distlock is built
+//! on, as a redis 0.x connection fails to compile with E0277) writes your own Redis data only
+//! if no newer holder of the lock has written any of
 //! the lock's keys there or claimed them (`claim`, the moment a holder or a leader takes
 //! over), and `fence::sqlx::advance` (feature `sqlx-postgres`) does the same for a resource in
 //! your Postgres transaction, ending a holder frozen in it after a bound you give. A stale
@@ -757,7 +759,10 @@ pub use distlock_core::testing;
 /// RedLock arguments in full).
 pub use distlock_core;
 
-/// The redis-rs crate distlock is built on: match [`Error::Redis`]'s source with it.
+/// The redis-rs crate distlock is built on (1.x): match [`Error::Redis`]'s source with it, and
+/// open the connections of [`fence::redis::FencedStore`] with it
+/// (`distlock::redis::Client::open(url)?`): a connection of another redis-rs version (0.32 and
+/// earlier) is not the `ConnectionLike` the store takes (E0277).
 pub use distlock_core::redis;
 
 /// The Lua scripts. **Not public API**: for the repository's tests and benchmarks.

@@ -9,8 +9,13 @@
 //! lock from a plain one: a leader's lost term fires `DistlockLeadershipLost` and no
 //! `DistlockLocksLost`, a leader past 100 ttls trips no `DistlockHeldPastTtls` while a plain
 //! lock held as long does (pending: its `for` is 5 minutes). And `testkit::Prometheus` itself:
-//! it answers, and its process is gone when it is dropped.
+//! it answers, and its process is gone when it is dropped. `configs`: the scrape
+//! configuration (`promtool check config`), the Alertmanager example (`amtool`: its syntax and
+//! where every alert goes) and the alerts' runbook links. `grafana_schema`: the dashboard
+//! against Grafana's published dashboard schema (no Grafana is installable here).
 
+mod configs;
+mod grafana_schema;
 mod load;
 
 use std::collections::BTreeMap;

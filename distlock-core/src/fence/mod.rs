@@ -12,8 +12,10 @@
 //! * [`Fence`]: a lock's name and its token, from [`LockGuard::fence`](crate::LockGuard::fence)
 //!   or, inside an annotated function or a [`run`](crate::LockBuilder::run) body,
 //!   [`fence()`](crate::fence()).
-//! * [`redis`](mod@redis): a [`FencedStore`](redis::FencedStore) over any redis-rs connection
-//!   (the lock's Redis or another): `set`, `get`, `del` of your values, each one atomic script
+//! * [`redis`](mod@redis): a [`FencedStore`](redis::FencedStore) over any redis-rs 1.x
+//!   connection (the lock's Redis or another; open it through the re-export,
+//!   `distlock::redis`, as a redis 0.x connection does not compile): `set`, `get`, `del` of
+//!   your values, each one atomic script
 //!   that lands only if no higher token of the lock has written any key of the lock there (the
 //!   lock's *watermark*), and `claim`, which raises the watermark when a holder takes over.
 //! * `sqlx` (feature `sqlx-postgres`): `advance(&mut tx, &fence, bound)` in your transaction,

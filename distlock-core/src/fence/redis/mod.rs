@@ -61,10 +61,31 @@
 //! [`per_key`](FencedStore::per_key): no watermark, each key fenced on its own (the weaker
 //! promise: a deposed holder's write lands on a key no newer holder has written).
 //!
-//! The connection is yours: any [`ConnectionLike`] of the redis-rs version distlock uses
-//! (re-exported as `distlock::redis`): a `MultiplexedConnection`, a `ConnectionManager`, a
-//! cluster connection. A store is [`Clone`] when its connection is; clones share the
-//! first-write check.
+//! **The connection: redis-rs 1.x.** The connection is yours: any [`ConnectionLike`] of the
+//! redis-rs distlock is built on, redis-rs 1.x (re-exported as `distlock::redis`, and here as
+//! [`distlock_core::redis`](crate::redis)): a `MultiplexedConnection`, a `ConnectionManager`,
+//! a cluster connection. Open it through the re-export, and it is always the right one:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use distlock_core::fence::redis::FencedStore;
+//! use distlock_core::redis; // `distlock::redis` in an application
+//!
+//! let conn = redis::Client::open("redis://127.0.0.1:6379/")?
+//!     .get_multiplexed_async_connection()
+//!     .await?;
+//! let store = FencedStore::new(conn, Duration::from_secs(3600));
+//! # let _ = store; Ok(()) }
+//! ```
+//!
+//! Depending on `redis = "1"` yourself works as well (Cargo builds one redis-rs for both). A
+//! connection of redis 0.32 or earlier is another crate's type to the compiler, whatever its
+//! name: `FencedStore::new` fails with E0277, "the trait bound `MultiplexedConnection:
+//! ConnectionLike` is not satisfied", noting "there are multiple different versions of crate
+//! `redis` in the dependency graph" (the repository's `tests/ui/fail/fenced_store_other_redis.rs`
+//! pins that error). A store is [`Clone`] when its connection is; clones share the first-write
+//! check.
 
 mod eviction;
 mod reply;
@@ -172,6 +193,10 @@ where
     /// longest time a write carrying a fence can arrive after a newer holder of its lock has
     /// written or claimed here (`Duration::MAX`: for ever). A zero window is refused at the
     /// first write ([`Error::InvalidConfig`]).
+    ///
+    /// `conn` is a connection of redis-rs 1.x, the re-exported `distlock::redis`: one of
+    /// redis 0.x is refused at compile time (E0277: see "The connection" in the
+    /// [module docs](self)).
     pub fn new(conn: C, fences_arrive_within: Duration) -> Self {
         FencedStore {
             conn,
