@@ -2,8 +2,20 @@
 //! `--cfg shuttle`): the real `Interest` (turn, wakes, grant slot, place in the cohort), the
 //! real cohort and the client's real `dispatch` of release messages, driven by tasks that take
 //! the wait loop's steps in `lock::waiting`'s order against a server that keeps the scripts'
-//! rules (`server`), every interleaving of them the checker chooses, with waiters cancelled at
-//! any point where a real one can be (an await: a request or reply on the wire, a wait).
+//! rules (`server`), in thousands of interleavings chosen by PCT (up to three preemptions
+//! placed at random) and at random, with waiters cancelled at any point where a real one can be
+//! (an await: a request or reply on the wire, a wait) after a number of steps the checker picks.
+//!
+//! Seeded bugs each check catches (`sync::model::Mutant`, asserted in `*_mutants_are_caught`):
+//! a cancelled waiter that keeps its turn, a waiter that retries without waiting for its turn,
+//! a wait whose baseline is taken after the attempt (a lost wake-up), a grant that does not
+//! wake its waiter, a carried waiter whose leaving overtakes its queuing. Two promotions of the
+//! cohort survive these checks, and what they are for is why: without the promotion of the
+//! first deferred waiter when the cohort's last queued one leaves, or of a waiter whose
+//! carrying release failed, that waiter is still served — the release that empties the queue
+//! publishes a plain wake, and it retries — but only once the line is empty (or at its
+//! `HANDED_RECHECK`): the promotion keeps its place in line among other clients' waiters,
+//! which one client here cannot show.
 //!
 //! No clock moves in these checks: no wait runs out, and no waiter looks again on a timer
 //! (`HANDED_RECHECK`, the holder's pttl). So a waiter the protocol forgets is never served,
