@@ -23,6 +23,9 @@ pub(crate) enum Mutant {
     /// A carried waiter that goes away leaves the queue at once, before the release that
     /// carries it is answered (its leaving overtakes its queuing).
     LeaveOvertakesCarry,
+    /// A release that carried a waiter failed, and the waiter is not promoted (its count is
+    /// given back, its fate left carried).
+    NoPromotionOnFailedCarry,
     /// A waiter that goes away keeps its turn (the permit is leaked, not handed on).
     TurnKeptOnDrop,
     /// A waiter retries without waiting in line for its turn (it barges).

@@ -325,6 +325,7 @@ impl Drop for Carry {
         let mut fate = sync::lock(&self.waiter.fate);
         match *fate {
             // Unless it queued itself or left meanwhile, the waiter queues itself now.
+            Fate::Carried { .. } if mutant!(NoPromotionOnFailedCarry) => c.queued -= 1,
             Fate::Carried { .. } => {
                 promote(&self.waiter, &mut fate);
                 c.queued -= 1;

@@ -244,6 +244,11 @@ fn shuttle_handoff_mutants_are_caught() {
             "a carried waiter's leaving overtook its queuing: the lock handed to nobody",
         ),
         (
+            Mutant::NoPromotionOnFailedCarry,
+            SETUPS[2],
+            "a failed release's carried waiter left carried: counted out twice",
+        ),
+        (
             Mutant::GrantNotWoken,
             SETUPS[0],
             "a grant that does not wake its waiter",

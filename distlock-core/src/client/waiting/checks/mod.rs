@@ -9,13 +9,13 @@
 //! Seeded bugs each check catches (`sync::model::Mutant`, asserted in `*_mutants_are_caught`):
 //! a cancelled waiter that keeps its turn, a waiter that retries without waiting for its turn,
 //! a wait whose baseline is taken after the attempt (a lost wake-up), a grant that does not
-//! wake its waiter, a carried waiter whose leaving overtakes its queuing. Two promotions of the
-//! cohort survive these checks, and what they are for is why: without the promotion of the
-//! first deferred waiter when the cohort's last queued one leaves, or of a waiter whose
-//! carrying release failed, that waiter is still served — the release that empties the queue
-//! publishes a plain wake, and it retries — but only once the line is empty (or at its
-//! `HANDED_RECHECK`): the promotion keeps its place in line among other clients' waiters,
-//! which one client here cannot show.
+//! wake its waiter, a carried waiter whose leaving overtakes its queuing, a failed release's
+//! carried waiter not promoted (its fate left carried: the cohort counts it out twice). One
+//! promotion survives them, and what it is for is why: without the promotion of the first
+//! deferred waiter when the cohort's last queued one leaves without the lock, that waiter is
+//! still served — the release that empties the queue publishes a plain wake, and it retries —
+//! but only once the line is empty (or at its `HANDED_RECHECK`): the promotion keeps its place
+//! in line among other clients' waiters, which one client here cannot show.
 //!
 //! No clock moves in these checks: no wait runs out, and no waiter looks again on a timer
 //! (`HANDED_RECHECK`, the holder's pttl). So a waiter the protocol forgets is never served,
