@@ -85,6 +85,9 @@ fi
   rm -rf "$package_target"/debug/.fingerprint/distlock* "$package_target"/debug/deps/*distlock* "$package_target"/package
   "${low_priority[@]}" cargo package --locked --allow-dirty --quiet --target-dir "$package_target" -p distlock-core -p distlock-macros -p distlock -p distlock-cli
   echo "packages: built from their packages"
+  # The concurrency checks of the waiting core and of a lease (shuttle, `--cfg shuttle`, a
+  # target folder of its own: ~2.5 min to build from cold, ~1.5 min to run).
+  "${low_priority[@]}" bash scripts/shuttle.sh
   # The macro's compile-time errors and passing shapes (trybuild; `tests/ui`).
   # (trybuild builds the cases under the target folder it is given, absolute).
   CARGO_TARGET_DIR="$target/ui-check" "${low_priority[@]}" cargo test -p distlock-ui --test ui --locked
@@ -149,7 +152,7 @@ report_stream() {
 report_stream "$second_run" "$second_log" "the reliability suite, sentinel_failover and clock_steps"
 report_stream "$valkey_run" "$valkey_log" "the server matrix on Valkey 8.1"
 report_stream "$redis8_run" "$redis8_log" "the server matrix on Redis 8.2"
-report_stream "$background" "$background_log" "lints without features, packages and UI cases"
+report_stream "$background" "$background_log" "lints without features, packages, concurrency checks and UI cases"
 passed=$(grep -Eo '(ok|FAILED)\. [0-9]+ passed|^[0-9]+ passed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')
 echo "suite: ${passed} passed, ${failed} failed"

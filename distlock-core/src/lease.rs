@@ -2,8 +2,6 @@
 //! and the limits every lease duration is checked against.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -11,7 +9,11 @@ use tokio::time::Instant;
 
 use crate::error::{Error, LossReason};
 use crate::metrics::Held;
-use crate::sync;
+use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::{self, mutant, time, Mutex};
+
+#[cfg(all(test, shuttle))]
+mod checks;
 
 /// The shortest lease (`ttl`) a lock accepts: 100 ms.
 ///
@@ -195,7 +197,7 @@ impl Lease {
         self.update(|s| {
             if s.lost.is_none() {
                 s.lost = Some(reason);
-                s.lost_at = Some(Instant::now().min(s.deadline));
+                s.lost_at = Some(time::now().min(s.deadline));
                 // Counted before the waiters of `lost()` wake.
                 self.held.lost(reason);
                 true
@@ -211,13 +213,13 @@ impl Lease {
     /// the first reason stays, and a deadline already passed is that loss). Not a loss: counted
     /// by no lost metric.
     pub(crate) fn end_belief(&self) {
-        if self.lost_reason().is_some() {
+        if self.lost_reason().is_some() && !mutant!(BeliefOverwritesLoss) {
             return;
         }
         self.update(|s| {
-            if s.lost.is_none() {
+            if s.lost.is_none() || mutant!(BeliefOverwritesLoss) {
                 s.lost = Some(LossReason::Released);
-                s.lost_at = Some(Instant::now());
+                s.lost_at = Some(time::now());
                 true
             } else {
                 false
@@ -246,7 +248,7 @@ impl Lease {
     /// the stall's doing, not Redis'.
     pub(crate) fn renewal_unanswered(&self) {
         let s = self.state();
-        if s.lost.is_none() && Instant::now() < s.deadline {
+        if s.lost.is_none() && time::now() < s.deadline {
             self.unanswered.store(true, Ordering::Release);
         }
     }
@@ -271,7 +273,7 @@ impl Lease {
         if s.lost.is_some() {
             return s.lost;
         }
-        if Instant::now() >= s.deadline {
+        if time::now() >= s.deadline {
             self.mark_lost(self.elapsed_reason());
             return self.state().lost;
         }
@@ -328,8 +330,17 @@ impl Lease {
             if let Some(reason) = self.lost_reason() {
                 return reason;
             }
+            if mutant!(StateReadBeforeWaiting) {
+                // Registered only after reading (the read here gives the checker the moment
+                // in between, where a real thread may be preempted).
+                let _ = self.state();
+                changed.set(self.changed.notified());
+            }
+            // Biased: the order is fixed (each branch looks at the state again), so a check
+            // replays it.
             tokio::select! {
-                () = tokio::time::sleep_until(s.deadline) => {
+                biased;
+                () = time::sleep_until(s.deadline) => {
                     if self.state().deadline <= s.deadline {
                         self.mark_lost(self.elapsed_reason());
                     }

@@ -3,14 +3,15 @@
 //! and their cohort.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{watch, Semaphore};
 
 use crate::client::waiting::cohort::{self, GrantSlot};
 use crate::deploy::backend::Subscriber;
+use crate::sync::atomic::AtomicUsize;
+use crate::sync::Mutex;
 
 pub(super) type ChannelMap = HashMap<Vec<u8>, Arc<Channel>>;
 
@@ -37,7 +38,7 @@ pub(super) struct Channel {
     /// departure unsubscribes there only (not waiting on masters that are down).
     pub(super) on: Mutex<On>,
     /// The waiters to whom a release may hand the lock, by lock value: a message naming one
-    /// is its grant (see [`Subscription::expect_grant`]).
+    /// is its grant (see `Interest::expect_grant`).
     pub(super) grants: Mutex<HashMap<Vec<u8>, Arc<GrantSlot>>>,
     /// Those waiters as a cohort: the ones waiting in the client for a release of this client
     /// to queue them (see `cohort`).
@@ -70,7 +71,7 @@ impl Channel {
                 masters: vec![false; masters],
                 left: false,
             }),
-            grants: Mutex::default(),
+            grants: Mutex::new(HashMap::new()),
             cohort: cohort::Shared::default(),
         }
     }

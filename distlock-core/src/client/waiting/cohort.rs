@@ -30,13 +30,13 @@
 //! never overtakes its queuing (which would leave an entry that is handed the lock for nobody).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::sync;
+use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::{self, mutant, time, Mutex};
 use crate::wire::calls::NextWaiter;
 
 /// A release's grant of the lock to a waiter, as its message said it.
@@ -130,6 +130,12 @@ pub(super) fn deferred(cohort: &Shared) -> usize {
     sync::lock(cohort).deferred.len()
 }
 
+/// How many waiters of the cohort are counted as queued in Redis (the checks' view).
+#[cfg(all(test, shuttle))]
+pub(super) fn counted(cohort: &Shared) -> usize {
+    sync::lock(cohort).queued
+}
+
 /// The waiter at `place` is queued in Redis by an attempt of its own.
 pub(super) fn queued(cohort: &Shared, place: &mut Place) {
     let mut c = sync::lock(cohort);
@@ -189,6 +195,7 @@ fn account(c: &mut Cohort, waiter: &Arc<Deferred>, took: bool) -> (bool, bool) {
     let mut fate = sync::lock(&waiter.fate);
     let was = *fate;
     *fate = match was {
+        Fate::Carried { .. } if !took && mutant!(LeaveOvertakesCarry) => Fate::Gone,
         Fate::Carried { .. } if !took => Fate::Left,
         // Still for the release's answer to settle.
         Fate::Left => Fate::Left,
@@ -199,7 +206,7 @@ fn account(c: &mut Cohort, waiter: &Arc<Deferred>, took: bool) -> (bool, bool) {
             c.deferred.retain(|w| !Arc::ptr_eq(w, waiter));
             (false, false)
         }
-        Fate::Carried { .. } => (true, false),
+        Fate::Carried { .. } => (true, mutant!(LeaveOvertakesCarry)),
         Fate::Queued { .. } | Fate::Own => (true, true),
         Fate::Promoted => (false, true),
         Fate::Left | Fate::Gone => (false, false),
@@ -265,7 +272,7 @@ pub(super) fn carry_next(cohort: &Shared, epoch: u64) -> Option<Carry> {
     let mut c = sync::lock(cohort);
     let waiter = c.deferred.pop_front()?;
     *sync::lock(&waiter.fate) = Fate::Carried {
-        at: Instant::now(),
+        at: time::now(),
         epoch,
     };
     c.queued += 1;
@@ -318,6 +325,7 @@ impl Drop for Carry {
         let mut fate = sync::lock(&self.waiter.fate);
         match *fate {
             // Unless it queued itself or left meanwhile, the waiter queues itself now.
+            Fate::Carried { .. } if mutant!(NoPromotionOnFailedCarry) => c.queued -= 1,
             Fate::Carried { .. } => {
                 promote(&self.waiter, &mut fate);
                 c.queued -= 1;

@@ -9,6 +9,8 @@
 //! `Client`, above this folder).
 
 pub(crate) mod channel;
+#[cfg(all(test, shuttle))]
+mod checks;
 pub(crate) mod cohort;
 pub(crate) mod queue;
 pub(crate) mod subscription;

@@ -1,9 +1,11 @@
 //! One waiter's interest in a lock's release channel (`Subscription`): its FIFO turn among the
 //! client's waiters, the wakes it has seen, a grant handed to it by a release, its place in the
 //! client's cohort; dropping it gives all of that back (and unsubscribes with the last waiter).
+//! The part that never speaks to Redis is an [`Interest`] of its own, which the concurrency
+//! checks drive (`checks`).
 
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{watch, OwnedSemaphorePermit};
@@ -12,22 +14,44 @@ use tokio::time::Instant;
 use crate::background::Background;
 use crate::client::waiting::channel::{Channel, ChannelMap, Subscribers, DEGRADED_POLL};
 use crate::client::waiting::cohort::{self, Deferral, Grant, GrantSlot, Place};
-use crate::sync;
+use crate::sync::atomic::Ordering;
+use crate::sync::{self, mutant, time, Mutex};
 use crate::wire::calls::NextWaiter;
 use crate::wire::scripts::TURN_GRACE;
-/// One waiter's interest in a release channel; dropping it gives the interest back.
+/// One waiter's interest in a release channel; dropping it gives the interest back, and the
+/// last waiter's departure unsubscribes. Its client-side part is its [`Interest`].
 pub(crate) struct Subscription {
-    pub(super) rx: watch::Receiver<Box<[u64]>>,
-    /// The counts at the last [`Subscription::mark_seen`].
-    pub(super) seen: Box<[u64]>,
-    /// Masters that must have been heard from since then to wake this waiter.
-    pub(super) wake_after: usize,
-    pub(super) entry: Arc<Channel>,
+    pub(super) interest: Interest,
     pub(super) channels: Arc<Mutex<ChannelMap>>,
     pub(super) conns: Subscribers,
     pub(super) name: Vec<u8>,
     pub(super) background: Background,
     pub(super) response_timeout: Duration,
+}
+
+impl Deref for Subscription {
+    type Target = Interest;
+
+    fn deref(&self) -> &Interest {
+        &self.interest
+    }
+}
+
+impl DerefMut for Subscription {
+    fn deref_mut(&mut self) -> &mut Interest {
+        &mut self.interest
+    }
+}
+
+/// A waiter's interest in a channel, inside the client: its turn, the wakes it saw, the grant
+/// a release hands it, its place in the cohort. Dropped, it gives all of that back.
+pub(crate) struct Interest {
+    pub(super) rx: watch::Receiver<Box<[u64]>>,
+    /// The counts at the last [`Interest::mark_seen`].
+    pub(super) seen: Box<[u64]>,
+    /// Masters that must have been heard from since then to wake this waiter.
+    pub(super) wake_after: usize,
+    pub(super) entry: Arc<Channel>,
     /// Held while this waiter is at the head of the queue; dropped with the subscription.
     pub(super) turn: Option<OwnedSemaphorePermit>,
     /// A waiter to whom a release may hand the lock: its lock value and where the grant lands.
@@ -38,13 +62,33 @@ pub(crate) struct Subscription {
     pub(super) took: bool,
 }
 
-impl Subscription {
+impl Interest {
+    /// A new waiter of the channel `entry` (counted in it by the caller), woken by messages
+    /// from `wake_after` masters.
+    pub(super) fn new(entry: Arc<Channel>, wake_after: usize) -> Self {
+        let rx = entry.heard.subscribe();
+        let seen = rx.borrow().clone();
+        Interest {
+            rx,
+            seen,
+            wake_after,
+            entry,
+            turn: None,
+            grant: None,
+            place: Place::Outside,
+            took: false,
+        }
+    }
+
     /// Waits (FIFO) until this waiter is the one to retry, or `deadline`; false on timeout.
     pub(crate) async fn take_turn(&mut self, deadline: Instant) -> bool {
+        if mutant!(TurnBarges) {
+            return true;
+        }
         if self.turn.is_none() {
             let turn = self.entry.turn.clone().acquire_owned();
             // The semaphore is never closed.
-            self.turn = tokio::time::timeout_at(deadline, turn)
+            self.turn = time::timeout_at(deadline, turn)
                 .await
                 .ok()
                 .and_then(Result::ok);
@@ -54,7 +98,7 @@ impl Subscription {
 
     /// Makes this a waiter to whom a release may hand the lock (a plain lock's waiter on one
     /// server, Sentinel or a cluster, queued in Redis: see `lock::waiting`): a message naming
-    /// `value` then ends [`Subscription::wait_grant`] as granted. Call before the attempt
+    /// `value` then ends [`Interest::wait_grant`] as granted. Call before the attempt
     /// that queues it, so no grant can come first.
     pub(crate) fn expect_grant(&mut self, value: &[u8]) {
         let slot = Arc::new(GrantSlot::default());
@@ -62,10 +106,10 @@ impl Subscription {
         self.grant = Some((value.to_vec(), slot));
     }
 
-    /// A waiter of [`Subscription::expect_grant`] (`next`: its value and ticket) waits in the
+    /// A waiter of [`Interest::expect_grant`] (`next`: its value and ticket) waits in the
     /// client for a release of this client to queue it, if another waiter of this client is
     /// queued for the lock or waits so already (see `cohort`): true if it does (it sends no
-    /// attempt until [`Subscription::wait_grant`] ends without a grant).
+    /// attempt until [`Interest::wait_grant`] ends without a grant).
     pub(crate) fn defer(&mut self, next: NextWaiter) -> bool {
         let Some((_, slot)) = &self.grant else {
             return false;
@@ -79,17 +123,17 @@ impl Subscription {
         }
     }
 
-    /// A deferred waiter (see [`Subscription::defer`]), as its queue entry sees it.
+    /// A deferred waiter (see [`Interest::defer`]), as its queue entry sees it.
     pub(crate) fn deferral(&self) -> Option<Deferral> {
         Deferral::new(&self.entry.cohort, &self.place)
     }
 
-    /// A waiter of [`Subscription::expect_grant`] is queued in Redis by an attempt of its own.
+    /// A waiter of [`Interest::expect_grant`] is queued in Redis by an attempt of its own.
     pub(crate) fn queued(&mut self) {
         cohort::queued(&self.entry.cohort, &mut self.place);
     }
 
-    /// A deferred waiter (see [`Subscription::defer`]) that a release of this client queued:
+    /// A deferred waiter (see [`Interest::defer`]) that a release of this client queued:
     /// when that release was made, and the client's switch epoch then.
     pub(crate) fn carried(&self) -> Option<(Instant, u64)> {
         cohort::carried(&self.place)
@@ -100,10 +144,10 @@ impl Subscription {
         self.took = true;
     }
 
-    /// A waiter of [`Subscription::expect_grant`]: waits until a release hands it the lock
+    /// A waiter of [`Interest::expect_grant`]: waits until a release hands it the lock
     /// (`Some`: the grant, naming the request that queued the waiter), or a plain wake (a
     /// release without a waiter to hand it to, a resubscription) came after the last
-    /// [`Subscription::mark_seen`], or it is to queue itself (a deferred waiter promoted, see
+    /// [`Interest::mark_seen`], or it is to queue itself (a deferred waiter promoted, see
     /// `cohort`), or `deadline` (`None`).
     pub(crate) async fn wait_grant(&mut self, deadline: Instant) -> Option<Grant> {
         let Some(slot) = self.grant.as_ref().map(|(_, slot)| slot.clone()) else {
@@ -126,9 +170,12 @@ impl Subscription {
             if woken {
                 return None;
             }
+            // Biased: each branch only makes the loop look again, and a fixed order lets a
+            // concurrency check replay it.
             tokio::select! {
+                biased;
                 () = slot.notify.notified() => {}
-                changed = tokio::time::timeout_at(deadline, self.rx.changed()) => {
+                changed = time::timeout_at(deadline, self.rx.changed()) => {
                     if !matches!(changed, Ok(Ok(()))) {
                         return granted(&slot);
                     }
@@ -141,18 +188,18 @@ impl Subscription {
     /// for their messages to wake this waiter (or is not known to be confirmed).
     fn poll_deadline(&self, deadline: Instant) -> Instant {
         if self.entry.confirmed.load(Ordering::Acquire) < self.wake_after {
-            deadline.min(Instant::now() + DEGRADED_POLL)
+            deadline.min(time::now() + DEGRADED_POLL)
         } else {
             deadline
         }
     }
 
-    /// Call before each attempt: later messages wake [`Subscription::wait_until`].
+    /// Call before each attempt: later messages wake [`Interest::wait_until`].
     pub(crate) fn mark_seen(&mut self) {
         self.seen.copy_from_slice(&self.rx.borrow_and_update());
     }
 
-    /// Waits for a release message published after the last [`Subscription::mark_seen`]
+    /// Waits for a release message published after the last [`Interest::mark_seen`]
     /// (over a RedLock quorum: from enough masters, see the module docs), or until `deadline`
     /// (sooner, every `DEGRADED_POLL`, if too few masters took the subscription).
     ///
@@ -160,6 +207,9 @@ impl Subscription {
     /// its turn after a release); after each, this one waits at most `TURN_GRACE` more, in
     /// case a waiter ahead left the queue (its turn then comes without a release).
     pub(crate) async fn wait_until(&mut self, deadline: Instant, mut pass: u32) {
+        if mutant!(BaselineAfterAttempt) {
+            self.mark_seen();
+        }
         let mut deadline = self.poll_deadline(deadline);
         loop {
             let heard_from = {
@@ -176,12 +226,12 @@ impl Subscription {
                 }
                 pass -= 1;
                 self.mark_seen();
-                deadline = deadline.min(Instant::now() + TURN_GRACE);
+                deadline = deadline.min(time::now() + TURN_GRACE);
                 continue;
             }
             // (The sender lives in `entry`, as long as this receiver: `changed` does not fail.)
             if !matches!(
-                tokio::time::timeout_at(deadline, self.rx.changed()).await,
+                time::timeout_at(deadline, self.rx.changed()).await,
                 Ok(Ok(()))
             ) {
                 return;
@@ -190,10 +240,14 @@ impl Subscription {
     }
 }
 
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        // Hand the turn to the next waiter now, not after the unsubscribe bookkeeping.
-        self.turn = None;
+impl Interest {
+    /// Gives the interest back (once; again, it does nothing): the turn to the next waiter,
+    /// the grant slot, the place in the cohort.
+    pub(super) fn give_back(&mut self) {
+        match self.turn.take() {
+            Some(turn) if mutant!(TurnKeptOnDrop) => turn.forget(),
+            turn => drop(turn),
+        }
         if let Some((value, slot)) = self.grant.take() {
             let mut grants = sync::lock(&self.entry.grants);
             if grants.get(&value).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
@@ -205,15 +259,29 @@ impl Drop for Subscription {
             std::mem::take(&mut self.place),
             self.took,
         );
+    }
+}
+
+impl Drop for Interest {
+    fn drop(&mut self) {
+        self.give_back();
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        // Hand the turn to the next waiter now, not after the unsubscribe bookkeeping.
+        self.interest.give_back();
+        let entry = &self.interest.entry;
         // Not the last waiter (the common case under contention): counted out here, without
         // a task.
-        if let Ok(mut state) = self.entry.state.try_lock() {
+        if let Ok(mut state) = entry.state.try_lock() {
             if state.waiters > 1 {
                 state.waiters -= 1;
                 return;
             }
         }
-        let entry = self.entry.clone();
+        let entry = entry.clone();
         let channels = self.channels.clone();
         let conns = self.conns.clone();
         let name = std::mem::take(&mut self.name);

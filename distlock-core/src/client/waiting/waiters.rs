@@ -43,8 +43,7 @@
 //! waiters is subscribed again on the slot's master now (a keyed read first, whose `MOVED` or
 //! failure refreshes the client's slot map), retried until a master serves the slot.
 
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{PushInfo, PushKind, Value};
@@ -52,12 +51,13 @@ use tokio::sync::{mpsc, OnceCell};
 
 use crate::background::Background;
 use crate::client::waiting::channel::{Channel, ChannelMap, Subscribers};
-use crate::client::waiting::cohort::{self, Carry, Grant, Place};
-use crate::client::waiting::subscription::Subscription;
+use crate::client::waiting::cohort::{self, Carry, Grant};
+use crate::client::waiting::subscription::{Interest, Subscription};
 use crate::deploy::backend::{Backend, Subscriber};
 use crate::deploy::redlock::quorum::majority;
 use crate::error::{is_connection_failure, Error, Operation};
-use crate::sync;
+use crate::sync::atomic::Ordering;
+use crate::sync::{self, mutant, Mutex};
 use crate::wire::scripts::VERSION_TAG;
 /// The subscriber side of one client.
 pub(crate) struct Waiters {
@@ -166,22 +166,13 @@ impl Waiters {
             }
             state.waiters += 1;
             // From here on, dropping this future (or an error) gives the waiter back.
-            let rx = entry.heard.subscribe();
-            let seen = rx.borrow().clone();
             let sub = Subscription {
-                rx,
-                seen,
-                wake_after: self.wake_after,
-                entry: entry.clone(),
+                interest: Interest::new(entry.clone(), self.wake_after),
                 channels: self.channels.clone(),
                 conns: conns.clone(),
                 name: channel.as_bytes().to_vec(),
                 background: self.background.clone(),
                 response_timeout: self.response_timeout,
-                turn: None,
-                grant: None,
-                place: Place::Outside,
-                took: false,
             };
             // Not subscribed yet, or on too few masters of a quorum (some were down), or the
             // waiter that subscribed was cancelled before Redis confirmed it: subscribe again.
@@ -344,7 +335,7 @@ fn subscribe_error(key: &str, source: redis::RedisError) -> Error {
 
 /// Counts one push of subscriber `master` (0 without a quorum); `dropped` (a cluster's and
 /// one server's subscriber, not a quorum's) learns of subscriptions that may have ended.
-fn dispatch(
+pub(super) fn dispatch(
     channels: &Mutex<ChannelMap>,
     push: PushInfo,
     dropped: Option<&DroppedTx>,
@@ -372,7 +363,7 @@ fn dispatch(
         // releases published while the connection was down were missed: look again. Sharded
         // (a cluster) or not; a sharded channel is also unsubscribed by the server when its
         // slot moves to another shard (the client subscribes again there): look again too.
-        // A message naming a lock value is a release's grant (see `Subscription::expect_grant`):
+        // A message naming a lock value is a release's grant (see `Interest::expect_grant`):
         // it reaches that waiter alone, if it is one of this client's (the lock is held again,
         // so nobody else need look). Any other message is a plain wake.
         PushKind::Message | PushKind::SMessage => {
@@ -388,7 +379,9 @@ fn dispatch(
                         if let Some(slot) = slot {
                             let named = named.map(<[u8]>::to_vec);
                             *sync::lock(&slot.grant) = Some(Grant { named });
-                            slot.notify.notify_one();
+                            if !mutant!(GrantNotWoken) {
+                                slot.notify.notify_one();
+                            }
                         }
                     } else {
                         bump(entry);
@@ -417,14 +410,14 @@ fn dispatch(
 }
 
 /// Subscriptions that may have ended while their channels had waiters.
-enum Dropped {
+pub(super) enum Dropped {
     /// The server ended this channel's sharded subscription.
     Channel(Vec<u8>),
     /// A connection of the subscriber dropped (in a cluster: maybe its node died).
     All,
 }
 
-type DroppedTx = mpsc::UnboundedSender<Dropped>;
+pub(super) type DroppedTx = mpsc::UnboundedSender<Dropped>;
 
 /// Subscribes again to the channels in `dropped` (a cluster's sharded subscriptions; one
 /// server's connection manager resubscribes by itself after a reconnect), each in a task of
