@@ -46,7 +46,7 @@ static STAMP: LazyLock<watch::Sender<u64>> = LazyLock::new(|| watch::channel(0).
 /// check could not read it, an ACL that refuses `INFO`).
 pub(crate) fn shown(run_id: Option<&str>) -> Shown {
     run_id
-        .and_then(|id| sync::lock(&SHOWN).get(id).copied())
+        .and_then(|id| sync::lock(&*SHOWN).get(id).copied())
         .unwrap_or_default()
 }
 
@@ -70,7 +70,7 @@ pub(crate) fn confirm_leases(run_id: &str) {
 }
 
 fn change(run_id: &str, apply: impl FnOnce(&mut Shown, u64)) {
-    let mut all = sync::lock(&SHOWN);
+    let mut all = sync::lock(&*SHOWN);
     let mut stamp = 0;
     // Under the table's lock: a check that reads the stamp sees the change made with it.
     STAMP.send_modify(|n| {
