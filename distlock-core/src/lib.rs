@@ -81,7 +81,10 @@
 //!   queue in Redis next to the lock (`prefix:{name}:queue`, same hash slot), and a release
 //!   hands the lock in place to the first of them, naming it in its message: the next holder
 //!   starts on that message, with no acquire round trip, and the waiters of every client and
-//!   process take their turns in the order they came. A client's waiters of one lock behind one
+//!   process take their turns in the order they came (except at a lock an expiry freed: no
+//!   release hands it on, and a newcomer's first attempt can take it before the queued waiters
+//!   look again, within the holder's remaining ttl, at most 1 s; `docs/protocol.md`). A
+//!   client's waiters of one lock behind one
 //!   of them already queued wait in the client, and the client's own release of the lock
 //!   queues the next of them in Redis with its ticket (one script per handoff between its tasks;
 //!   [`Client::waiting_in_client`] counts them). A handed lock is the waiter's for its

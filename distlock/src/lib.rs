@@ -275,6 +275,10 @@
 //! * **Waiters take turns.** With `wait`, a plain lock's waiters queue in Redis (one server,
 //!   Sentinel, a cluster), and a release hands the lock to the first of them: waiters of every
 //!   client and process get it in the order they came, each starting on the release's message.
+//!   One exception, found by the protocol's model (`docs/protocol.md`): a lock freed by an
+//!   expiry (its holder died or stalled past its lease, so no release hands it on) is taken by
+//!   the first attempt to reach it until the queued waiters look again (within the holder's
+//!   remaining ttl, at most 1 s), and a newcomer's first attempt can be that one.
 //!   A handed lock carries the same promise: the waiter trusts it for a grant window (1 s, or
 //!   the ttl if shorter) counted from its last attempt that found the lock held, before the
 //!   grant, and the watchdog extends it to its ttl early in that window; a grant heard too late
