@@ -182,14 +182,23 @@ async fn a_renewed_lock_survives_a_failover_of_its_master_with_no_second_holder(
     let cluster = Arc::new(RedisCluster::start(3, 1));
     let (name, master) = one_name_per_master(&cluster, "failover").remove(0);
     let holder = client(&cluster).await;
-    let guard = holder
-        .lock(name.as_str())
-        .ttl(Duration::from_secs(2))
-        .renew(true)
-        .min_replicas(1)
-        .acquire()
-        .await
-        .expect("taken and acknowledged by the replica (WAIT on the lock's shard)");
+    // A replica just through its first sync may not acknowledge at once (seen on Valkey 8.1):
+    // asked again until it does, within 5 s.
+    let guard = testkit::eventually(Duration::from_secs(5), "the replica acknowledges", || {
+        let lock = holder
+            .lock(name.as_str())
+            .ttl(Duration::from_secs(2))
+            .renew(true)
+            .min_replicas(1);
+        async move {
+            match lock.acquire().await {
+                Ok(guard) => Some(guard),
+                Err(distlock::Error::Unreplicated { .. }) => None,
+                Err(error) => panic!("taken and acknowledged (WAIT on the lock's shard): {error}"),
+            }
+        }
+    })
+    .await;
     // A contender that keeps trying throughout: it must never get the lock while it is held.
     let contender = client(&cluster).await;
     let stolen = Arc::new(AtomicUsize::new(0));
