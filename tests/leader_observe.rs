@@ -232,3 +232,38 @@ async fn an_observer_without_a_client_ends_with_the_error() {
     let after = tokio::time::timeout(Duration::from_secs(2), seen.next()).await;
     assert!(matches!(after, Ok(None)), "{after:?}");
 }
+
+#[tokio::test]
+async fn a_term_whose_wake_was_missed_is_seen_within_a_ttl() {
+    let server = RedisServer::start();
+    let c = client(Config::new(server.url())).await;
+    let ttl = Duration::from_millis(500);
+    let mut seen = Box::pin(c.leader("missed").ttl(ttl).observe());
+    assert_eq!(next(&mut seen).await, Observed::Vacant);
+    // A leader appears without its wake (as if the message were lost with a connection).
+    let mut conn = server.conn().await;
+    let _: () = conn
+        .set("distlock:{missed}", "d2:0123abcd:1")
+        .await
+        .unwrap();
+    let _: () = conn
+        .hset_multiple(
+            "distlock:{missed}:leader",
+            &[
+                ("term", "9"),
+                ("owner", "d2:0123abcd:1"),
+                ("identity", "quiet"),
+                ("since", "1"),
+            ],
+        )
+        .await
+        .unwrap();
+    let appeared = tokio::time::Instant::now();
+    let shown = next(&mut seen).await;
+    assert_eq!(shown.leader().map(|l| l.term), Some(9));
+    assert!(
+        appeared.elapsed() < ttl * 3,
+        "seen {:?} after it appeared",
+        appeared.elapsed()
+    );
+}

@@ -64,7 +64,9 @@
 //!   is replaced when its lease runs out (its ttl).
 //! * **Observers tell the present from history.** [`LeaderBuilder::observe`] is woken by each
 //!   new term, identity and release through the lock's release channel (and looks again when
-//!   the leader's lease should have run out: a leader that died publishes nothing), reads the
+//!   the leader's lease should have run out, since a leader that died publishes nothing, and
+//!   every election ttl while there is no leader, so a wake lost with a connection costs a ttl
+//!   at most), reads the
 //!   record, and yields the present ([`Observed::Leader`], [`Observed::Vacant`]) whenever it
 //!   changes — a leader is shown even if its term is below one seen before, so an observer never
 //!   goes silent while a leader exists — with the terms that began and ended between two looks

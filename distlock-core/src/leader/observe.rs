@@ -155,10 +155,14 @@ impl Observer {
         }
         let (record, read_at) = read(&client, &name).await?;
         self.queue(&record, read_at);
+        // Without a message (one lost with a connection): a leader is looked for again when its
+        // lease should have run out, and without one every election ttl, so a term whose wake
+        // was missed is seen within a ttl.
+        let ttl = self.lock.ttl_in(client.config());
         self.next_look = Instant::now()
             + match (&record.leader, u64::try_from(record.pttl)) {
                 (Some(_), Ok(pttl)) => Duration::from_millis(pttl).min(LOOK_AGAIN) + PAST_LEASE,
-                _ => LOOK_AGAIN,
+                _ => ttl.min(LOOK_AGAIN),
             };
         Ok(())
     }
