@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::{hash_slot, Client, Config, Error, LockGuard};
+use testkit::proxy::ReplyFault;
 use testkit::{
     command_calls, eventually, fairness_run, queued, quick_client as client, until_queued,
     Fairness, FairnessRun, Hold, RedisCluster, RedisServer,
@@ -586,4 +587,64 @@ async fn queued_id(conn: &redis::aio::MultiplexedConnection, name: &str) -> Vec<
         .query_async(&mut conn)
         .await
         .unwrap()
+}
+
+/// The values queued for `name`, first first.
+async fn queue_members(conn: &redis::aio::MultiplexedConnection, name: &str) -> Vec<Vec<u8>> {
+    let mut conn = conn.clone();
+    redis::cmd("ZRANGE")
+        .arg(format!("distlock:{{{name}}}:queue"))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// A waiter that waits in the client looks again on its own (at least every second: an
+/// attempt of its own, which queues it in Redis); cancelled before that attempt's answer
+/// came, it leaves the queue like any other waiter that goes away, and the lock is not handed
+/// to it when its turn comes (found by the shuttle check of the cohorts: a waiter queued behind
+/// it then waited for a grant that went to nobody, here for that grant's window).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_cancelled_while_its_own_attempt_is_out_leaves_the_queue() {
+    let server = RedisServer::start();
+    let a = client(&server).await;
+    let (proxy, b) = behind_a_proxy(&server).await;
+    let conn = server.conn().await;
+    let holder = hold(&a, "own-out", 30).await;
+    let first = waiter(b.clone(), "own-out", 30, || {});
+    until_queued(&conn, "own-out", 1).await;
+    let first_value = queue_members(&conn, "own-out").await.remove(0);
+    let second = tokio::spawn({
+        let b = b.clone();
+        async move { wait_for(&b, "own-out", 30).await }
+    });
+    until_in_client(&b, "own-out", 1).await;
+    // The second's own look: Redis queues it, and its answer is lost on the way back (the
+    // first's looks, which name its value, pass).
+    proxy.fault_next_replies(1, ReplyFault::Drop, move |args| {
+        args[0].eq_ignore_ascii_case(b"EVALSHA") && !args.contains(&first_value)
+    });
+    assert!(
+        proxy.wait_faulted(1, Duration::from_secs(5)).await,
+        "the second looked again on its own"
+    );
+    assert_eq!(queued(&conn, "own-out").await, 2, "its attempt queued it");
+    // Cancelled while it waits for that answer (300 ms) or pauses after it.
+    second.abort();
+    assert!(second.await.unwrap_err().is_cancelled());
+    b.settle().await;
+    assert_eq!(
+        queued(&conn, "own-out").await,
+        1,
+        "the cancelled waiter left the queue"
+    );
+    holder.release().await.unwrap();
+    first.await.unwrap();
+    assert_eq!(
+        pttl(&conn, "own-out").await,
+        -2,
+        "the lock is free, not handed to the waiter that went away"
+    );
 }

@@ -168,7 +168,7 @@ fn shuttle_belief_ends_once_and_the_first_reason_wins() {
             },
             Explore::Random(2_000),
         ] {
-            assert_eq!(explore(how, move || race(r)), 2_000, "{r:?}");
+            explore(how, &r, move || race(r));
         }
     }
 }

@@ -328,13 +328,13 @@ impl LockGuard {
                 // The common case, handled in place by the group's sender: nothing to retry.
                 Ok(Released::Yes) => {
                     if let Some(next) = next {
-                        hold.confirm_carried(next);
+                        hold.carried_answered(next, true);
                     }
                     sent_release_confirmed(&hold, &lease);
                 }
                 answer => {
-                    if let (Ok(_), Some(next)) = (&answer, next) {
-                        hold.confirm_carried(next);
+                    if let Some(next) = next {
+                        hold.carried_answered(next, answer.is_ok());
                     }
                     let first: SentAnswer = Box::pin(std::future::ready(answer));
                     let client = hold.client.clone();

@@ -201,21 +201,24 @@ impl Hold {
     }
 
     pub(crate) async fn release_once(&self) -> Result<Released, Error> {
-        let next = self.carry_next();
-        let released = self
-            .kind
-            .release(self.target(), self.keep(), next.as_ref().map(Carry::waiter))
-            .await;
-        if let (Ok(_), Some(next)) = (&released, next) {
-            self.confirm_carried(next);
+        let mut carried = Carried {
+            hold: self,
+            next: self.carry_next(),
+        };
+        let next = carried.next.as_ref().map(Carry::waiter);
+        let released = self.kind.release(self.target(), self.keep(), next).await;
+        if let Some(next) = carried.next.take() {
+            self.carried_answered(next, released.is_ok());
         }
         released
     }
 
-    /// The release that queued `next` (this client's next waiter of the lock) was answered; a
-    /// waiter that went away meanwhile leaves the queue now, after it.
-    pub(crate) fn confirm_carried(&self, next: Carry) {
-        if let Some(gone) = next.confirm() {
+    /// The release that carried `next` (this client's next waiter of the lock) was answered
+    /// (`ok`: it queued the waiter; else it failed, and may or may not have): a waiter that
+    /// went away meanwhile leaves the queue now, after that release.
+    pub(crate) fn carried_answered(&self, next: Carry, ok: bool) {
+        let gone = if ok { next.confirm() } else { next.failed() };
+        if let Some(gone) = gone {
             drop(QueueEntry::new(
                 self.client.clone(),
                 vec![self.keys.clone()],
@@ -241,6 +244,23 @@ impl Hold {
     ) -> Option<ReleaseCall<'a>> {
         self.kind
             .release_call(self.target(), id, self.keep(), next.map(Carry::waiter))
+    }
+}
+
+/// The waiter a release carries, until the release is answered: dropped unanswered (the
+/// caller's future went away with the release out), it is settled as a failed release's (a
+/// waiter gone meanwhile leaves the queue, where the release may have put it and handed it the
+/// lock, after that release on the connection).
+struct Carried<'a> {
+    hold: &'a Hold,
+    next: Option<Carry>,
+}
+
+impl Drop for Carried<'_> {
+    fn drop(&mut self) {
+        if let Some(next) = self.next.take() {
+            self.hold.carried_answered(next, false);
+        }
     }
 }
 

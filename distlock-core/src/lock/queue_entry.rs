@@ -59,6 +59,15 @@ impl QueueEntry {
         self
     }
 
+    /// The waiter sends an attempt of its own that queues it: one that waited in the client
+    /// may be in the queue in Redis from now on, and leaves it when it goes away (see
+    /// `client::waiting::cohort`).
+    pub(crate) fn queuing(&mut self) {
+        if let Some(deferral) = self.deferral.as_mut() {
+            deferral.queuing();
+        }
+    }
+
     /// The acquire took the lock: where a release hands locks over, nothing is left to take
     /// out (and the lock must not be released); over RedLock the entry still leaves.
     pub(crate) fn took(&mut self) {

@@ -332,13 +332,15 @@ impl Waiter {
     }
 
     /// The place of the next attempt: a waiter queues from its first attempt after
-    /// subscribing, and its queue entry is made before that attempt.
+    /// subscribing, and its queue entry is made (or, for one that waited in the client, told)
+    /// before that attempt.
     fn place_now(&mut self) -> Place {
         let queue = self.place.ticket > 0 && self.subscription.is_some();
         if queue {
             let handed = self.place.window.is_some();
             self.queued
-                .get_or_insert_with(|| queue_entry(&self.hold, handed));
+                .get_or_insert_with(|| queue_entry(&self.hold, handed))
+                .queuing();
         }
         Place {
             queue,

@@ -28,6 +28,10 @@
 //! (`lock::queue_entry::QueueEntry`), once it is there: one that goes away while the release carrying
 //! it is still out leaves it through that release's answer ([`Carry::confirm`]), so its leaving
 //! never overtakes its queuing (which would leave an entry that is handed the lock for nobody).
+//! A waiter here that looks again on its own (a plain wake, its `HANDED_RECHECK`) sends an
+//! attempt that queues it, and may be in Redis from then on, whatever the cohort knows of it
+//! ([`Deferral::queuing`]): gone before that attempt's answer, it leaves the queue too (its
+//! leaving goes after the attempt on the connection, so it does not overtake it).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -182,16 +186,17 @@ pub(super) fn leave(cohort: &Shared, place: Place, took: bool) {
     let counted = match place {
         Place::Outside => false,
         Place::Queued => true,
-        Place::Deferred(waiter) => account(&mut c, &waiter, took).0,
+        Place::Deferred(waiter) => account(&mut c, &waiter, took, false).0,
     };
     if counted {
         uncount(&mut c, took);
     }
 }
 
-/// `waiter` leaves (`took`: with the lock): its fate settled, whether it was counted, and
-/// whether it is to leave the queue in Redis itself.
-fn account(c: &mut Cohort, waiter: &Arc<Deferred>, took: bool) -> (bool, bool) {
+/// `waiter` leaves (`took`: with the lock; `sent`: an attempt of its own that queues it went
+/// out): its fate settled, whether it was counted, and whether it is to leave the queue in
+/// Redis itself.
+fn account(c: &mut Cohort, waiter: &Arc<Deferred>, took: bool, sent: bool) -> (bool, bool) {
     let mut fate = sync::lock(&waiter.fate);
     let was = *fate;
     *fate = match was {
@@ -202,9 +207,11 @@ fn account(c: &mut Cohort, waiter: &Arc<Deferred>, took: bool) -> (bool, bool) {
         _ => Fate::Gone,
     };
     match was {
+        // Never carried, so in Redis only if an attempt of its own queued it (ordered before
+        // this leaving on the connection).
         Fate::Waiting => {
             c.deferred.retain(|w| !Arc::ptr_eq(w, waiter));
-            (false, false)
+            (false, sent && !mutant!(OwnAttemptNotLeft))
         }
         Fate::Carried { .. } => (true, mutant!(LeaveOvertakesCarry)),
         Fate::Queued { .. } | Fate::Own => (true, true),
@@ -239,6 +246,9 @@ fn promote(waiter: &Deferred, fate: &mut Fate) {
 pub(crate) struct Deferral {
     cohort: Shared,
     waiter: Arc<Deferred>,
+    /// An attempt of the waiter's own that queues it went out (its own knowledge, kept here
+    /// rather than in its shared fate: only its own leaving reads it).
+    sent: bool,
 }
 
 impl Deferral {
@@ -247,17 +257,26 @@ impl Deferral {
             Place::Deferred(waiter) => Some(Deferral {
                 cohort: cohort.clone(),
                 waiter: waiter.clone(),
+                sent: false,
             }),
             _ => None,
         }
     }
 
+    /// The waiter sends an attempt of its own that queues it in Redis (it looks again while
+    /// it waits here, or it was promoted): from now on it may be there, though the cohort
+    /// learns so only from the attempt's answer (`Interest::queued`): a waiter cancelled
+    /// before that answer, or whose attempt failed, leaves the queue when it goes away.
+    pub(crate) fn queuing(&mut self) {
+        self.sent = true;
+    }
+
     /// The waiter goes away without the lock: true if it is to leave the queue in Redis now
-    /// (it is there); false if it never got there, or if the release carrying it is still out
-    /// (that release's answer takes it out, [`Carry::confirm`]).
+    /// (it is, or may be, there); false if it never got there, or if the release carrying it
+    /// is still out (that release's answer takes it out, [`Carry::confirm`]).
     pub(crate) fn leaving(&self) -> bool {
         let mut c = sync::lock(&self.cohort);
-        let (counted, leave) = account(&mut c, &self.waiter, false);
+        let (counted, leave) = account(&mut c, &self.waiter, false, self.sent);
         if counted {
             uncount(&mut c, false);
         }
@@ -316,11 +335,18 @@ impl Carry {
     }
 }
 
-impl Drop for Carry {
-    fn drop(&mut self) {
-        if self.confirmed {
-            return;
-        }
+impl Carry {
+    /// The release failed: it may not have queued the waiter, or it may have without its
+    /// answer coming back. A waiter still here queues itself (it is promoted); one that went
+    /// away meanwhile is returned, as it may be in the queue (that release applied, or an
+    /// attempt of its own queued it): the caller takes it out.
+    pub(crate) fn failed(mut self) -> Option<NextWaiter> {
+        self.confirmed = true;
+        self.unconfirmed()
+            .filter(|_| !mutant!(FailedCarryLeftBehind))
+    }
+
+    fn unconfirmed(&self) -> Option<NextWaiter> {
         let mut c = sync::lock(&self.cohort);
         let mut fate = sync::lock(&self.waiter.fate);
         match *fate {
@@ -330,8 +356,22 @@ impl Drop for Carry {
                 promote(&self.waiter, &mut fate);
                 c.queued -= 1;
             }
-            Fate::Left => *fate = Fate::Gone,
+            Fate::Left => {
+                *fate = Fate::Gone;
+                return Some(self.waiter.next);
+            }
             _ => {}
+        }
+        None
+    }
+}
+
+impl Drop for Carry {
+    /// Dropped unanswered (the release's future went away): as [`Carry::failed`], except that
+    /// a waiter gone meanwhile is left to its entry's lapse (nothing here can send its leaving).
+    fn drop(&mut self) {
+        if !self.confirmed {
+            self.unconfirmed();
         }
     }
 }
@@ -445,6 +485,23 @@ mod tests {
         );
         leave(&cohort, place, false);
         assert!(carry_next(&cohort, 0).is_none());
+        assert_eq!(counted(&cohort), 1, "the first is still queued");
+    }
+
+    #[test]
+    fn a_waiter_gone_while_its_own_attempt_is_out_leaves_the_queue() {
+        let (cohort, _first, mut waiters) = cohort(1);
+        let (place, _) = waiters.remove(0);
+        let mut deferral = Deferral::new(&cohort, &place).expect("deferred");
+        // It looks again on its own; the answer of that attempt never comes.
+        deferral.queuing();
+        assert!(
+            deferral.leaving(),
+            "its own attempt may have queued it: it leaves"
+        );
+        leave(&cohort, place, false);
+        assert_eq!(deferred(&cohort), 0);
+        assert!(carry_next(&cohort, 0).is_none(), "not carried once gone");
         assert_eq!(counted(&cohort), 1, "the first is still queued");
     }
 

@@ -10,7 +10,9 @@
 //! a cancelled waiter that keeps its turn, a waiter that retries without waiting for its turn,
 //! a wait whose baseline is taken after the attempt (a lost wake-up), a grant that does not
 //! wake its waiter, a carried waiter whose leaving overtakes its queuing, a failed release's
-//! carried waiter not promoted (its fate left carried: the cohort counts it out twice). One
+//! carried waiter not promoted (its fate left carried: the cohort counts it out twice), a
+//! failed (or cancelled) release's carried waiter, gone meanwhile, left in the queue, a waiter
+//! gone from the client with an attempt of its own out left in the queue. One
 //! promotion survives them, and what it is for is why: without the promotion of the first
 //! deferred waiter when the cohort's last queued one leaves without the lock, that waiter is
 //! still served — the release that empties the queue publishes a plain wake, and it retries —
@@ -146,21 +148,48 @@ fn never() -> Instant {
 /// in the cohort is carried; `fail`: the request is lost on the way (the carried waiter is
 /// promoted, as when the release's answer is an error). True if the lock was `i`'s.
 async fn release_once(ctx: &Arc<Ctx>, i: usize, fail: bool) -> bool {
-    let carry = cohort::carry_next(&ctx.entry.cohort, 0);
+    let mut carried = Carried {
+        ctx: ctx.clone(),
+        carry: cohort::carry_next(&ctx.entry.cohort, 0),
+    };
     in_flight().await;
     if fail {
+        carried.answered(false);
         return false;
     }
-    let ours = ctx
-        .server
-        .release(value(i).as_bytes(), carry.as_ref().map(Carry::waiter));
+    let ours = ctx.server.release(
+        value(i).as_bytes(),
+        carried.carry.as_ref().map(Carry::waiter),
+    );
     in_flight().await;
-    if let Some(gone) = carry.and_then(Carry::confirm) {
-        // `Hold::confirm_carried`: a carried waiter that went away leaves after the release.
-        let gone = gone.value;
-        leave_later(ctx, gone);
-    }
+    carried.answered(true);
     ours
+}
+
+/// `hold::Carried`: a release's carried waiter until its answer; dropped without one (the
+/// release cancelled), it is settled as a failure.
+struct Carried {
+    ctx: Arc<Ctx>,
+    carry: Option<Carry>,
+}
+
+impl Carried {
+    /// `Hold::carried_answered`: a carried waiter that went away leaves after the release.
+    fn answered(&mut self, ok: bool) {
+        let Some(carry) = self.carry.take() else {
+            return;
+        };
+        let gone = if ok { carry.confirm() } else { carry.failed() };
+        if let Some(gone) = gone {
+            leave_later(&self.ctx, gone.value);
+        }
+    }
+}
+
+impl Drop for Carried {
+    fn drop(&mut self) {
+        self.answered(false);
+    }
 }
 
 /// `hold::release_later`: the release sent again in the background.
