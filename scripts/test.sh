@@ -39,8 +39,11 @@ cargo test "${common[@]}" --tests --no-run --message-format=json-render-diagnost
 # (~3 minutes together), which balances it with everything else (~8 minutes less those).
 # The other stream, through cargo, names every other test target.
 second_stream=(reliability sentinel_failover clock_steps)
+# The suite's test binary named $1 (another package may have a test target of that name:
+# the CLI's `acl`).
 executable() {
-  grep "\"kind\":\\[\"test\"\\][^}]*\"name\":\"$1\"" "$build_json" | grep -o '"executable":"[^"]*"' | cut -d'"' -f4
+  grep '"package_id":"[^"]*#distlock-suite@' "$build_json" |
+    grep "\"kind\":\\[\"test\"\\][^}]*\"name\":\"$1\"" | grep -o '"executable":"[^"]*"' | cut -d'"' -f4
 }
 second_executables=()
 for name in "${second_stream[@]}"; do
@@ -116,8 +119,8 @@ run_matrix() {
   local stream_status=0 name exe
   for name in "${matrix_tests[@]}"; do
     exe=$(executable "$name")
-    if [ -z "$exe" ]; then
-      echo "could not find the test binary $name in cargo's build output"
+    if [ -z "$exe" ] || [ "$(wc -l <<<"$exe")" -ne 1 ]; then
+      echo "could not find the one test binary $name in cargo's build output: ${exe:-none}"
       return 1
     fi
     echo "     Running $name on $1"
