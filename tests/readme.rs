@@ -1,7 +1,8 @@
 //! The README's claims about the repository itself: its feature table lists every feature of
 //! the `distlock` package (and the crate docs' table does too), its leader snippet is the code
 //! `examples/leader.rs` compiles and runs (so it compiles as shown), and its note on the fenced
-//! writes' redis-rs version names the version the workspace builds on.
+//! writes' redis-rs version names the version the workspace builds on, and its guarantees link
+//! to sections the reliability report has.
 
 use std::path::PathBuf;
 
@@ -114,5 +115,46 @@ fn the_fenced_writes_note_names_the_redis_the_workspace_builds_on() {
     assert!(
         fence_docs.contains("redis-rs 1.x") && fence_docs.contains("`distlock::redis`"),
         "the FencedStore docs do not say which redis-rs it takes"
+    );
+}
+
+/// GitHub's anchor of a Markdown heading: lower case, spaces to `-`, punctuation dropped.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_guarantees_link_to_sections_the_reliability_report_has() {
+    let readme = read("README.md");
+    let report = read("RELIABILITY.md");
+    let anchors: Vec<String> = report
+        .lines()
+        .filter_map(|line| line.strip_prefix('#'))
+        .map(|line| anchor(line.trim_start_matches('#')))
+        .collect();
+    let links: Vec<&str> = readme
+        .split("(RELIABILITY.md#")
+        .skip(1)
+        .map(|rest| rest.split(')').next().unwrap())
+        .collect();
+    assert!(links.len() >= 5, "the guarantees link to the report");
+    for link in links {
+        assert!(
+            anchors.iter().any(|a| a == link),
+            "README links to RELIABILITY.md#{link}, a section it does not have: {anchors:?}"
+        );
+    }
+    assert_eq!(
+        anchor("Rows 18, `c2` and 19: failovers"),
+        "rows-18-c2-and-19-failovers"
     );
 }
