@@ -107,7 +107,7 @@ pub(crate) struct Renewal {
     pub(crate) lease: Arc<Lease>,
     /// Which lock of a set held together this is (see `Lease::extend_part`; 0 for one lock).
     pub(crate) part: usize,
-    /// A lock a release handed over (see `lock::waiting`): what was left of the window it was
+    /// A lock a release handed over (see `lock::wait_loop`): what was left of the window it was
     /// granted for. Its first renewal is due a third of the way through that, not the ttl.
     pub(crate) granted: Option<Duration>,
     /// The cap is the lease's own ttl (a handed-over lock without `renew`, extended to its ttl

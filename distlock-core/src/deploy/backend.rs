@@ -34,12 +34,14 @@ use crate::error::Error;
 
 /// Where a client's connections go, and how they are made.
 pub(crate) struct Backend {
-    kind: Kind,
+    topology: Topology,
     connect_timeout: Duration,
     response_timeout: Duration,
 }
 
-enum Kind {
+/// The deployment behind the connections: one server, a cluster, or a master found through
+/// Sentinel.
+enum Topology {
     /// One server (with its TLS settings in the client's connection info).
     Single(Box<redis::Client>),
     /// A Redis Cluster: one client for commands and one (RESP3) for the subscriber.
@@ -160,8 +162,8 @@ impl Backend {
                 reason: format!("`{shown}` {what} ({}){hint}", describe(e)),
             }
         };
-        let kind = if !config.sentinels.is_empty() {
-            Kind::Sentinel(Arc::new(open_sentinels(config)?))
+        let topology = if !config.sentinels.is_empty() {
+            Topology::Sentinel(Arc::new(open_sentinels(config)?))
         } else if config.cluster_nodes.is_empty() {
             let info = config
                 .url
@@ -170,7 +172,7 @@ impl Backend {
                 .map_err(|e| invalid(&config.url, "is not a valid Redis URL", &e))?;
             let client = open_client(config, info)
                 .map_err(|e| invalid(&config.url, "cannot be used", &e))?;
-            Kind::Single(Box::new(client))
+            Topology::Single(Box::new(client))
         } else {
             let mut nodes = Vec::with_capacity(config.cluster_nodes.len());
             for url in &config.cluster_nodes {
@@ -202,7 +204,7 @@ impl Backend {
             let commands = builder()
                 .build()
                 .map_err(|e| invalid(&config.url, "cannot be used as a cluster", &e))?;
-            Kind::Cluster {
+            Topology::Cluster {
                 commands: Box::new(commands),
                 builder: Box::new(builder),
             }
@@ -212,7 +214,7 @@ impl Backend {
             install_crypto_provider();
         }
         Ok(Backend {
-            kind,
+            topology,
             connect_timeout: config.connect_timeout,
             response_timeout: config.response_timeout,
         })
@@ -222,20 +224,20 @@ impl Backend {
     /// [`Backend::lazy_command_link`]) to reach the right node again: a Sentinel master that
     /// dropped the connection or was demoted. Other backends reconnect by themselves.
     pub(crate) fn replace_link_after(&self, error: &redis::RedisError) -> bool {
-        matches!(self.kind, Kind::Sentinel(_)) && follows_master_after(error)
+        matches!(self.topology, Topology::Sentinel(_)) && follows_master_after(error)
     }
 
     /// True for a Redis Cluster.
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self.kind, Kind::Cluster { .. })
+        matches!(self.topology, Topology::Cluster { .. })
     }
 
     /// The master switches seen so far (Sentinel; always 0 otherwise): a lease reply that
     /// arrives after a switch may come from a superseded master, and a lease confirmed before
     /// one must be confirmed again on the new master (see `watchdog`).
     pub(crate) fn switches(&self) -> u64 {
-        match &self.kind {
-            Kind::Sentinel(sentinels) => sentinels.switches(),
+        match &self.topology {
+            Topology::Sentinel(sentinels) => sentinels.switches(),
             _ => 0,
         }
     }
@@ -245,8 +247,8 @@ impl Backend {
     /// yet (right after a switch), more than there can be, so the `WAIT` fails as unreplicated
     /// and the caller retries.
     pub(crate) fn replicas_to_wait_for(&self, replicas: usize) -> usize {
-        match &self.kind {
-            Kind::Sentinel(sentinels) if replicas == ALL_REPLICAS => sentinels
+        match &self.topology {
+            Topology::Sentinel(sentinels) if replicas == ALL_REPLICAS => sentinels
                 .healthy_replicas()
                 .map_or(MAX_REPLICAS + 1, |count| count.max(1)),
             _ => replicas,
@@ -255,8 +257,8 @@ impl Backend {
 
     /// Woken at every master switch (Sentinel; `None` for a deployment without switches).
     pub(crate) fn watch_switches(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
-        match &self.kind {
-            Kind::Sentinel(sentinels) => Some(sentinels.subscribe_switches()),
+        match &self.topology {
+            Topology::Sentinel(sentinels) => Some(sentinels.subscribe_switches()),
             _ => None,
         }
     }
@@ -287,37 +289,39 @@ impl Backend {
     /// connection is made on the client's runtime thread, because its driver task (which owns
     /// every node's connection) does not come back once its runtime is gone.
     pub(crate) async fn command_link(&self, background: &Background) -> RedisResult<Link> {
-        match &self.kind {
-            Kind::Single(client) => {
+        match &self.topology {
+            Topology::Single(client) => {
                 ConnectionManager::new_with_config((**client).clone(), self.manager_config())
                     .await
                     .map(Link::Single)
             }
-            Kind::Cluster { commands, .. } => {
+            Topology::Cluster { commands, .. } => {
                 let connect = commands.get_async_connection_with_config(self.cluster_config());
                 background.enter(connect).await.map(Link::Cluster)
             }
-            Kind::Sentinel(sentinels) => MasterLink::lazy(sentinels.clone(), background.clone())
-                .connected()
-                .await
-                .map(Link::Sentinel),
+            Topology::Sentinel(sentinels) => {
+                MasterLink::lazy(sentinels.clone(), background.clone())
+                    .connected()
+                    .await
+                    .map(Link::Sentinel)
+            }
         }
     }
 
     /// A fresh command connection that connects on first use (replacing one that cannot be
     /// trusted any more).
     pub(crate) fn lazy_command_link(&self, background: &Background) -> RedisResult<Link> {
-        match &self.kind {
-            Kind::Single(client) => {
+        match &self.topology {
+            Topology::Single(client) => {
                 ConnectionManager::new_lazy_with_config((**client).clone(), self.manager_config())
                     .map(Link::Single)
             }
-            Kind::Cluster { commands, .. } => {
+            Topology::Cluster { commands, .. } => {
                 let _entered = background.handle().enter();
                 let link = commands.get_pending_async_connection_with_config(self.cluster_config());
                 Ok(Link::Cluster(link))
             }
-            Kind::Sentinel(sentinels) => Ok(Link::Sentinel(MasterLink::lazy(
+            Topology::Sentinel(sentinels) => Ok(Link::Sentinel(MasterLink::lazy(
                 sentinels.clone(),
                 background.clone(),
             ))),
@@ -326,8 +330,8 @@ impl Backend {
 
     /// A short-lived connection, for an occasional write or a health probe.
     pub(crate) async fn fresh_link(&self) -> RedisResult<Link> {
-        match &self.kind {
-            Kind::Single(client) => {
+        match &self.topology {
+            Topology::Single(client) => {
                 let config = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(self.connect_timeout))
                     .set_response_timeout(Some(self.response_timeout));
@@ -336,11 +340,11 @@ impl Backend {
                     .await
                     .map(Link::Plain)
             }
-            Kind::Cluster { commands, .. } => commands
+            Topology::Cluster { commands, .. } => commands
                 .get_async_connection_with_config(self.cluster_config())
                 .await
                 .map(Link::Cluster),
-            Kind::Sentinel(sentinels) => sentinels
+            Topology::Sentinel(sentinels) => sentinels
                 .connect_master(ProtocolVersion::RESP2, None)
                 .await
                 .map(Link::Plain),
@@ -350,14 +354,14 @@ impl Backend {
     /// The subscriber connection (RESP3), made with the client's runtime current; every push
     /// (messages, subscription confirmations, disconnections) goes to `pushes`.
     pub(crate) async fn subscriber(&self, pushes: impl AsyncPushSender) -> RedisResult<Subscriber> {
-        match &self.kind {
-            Kind::Single(client) => {
+        match &self.topology {
+            Topology::Single(client) => {
                 let (client, config) = self.single_subscriber(client, pushes)?;
                 ConnectionManager::new_with_config(client, config)
                     .await
                     .map(Subscriber::Single)
             }
-            Kind::Cluster { builder, .. } => {
+            Topology::Cluster { builder, .. } => {
                 let client = builder()
                     .use_protocol(ProtocolVersion::RESP3)
                     .push_sender(pushes)
@@ -367,7 +371,7 @@ impl Backend {
                     .await
                     .map(Subscriber::Cluster)
             }
-            Kind::Sentinel(sentinels) => MasterSubscriber::connect(sentinels.clone(), pushes)
+            Topology::Sentinel(sentinels) => MasterSubscriber::connect(sentinels.clone(), pushes)
                 .await
                 .map(Subscriber::Sentinel),
         }
@@ -379,12 +383,12 @@ impl Backend {
     /// runtime current like [`Backend::subscriber`], but connecting on first use: the master
     /// may be down now and back later (each use tries again).
     pub(crate) fn lazy_subscriber(&self, pushes: impl AsyncPushSender) -> RedisResult<Subscriber> {
-        match &self.kind {
-            Kind::Single(client) => {
+        match &self.topology {
+            Topology::Single(client) => {
                 let (client, config) = self.single_subscriber(client, pushes)?;
                 ConnectionManager::new_lazy_with_config(client, config).map(Subscriber::Single)
             }
-            Kind::Cluster { .. } | Kind::Sentinel(_) => Err((
+            Topology::Cluster { .. } | Topology::Sentinel(_) => Err((
                 redis::ErrorKind::Client,
                 "a lazy subscriber is made to one server only",
             )

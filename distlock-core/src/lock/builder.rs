@@ -13,7 +13,7 @@ use crate::lease::{check_ttl, millis_ceil, MAX_TTL};
 use crate::lock::guard::LockGuard;
 use crate::lock::kind::{set, Kind};
 use crate::lock::terms::Terms;
-use crate::lock::waiting;
+use crate::lock::wait_loop;
 use crate::metrics::{self, Attempt, Labels, Outcome};
 use crate::registry;
 use crate::wire::keys::LockKeys;
@@ -396,11 +396,13 @@ impl LockBuilder {
             Ok((client, keys, kind, terms)) => {
                 let span = self.span(terms.ttl);
                 let result = match &self.others {
-                    None if span.is_disabled() => waiting::acquire(client, keys, kind, terms).await,
+                    None if span.is_disabled() => {
+                        wait_loop::acquire(client, keys, kind, terms).await
+                    }
                     None => {
                         span.record("key", tracing::field::display(keys.name()));
                         span.record("lock.name", keys.name());
-                        waiting::acquire(client, keys, kind, terms)
+                        wait_loop::acquire(client, keys, kind, terms)
                             .instrument(span.clone())
                             .await
                     }
@@ -469,12 +471,12 @@ impl LockBuilder {
         match set.len() {
             1 => {
                 let keys = set.remove(0);
-                waiting::acquire(client, keys, Kind::Exclusive, terms)
+                wait_loop::acquire(client, keys, Kind::Exclusive, terms)
                     .instrument(span.clone())
                     .await
             }
             _ => {
-                waiting::acquire_set(client, set, terms)
+                wait_loop::acquire_set(client, set, terms)
                     .instrument(span.clone())
                     .await
             }

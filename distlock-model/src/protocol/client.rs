@@ -1,4 +1,4 @@
-//! A modelled client: one acquire at a time, as `lock::waiting` runs it (a first attempt that
+//! A modelled client: one acquire at a time, as `lock::wait_loop` runs it (a first attempt that
 //! takes a free lock, then queued attempts that a release may answer with a grant), a hold
 //! kept as `lease.rs` keeps it (renewed by the watchdog, ended by a release or a loss), the
 //! leader's proclaim, and a fenced write.

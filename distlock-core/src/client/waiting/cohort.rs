@@ -1,5 +1,5 @@
 //! Cohorts: the waiters of one client for one lock (a plain lock's waiters to whom a release
-//! may hand it, see `lock::waiting`, "Handoff") that wait in the client behind one of them
+//! may hand it, see `lock::wait_loop`, "Handoff") that wait in the client behind one of them
 //! queued in Redis, and the client's own release of the lock that queues the next of them.
 //!
 //! Every handed waiter must be in the lock's queue in Redis by the time its turn comes, so that

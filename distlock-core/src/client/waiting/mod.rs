@@ -4,7 +4,7 @@
 //! waiter's interest in a channel (`subscription`: its FIFO turn, the wakes it saw, a grant a
 //! release hands it); a channel's state (`channel`); the waiters a release of this client
 //! carries (`cohort`); a waiter's place in the queue kept next to the lock in Redis (`queue`:
-//! its ticket and place). The wait loop that uses them is `lock::waiting`; the entry a waiter
+//! its ticket and place). The wait loop that uses them is `lock::wait_loop`; the entry a waiter
 //! takes out of the queue when it leaves is `lock::queue_entry`'s (it sends through the
 //! `Client`, above this folder).
 

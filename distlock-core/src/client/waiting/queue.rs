@@ -12,7 +12,7 @@
 //!
 //! On one server, Sentinel and a cluster the queue serves the waiters of a lock and of a
 //! semaphore's permits, of every client, and the release itself hands the lock (or the permit
-//! it frees) to the first of them (see `lock::waiting`, "Handoff"): the same tickets order
+//! it frees) to the first of them (see `lock::wait_loop`, "Handoff"): the same tickets order
 //! them.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

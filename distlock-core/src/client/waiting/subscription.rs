@@ -97,7 +97,7 @@ impl Interest {
     }
 
     /// Makes this a waiter to whom a release may hand the lock (a plain lock's waiter on one
-    /// server, Sentinel or a cluster, queued in Redis: see `lock::waiting`): a message naming
+    /// server, Sentinel or a cluster, queued in Redis: see `lock::wait_loop`): a message naming
     /// `value` then ends [`Interest::wait_grant`] as granted. Call before the attempt
     /// that queues it, so no grant can come first.
     pub(crate) fn expect_grant(&mut self, value: &[u8]) {

@@ -2,7 +2,7 @@
 //! its terms: a plain `SET NX PX GET` (pipelined with its `ECHO`, in the group commit), the
 //! fenced script (and the `WAIT` of `min_replicas`), over a RedLock quorum the queued script
 //! (`ACQUIRE_QUEUED`, the masters' FIFO queue), and elsewhere a waiter's queued attempt
-//! (`ACQUIRE_HANDED`), to whom a release hands the lock (see `lock::waiting`, "Handoff").
+//! (`ACQUIRE_HANDED`), to whom a release hands the lock (see `lock::wait_loop`, "Handoff").
 //! A write that meets readers is asked as `shared`'s write from then on.
 //!
 //! Its release is one key's, as a permit's or a read hold's (the script tells them apart by
@@ -39,7 +39,7 @@ pub(crate) fn place(client: &Client, terms: &Terms, waits: bool) -> Place {
 
 /// The place of a waiter to whom a release hands the hold (a lock, or a permit), for its grant
 /// window: a fenced one, or one that asks for replicas, confirms the grant with one more
-/// attempt; any other trusts it (see `lock::waiting`, "Handoff").
+/// attempt; any other trusts it (see `lock::wait_loop`, "Handoff").
 pub(crate) fn handed(terms: &Terms) -> Place {
     let confirm = terms.fenced || terms.min_replicas > 0;
     Place::handed(grant_window(terms.ttl), confirm)

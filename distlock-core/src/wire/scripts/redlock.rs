@@ -123,7 +123,7 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {ARGV[4], {1, token, 0}}
 "#;
 
-/// Fence floor of a RedLock quorum's fenced acquire (see `lock/fence`): read it, and raise
+/// Fence floor of a RedLock quorum's fenced acquire (see `lock/quorum_token`): read it, and raise
 /// it to at least a given token.
 ///
 /// KEYS: fence. ARGV: request id, token to raise the floor to (0: read only), retention ms.

@@ -25,7 +25,7 @@ use std::time::Duration;
 /// release, by a lease that ran out, reach the waiters in their order); busy, it queues itself
 /// (its entry and its request id, kept as long as the semaphore plus its window) and a release
 /// hands it the next permit freed (`permit_release`), for its grant window (the waiter trusts
-/// that as a lock's waiter trusts a grant, `lock::waiting`). A confirming waiter's next
+/// that as a lock's waiter trusts a grant, `lock::wait_loop`). A confirming waiter's next
 /// attempt (fenced, or asking for replicas; or a grant heard too late) finds the permit its
 /// own: its lease extended to the ttl and, fenced, a fresh token raised while it is its own.
 pub const ACQUIRE_PERMIT: &str = concat!(

@@ -1,5 +1,5 @@
 //! The handed waiters and the cohort under the checker (see `checks`): each waiter takes
-//! `lock::waiting`'s steps for a plain lock on one server — a first attempt (skipped when
+//! `lock::wait_loop`'s steps for a plain lock on one server — a first attempt (skipped when
 //! tasks of the client already wait), subscribe, expect a grant, wait in the client behind a
 //! waiter of the cohort already queued (or queue with an attempt of its own), wait for a
 //! grant naming its request, and trust only that — then holds the lock, and releases it,
@@ -14,7 +14,7 @@ use crate::sync::model::{caught, explore, fails, reset_clock, Explore, Mutant};
 use crate::wire::calls::NextWaiter;
 use crate::wire::ids::ShortId;
 
-/// One waiting acquire (`lock::waiting::Waiter`; fields drop in its order: the queue entry
+/// One waiting acquire (`lock::wait_loop::Waiter`; fields drop in its order: the queue entry
 /// before the subscription).
 struct Waiter {
     queued: Option<Entry>,

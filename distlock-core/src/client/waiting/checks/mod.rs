@@ -1,7 +1,7 @@
 //! Concurrency checks of the client's waiting core (shuttle; `scripts/shuttle.sh`, built with
 //! `--cfg shuttle`): the real `Interest` (turn, wakes, grant slot, place in the cohort), the
 //! real cohort and the client's real `dispatch` of release messages, driven by tasks that take
-//! the wait loop's steps in `lock::waiting`'s order against a server that keeps the scripts'
+//! the wait loop's steps in `lock::wait_loop`'s order against a server that keeps the scripts'
 //! rules (`server`), in thousands of interleavings chosen by PCT (up to three preemptions
 //! placed at random) and at random, with waiters cancelled at any point where a real one can be
 //! (an await: a request or reply on the wire, a wait) after a number of steps the checker picks.

@@ -1,5 +1,5 @@
 //! The waiters that wake and retry under the checker (see `checks`): each takes
-//! `lock::waiting`'s steps for a waiter no release hands the lock to (RedLock, sets over
+//! `lock::wait_loop`'s steps for a waiter no release hands the lock to (RedLock, sets over
 //! several slot groups) — a first attempt (skipped when tasks of the client already wait),
 //! subscribe, take its turn in the client's line, and then, holding the turn: mark the counts
 //! seen, attempt, wait for a message after them — and releases the lock when it has it.
@@ -11,7 +11,7 @@ use super::{never, scenario, value, Ctx, Guard, Pending, Sub};
 use crate::sync;
 use crate::sync::model::{caught, explore, reset_clock, Explore, Mutant};
 
-/// One waiting acquire (`lock::waiting::Waiter`, its fields in drop order).
+/// One waiting acquire (`lock::wait_loop::Waiter`, its fields in drop order).
 struct Waiter {
     pending: Option<Pending>,
     sub: Option<Sub>,

@@ -72,11 +72,11 @@ use crate::error::Error;
 use crate::lease::{deadline_after, guaranteed_until, millis_ceil};
 use crate::lock::attempt::{into_guard, unreplicated};
 use crate::lock::backoff::Backoff;
-use crate::lock::fence;
 use crate::lock::guard::LockGuard;
 use crate::lock::hold::{Hold, ReleaseOnDrop};
 use crate::lock::kind::{set, Found, Kind};
 use crate::lock::queue_entry::QueueEntry;
+use crate::lock::quorum_token;
 use crate::lock::reenter::{self, reenter};
 use crate::lock::terms::Terms;
 use crate::metrics::{self, Labels, Waiting};
@@ -355,7 +355,7 @@ impl Waiter {
         let (client, ttl) = (&self.hold.client, self.terms.ttl);
         if client.is_quorum() {
             for (token, keys) in tokens.iter_mut().zip(self.hold.all_keys()) {
-                *token = fence::token(client, keys, *token, ttl, sent_at).await?;
+                *token = quorum_token::token(client, keys, *token, ttl, sent_at).await?;
             }
         }
         Ok(self.hold.record_tokens(tokens))
