@@ -17,6 +17,7 @@
 //! **What each property means** is in `docs/protocol.md`, with the mutation that breaks it.
 
 mod client;
+pub mod quorum;
 mod requests;
 pub mod server;
 
