@@ -302,6 +302,39 @@ fn a_clock_step_forward_past_the_margin_overlaps_as_the_docs_admit() {
     );
 }
 
+/// The drift bound of the docs (`LEASE_MARGIN + ttl / 100`: a lease clock within 1% of the
+/// server's rate), scaled to the model's lease: its 1 ms margin of a 4 ms lease is the allowance
+/// of a 25% bound. Each client's lease clock runs slow or fast by it.
+const DRIFT_BOUND: i64 = 25;
+
+#[test]
+fn lease_clocks_drifting_within_the_bound_keep_exclusion() {
+    let c = holds(
+        "lease clocks 25% slow or fast",
+        Setup {
+            drift: DRIFT_BOUND,
+            ..Setup::default()
+        },
+        &[],
+    );
+    assert!(
+        c.found.contains(&"a lock handed over"),
+        "no handoff reached with drifting clocks"
+    );
+    holds(
+        "lease clocks 25% slow or fast, renewed, fenced",
+        Setup {
+            drift: DRIFT_BOUND,
+            fenced: true,
+            renew: 1,
+            hold: 4,
+            pauses: 0,
+            ..Setup::default()
+        },
+        &[],
+    );
+}
+
 #[test]
 fn a_newcomer_passes_queued_waiters_only_at_a_lock_an_expiry_freed() {
     let three = Setup {

@@ -122,6 +122,8 @@ pub struct Client {
     pub requests: u8,
     /// The highest term it has seen.
     pub known_term: i64,
+    /// Its lease clock's rate, in % of the server's ([`Setup::drift`]).
+    pub rate: i64,
 }
 
 impl Client {
@@ -136,7 +138,20 @@ impl Client {
             paused: false,
             requests: 0,
             known_term: 0,
+            rate: 100,
         }
+    }
+
+    /// When a lease of `length` ms by its own clock, counted from `base`, ends in real time:
+    /// believed while `(now - base) * rate < length * 100`, so until the first whole ms at
+    /// which that fails.
+    pub fn lease_end(&self, base: i64, length: i64) -> i64 {
+        base + ceil_div(length * 100, self.rate)
+    }
+
+    /// `ms` by its own clock from `now`, in real time (its timers).
+    fn after(&self, now: i64, ms: i64) -> i64 {
+        now + ceil_div(ms * 100, self.rate)
     }
 
     /// The lock value of its current acquisition.
@@ -342,6 +357,11 @@ fn passes(st: &Setup, w: &World, holder: &str) -> bool {
     })
 }
 
+/// `a / b` rounded up (`b > 0`).
+fn ceil_div(a: i64, b: i64) -> i64 {
+    a.div_euclid(b) + i64::from(a.rem_euclid(b) != 0)
+}
+
 fn s(v: impl ToString) -> String {
     v.to_string()
 }
@@ -449,7 +469,7 @@ fn taken(st: &Setup, w: &mut World, c: usize, token: i64, until: i64) {
     let cl = &mut w.clients[c];
     cl.taken += 1;
     cl.inbox.clear();
-    let renew_at = (st.renew > 0).then(|| now + st.renew);
+    let renew_at = (st.renew > 0).then(|| cl.after(now, st.renew));
     cl.phase = Phase::Holding {
         until,
         token,
@@ -521,7 +541,8 @@ pub(super) fn receive(st: &Setup, w: &mut World, c: usize) {
                 if token > 0 {
                     accept_token(w, f.issued, token);
                 }
-                taken(st, w, c, token, base + st.ttl - st.margin);
+                let until = w.clients[c].lease_end(base, st.ttl - st.margin);
+                taken(st, w, c, token, until);
                 return;
             }
             if let Phase::Waiting {
@@ -553,6 +574,8 @@ pub(super) fn receive(st: &Setup, w: &mut World, c: usize) {
             let statuses = inner(&f.reply);
             let ok = !statuses.is_empty() && statuses.iter().all(|&st| st == 1);
             let ok_acked = ok && acked(w);
+            let renewed = w.clients[c].lease_end(base, st.ttl - st.margin);
+            let next_renewal = w.clients[c].after(now, st.renew);
             if let Phase::Holding {
                 until, renew_at, ..
             } = &mut w.clients[c].phase
@@ -563,9 +586,9 @@ pub(super) fn receive(st: &Setup, w: &mut World, c: usize) {
                     return;
                 }
                 if ok_acked {
-                    *until = (*until).max(base + st.ttl - st.margin);
+                    *until = (*until).max(renewed);
                 }
-                *renew_at = (st.renew > 0).then(|| now + st.renew);
+                *renew_at = (st.renew > 0).then_some(next_renewal);
             }
         }
         Req::Release | Req::Leave => {
@@ -636,10 +659,13 @@ pub(super) fn hear(st: &Setup, w: &mut World, c: usize) {
     } else {
         sent
     };
-    let until = base + st.window - st.margin;
-    if 2 * (until - now) < st.window {
+    // Trusted only with half the window left by its own clock.
+    let length = st.window - st.margin;
+    let rate = w.clients[c].rate;
+    if 2 * (length * 100 - (now - base) * rate) < st.window * 100 {
         return wake(w);
     }
+    let until = w.clients[c].lease_end(base, length);
     w.history.handed = true;
     taken(st, w, c, 0, until);
     // The watchdog extends a trusted grant to the ttl a third of the way through it.

@@ -78,6 +78,11 @@ pub struct Setup {
     pub window: i64,
     /// The safety margin (ms): `LEASE_MARGIN + ttl / 100` in the runtime.
     pub margin: i64,
+    /// How far each client's lease clock may run from the server's, in % of its rate: each
+    /// runs at `100 - drift` or `100 + drift` % (chosen at the start; 0: one rate). The
+    /// runtime's bound is 1% (the margin's `ttl / 100`); the model's margin of 1 ms of a 4 ms
+    /// lease is the allowance of a 25% bound.
+    pub drift: i64,
     /// How long a hold lasts before its release (ms).
     pub hold: i64,
     /// How long a waiter waits (ms).
@@ -120,6 +125,7 @@ impl Default for Setup {
             ttl: 4,
             window: 3,
             margin: 1,
+            drift: 0,
             hold: 2,
             wait: 8,
             recheck: 3,
@@ -264,7 +270,7 @@ impl Model for Protocol {
 
     fn init_states(&self) -> Vec<World> {
         let s = &self.0;
-        vec![World {
+        let world = World {
             now: 0,
             server: Server::new(s.replica),
             clients: (0..s.clients).map(Client::new).collect(),
@@ -273,7 +279,25 @@ impl Model for Protocol {
             step_left: s.clock_step != 0,
             history: History::default(),
             slow: false,
-        }]
+        };
+        if s.drift == 0 {
+            return vec![world];
+        }
+        // Every client's lease clock slow or fast by the drift (a rate between is between them).
+        let mut worlds = vec![world];
+        for c in 0..s.clients {
+            worlds = worlds
+                .into_iter()
+                .flat_map(|w| {
+                    [100 - s.drift, 100 + s.drift].map(|rate| {
+                        let mut w = w.clone();
+                        w.clients[c].rate = rate;
+                        w
+                    })
+                })
+                .collect();
+        }
+        worlds
     }
 
     fn actions(&self, w: &World, acts: &mut Vec<Act>) {
