@@ -336,6 +336,22 @@ fn lease_clocks_drifting_within_the_bound_keep_exclusion() {
 }
 
 #[test]
+fn a_reentered_lock_is_released_at_its_last_exit_only() {
+    let c = holds(
+        "lock, re-entered once",
+        Setup {
+            reentry: true,
+            ..Setup::default()
+        },
+        &[],
+    );
+    assert!(
+        c.found.contains(&"a lock re-entered"),
+        "no re-entry reached: the check is vacuous"
+    );
+}
+
+#[test]
 fn a_newcomer_passes_queued_waiters_only_at_a_lock_an_expiry_freed() {
     let three = Setup {
         clients: 3,

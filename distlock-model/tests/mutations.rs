@@ -292,6 +292,20 @@ fn cases() -> Vec<Case> {
             breaks: "mutual exclusion",
         },
         Case {
+            name: "a re-entered lock released at the inner hold's exit",
+            setup: with_bug(
+                Setup {
+                    reentry: true,
+                    ..Setup::default()
+                },
+                ClientBugs {
+                    release_at_first_exit: true,
+                    ..b()
+                },
+            ),
+            breaks: "mutual exclusion",
+        },
+        Case {
             name: "min_replicas believed before the replica acknowledged",
             setup: with_bug(
                 failover,

@@ -39,6 +39,8 @@ pub enum Phase {
         written: bool,
         /// Its term is proclaimed (a leader).
         proclaimed: bool,
+        /// Its re-entry ([`Setup::reentry`]): not yet, inside, or exited.
+        entered: Entered,
     },
     /// Its release is in flight; believed until `until` only under the bug that ends belief
     /// after the release.
@@ -48,6 +50,17 @@ pub enum Phase {
     },
     /// Every acquisition done.
     Done,
+}
+
+/// Where a holder is in its one re-entry (a body taking the lock it holds: `lock/reenter.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Entered {
+    /// Not re-entered (yet).
+    Not,
+    /// The inner hold is held too: two holds counted.
+    Inside,
+    /// The inner hold exited: one hold counted.
+    Exited,
 }
 
 /// What a request in flight was.
@@ -60,6 +73,8 @@ pub enum Req {
     },
     /// A renewal.
     Renew,
+    /// A re-entry's check that the hold is still its own (`RENEW`).
+    Reenter,
     /// A release (or a resign).
     Release,
     /// A leader's proclaim.
@@ -185,12 +200,14 @@ impl Client {
                 release_at,
                 proclaimed,
                 written,
+                entered,
                 ..
             } => {
                 (s.leader && !proclaimed)
                     || renew_at.is_some_and(|at| at <= now)
                     || *release_at <= now
                     || (s.fenced && !written)
+                    || (s.reentry && *entered != Entered::Exited)
             }
             Phase::Releasing { .. } | Phase::Done => false,
         }
@@ -206,11 +223,14 @@ impl Client {
                 renew_at,
                 release_at,
                 proclaimed,
+                entered,
                 ..
             } => {
                 (s.leader && !proclaimed)
                     || renew_at.is_some_and(|at| at <= now)
                     || *release_at <= now
+                    || (s.reentry && *entered == Entered::Not)
+                    || (s.bugs.release_at_first_exit && *entered == Entered::Inside)
             }
             _ => false,
         }
@@ -410,6 +430,7 @@ pub(super) fn act(st: &Setup, w: &mut World, c: usize) {
             release_at,
             written,
             proclaimed,
+            entered,
         } => {
             if st.leader && !proclaimed {
                 let (_, id) = cl.request_id();
@@ -424,12 +445,28 @@ pub(super) fn act(st: &Setup, w: &mut World, c: usize) {
                 let (_, id) = cl.request_id();
                 let (script, k, argv) = requests::renew(st, c, (value, id));
                 send(st, w, c, Req::Renew, script, &k, argv);
+            } else if entered == Entered::Inside {
+                // The inner hold exits first (its body is inside the outer's): one hold less
+                // counted, nothing sent, unless the bug releases the lock at the first exit.
+                if let Phase::Holding { entered, .. } = &mut cl.phase {
+                    *entered = Entered::Exited;
+                }
+                if st.bugs.release_at_first_exit {
+                    let (_, id) = cl.request_id();
+                    let (script, k, argv) = requests::release(st, c, (value, id));
+                    send(st, w, c, Req::Release, script, &k, argv);
+                }
             } else if release_at <= now {
                 let (_, id) = cl.request_id();
                 let kept = st.bugs.belief_after_release.then_some(until);
                 cl.phase = Phase::Releasing { until: kept };
                 let (script, k, argv) = requests::release(st, c, (value, id));
                 send(st, w, c, Req::Release, script, &k, argv);
+            } else if st.reentry && entered == Entered::Not {
+                // The re-entry's one round trip: the hold still its own, its expiry extended.
+                let (_, id) = cl.request_id();
+                let (script, k, argv) = requests::renew(st, c, (value, id));
+                send(st, w, c, Req::Reenter, script, &k, argv);
             } else if st.fenced && !written {
                 if let Phase::Holding { written, .. } = &mut cl.phase {
                     *written = true;
@@ -477,6 +514,7 @@ fn taken(st: &Setup, w: &mut World, c: usize, token: i64, until: i64) {
         release_at: now + st.hold,
         written: false,
         proclaimed: false,
+        entered: Entered::Not,
     };
 }
 
@@ -570,7 +608,7 @@ pub(super) fn receive(st: &Setup, w: &mut World, c: usize) {
                 *next_at = Some(at);
             }
         }
-        Req::Renew => {
+        Req::Renew | Req::Reenter => {
             let statuses = inner(&f.reply);
             let ok = !statuses.is_empty() && statuses.iter().all(|&st| st == 1);
             let ok_acked = ok && acked(w);
@@ -587,6 +625,17 @@ pub(super) fn receive(st: &Setup, w: &mut World, c: usize) {
                 }
                 if ok_acked {
                     *until = (*until).max(renewed);
+                }
+                if f.req == Req::Reenter {
+                    // Not acknowledged by the replicas: the inner hold fails (`Unreplicated`),
+                    // the outer stays as it was.
+                    if let Phase::Holding { entered, .. } = &mut w.clients[c].phase {
+                        *entered = match ok_acked {
+                            true => Entered::Inside,
+                            false => Entered::Exited,
+                        };
+                    }
+                    return;
                 }
                 *renew_at = (st.renew > 0).then_some(next_renewal);
             }

@@ -25,7 +25,7 @@ use stateright::{Model, Property};
 
 use crate::scripts::{Mutations, Reply};
 
-pub use client::{Call, Client, Inflight, Phase, Req};
+pub use client::{Call, Client, Entered, Inflight, Phase, Req};
 pub use server::Server;
 
 /// Seeded bugs on the client's side (the runtime's), each off by default.
@@ -43,6 +43,8 @@ pub struct ClientBugs {
     pub no_recheck: bool,
     /// A lock that asks for replicas is believed before they acknowledged it.
     pub believe_before_replicas: bool,
+    /// A re-entered lock is released at the inner hold's exit (holds not counted).
+    pub release_at_first_exit: bool,
 }
 
 /// What the clients hold.
@@ -108,6 +110,10 @@ pub struct Setup {
     pub pauses: u8,
     /// How long the fence floor is kept (ms).
     pub retention: i64,
+    /// Each holder may re-enter its lock once (a body taking the lock it holds:
+    /// `lock/reenter.rs`): a `RENEW` checks the hold is still its own and extends it, the
+    /// holds are counted on the client, and the release goes at the last exit only.
+    pub reentry: bool,
     /// Seeded bugs in the scripts.
     pub mutations: Mutations,
     /// Seeded bugs in the client.
@@ -138,6 +144,7 @@ impl Default for Setup {
             clock_step: 0,
             pauses: 1,
             retention: 100,
+            reentry: false,
             mutations: Mutations::default(),
             bugs: ClientBugs::default(),
         }
@@ -416,6 +423,17 @@ impl Model for Protocol {
             }),
             Property::sometimes("two holds at once", |m: &Protocol, w: &World| {
                 m.believers(w).len() >= 2
+            }),
+            Property::sometimes("a lock re-entered", |_, w: &World| {
+                w.clients.iter().any(|c| {
+                    matches!(
+                        c.phase,
+                        Phase::Holding {
+                            entered: Entered::Inside,
+                            ..
+                        }
+                    )
+                })
             }),
         ]
     }
