@@ -413,9 +413,16 @@ fn random_walks_beyond_the_exhaustive_depth() {
         wait: 14,
         horizon: 60,
         pauses: 4,
+        drift: DRIFT_BOUND,
+        reentry: true,
         ..Setup::default()
     };
-    let found = walk("plain lock, 3 clients, 60 ms", plain, 7, states);
+    let found = walk(
+        "plain lock, 3 clients, 60 ms, lease clocks drifting, re-entered",
+        plain,
+        7,
+        states,
+    );
     let unexpected: Vec<&str> = found
         .into_iter()
         .filter(|p| *p != "fifo, newcomers included")

@@ -101,8 +101,13 @@ where
         .target_state_count(states)
         .spawn_simulation(seed, stateright::UniformChooser)
         .join();
-    let mut found: Vec<&'static str> = c.discoveries().keys().copied().collect();
+    let discoveries = c.discoveries();
+    let mut found: Vec<&'static str> = discoveries.keys().copied().collect();
     found.retain(|p| SAFETY.contains(p));
+    for p in &found {
+        let path = discoveries[p].clone().into_actions();
+        eprintln!("{name}: {p:?} violated by {path:?}");
+    }
     eprintln!(
         "{name}: random walks (seed {seed}) over {} states, depth {}, {:.1?}; violated: {found:?}",
         c.state_count(),

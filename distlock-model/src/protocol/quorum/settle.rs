@@ -124,10 +124,17 @@ pub(super) fn settle_with(s: &QuorumSetup, w: &mut QWorld, c: usize, late: Optio
                 Outcome::Open => {}
                 Outcome::Done(Proclaimed::Agreed(term)) => {
                     w.clients[c].call = None;
-                    if term <= w.history.max_term {
-                        w.history.term_went_back = true;
+                    // A term counted after the lease ran out (its answers came late: a pause
+                    // or a slow master) leads nothing: `campaign` returns its `Leadership`
+                    // already lost, `ensure_held` failing, while a later leader may have
+                    // counted a higher term. The terms that must rise are those counted while
+                    // the lease is believed.
+                    if w.clients[c].believes(now) {
+                        if term <= w.history.max_term {
+                            w.history.term_went_back = true;
+                        }
+                        w.history.max_term = w.history.max_term.max(term);
                     }
-                    w.history.max_term = w.history.max_term.max(term);
                     let cl = &mut w.clients[c];
                     cl.known_term = cl.known_term.max(term);
                     if let QPhase::Holding { proclaimed, .. } = &mut cl.phase {
