@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The protocol's checked model (distlock-model, docs/protocol.md), deeper than CI: every
-# configuration exhaustively to a longer horizon, longer random walks, every seeded mutation,
+# configuration exhaustively to a longer horizon (the one-server model, tests/model_check.rs,
+# and RedLock's over three masters, tests/redlock.rs), longer random walks, every seeded mutation,
 # and the real scripts held to the model on a real redis-server for 200,000 operations (CI runs
 # 40,000). Exits non-zero on any property violated, mutation missed, disagreement between
 # the scripts and their model, or script changed without its model (its SHA1 no longer the

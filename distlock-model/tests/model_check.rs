@@ -302,6 +302,55 @@ fn a_clock_step_forward_past_the_margin_overlaps_as_the_docs_admit() {
     );
 }
 
+/// The drift bound of the docs (`LEASE_MARGIN + ttl / 100`: a lease clock within 1% of the
+/// server's rate), scaled to the model's lease: its 1 ms margin of a 4 ms lease is the allowance
+/// of a 25% bound. Each client's lease clock runs slow or fast by it.
+const DRIFT_BOUND: i64 = 25;
+
+#[test]
+fn lease_clocks_drifting_within_the_bound_keep_exclusion() {
+    let c = holds(
+        "lease clocks 25% slow or fast",
+        Setup {
+            drift: DRIFT_BOUND,
+            ..Setup::default()
+        },
+        &[],
+    );
+    assert!(
+        c.found.contains(&"a lock handed over"),
+        "no handoff reached with drifting clocks"
+    );
+    holds(
+        "lease clocks 25% slow or fast, renewed, fenced",
+        Setup {
+            drift: DRIFT_BOUND,
+            fenced: true,
+            renew: 1,
+            hold: 4,
+            pauses: 0,
+            ..Setup::default()
+        },
+        &[],
+    );
+}
+
+#[test]
+fn a_reentered_lock_is_released_at_its_last_exit_only() {
+    let c = holds(
+        "lock, re-entered once",
+        Setup {
+            reentry: true,
+            ..Setup::default()
+        },
+        &[],
+    );
+    assert!(
+        c.found.contains(&"a lock re-entered"),
+        "no re-entry reached: the check is vacuous"
+    );
+}
+
 #[test]
 fn a_newcomer_passes_queued_waiters_only_at_a_lock_an_expiry_freed() {
     let three = Setup {
@@ -364,9 +413,16 @@ fn random_walks_beyond_the_exhaustive_depth() {
         wait: 14,
         horizon: 60,
         pauses: 4,
+        drift: DRIFT_BOUND,
+        reentry: true,
         ..Setup::default()
     };
-    let found = walk("plain lock, 3 clients, 60 ms", plain, 7, states);
+    let found = walk(
+        "plain lock, 3 clients, 60 ms, lease clocks drifting, re-entered",
+        plain,
+        7,
+        states,
+    );
     let unexpected: Vec<&str> = found
         .into_iter()
         .filter(|p| *p != "fifo, newcomers included")

@@ -275,6 +275,37 @@ fn cases() -> Vec<Case> {
             breaks: "no waiter stranded",
         },
         Case {
+            name: "a lease clock drifting twice the bound (50% slow)",
+            setup: Setup {
+                drift: 50,
+                ..Setup::default()
+            },
+            breaks: "mutual exclusion",
+        },
+        Case {
+            name: "no margin for a lease clock drifting within the bound",
+            setup: Setup {
+                drift: 25,
+                margin: 0,
+                ..Setup::default()
+            },
+            breaks: "mutual exclusion",
+        },
+        Case {
+            name: "a re-entered lock released at the inner hold's exit",
+            setup: with_bug(
+                Setup {
+                    reentry: true,
+                    ..Setup::default()
+                },
+                ClientBugs {
+                    release_at_first_exit: true,
+                    ..b()
+                },
+            ),
+            breaks: "mutual exclusion",
+        },
+        Case {
             name: "min_replicas believed before the replica acknowledged",
             setup: with_bug(
                 failover,

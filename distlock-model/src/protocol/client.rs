@@ -39,6 +39,8 @@ pub enum Phase {
         written: bool,
         /// Its term is proclaimed (a leader).
         proclaimed: bool,
+        /// Its re-entry ([`Setup::reentry`]): not yet, inside, or exited.
+        entered: Entered,
     },
     /// Its release is in flight; believed until `until` only under the bug that ends belief
     /// after the release.
@@ -48,6 +50,17 @@ pub enum Phase {
     },
     /// Every acquisition done.
     Done,
+}
+
+/// Where a holder is in its one re-entry (a body taking the lock it holds: `lock/reenter.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Entered {
+    /// Not re-entered (yet).
+    Not,
+    /// The inner hold is held too: two holds counted.
+    Inside,
+    /// The inner hold exited: one hold counted.
+    Exited,
 }
 
 /// What a request in flight was.
@@ -60,6 +73,8 @@ pub enum Req {
     },
     /// A renewal.
     Renew,
+    /// A re-entry's check that the hold is still its own (`RENEW`).
+    Reenter,
     /// A release (or a resign).
     Release,
     /// A leader's proclaim.
@@ -122,6 +137,8 @@ pub struct Client {
     pub requests: u8,
     /// The highest term it has seen.
     pub known_term: i64,
+    /// Its lease clock's rate, in % of the server's ([`Setup::drift`]).
+    pub rate: i64,
 }
 
 impl Client {
@@ -136,7 +153,20 @@ impl Client {
             paused: false,
             requests: 0,
             known_term: 0,
+            rate: 100,
         }
+    }
+
+    /// When a lease of `length` ms by its own clock, counted from `base`, ends in real time:
+    /// believed while `(now - base) * rate < length * 100`, so until the first whole ms at
+    /// which that fails.
+    pub fn lease_end(&self, base: i64, length: i64) -> i64 {
+        base + ceil_div(length * 100, self.rate)
+    }
+
+    /// `ms` by its own clock from `now`, in real time (its timers).
+    fn after(&self, now: i64, ms: i64) -> i64 {
+        now + ceil_div(ms * 100, self.rate)
     }
 
     /// The lock value of its current acquisition.
@@ -170,12 +200,14 @@ impl Client {
                 release_at,
                 proclaimed,
                 written,
+                entered,
                 ..
             } => {
                 (s.leader && !proclaimed)
                     || renew_at.is_some_and(|at| at <= now)
                     || *release_at <= now
                     || (s.fenced && !written)
+                    || (s.reentry && *entered != Entered::Exited)
             }
             Phase::Releasing { .. } | Phase::Done => false,
         }
@@ -191,11 +223,14 @@ impl Client {
                 renew_at,
                 release_at,
                 proclaimed,
+                entered,
                 ..
             } => {
                 (s.leader && !proclaimed)
                     || renew_at.is_some_and(|at| at <= now)
                     || *release_at <= now
+                    || (s.reentry && *entered == Entered::Not)
+                    || (s.bugs.release_at_first_exit && *entered == Entered::Inside)
             }
             _ => false,
         }
@@ -342,6 +377,11 @@ fn passes(st: &Setup, w: &World, holder: &str) -> bool {
     })
 }
 
+/// `a / b` rounded up (`b > 0`).
+fn ceil_div(a: i64, b: i64) -> i64 {
+    a.div_euclid(b) + i64::from(a.rem_euclid(b) != 0)
+}
+
 fn s(v: impl ToString) -> String {
     v.to_string()
 }
@@ -390,6 +430,7 @@ pub(super) fn act(st: &Setup, w: &mut World, c: usize) {
             release_at,
             written,
             proclaimed,
+            entered,
         } => {
             if st.leader && !proclaimed {
                 let (_, id) = cl.request_id();
@@ -404,12 +445,28 @@ pub(super) fn act(st: &Setup, w: &mut World, c: usize) {
                 let (_, id) = cl.request_id();
                 let (script, k, argv) = requests::renew(st, c, (value, id));
                 send(st, w, c, Req::Renew, script, &k, argv);
+            } else if entered == Entered::Inside {
+                // The inner hold exits first (its body is inside the outer's): one hold less
+                // counted, nothing sent, unless the bug releases the lock at the first exit.
+                if let Phase::Holding { entered, .. } = &mut cl.phase {
+                    *entered = Entered::Exited;
+                }
+                if st.bugs.release_at_first_exit {
+                    let (_, id) = cl.request_id();
+                    let (script, k, argv) = requests::release(st, c, (value, id));
+                    send(st, w, c, Req::Release, script, &k, argv);
+                }
             } else if release_at <= now {
                 let (_, id) = cl.request_id();
                 let kept = st.bugs.belief_after_release.then_some(until);
                 cl.phase = Phase::Releasing { until: kept };
                 let (script, k, argv) = requests::release(st, c, (value, id));
                 send(st, w, c, Req::Release, script, &k, argv);
+            } else if st.reentry && entered == Entered::Not {
+                // The re-entry's one round trip: the hold still its own, its expiry extended.
+                let (_, id) = cl.request_id();
+                let (script, k, argv) = requests::renew(st, c, (value, id));
+                send(st, w, c, Req::Reenter, script, &k, argv);
             } else if st.fenced && !written {
                 if let Phase::Holding { written, .. } = &mut cl.phase {
                     *written = true;
@@ -449,7 +506,7 @@ fn taken(st: &Setup, w: &mut World, c: usize, token: i64, until: i64) {
     let cl = &mut w.clients[c];
     cl.taken += 1;
     cl.inbox.clear();
-    let renew_at = (st.renew > 0).then(|| now + st.renew);
+    let renew_at = (st.renew > 0).then(|| cl.after(now, st.renew));
     cl.phase = Phase::Holding {
         until,
         token,
@@ -457,6 +514,7 @@ fn taken(st: &Setup, w: &mut World, c: usize, token: i64, until: i64) {
         release_at: now + st.hold,
         written: false,
         proclaimed: false,
+        entered: Entered::Not,
     };
 }
 
@@ -521,7 +579,8 @@ pub(super) fn receive(st: &Setup, w: &mut World, c: usize) {
                 if token > 0 {
                     accept_token(w, f.issued, token);
                 }
-                taken(st, w, c, token, base + st.ttl - st.margin);
+                let until = w.clients[c].lease_end(base, st.ttl - st.margin);
+                taken(st, w, c, token, until);
                 return;
             }
             if let Phase::Waiting {
@@ -549,10 +608,12 @@ pub(super) fn receive(st: &Setup, w: &mut World, c: usize) {
                 *next_at = Some(at);
             }
         }
-        Req::Renew => {
+        Req::Renew | Req::Reenter => {
             let statuses = inner(&f.reply);
             let ok = !statuses.is_empty() && statuses.iter().all(|&st| st == 1);
             let ok_acked = ok && acked(w);
+            let renewed = w.clients[c].lease_end(base, st.ttl - st.margin);
+            let next_renewal = w.clients[c].after(now, st.renew);
             if let Phase::Holding {
                 until, renew_at, ..
             } = &mut w.clients[c].phase
@@ -563,9 +624,20 @@ pub(super) fn receive(st: &Setup, w: &mut World, c: usize) {
                     return;
                 }
                 if ok_acked {
-                    *until = (*until).max(base + st.ttl - st.margin);
+                    *until = (*until).max(renewed);
                 }
-                *renew_at = (st.renew > 0).then(|| now + st.renew);
+                if f.req == Req::Reenter {
+                    // Not acknowledged by the replicas: the inner hold fails (`Unreplicated`),
+                    // the outer stays as it was.
+                    if let Phase::Holding { entered, .. } = &mut w.clients[c].phase {
+                        *entered = match ok_acked {
+                            true => Entered::Inside,
+                            false => Entered::Exited,
+                        };
+                    }
+                    return;
+                }
+                *renew_at = (st.renew > 0).then_some(next_renewal);
             }
         }
         Req::Release | Req::Leave => {
@@ -636,10 +708,13 @@ pub(super) fn hear(st: &Setup, w: &mut World, c: usize) {
     } else {
         sent
     };
-    let until = base + st.window - st.margin;
-    if 2 * (until - now) < st.window {
+    // Trusted only with half the window left by its own clock.
+    let length = st.window - st.margin;
+    let rate = w.clients[c].rate;
+    if 2 * (length * 100 - (now - base) * rate) < st.window * 100 {
         return wake(w);
     }
+    let until = w.clients[c].lease_end(base, length);
     w.history.handed = true;
     taken(st, w, c, 0, until);
     // The watchdog extends a trusted grant to the ttl a third of the way through it.

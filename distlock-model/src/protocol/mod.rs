@@ -17,6 +17,7 @@
 //! **What each property means** is in `docs/protocol.md`, with the mutation that breaks it.
 
 mod client;
+pub mod quorum;
 mod requests;
 pub mod server;
 
@@ -24,7 +25,7 @@ use stateright::{Model, Property};
 
 use crate::scripts::{Mutations, Reply};
 
-pub use client::{Call, Client, Inflight, Phase, Req};
+pub use client::{Call, Client, Entered, Inflight, Phase, Req};
 pub use server::Server;
 
 /// Seeded bugs on the client's side (the runtime's), each off by default.
@@ -42,6 +43,8 @@ pub struct ClientBugs {
     pub no_recheck: bool,
     /// A lock that asks for replicas is believed before they acknowledged it.
     pub believe_before_replicas: bool,
+    /// A re-entered lock is released at the inner hold's exit (holds not counted).
+    pub release_at_first_exit: bool,
 }
 
 /// What the clients hold.
@@ -77,6 +80,11 @@ pub struct Setup {
     pub window: i64,
     /// The safety margin (ms): `LEASE_MARGIN + ttl / 100` in the runtime.
     pub margin: i64,
+    /// How far each client's lease clock may run from the server's, in % of its rate: each
+    /// runs at `100 - drift` or `100 + drift` % (chosen at the start; 0: one rate). The
+    /// runtime's bound is 1% (the margin's `ttl / 100`); the model's margin of 1 ms of a 4 ms
+    /// lease is the allowance of a 25% bound.
+    pub drift: i64,
     /// How long a hold lasts before its release (ms).
     pub hold: i64,
     /// How long a waiter waits (ms).
@@ -102,6 +110,10 @@ pub struct Setup {
     pub pauses: u8,
     /// How long the fence floor is kept (ms).
     pub retention: i64,
+    /// Each holder may re-enter its lock once (a body taking the lock it holds:
+    /// `lock/reenter.rs`): a `RENEW` checks the hold is still its own and extends it, the
+    /// holds are counted on the client, and the release goes at the last exit only.
+    pub reentry: bool,
     /// Seeded bugs in the scripts.
     pub mutations: Mutations,
     /// Seeded bugs in the client.
@@ -119,6 +131,7 @@ impl Default for Setup {
             ttl: 4,
             window: 3,
             margin: 1,
+            drift: 0,
             hold: 2,
             wait: 8,
             recheck: 3,
@@ -131,6 +144,7 @@ impl Default for Setup {
             clock_step: 0,
             pauses: 1,
             retention: 100,
+            reentry: false,
             mutations: Mutations::default(),
             bugs: ClientBugs::default(),
         }
@@ -263,7 +277,7 @@ impl Model for Protocol {
 
     fn init_states(&self) -> Vec<World> {
         let s = &self.0;
-        vec![World {
+        let world = World {
             now: 0,
             server: Server::new(s.replica),
             clients: (0..s.clients).map(Client::new).collect(),
@@ -272,7 +286,25 @@ impl Model for Protocol {
             step_left: s.clock_step != 0,
             history: History::default(),
             slow: false,
-        }]
+        };
+        if s.drift == 0 {
+            return vec![world];
+        }
+        // Every client's lease clock slow or fast by the drift (a rate between is between them).
+        let mut worlds = vec![world];
+        for c in 0..s.clients {
+            worlds = worlds
+                .into_iter()
+                .flat_map(|w| {
+                    [100 - s.drift, 100 + s.drift].map(|rate| {
+                        let mut w = w.clone();
+                        w.clients[c].rate = rate;
+                        w
+                    })
+                })
+                .collect();
+        }
+        worlds
     }
 
     fn actions(&self, w: &World, acts: &mut Vec<Act>) {
@@ -391,6 +423,17 @@ impl Model for Protocol {
             }),
             Property::sometimes("two holds at once", |m: &Protocol, w: &World| {
                 m.believers(w).len() >= 2
+            }),
+            Property::sometimes("a lock re-entered", |_, w: &World| {
+                w.clients.iter().any(|c| {
+                    matches!(
+                        c.phase,
+                        Phase::Holding {
+                            entered: Entered::Inside,
+                            ..
+                        }
+                    )
+                })
             }),
         ]
     }

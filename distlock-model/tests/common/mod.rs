@@ -27,9 +27,20 @@ pub(crate) struct Checked {
 
 /// Checks `setup` exhaustively (breadth first, every state up to its horizon), or until the
 /// first counterexample of `stop_at` (a mutation's property: BFS finds the shortest first).
+#[allow(dead_code)]
 pub(crate) fn check(name: &str, setup: Setup, stop_at: Option<&'static str>) -> Checked {
+    check_model(name, Protocol(setup), stop_at)
+}
+
+/// [`check`] of any of the crate's models (the protocol's, RedLock's).
+pub(crate) fn check_model<M>(name: &str, model: M, stop_at: Option<&'static str>) -> Checked
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Clone + std::fmt::Debug + std::hash::Hash + Send + Sync + PartialEq,
+    M::Action: Clone + std::fmt::Debug + Send + Sync + PartialEq,
+{
     let started = Instant::now();
-    let mut checker = Protocol(setup).checker().threads(2);
+    let mut checker = model.checker().threads(2);
     if let Some(property) = stop_at {
         checker = checker.finish_when(HasDiscoveries::AnyOf([property].into_iter().collect()));
     }
@@ -72,15 +83,31 @@ pub(crate) fn violated(checked: &Checked) -> Vec<&'static str> {
 /// state's properties checked.
 #[allow(dead_code)]
 pub(crate) fn walk(name: &str, setup: Setup, seed: u64, states: usize) -> Vec<&'static str> {
+    walk_model(name, Protocol(setup), seed, states)
+}
+
+/// [`walk`] over any of the crate's models.
+#[allow(dead_code)]
+pub(crate) fn walk_model<M>(name: &str, model: M, seed: u64, states: usize) -> Vec<&'static str>
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Clone + std::fmt::Debug + std::hash::Hash + Send + Sync + PartialEq,
+    M::Action: Clone + std::fmt::Debug + Send + Sync + PartialEq,
+{
     let started = Instant::now();
-    let c = Protocol(setup)
+    let c = model
         .checker()
         .threads(2)
         .target_state_count(states)
         .spawn_simulation(seed, stateright::UniformChooser)
         .join();
-    let mut found: Vec<&'static str> = c.discoveries().keys().copied().collect();
+    let discoveries = c.discoveries();
+    let mut found: Vec<&'static str> = discoveries.keys().copied().collect();
     found.retain(|p| SAFETY.contains(p));
+    for p in &found {
+        let path = discoveries[p].clone().into_actions();
+        eprintln!("{name}: {p:?} violated by {path:?}");
+    }
     eprintln!(
         "{name}: random walks (seed {seed}) over {} states, depth {}, {:.1?}; violated: {found:?}",
         c.state_count(),
