@@ -1,6 +1,6 @@
 //! RedLock in the protocol model: clients taking one lock over a quorum of independent masters
 //! (`Config::redlock`), each master its own keyspace running the scripts' model, as
-//! `deploy/redlock` and `lock/fence` run them.
+//! `deploy/redlock` and `lock/quorum_token` run them.
 //!
 //! **A call** goes to every master (a request per master, in order per client and master, as
 //! `stragglers` keeps them) and counts by majority as soon as its outcome cannot change
@@ -10,12 +10,12 @@
 //! applied any time later, and the call, if the slow master's answer is all it waits for, may
 //! give it up ([`QAct::TimeOut`]: the response timeout).
 //!
-//! **Clients** run `lock::waiting` over a quorum: an attempt is `ACQUIRE_QUEUED` (ticketed,
+//! **Clients** run `lock::wait_loop` over a quorum: an attempt is `ACQUIRE_QUEUED` (ticketed,
 //! queued on the masters from its second attempt), taken by a majority within the validity
 //! time; an attempt that did not take the lock releases what a minority granted before it
 //! waits (`Kind::releases_untaken`); a waiter looks again at the pttl, or when release messages
 //! came from enough masters (`wake_after`). A fenced take then runs the token rounds of
-//! `lock/fence.rs`: read a majority's floors (`FENCE_FLOOR`), take a token above them and the
+//! `lock/quorum_token.rs`: read a majority's floors (`FENCE_FLOOR`), take a token above them and the
 //! take's own, raise a majority's floors to it (a raise that finds a floor at or above it
 //! tries again `ahead` higher), all within the lease's validity. A leader proclaims its term on
 //! every master and counts it as `deploy/redlock/leader.rs` does: a term counts once a
@@ -54,7 +54,7 @@ pub mod keys {
     pub const TERMS: &str = "l:T";
 }
 
-/// Seeded bugs of the quorum's client (the runtime's `lock/fence.rs`, `deploy/redlock`), each
+/// Seeded bugs of the quorum's client (the runtime's `lock/quorum_token.rs`, `deploy/redlock`), each
 /// off by default.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct QuorumBugs {
