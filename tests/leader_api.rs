@@ -3,7 +3,8 @@
 //! unhealthy when a leader keeps acting past its lease, `serve` that stays a candidate after the
 //! body returns, `on_lost` telling the caller why a body was cancelled, a pause between campaigns
 //! when terms keep being lost as soon as won, and a term's record on the replicas before the
-//! leader is told it leads (`min_replicas`).
+//! leader is told it leads (`min_replicas`), and no term handed out whose lease ran out before it
+//! was counted.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -312,4 +313,51 @@ async fn over_redlock_the_candidates_are_those_a_majority_queued() {
     assert_eq!(seen, [("a".to_owned(), true), ("b".to_owned(), false)]);
     first.resign().await.unwrap();
     second.await.unwrap().resign().await.unwrap();
+}
+
+/// A campaign whose proclaim is answered only after its lease ran out (the leader stalled, or
+/// the answer was held up, with the term already written) does not hand out that term: the
+/// lock may have gone to another candidate meanwhile, who counted a higher term. It campaigns
+/// again, and the leadership it returns is held (found by the protocol model's RedLock walks,
+/// where the stale term's `distlock_leader` and health check started for a lost term).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_term_proclaimed_after_its_lease_ran_out_is_not_handed_out() {
+    let server = RedisServer::start();
+    let upstream = format!("127.0.0.1:{}", server.port()).parse().unwrap();
+    let proxy = testkit::proxy::Proxy::start(upstream).await;
+    let c = testkit::client_with(proxy.url(), Duration::from_secs(5)).await;
+    // The first proclaim's answer comes 2 s late; meanwhile nothing passes for 1.5 s (the
+    // renewals neither): the 1 s lease runs out before the answer is read.
+    let proclaim = redis::Script::new(distlock::scripts::LEADER_PROCLAIM)
+        .get_hash()
+        .to_owned();
+    // Loaded already, so the first proclaim runs at once (not a NOSCRIPT sent again late).
+    let mut conn = server.conn().await;
+    let _: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(distlock::scripts::LEADER_PROCLAIM)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    proxy.fault_next_replies(
+        1,
+        testkit::proxy::ReplyFault::Delay(Duration::from_secs(2)),
+        move |args| args.len() > 1 && args[1].eq_ignore_ascii_case(proclaim.as_bytes()),
+    );
+    let campaign = tokio::spawn(
+        c.leader("late-proclaim")
+            .identity("late-leader")
+            .ttl(Duration::from_secs(1))
+            .campaign(),
+    );
+    assert!(proxy.wait_faulted(1, Duration::from_secs(5)).await);
+    proxy.set_blackhole(true);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    proxy.set_blackhole(false);
+    let leadership = campaign.await.unwrap().unwrap();
+    leadership
+        .ensure_held()
+        .expect("the leadership handed out is held");
+    assert!(leadership.is_leader());
+    leadership.resign().await.unwrap();
 }

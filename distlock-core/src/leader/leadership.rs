@@ -306,6 +306,16 @@ pub(super) async fn campaign(campaign: Campaign) -> Result<Leadership, Error> {
             wait: client.replica_wait(lock.min_replicas_in(config)),
         };
         match proclaim_agreed(&guard, &proclaim).await {
+            // Counted after the lease ran out (the candidate stalled, or the last answer was
+            // held up): another candidate may lead by now, with a higher term. The term is
+            // remembered (a later one goes above it) and not handed out: campaign again.
+            Ok(Some(p)) if guard.ensure_held().is_err() => {
+                memory::saw(&prefix, lock.name(), p.term);
+                tracing::debug!(name = %lock.name(), term = p.term, "a term counted after its lease ran out; campaigning again");
+                let _ = guard.release().await;
+                let now = Instant::now();
+                tokio::time::sleep_until(backoff.next(now, now + Duration::from_secs(1))).await;
+            }
             Ok(Some(p)) => {
                 memory::saw(&prefix, lock.name(), p.term);
                 let metric = Arc::new(TermMetric {
