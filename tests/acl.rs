@@ -414,7 +414,7 @@ async fn a_missing_permission_is_a_typed_error_naming_it() {
     let c = user_without(&server, &["resetchannels"]).await;
     let started = Instant::now();
     let waiter = c.lock("busy").wait(WAIT).acquire().await;
-    denied(waiter, started, (Subscribe, "busy"), "channels");
+    denied(waiter, started, (Subscribe, "busy"), "channel");
     let own = c.lock("own").acquire().await.unwrap();
     let started = Instant::now();
     denied(own.release().await, started, (Release, "own"), "channel");
