@@ -463,3 +463,41 @@ async fn waiters_of_four_clients_woken_together_do_not_keep_splitting_the_master
         "{dels} DEL for {total} turns: attempts split the masters"
     );
 }
+
+/// `LEAVE_QUEUE` in its RedLock form (two keys per lock: the queue and its lapses; no lock, no
+/// channel, since a RedLock release hands nothing over) over several locks at once takes the
+/// waiter out of every queue: the script must not read the next lock's queue as a lock.
+#[tokio::test]
+async fn leaving_the_queues_of_several_locks_over_redlock_takes_the_waiter_out_of_each() {
+    let master = RedisServer::start();
+    let mut conn = master.conn().await;
+    let keys = ["q:{a}", "u:{a}", "q:{b}", "u:{b}"];
+    for (queue, until) in [(keys[0], keys[1]), (keys[2], keys[3])] {
+        let _: () = redis::pipe()
+            .zadd(queue, "d2:waiter", 1)
+            .ignore()
+            .zadd(until, "d2:waiter", 99_999_999_999_u64)
+            .ignore()
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let (id, removed): (String, u64) = redis::Script::new(distlock::scripts::LEAVE_QUEUE)
+        .key(&keys[..])
+        .arg("d2:waiter")
+        .arg("r1")
+        .arg("-")
+        .arg(2)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((id.as_str(), removed), ("r1", 2));
+    for key in keys {
+        let left: u64 = redis::cmd("ZCARD")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(left, 0, "{key}");
+    }
+}

@@ -99,8 +99,8 @@ pub(super) fn acquire_handed(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
     with_id(id, int2(1, t))
 }
 
-/// `LEAVE_QUEUE` (its keys read as the Lua reads them: the lock is `KEYS[at + 3]` whatever
-/// the keys per lock).
+/// `LEAVE_QUEUE` (2 keys per lock: the queue and its lapses; 5: also the lock, its channel and
+/// the request ids, where a release may have handed the lock to the waiter).
 pub(super) fn leave_queue(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
     let per = num(a.a(4)).max(1) as usize;
     let value = a.a(1);
@@ -110,11 +110,8 @@ pub(super) fn leave_queue(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
         let q = a.k(at + 1);
         r.zrem(a.k(at + 2), value);
         removed += r.zrem(q, value);
-        if let Some(lock) = a.key(at + 3) {
-            let (chan, ids) = (a.k(at + 4), a.key(at + 5));
-            let Some(ids) = ids else {
-                return Reply::Error("ERR script error".into());
-            };
+        if per >= 5 {
+            let (lock, chan, ids) = (a.k(at + 3), a.k(at + 4), a.k(at + 5));
             r.hdel(ids, value);
             match r.get(lock) {
                 Ok(Some(v)) if v == value => let_go(r, m, lock, chan, Some((q, ids))),

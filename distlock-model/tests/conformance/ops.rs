@@ -393,11 +393,20 @@ impl Gen {
                     argv: vec![self.id(), to, s(5000)],
                 }
             }
-            7 => Op::Eval {
-                script: "LEAVE_QUEUE",
-                keys: vec![k.queue, k.until],
-                argv: vec![v, self.id(), s("-"), s(2)],
-            },
+            7 => {
+                // A RedLock set's waiter leaves the queues of several locks at once (2 keys per
+                // lock); the second lock, `r2`, is never queued at here.
+                let mut keys = vec![k.queue, k.until];
+                if self.rng.chance(50) {
+                    let other = keys_of("r2");
+                    keys.extend([other.queue, other.until]);
+                }
+                Op::Eval {
+                    script: "LEAVE_QUEUE",
+                    keys,
+                    argv: vec![v, self.id(), s("-"), s(2)],
+                }
+            }
             8 => Op::Eval {
                 script: "RELEASE",
                 keys: vec![k.lock, k.chan],

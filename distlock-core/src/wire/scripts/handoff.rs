@@ -176,10 +176,11 @@ pub const LEAVE_QUEUE: &str = concat!(
 local per = tonumber(ARGV[4])
 local removed = 0
 for at = 0, #KEYS - per, per do
-  local q, lock, chan, ids = KEYS[at + 1], KEYS[at + 3], KEYS[at + 4], KEYS[at + 5]
+  local q = KEYS[at + 1]
   redis.call('ZREM', KEYS[at + 2], ARGV[1])
   removed = removed + redis.call('ZREM', q, ARGV[1])
-  if lock then
+  if per >= 5 then
+    local lock, chan, ids = KEYS[at + 3], KEYS[at + 4], KEYS[at + 5]
     redis.call('HDEL', ids, ARGV[1])
     local v = redis.pcall('GET', lock)
     if v == ARGV[1] then
