@@ -5,8 +5,7 @@
 
 use crate::scripts::Reply;
 
-use super::client::Answer;
-use super::inner;
+use super::world::{inner, Answer};
 
 /// An acquire's outcome.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

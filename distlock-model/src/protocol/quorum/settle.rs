@@ -3,12 +3,10 @@
 //! grants, the proclaim's rounds.
 
 use super::client::{
-    after_untaken, fail, hold, proclaim, raise, release, request_id, send, t, untaken, Answer,
-    InCall, QPhase, Step,
+    after_untaken, fail, hold, proclaim, raise, release, request_id, send, untaken,
 };
 use super::count::{self, Acquired, Outcome, Proclaimed};
-use super::keys;
-use super::{QWorld, QuorumSetup};
+use super::world::{inner, keys, t, Answer, InCall, QPhase, QWorld, QuorumSetup, Step};
 
 /// Client `c` counts its call's answers, if it is running and they decide it.
 pub(crate) fn settle(s: &QuorumSetup, w: &mut QWorld, c: usize) {
@@ -56,7 +54,7 @@ pub(super) fn settle_with(s: &QuorumSetup, w: &mut QWorld, c: usize, late: Optio
                             .answers
                             .iter()
                             .position(|a| match a {
-                                Answer::Reply(r) => super::inner(r).first() == Some(&1),
+                                Answer::Reply(r) => inner(r).first() == Some(&1),
                                 _ => false,
                             })
                             .unwrap_or(0);
