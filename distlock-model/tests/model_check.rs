@@ -144,6 +144,62 @@ fn permits_and_readers_never_believed_with_an_incompatible_hold() {
     );
 }
 
+/// `fifo` for permits and for readers and writers: the configurations above check it with a
+/// pause (two permits of three clients, two readers and a writer); these add one permit for
+/// three, and two writers with a reader, where each kind of waiter can be passed by each.
+#[test]
+fn permits_and_readers_take_their_turns_in_arrival_order() {
+    holds(
+        "semaphore of 1, 3 clients, no pause",
+        Setup {
+            hold_kind: Hold::Permits(1),
+            clients: 3,
+            horizon: 10,
+            pauses: 0,
+            ..Setup::default()
+        },
+        &[],
+    );
+    // A permit freed by expiry may go to a newcomer's first attempt (`ACQUIRE_PERMIT` without
+    // the queue's keys) before the queued waiters look again, as a lock may.
+    let c = holds(
+        "semaphore of 1, 3 clients, a holder paused",
+        Setup {
+            hold_kind: Hold::Permits(1),
+            clients: 3,
+            horizon: 7,
+            ..Setup::default()
+        },
+        &["fifo, newcomers included"],
+    );
+    assert!(
+        c.found.contains(&"fifo, newcomers included"),
+        "a newcomer's first attempt takes a permit freed by expiry before the queued waiters \
+         look again: the checker must find it"
+    );
+    holds(
+        "two writers and a reader, no pause",
+        Setup {
+            hold_kind: Hold::ReadWrite { readers: 1 },
+            clients: 3,
+            horizon: 10,
+            pauses: 0,
+            ..Setup::default()
+        },
+        &[],
+    );
+    holds(
+        "two writers and a reader, a pause",
+        Setup {
+            hold_kind: Hold::ReadWrite { readers: 1 },
+            clients: 3,
+            horizon: 7,
+            ..Setup::default()
+        },
+        &["fifo, newcomers included"],
+    );
+}
+
 #[test]
 fn a_set_of_two_excludes_each_of_its_locks() {
     holds(
