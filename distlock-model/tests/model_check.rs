@@ -6,8 +6,9 @@
 //! Two overlaps are the docs' own admissions, and the checker must find them (the docs'
 //! honesty, checked): a failover to a replica that missed an unacknowledged lock (without
 //! `min_replicas`), and a server clock stepped forward past the margin. And one fairness
-//! limit: a newcomer's first attempt (`SET NX`, no script) may take a lock that an expiry
-//! freed before the waiters queued for it look again (`fifo, newcomers included`).
+//! limit: a newcomer's first attempt (`SET NX`, no script; `ACQUIRE_PERMIT` without the queue's
+//! keys) may take a lock or a permit that an expiry freed before the waiters queued for it look
+//! again (`fifo, newcomers included`).
 
 mod common;
 
