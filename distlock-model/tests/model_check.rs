@@ -6,8 +6,9 @@
 //! Two overlaps are the docs' own admissions, and the checker must find them (the docs'
 //! honesty, checked): a failover to a replica that missed an unacknowledged lock (without
 //! `min_replicas`), and a server clock stepped forward past the margin. And one fairness
-//! limit: a newcomer's first attempt (`SET NX`, no script) may take a lock that an expiry
-//! freed before the waiters queued for it look again (`fifo, newcomers included`).
+//! limit: a newcomer's first attempt (`SET NX`, no script; `ACQUIRE_PERMIT` without the queue's
+//! keys) may take a lock or a permit that an expiry freed before the waiters queued for it look
+//! again (`fifo, newcomers included`).
 
 mod common;
 
@@ -141,6 +142,62 @@ fn permits_and_readers_never_believed_with_an_incompatible_hold() {
     assert!(
         readers.found.contains(&"two holds at once"),
         "never two readers at once"
+    );
+}
+
+/// `fifo` for permits and for readers and writers: the configurations above check it with a
+/// pause (two permits of three clients, two readers and a writer); these add one permit for
+/// three, and two writers with a reader, where each kind of waiter can be passed by each.
+#[test]
+fn permits_and_readers_take_their_turns_in_arrival_order() {
+    holds(
+        "semaphore of 1, 3 clients, no pause",
+        Setup {
+            hold_kind: Hold::Permits(1),
+            clients: 3,
+            horizon: 10,
+            pauses: 0,
+            ..Setup::default()
+        },
+        &[],
+    );
+    // A permit freed by expiry may go to a newcomer's first attempt (`ACQUIRE_PERMIT` without
+    // the queue's keys) before the queued waiters look again, as a lock may.
+    let c = holds(
+        "semaphore of 1, 3 clients, a holder paused",
+        Setup {
+            hold_kind: Hold::Permits(1),
+            clients: 3,
+            horizon: 7,
+            ..Setup::default()
+        },
+        &["fifo, newcomers included"],
+    );
+    assert!(
+        c.found.contains(&"fifo, newcomers included"),
+        "a newcomer's first attempt takes a permit freed by expiry before the queued waiters \
+         look again: the checker must find it"
+    );
+    holds(
+        "two writers and a reader, no pause",
+        Setup {
+            hold_kind: Hold::ReadWrite { readers: 1 },
+            clients: 3,
+            horizon: 10,
+            pauses: 0,
+            ..Setup::default()
+        },
+        &[],
+    );
+    holds(
+        "two writers and a reader, a pause",
+        Setup {
+            hold_kind: Hold::ReadWrite { readers: 1 },
+            clients: 3,
+            horizon: 7,
+            ..Setup::default()
+        },
+        &["fifo, newcomers included"],
     );
 }
 

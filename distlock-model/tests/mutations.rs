@@ -81,6 +81,49 @@ fn cases() -> Vec<Case> {
             breaks: "fifo",
         },
         Case {
+            name: "ACQUIRE_PERMIT in a waiter's turn skips its queue check",
+            setup: with_mutation(
+                Setup {
+                    hold_kind: Hold::Permits(1),
+                    ..three.clone()
+                },
+                Mutations {
+                    permit_skips_queue: true,
+                    ..m()
+                },
+            ),
+            breaks: "fifo",
+        },
+        Case {
+            name: "a reader enters past a writer queued before it",
+            setup: with_mutation(
+                Setup {
+                    hold_kind: Hold::ReadWrite { readers: 2 },
+                    pauses: 0,
+                    ..three.clone()
+                },
+                Mutations {
+                    reader_passes_writer: true,
+                    ..m()
+                },
+            ),
+            breaks: "fifo",
+        },
+        Case {
+            name: "ACQUIRE_HANDED skips its queue check (two writers and a reader)",
+            setup: with_mutation(
+                Setup {
+                    hold_kind: Hold::ReadWrite { readers: 1 },
+                    ..three.clone()
+                },
+                Mutations {
+                    skip_queue_check: true,
+                    ..m()
+                },
+            ),
+            breaks: "fifo",
+        },
+        Case {
             name: "RENEW without the owner check",
             setup: with_mutation(
                 Setup {
@@ -336,6 +379,86 @@ fn every_mutation_is_caught() {
         "mutations the checker did not catch:\n{}",
         missed.join("\n")
     );
+}
+
+/// The shortest counterexample of a writer's turn skipping its queue check passes a writer;
+/// this path (found by the checker counting readers passed only) has it pass a reader: the
+/// writer holding paused past its lease, the reader queued behind it, the other writer queued
+/// after the reader takes the lock the expiry freed. `fifo` catches it; the real script hands
+/// the lock to the reader first.
+#[test]
+fn a_writer_passing_a_queued_reader_is_caught() {
+    use distlock_model::protocol::{Act::*, Phase, Protocol};
+    use stateright::Model;
+
+    let path = [
+        Act(1),
+        Act(1),
+        Pause(1),
+        Tick,
+        Tick,
+        Tick,
+        Act(0),
+        Act(0),
+        Receive(0),
+        Act(0),
+        Receive(0),
+        Tick,
+        Act(0),
+        Receive(0),
+        Act(2),
+        Act(2),
+        Receive(2),
+        Act(2),
+        Receive(2),
+        Tick,
+        Act(2),
+    ];
+    let run = |mutations: Mutations| {
+        let model = Protocol(Setup {
+            hold_kind: Hold::ReadWrite { readers: 1 },
+            clients: 3,
+            horizon: 10,
+            mutations,
+            ..Setup::default()
+        });
+        let mut w = model.init_states().remove(0);
+        let (last, before) = path.split_last().expect("a path");
+        for act in before {
+            w = model.next_state(&w, act.clone()).expect("a step");
+        }
+        assert!(!w.history.passed, "passed before the last step");
+        // The reader queued in Redis before the writer, which is queued too; the other
+        // writer paused, not queued.
+        let ticket = |c: usize| w.server.queued(w.now, &w.clients[c].value());
+        assert!(ticket(0).is_some() && ticket(2).is_some() && ticket(0) < ticket(2));
+        assert!(matches!(
+            w.clients[1].phase,
+            Phase::Waiting { queued: false, .. }
+        ));
+        let w = model.next_state(&w, last.clone()).expect("a step");
+        (w.server.holder(w.now).map(str::to_owned), w.history.passed)
+    };
+    let (holder, passed) = run(Mutations {
+        skip_queue_check: true,
+        ..Mutations::default()
+    });
+    assert_eq!(
+        holder.as_deref(),
+        Some("d2:c2r0"),
+        "the writer took the lock"
+    );
+    assert!(
+        passed,
+        "a writer passing a queued reader is not caught by `fifo`"
+    );
+    let (holder, passed) = run(Mutations::default());
+    assert_ne!(
+        holder.as_deref(),
+        Some("d2:c2r0"),
+        "the real script let the writer pass"
+    );
+    assert!(!passed);
 }
 
 #[test]

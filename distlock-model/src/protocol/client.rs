@@ -5,7 +5,7 @@
 
 use crate::scripts::Reply;
 
-use super::requests::{self, confirms, ticket};
+use super::requests::{self, confirms, role, ticket, Role};
 use super::server::keys;
 use super::{inner, Setup, World};
 
@@ -298,25 +298,34 @@ pub(super) fn apply(s: &Setup, w: &mut World, c: usize) {
     };
     let Some(call) = f.call.take() else { return };
     let req = f.req.clone();
-    let before = w.server.holder(w.now).map(str::to_owned);
+    // Held by someone: a holder's string or a set's live members (a writer's release that
+    // hands the lock to readers turns one into the other and lets nothing go; a set whose
+    // last member's deadline passed was freed by time, not by the script that removes it).
+    let holders = w.server.holders(w.now);
     let ran = w
         .server
         .run(w.now, call.script, &call.keys, &call.argv, &s.mutations);
-    let after = w.server.holder(w.now).map(str::to_owned);
-    if before.is_some() && after.is_none() && w.server.queue_len(w.now) > 0 {
+    let now_holding = w.server.holders(w.now);
+    if !holders.is_empty() && now_holding.is_empty() && w.server.queue_len(w.now) > 0 {
         w.history.left_free = true;
     }
-    if let Some(new) = after.filter(|a| before.as_ref() != Some(a)) {
-        let first = req == (Req::Attempt { queued: false });
-        if passes(s, w, &new) {
-            if first && before.is_none() && w.history.freed_by_expiry {
+    // Every hold the step gave (a take, or grants: a release hands a lock, permits, or a
+    // share to each reader at the head of the line), each checked against the line.
+    // A newcomer's own first attempt, one that does not look at the line (`SET NX`, a lock's
+    // fenced acquire, a permit's): a reader's first attempt serves the line first, so it is
+    // held to the line at any time, and what an attempt hands the line on its way is a grant.
+    let blind = req == (Req::Attempt { queued: false }) && role(s, c) != Role::Reader;
+    let mine = w.clients[c].value();
+    for new in now_holding.iter().filter(|h| !holders.contains(h)) {
+        if passes(s, w, new) {
+            if blind && *new == mine && w.history.freed_by_expiry {
                 w.history.barged = true;
             } else {
                 w.history.passed = true;
             }
         }
     }
-    if before.as_deref() != w.server.holder(w.now) {
+    if holders != now_holding {
         w.history.freed_by_expiry = false;
     }
     // Tokens are compared in the order the server hands them out (their replies may arrive
@@ -358,8 +367,10 @@ pub(super) fn apply(s: &Setup, w: &mut World, c: usize) {
     }
 }
 
-/// Whether the lock, just taken by (or handed to) `holder`, passed a waiter queued in Redis
-/// before it: one with a lower ticket still in the queue.
+/// Whether the hold just taken by (or handed to) `holder` passed a waiter queued in Redis
+/// before it whose hold conflicts with it: one with a lower ticket still in the queue, of a
+/// kind that cannot hold with it (a lock's holder, a permit's: any other; a reader: a writer;
+/// a writer: anyone). Readers passing readers is no conflict: they hold together.
 fn passes(st: &Setup, w: &World, holder: &str) -> bool {
     let Some(taker) = w.clients.iter().find(|c| c.value() == holder) else {
         return false;
@@ -368,8 +379,10 @@ fn passes(st: &Setup, w: &World, holder: &str) -> bool {
         return false;
     };
     let mine = ticket(st, started);
+    let reads = |c: usize| role(st, c) == Role::Reader;
     w.clients.iter().any(|other| {
         other.id != taker.id
+            && !(reads(taker.id) && reads(other.id))
             && matches!(other.phase, Phase::Waiting { queued: true, .. })
             && w.server
                 .queued(w.now, &other.value())

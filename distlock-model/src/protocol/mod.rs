@@ -168,12 +168,13 @@ pub struct History {
     pub term_went_back: bool,
     /// A write landed with a token below one that landed before.
     pub stale_write_landed: bool,
-    /// A waiter passed by a later arrival (not counting a newcomer's first attempt at a lock
-    /// an expiry freed).
+    /// A waiter queued in Redis passed by a later arrival of a kind it conflicts with (not
+    /// counting a newcomer's first attempt at a lock or a permit an expiry freed).
     pub passed: bool,
-    /// A waiter passed by a newcomer's first attempt at a lock an expiry freed.
+    /// A waiter passed by a newcomer's first attempt at a lock or a permit an expiry freed.
     pub barged: bool,
-    /// The lock is free because its key expired (no script let it go).
+    /// A hold expired (no script let it go) and no script changed the holders since: the
+    /// lock, or a permit, may be free with waiters queued who have not looked again yet.
     pub freed_by_expiry: bool,
     /// A lock let go by a script left free with waiters queued.
     pub left_free: bool,
@@ -359,9 +360,9 @@ impl Model for Protocol {
             Act::Tick => {
                 w.now += 1;
                 let at = w.server.clock(w.now);
-                let held = w.server.holder(w.now - 1).is_some();
+                let held = w.server.holders(w.now - 1);
                 w.server.primary.purge(at);
-                if held && w.server.holder(w.now).is_none() {
+                if expired(&held, &w.server.holders(w.now)) {
                     w.history.freed_by_expiry = true;
                 }
                 w.server.store.purge(w.now);
@@ -388,11 +389,11 @@ impl Model for Protocol {
             }
             Act::StepClock => {
                 w.step_left = false;
-                let held = w.server.holder(w.now).is_some();
+                let held = w.server.holders(w.now);
                 w.server.step_clock(s.clock_step);
                 let at = w.server.clock(w.now);
                 w.server.primary.purge(at);
-                if held && w.server.holder(w.now).is_none() {
+                if expired(&held, &w.server.holders(w.now)) {
                     w.history.freed_by_expiry = true;
                 }
             }
@@ -441,6 +442,11 @@ impl Model for Protocol {
     fn within_boundary(&self, w: &World) -> bool {
         w.now <= self.0.horizon
     }
+}
+
+/// Whether time took a hold away: one of `before`'s holders is not among `after`'s.
+fn expired(before: &[String], after: &[String]) -> bool {
+    before.iter().any(|h| !after.contains(h))
 }
 
 /// `{id, {a, b, ...}}`'s inner integers.

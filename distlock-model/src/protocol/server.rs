@@ -3,7 +3,7 @@
 //! promoted having missed some.
 
 use crate::keyspace::Keyspace;
-use crate::scripts::{self, Mutations, Ran};
+use crate::scripts::{self, Mutations, Ran, PERMITS, READERS};
 
 /// The keys of the one lock name the model uses (`prefix:{name}...` in the runtime; short
 /// here: the scripts only see them as names).
@@ -145,6 +145,22 @@ impl Server {
         {
             Some(crate::keyspace::Value::Str(v)) => Some(v),
             _ => None,
+        }
+    }
+
+    /// Who holds the lock at real time `now`: its holder, or the live members of its set of
+    /// holders (permits or readers, a grant among them for its window; a member past its
+    /// deadline is no holder, though no script has removed it yet).
+    pub fn holders(&self, now: i64) -> Vec<String> {
+        let at = self.clock(now);
+        match self.primary.peek(keys::LOCK, at).map(|e| &e.value) {
+            Some(crate::keyspace::Value::Str(v)) => vec![v.clone()],
+            Some(crate::keyspace::Value::ZSet(z)) => z
+                .iter()
+                .filter(|(m, &deadline)| deadline > at && *m != PERMITS && *m != READERS)
+                .map(|(m, _)| m.clone())
+                .collect(),
+            _ => Vec::new(),
         }
     }
 

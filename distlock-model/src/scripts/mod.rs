@@ -83,6 +83,12 @@ pub struct Mutations {
     pub write_without_watermark: bool,
     /// A lock let go is deleted and woken even with waiters queued (nobody is handed it).
     pub let_go_without_handoff: bool,
+    /// `ACQUIRE_PERMIT` in a waiter's turn takes a free permit without handing the waiters
+    /// queued before it theirs first (it skips its queue check).
+    pub permit_skips_queue: bool,
+    /// `ACQUIRE_READ` lets a reader in past a writer queued before it that waits for the
+    /// readers inside (the reader ignores the writer's place in the line).
+    pub reader_passes_writer: bool,
     /// `ACQUIRE_PERMIT` counts one permit more than the semaphore has.
     pub permit_off_by_one: bool,
     /// `turn_over` hands a writer the lock without looking for readers inside.

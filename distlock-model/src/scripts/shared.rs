@@ -35,7 +35,7 @@ pub(super) fn acquire_permit(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
         }
     }
     let mut free = want - held + i64::from(m.permit_off_by_one);
-    if held >= 0 && turn {
+    if held >= 0 && turn && !m.permit_skips_queue {
         let line = Line {
             q: a.k(3),
             ids: a.k(5),
@@ -110,7 +110,12 @@ pub(super) fn acquire_read(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
             chan: a.k(5),
         };
         let turned = turn_over(r, m, key, line, held, below, a.key(7));
-        if matches!(turned, Some(Turned::Writer | Turned::Handed)) {
+        let blocked = match turned {
+            Some(Turned::Handed) => true,
+            Some(Turned::Writer) => !m.reader_passes_writer,
+            _ => false,
+        };
+        if blocked {
             let pttl = r.pttl(key).max(1);
             return busy(r, pttl);
         }
