@@ -164,11 +164,6 @@ impl Server {
         }
     }
 
-    /// Whether the lock's key is there (a holder's string, or a set of holders).
-    pub fn held(&self, now: i64) -> bool {
-        self.primary.peek(keys::LOCK, self.clock(now)).is_some()
-    }
-
     /// The ticket of `value` in the lock's queue, if it is queued.
     pub fn queued(&self, now: i64, value: &str) -> Option<i64> {
         match self
