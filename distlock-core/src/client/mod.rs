@@ -248,9 +248,21 @@ impl Client {
         self.inner.background.settle().await;
     }
 
-    /// True for a RedLock quorum ([`Config::redlock`]).
-    pub(crate) fn is_quorum(&self) -> bool {
-        self.quorum_size() > 0
+    /// A release hands the lock to the first waiter queued in Redis
+    /// ([`Deployment::hands_over`]).
+    pub(crate) fn hands_over(&self) -> bool {
+        self.inner.deployment.hands_over()
+    }
+
+    /// Every call is counted by a majority of masters ([`Deployment::counts_majority`]).
+    pub(crate) fn counts_majority(&self) -> bool {
+        self.inner.deployment.counts_majority()
+    }
+
+    /// A fenced take's token comes from rounds over the masters' floors
+    /// ([`Deployment::rounds_tokens`]).
+    pub(crate) fn rounds_tokens(&self) -> bool {
+        self.inner.deployment.rounds_tokens()
     }
 
     /// The number of masters of a RedLock quorum (0: not one).

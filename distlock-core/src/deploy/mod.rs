@@ -74,6 +74,28 @@ impl Deployment {
         }
     }
 
+    /// A release hands the lock to the first waiter queued in Redis, naming the request that
+    /// queued it (one server, Sentinel, a cluster: one server decides the lock). Over RedLock no
+    /// master decides alone: waiters queue by ticket on every master and take the lock
+    /// themselves when woken.
+    pub(crate) fn hands_over(&self) -> bool {
+        matches!(self, Deployment::Direct(_))
+    }
+
+    /// Every call is counted by a majority of independent masters (RedLock): a reply of one
+    /// server says nothing alone, a subscription is one per master, and replicas are not
+    /// waited for (`min_replicas` is refused).
+    pub(crate) fn counts_majority(&self) -> bool {
+        matches!(self, Deployment::Quorum(_))
+    }
+
+    /// A fenced take's token comes from rounds over the masters' fence floors
+    /// (`lock::quorum_token`), not from the acquire's reply alone: each master keeps its own
+    /// floor, by its own clock.
+    pub(crate) fn rounds_tokens(&self) -> bool {
+        matches!(self, Deployment::Quorum(_))
+    }
+
     /// The master switches seen so far (Sentinel; 0 elsewhere: see `Backend::switches`).
     pub(crate) fn switches(&self) -> u64 {
         match self {

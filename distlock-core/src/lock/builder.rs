@@ -528,7 +528,7 @@ impl LockBuilder {
                 ),
             });
         }
-        if min_replicas > 0 && client.is_quorum() {
+        if min_replicas > 0 && client.counts_majority() {
             return Err(Error::InvalidConfig {
                 reason: format!(
                     "lock `{}` asks for min_replicas, which does not apply to `Config::redlock` (its masters have no replicas to wait for)",

@@ -311,7 +311,7 @@ async fn session(builder: LockBuilder, link: Arc<Link>) -> Result<(), Error> {
     }
     // Decided: the body completed inside its lease. The release goes out now, ordered before
     // anything this client sends next, and is confirmed off the caller's path.
-    if !guard.hold().client.is_quorum() {
+    if !guard.hold().client.counts_majority() {
         guard.send_release();
         return Ok(());
     }

@@ -353,7 +353,7 @@ impl Waiter {
     /// guard's, a set's are kept with its hold.
     async fn tokens(&self, mut tokens: Vec<u64>, sent_at: Instant) -> Result<Option<u64>, Error> {
         let (client, ttl) = (&self.hold.client, self.terms.ttl);
-        if client.is_quorum() {
+        if client.rounds_tokens() {
             for (token, keys) in tokens.iter_mut().zip(self.hold.all_keys()) {
                 *token = quorum_token::token(client, keys, *token, ttl, sent_at).await?;
             }
@@ -401,7 +401,7 @@ impl Waiter {
         sent: Queued,
         busy: bool,
     ) {
-        let (kind, quorum) = (self.hold.kind, self.hold.client.is_quorum());
+        let (kind, quorum) = (self.hold.kind, self.hold.client.counts_majority());
         let mut held = self.stale && !quorum || kind.may_hold_part(quorum, self.groups.len());
         if kind.releases_untaken(quorum, partial, self.failed.is_some()) {
             held |= !release_untaken(&self.hold).await;

@@ -92,13 +92,15 @@ impl Waiters {
         }
     }
 
-    fn is_quorum(&self) -> bool {
+    /// The waiters subscribe on every master of a RedLock quorum (a wake counts only once
+    /// enough masters sent it), not on one server.
+    fn subscribes_per_master(&self) -> bool {
         self.masters.len() > 1
     }
 
     async fn connection(&self, key: &str) -> Result<Subscribers, Error> {
         let make = async {
-            if self.is_quorum() {
+            if self.subscribes_per_master() {
                 return self.quorum_connections(key);
             }
             let channels = self.channels.clone();
@@ -178,7 +180,7 @@ impl Waiters {
             // waiter that subscribed was cancelled before Redis confirmed it: subscribe again.
             let needed =
                 !state.subscribed || entry.confirmed.load(Ordering::Acquire) < self.wake_after;
-            if needed && self.is_quorum() {
+            if needed && self.subscribes_per_master() {
                 // Set first, as below: a departure unsubscribes from every master.
                 state.subscribed = true;
                 self.subscribe_masters(&conns, channel, &entry).await;

@@ -28,7 +28,7 @@ pub(crate) fn place(client: &Client, terms: &Terms, waits: bool) -> Place {
     if !waits {
         return Place::default();
     }
-    if client.is_quorum() {
+    if !client.hands_over() {
         return Place {
             ticket: queue::ticket(),
             ..Place::default()
@@ -84,7 +84,7 @@ pub(crate) async fn send(
             wait: replicas,
         };
         client.call_acked(Operation::Acquire, name, &call).await
-    } else if client.is_quorum() {
+    } else if !client.hands_over() {
         let call = QueuedAcquireCall {
             keys,
             value: value.as_bytes(),

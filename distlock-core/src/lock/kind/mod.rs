@@ -267,7 +267,7 @@ impl Kind {
     /// True if a release of this kind may carry its client's next waiter of the lock and hand
     /// the lock over (`client::waiting::cohort`; not over RedLock).
     pub(crate) fn carries_waiters(self, client: &Client) -> bool {
-        self == Kind::Exclusive && !client.is_quorum()
+        self == Kind::Exclusive && client.hands_over()
     }
 
     /// The release of one lock, permit or read hold, with request id `id` (kept until `keep`
@@ -289,7 +289,7 @@ impl Kind {
                 id: id.as_bytes(),
                 keep,
                 sharded: target.client.sharded_pubsub(),
-                handoff: !target.client.is_quorum(),
+                handoff: target.client.hands_over(),
                 next,
             }),
         }

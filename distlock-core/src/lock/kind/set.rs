@@ -62,7 +62,7 @@ pub(crate) fn canonical(
 pub(crate) fn check(name: &str, terms: &Terms, client: &Client) -> Result<(), Error> {
     let reason = if name.is_empty() {
         "lock_all is given no names: a set needs at least one lock".to_owned()
-    } else if terms.fenced && client.is_quorum() {
+    } else if terms.fenced && client.rounds_tokens() {
         format!("the set of locks starting with `{name}` asks for fencing tokens, which sets do not support over `Config::redlock` yet; use one server, a Redis Cluster or Sentinel, or one lock")
     } else {
         return Ok(());
@@ -96,7 +96,7 @@ pub(crate) fn slot_groups(keys: &[LockKeys], per_slot: bool) -> Vec<Range<usize>
 /// the other locks are free (see `scripts::ACQUIRE_ALL`). Over several slot groups, and over
 /// RedLock, it is not queued: it is woken and tries again.
 pub(crate) fn place(client: &Client, terms: &Terms, waits: bool, groups: usize) -> Place {
-    match waits && groups == 1 && !client.is_quorum() {
+    match waits && groups == 1 && client.hands_over() {
         true => Place::handed(grant_window(terms.ttl), true),
         false => Place::default(),
     }
@@ -181,7 +181,7 @@ pub(crate) async fn release(target: Target<'_>, keep: Duration) -> Result<Releas
             id: id.as_bytes(),
             keep,
             sharded,
-            handoff: !client.is_quorum(),
+            handoff: client.hands_over(),
         };
         found.push(
             client

@@ -71,7 +71,7 @@ pub(crate) fn admits(name: &str, inner: Kind) -> Result<(), Error> {
 /// token and waits for its replicas: see `scripts::ACQUIRE_PERMIT`, `scripts::ACQUIRE_READ`).
 /// Over RedLock such a waiter is not queued (see the module docs).
 pub(crate) fn place(client: &Client, terms: &Terms, waits: bool) -> Place {
-    match waits && !client.is_quorum() {
+    match waits && client.hands_over() {
         true => exclusive::handed(terms),
         false => Place::default(),
     }
@@ -90,8 +90,9 @@ pub(crate) async fn send_read(
     // An unqueued read still carries the queue (ticket 0), so it never passes a writer
     // queued before it.
     let sharded = client.sharded_pubsub();
-    let turn =
-        (!client.is_quorum()).then(|| place.turn(sharded).unwrap_or(Turn { ticket: 0, sharded }));
+    let turn = client
+        .hands_over()
+        .then(|| place.turn(sharded).unwrap_or(Turn { ticket: 0, sharded }));
     found(send(target, terms, (Shared::Read, turn), request).await?)
 }
 
