@@ -59,7 +59,8 @@ struct Inner {
     /// `d2:` and 128 random bits; owners are `<id>:<n>`, unique across processes.
     id: String,
     next: AtomicU64,
-    /// A cluster: release notifications are sharded (`SPUBLISH`).
+    /// A cluster: release notifications are sharded (`SPUBLISH`) and keys routed by slot (the
+    /// deployment's answer, kept).
     sharded: bool,
     /// Leases are confirmed after master switches, clock steps or restarts: see [`Client::follows_switches`].
     follows_switches: bool,
@@ -166,7 +167,7 @@ impl Client {
             config.response_timeout,
             background.clone(),
         );
-        let sharded = backend.is_cluster();
+        let sharded = deployment.publishes_sharded();
         let follows_switches = deployment.watch_switches().is_some() || checks.is_on();
         // The group commit is the one connection's (never a cluster's: its keys span nodes).
         let batcher = deployment.direct().filter(|_| !sharded).map(|conn| {
@@ -270,8 +271,15 @@ impl Client {
         self.inner.deployment.quorum_size()
     }
 
-    /// True if release notifications go through sharded pub/sub (a cluster).
-    pub(crate) fn sharded_pubsub(&self) -> bool {
+    /// Release notifications go through sharded pub/sub ([`Deployment::publishes_sharded`],
+    /// asked once at connect: the hot path reads it per call).
+    pub(crate) fn publishes_sharded(&self) -> bool {
+        self.inner.sharded
+    }
+
+    /// Keys are routed by hash slot ([`Deployment::routes_by_slot`], a cluster; asked once at
+    /// connect).
+    pub(crate) fn routes_by_slot(&self) -> bool {
         self.inner.sharded
     }
 

@@ -96,6 +96,21 @@ impl Deployment {
         matches!(self, Deployment::Quorum(_))
     }
 
+    /// Release notifications go through sharded pub/sub (`SPUBLISH`, `SSUBSCRIBE`): a cluster,
+    /// where a lock's channel lives on its key's shard.
+    pub(crate) fn publishes_sharded(&self) -> bool {
+        self.routes_by_slot()
+    }
+
+    /// Keys are routed by hash slot to their shard (a cluster): a set over several slot groups
+    /// is taken one group at a time, and its canonical order groups its names by slot.
+    pub(crate) fn routes_by_slot(&self) -> bool {
+        match self {
+            Deployment::Direct(conn) => conn.backend().is_cluster(),
+            Deployment::Quorum(_) => false,
+        }
+    }
+
     /// The master switches seen so far (Sentinel; 0 elsewhere: see `Backend::switches`).
     pub(crate) fn switches(&self) -> u64 {
         match self {

@@ -479,7 +479,7 @@ fn call_of<'a>(hold: &'a Hold, proclaim: &'a Proclaim, id: &'a [u8]) -> Proclaim
         token: proclaim.token,
         identity: &proclaim.identity,
         retention: proclaim.retention,
-        sharded: hold.client.sharded_pubsub(),
+        sharded: hold.client.publishes_sharded(),
         known: proclaim.known,
         exact: proclaim.exact,
         mode: proclaim.mode,

@@ -461,7 +461,7 @@ impl LockBuilder {
         span: &tracing::Span,
     ) -> Result<LockGuard, Error> {
         let prefix = &client.config().key_prefix;
-        let mut set = set::canonical(prefix, &self.name, others, client.sharded_pubsub())?;
+        let mut set = set::canonical(prefix, &self.name, others, client.routes_by_slot())?;
         if !span.is_disabled() {
             let names: Vec<&str> = set.iter().map(LockKeys::name).collect();
             let names = names.join(", ");

@@ -41,7 +41,7 @@ impl QueueEntry {
     /// The entry of the waiter `value` of the lock `keys` (a set: its locks); `handed` where a
     /// release may hand the lock to it (not over RedLock).
     pub(crate) fn new(client: Client, keys: Vec<LockKeys>, value: ShortId, handed: bool) -> Self {
-        let release = handed.then(|| client.sharded_pubsub());
+        let release = handed.then(|| client.publishes_sharded());
         QueueEntry {
             client,
             keys,

@@ -131,7 +131,7 @@ async fn check_outer(
     let keys = hold.all_keys();
     let mut found = Some(Renewed::Yes);
     let (mut acked_min, mut required) = (usize::MAX, 0);
-    for group in set::slot_groups(keys, client.sharded_pubsub()) {
+    for group in set::slot_groups(keys, client.routes_by_slot()) {
         let items: Vec<RenewItem> = keys[group]
             .iter()
             .map(|keys| hold.kind.renew_item(keys, &hold.value, terms.ttl))

@@ -193,7 +193,7 @@ impl Waiter {
         let queue_first = give_up.is_some() && client.has_waiters(hold.keys.channel());
         let groups = match hold.set.is_empty() {
             true => Vec::new(),
-            false => set::slot_groups(&hold.set, client.sharded_pubsub()),
+            false => set::slot_groups(&hold.set, client.routes_by_slot()),
         };
         let place = hold
             .kind

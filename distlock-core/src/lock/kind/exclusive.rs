@@ -79,7 +79,7 @@ pub(crate) async fn send(
             ttl: terms.ttl,
             ticket: place.ticket,
             window,
-            sharded: client.sharded_pubsub(),
+            sharded: client.publishes_sharded(),
             confirm: place.confirm.then_some(fenced),
             wait: replicas,
         };

@@ -288,7 +288,7 @@ impl Kind {
                 owner: target.value,
                 id: id.as_bytes(),
                 keep,
-                sharded: target.client.sharded_pubsub(),
+                sharded: target.client.publishes_sharded(),
                 handoff: target.client.hands_over(),
                 next,
             }),

@@ -79,7 +79,7 @@ pub(crate) async fn send(
     (permits, place): (u32, Place),
     request: (&[u8], Option<ReplicaWait>),
 ) -> Result<(Acquired, Option<usize>), Error> {
-    let turn = place.turn(target.client.sharded_pubsub());
+    let turn = place.turn(target.client.publishes_sharded());
     let asked = (Shared::Permits(permits), turn);
     match shared::send(target, terms, asked, request).await? {
         (SharedAcquired::Found(found), acked) => Ok((found, acked)),

@@ -110,7 +110,7 @@ pub(crate) async fn attempt(
     terms: &Terms,
 ) -> Result<Found, Error> {
     let client = target.client;
-    let turn = place.turn(client.sharded_pubsub());
+    let turn = place.turn(client.publishes_sharded());
     let wait = client.replica_wait(terms.min_replicas);
     let required = wait.map_or(0, |w| w.replicas);
     let mut tokens = Vec::new();
@@ -170,7 +170,7 @@ pub(crate) async fn attempt(
 /// the worst of them found.
 pub(crate) async fn release(target: Target<'_>, keep: Duration) -> Result<Released, Error> {
     let client = target.client;
-    let sharded = client.sharded_pubsub();
+    let sharded = client.publishes_sharded();
     let mut found = Vec::new();
     for group in slot_groups(target.set, sharded) {
         let keys = &target.set[group];

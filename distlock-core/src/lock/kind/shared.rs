@@ -89,7 +89,7 @@ pub(crate) async fn send_read(
     let client = target.client;
     // An unqueued read still carries the queue (ticket 0), so it never passes a writer
     // queued before it.
-    let sharded = client.sharded_pubsub();
+    let sharded = client.publishes_sharded();
     let turn = client
         .hands_over()
         .then(|| place.turn(sharded).unwrap_or(Turn { ticket: 0, sharded }));
