@@ -6,6 +6,8 @@
 
 use std::path::PathBuf;
 
+use testkit::markdown_anchor;
+
 fn read(path: &str) -> String {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     std::fs::read_to_string(root.join(path)).unwrap_or_else(|e| panic!("read {path}: {e}"))
@@ -118,20 +120,6 @@ fn the_fenced_writes_note_names_the_redis_the_workspace_builds_on() {
     );
 }
 
-/// GitHub's anchor of a Markdown heading: lower case, spaces to `-`, punctuation dropped.
-fn anchor(heading: &str) -> String {
-    heading
-        .trim()
-        .to_lowercase()
-        .chars()
-        .filter_map(|c| match c {
-            ' ' => Some('-'),
-            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
-            _ => None,
-        })
-        .collect()
-}
-
 #[test]
 fn the_guarantees_link_to_sections_the_reliability_report_has() {
     let readme = read("README.md");
@@ -139,7 +127,7 @@ fn the_guarantees_link_to_sections_the_reliability_report_has() {
     let anchors: Vec<String> = report
         .lines()
         .filter_map(|line| line.strip_prefix('#'))
-        .map(|line| anchor(line.trim_start_matches('#')))
+        .map(|line| markdown_anchor(line.trim_start_matches('#')))
         .collect();
     let links: Vec<&str> = readme
         .split("(RELIABILITY.md#")
@@ -154,7 +142,7 @@ fn the_guarantees_link_to_sections_the_reliability_report_has() {
         );
     }
     assert_eq!(
-        anchor("Rows 18, `c2` and 19: failovers"),
+        markdown_anchor("Rows 18, `c2` and 19: failovers"),
         "rows-18-c2-and-19-failovers"
     );
 }

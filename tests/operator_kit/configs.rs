@@ -7,6 +7,8 @@
 
 use std::process::Command;
 
+use testkit::markdown_anchor;
+
 use super::{promtool, read, root, yaml_values, ALERTS, RULES};
 
 const SCRAPE: &str = "ops/prometheus/prometheus.yml";
@@ -119,21 +121,6 @@ fn the_inhibit_rule_names_alerts_of_the_kit() {
     }
 }
 
-/// A heading's anchor as GitHub (and GitLab) make it: lower case, spaces as dashes, other
-/// punctuation dropped.
-fn anchor(heading: &str) -> String {
-    heading
-        .trim()
-        .to_lowercase()
-        .chars()
-        .filter_map(|c| match c {
-            ' ' => Some('-'),
-            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
-            _ => None,
-        })
-        .collect()
-}
-
 #[test]
 fn every_alert_links_its_runbook_section_under_the_base() {
     let alerts = read(ALERTS);
@@ -147,12 +134,12 @@ fn every_alert_links_its_runbook_section_under_the_base() {
     let sections: Vec<String> = readme
         .lines()
         .filter_map(|l| l.strip_prefix("### "))
-        .map(anchor)
+        .map(markdown_anchor)
         .collect();
     for (name, link) in names.iter().zip(&links) {
         let (base, section) = link.split_once('#').expect("a link to a section");
         assert_eq!(base, RUNBOOK_BASE, "{name}: {link}");
-        assert_eq!(section, anchor(name), "{name}: {link}");
+        assert_eq!(section, markdown_anchor(name), "{name}: {link}");
         assert!(
             sections.iter().any(|s| s == section),
             "{name}: ops/README.md has no section `### {name}`"

@@ -33,7 +33,7 @@ pub use acl::{acl_line, acl_refusals, documented_acl, AclLine, ACL_PASSWORD};
 pub use child::ChildTest;
 pub use clock::{step_round, step_round_of, ShiftedClock, Stepped};
 pub use cluster::RedisCluster;
-pub use document::with_kept_part;
+pub use document::{markdown_anchor, with_kept_part};
 pub use fairness::{fairness_run, jain, Fairness, FairnessRun, Hold};
 pub use holds::{permit_race, read_write_race, writer_behind_readers, Inside};
 pub use inspect::{
