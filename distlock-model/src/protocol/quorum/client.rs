@@ -83,6 +83,12 @@ pub(super) fn untaken(s: &QuorumSetup, w: &mut QWorld, c: usize, call: &InCall, 
     if !granted {
         return after_untaken(s, w, c, busy);
     }
+    send_release(w, c, busy);
+}
+
+/// Client `c`'s `RELEASE` of its value to every master (`busy`: the pttl an untaken attempt
+/// found, for the wait after it).
+fn send_release(w: &mut QWorld, c: usize, busy: Option<i64>) {
     let id = request_id(w, c);
     let value = w.clients[c].value();
     let req = (
@@ -187,14 +193,7 @@ pub(super) fn proclaim(s: &QuorumSetup, w: &mut QWorld, c: usize, exact: i64, le
 /// Belief ends, then the release goes to every master (its answer is not waited for: the
 /// client's later requests to each master follow it there); the next acquisition.
 pub(super) fn release(s: &QuorumSetup, w: &mut QWorld, c: usize) {
-    let id = request_id(w, c);
-    let value = w.clients[c].value();
-    let req = (
-        "RELEASE",
-        vec![keys::LOCK, keys::CHAN],
-        vec![value, id, t(0), t("-")],
-    );
-    send(w, c, Step::Untaken { busy: None }, req, None);
+    send_release(w, c, None);
     let cl = &mut w.clients[c];
     cl.call = None;
     cl.round += 1;
