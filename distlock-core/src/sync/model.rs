@@ -84,14 +84,20 @@ fn clock() -> Arc<Clock> {
 /// Now, on the check's clock.
 pub(crate) fn now() -> Instant {
     let clock = clock();
-    let offset = *crate::sync::lock(&clock.offset);
+    let offset = *clock
+        .offset
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     clock.base + offset
 }
 
 /// Moves the check's clock on by `by`, waking the timers it passes.
 pub(crate) fn advance(by: Duration) {
     let clock = clock();
-    *crate::sync::lock(&clock.offset) += by;
+    *clock
+        .offset
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) += by;
     clock.moved.notify_waiters();
 }
 

@@ -90,6 +90,8 @@
 mod eviction;
 mod reply;
 
+pub use reply::Stored;
+
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -106,18 +108,6 @@ use crate::wire::scripts::FENCED_WRITE;
 /// The watermark's key prefix unless [`FencedStore::watermark_prefix`] says otherwise: the
 /// lock keys' default prefix, so a watermark on the lock's own server lies with its keys.
 pub const DEFAULT_WATERMARK_PREFIX: &str = "distlock";
-
-/// A fenced value read by [`FencedStore::get`]: the value and the fence that wrote it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Stored<V> {
-    /// The value.
-    pub value: V,
-    /// The fencing token of the write that stored it.
-    pub token: u64,
-    /// The name of the lock whose token that was.
-    pub lock: String,
-}
 
 /// Fenced writes to your Redis data on one connection: per lock (the default) or per key,
 /// keeping what refuses stale fences as long as you say they can arrive. See the

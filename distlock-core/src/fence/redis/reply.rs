@@ -2,9 +2,20 @@
 
 use ::redis::{ErrorKind, FromRedisValue, RedisError, Value};
 
-use super::Stored;
 use crate::error::Error;
 use crate::fence::Fence;
+
+/// A fenced value read by `FencedStore::get`: the value and the fence that wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stored<V> {
+    /// The value.
+    pub value: V,
+    /// The fencing token of the write that stored it.
+    pub token: u64,
+    /// The name of the lock whose token that was.
+    pub lock: String,
+}
 
 /// The script's refusals as typed errors; anything else is the store's. `key` is the key the
 /// call wrote (a claim's: the watermark), `watermark` the watermark a write checked.
