@@ -305,19 +305,24 @@ pub(super) async fn campaign(campaign: Campaign) -> Result<Leadership, Error> {
             mode: ProclaimMode::Term,
             wait: client.replica_wait(lock.min_replicas_in(config)),
         };
-        match proclaim_agreed(&guard, &proclaim).await {
-            // Counted after the lease ran out (the candidate stalled, or the last answer was
-            // held up): another candidate may lead by now, with a higher term. The term is
-            // remembered (a later one goes above it) and not handed out: campaign again.
-            Ok(Some(p)) if guard.ensure_held().is_err() => {
-                memory::saw(&prefix, lock.name(), p.term);
-                tracing::debug!(name = %lock.name(), term = p.term, "a term counted after its lease ran out; campaigning again");
-                let _ = guard.release().await;
-                let now = Instant::now();
-                tokio::time::sleep_until(backoff.next(now, now + Duration::from_secs(1))).await;
-            }
+        let agreed = match proclaim_agreed(&guard, &proclaim).await {
             Ok(Some(p)) => {
                 memory::saw(&prefix, lock.name(), p.term);
+                // Counted after the lease ran out (the candidate stalled, or the last answer
+                // was held up): another candidate may lead by now, with a higher term. The term
+                // is remembered (a later one goes above it) and not handed out: as if lost
+                // before it was written.
+                if guard.ensure_held().is_err() {
+                    tracing::debug!(name = %lock.name(), term = p.term, "a term counted after its lease ran out; campaigning again");
+                    Ok(None)
+                } else {
+                    Ok(Some(p))
+                }
+            }
+            other => other,
+        };
+        match agreed {
+            Ok(Some(p)) => {
                 let metric = Arc::new(TermMetric {
                     metric: Leading::start(guard.name()),
                     counted: AtomicBool::new(false),
