@@ -253,3 +253,137 @@ fn the_checks_catch_a_name_that_is_gone() {
     assert!(defined.contains("LockBuilder") && defined.contains("Expired"));
     assert!(!defined.contains("AcquireBuilder"));
 }
+
+/// The document without its fenced code blocks (their backticks would pair with prose).
+fn prose(doc: &str) -> String {
+    let mut out = String::new();
+    let mut fenced = false;
+    for line in doc.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if !fenced {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The longest line of prose the map may have: a reader's diff and terminal show it whole.
+const LINE: usize = 100;
+
+#[test]
+fn the_map_reads_in_short_lines() {
+    let doc = fs::read_to_string(workspace().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let long: Vec<(usize, usize)> = prose(&doc)
+        .lines()
+        .enumerate()
+        .map(|(n, line)| (n + 1, line.chars().count()))
+        .filter(|&(_, len)| len > LINE)
+        .collect();
+    assert!(
+        long.is_empty(),
+        "ARCHITECTURE.md lines over {LINE} characters (line of the prose, length): {long:?}"
+    );
+}
+
+#[test]
+fn every_module_of_the_runtime_is_named() {
+    let root = workspace();
+    let doc = fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let doc = prose(&doc);
+    // The last segment of every path-like word in backticks: `lock/hold`, `hold.rs`, `hold`.
+    let named: HashSet<&str> = backticked(&doc)
+        .into_iter()
+        .flat_map(|w| w.split(|c: char| !(c.is_ascii_alphanumeric() || "_./".contains(c))))
+        .filter_map(|w| w.trim_end_matches('/').rsplit('/').next())
+        .map(|w| w.trim_end_matches(".rs"))
+        .collect();
+    let src = root.join("distlock-core/src");
+    let mut paths = Vec::new();
+    walk(&src, &src, &mut paths);
+    let unnamed: Vec<&String> = paths
+        .iter()
+        .filter(|(p, dir)| !dir && p.ends_with(".rs"))
+        .map(|(p, _)| p)
+        .filter(|p| {
+            let stem = p.rsplit('/').next().unwrap().trim_end_matches(".rs");
+            !["mod", "lib", "tests"].contains(&stem) && !named.contains(stem)
+        })
+        .collect();
+    assert!(
+        unnamed.is_empty(),
+        "modules of distlock-core/src that ARCHITECTURE.md never names: {unnamed:?}"
+    );
+}
+
+/// The numbered layers list: each item names top-level modules and, in parentheses, what they
+/// hold; every such lower-case name must be a file or folder inside one of the item's modules.
+#[test]
+fn the_layers_name_what_each_module_holds() {
+    let root = workspace();
+    let doc = fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let doc = prose(&doc);
+    let layers = doc
+        .split("Layers, bottom up")
+        .nth(1)
+        .expect("ARCHITECTURE.md has its layers list");
+    // The numbered items, each with its continuation lines.
+    let mut items: Vec<String> = Vec::new();
+    for line in layers.lines().skip_while(|l| !l.starts_with("1. ")) {
+        if line.trim().is_empty() {
+            break;
+        }
+        let numbered = line
+            .split_once(". ")
+            .is_some_and(|(n, _)| n.parse::<u32>().is_ok());
+        match (numbered, items.last_mut()) {
+            (false, Some(item)) => {
+                item.push(' ');
+                item.push_str(line.trim());
+            }
+            _ => items.push(line.to_owned()),
+        }
+    }
+    assert!(items.len() >= 8, "layers found: {items:?}");
+    let src = root.join("distlock-core/src");
+    let mut paths = Vec::new();
+    walk(&src, &src, &mut paths);
+    let top = |p: &str| {
+        p.split('/')
+            .next()
+            .unwrap()
+            .trim_end_matches(".rs")
+            .to_owned()
+    };
+    let tops: HashSet<String> = paths.iter().map(|(p, _)| top(p)).collect();
+    let simple = |w: &str| {
+        !w.is_empty()
+            && w.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    };
+    let mut wrong = Vec::new();
+    for item in &items {
+        let words: Vec<&str> = backticked(item).into_iter().filter(|w| simple(w)).collect();
+        let modules: Vec<&str> = words
+            .iter()
+            .copied()
+            .filter(|w| tops.contains(*w))
+            .collect();
+        for word in words.iter().filter(|w| !tops.contains(**w)) {
+            let inside = paths.iter().any(|(p, _)| {
+                modules.contains(&top(p).as_str())
+                    && p.rsplit('/').next().unwrap().trim_end_matches(".rs") == *word
+            });
+            if !inside {
+                wrong.push(format!("`{word}` in layer {modules:?}"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "ARCHITECTURE.md's layers name modules their folders do not have: {wrong:?}"
+    );
+}

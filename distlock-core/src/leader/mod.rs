@@ -1,4 +1,5 @@
-//! Leader election with terms: campaign, lead, resign, observe — one more kind of hold.
+//! Leader election with terms: campaign, lead, resign, observe — a layer above the locks, not
+//! a kind of hold of its own: a fenced lock of the name plus a term record next to it.
 //!
 //! A leader is the holder of the name's lock, taken `fenced`, renewed, and waited for in turn:
 //! candidates queue in Redis (first come, first elected, across processes) and a leader's
