@@ -215,8 +215,8 @@ impl Background {
     /// Runs `fut` on the caller's task with this runtime as the current one while it is
     /// polled, so whatever redis-rs spawns or registers (drivers, reconnects, sockets) lives
     /// on the client's thread.
-    pub(crate) fn enter<F: Future>(&self, fut: F) -> Entered<F> {
-        Entered {
+    pub(crate) fn enter<F: Future>(&self, fut: F) -> OnClientRuntime<F> {
+        OnClientRuntime {
             handle: self.0.handle.clone(),
             fut: Box::pin(fut),
         }
@@ -234,12 +234,12 @@ impl Background {
 }
 
 /// A future polled with the client's runtime entered (see [`Background::enter`]).
-pub(crate) struct Entered<F> {
+pub(crate) struct OnClientRuntime<F> {
     handle: Handle,
     fut: Pin<Box<F>>,
 }
 
-impl<F: Future> Future for Entered<F> {
+impl<F: Future> Future for OnClientRuntime<F> {
     type Output = F::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
