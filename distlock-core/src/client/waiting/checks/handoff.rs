@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use super::server::{in_flight, Found};
+use super::redis_side::{in_flight, Found};
 use super::{never, scenario, value, Ctx, Entry, Guard, Pending, Sub};
 use crate::sync;
 use crate::sync::model::{caught, explore, fails, reset_clock, Explore, Mutant};

@@ -2,7 +2,7 @@
 //! `--cfg shuttle`): the real `Interest` (turn, wakes, grant slot, place in the cohort), the
 //! real cohort and the client's real `dispatch` of release messages, driven by tasks that take
 //! the wait loop's steps in `lock::wait_loop`'s order against a server that keeps the scripts'
-//! rules (`server`), in thousands of interleavings chosen by PCT (up to three preemptions
+//! rules (`redis_side`), in thousands of interleavings chosen by PCT (up to three preemptions
 //! placed at random) and at random, with waiters cancelled at any point where a real one can be
 //! (an await: a request or reply on the wire, a wait) after a number of steps the checker picks.
 //!
@@ -35,7 +35,7 @@
 //!   count in the cohort.
 
 mod handoff;
-mod server;
+mod redis_side;
 mod turns;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,7 +45,7 @@ use std::time::Duration;
 use shuttle::future::{spawn, JoinHandle};
 use tokio::time::Instant;
 
-use self::server::{in_flight, Server};
+use self::redis_side::{in_flight, Server};
 use crate::client::waiting::channel::Channel;
 use crate::client::waiting::cohort::{self, Carry, Deferral};
 use crate::client::waiting::subscription::Interest;

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::server::{in_flight, Found};
+use super::redis_side::{in_flight, Found};
 use super::{never, scenario, value, Ctx, Guard, Pending, Sub};
 use crate::sync;
 use crate::sync::model::{caught, explore, reset_clock, Explore, Mutant};
