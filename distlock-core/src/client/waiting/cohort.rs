@@ -100,9 +100,9 @@ enum Fate {
     Gone,
 }
 
-/// A waiter's place in its cohort (held by its subscription).
+/// A waiter's membership of its cohort (held by its subscription).
 #[derive(Default)]
-pub(super) enum Place {
+pub(super) enum Membership {
     /// Not counted: not a handed waiter, or not queued yet.
     #[default]
     Outside,
@@ -115,7 +115,7 @@ pub(super) enum Place {
 
 /// Defers a waiter (`next`, whose grant lands in `slot`) if the cohort has a waiter queued in
 /// Redis or already waiting here: its place, or `None` (it queues itself).
-pub(super) fn defer(cohort: &Shared, next: NextWaiter, slot: &Arc<GrantSlot>) -> Option<Place> {
+pub(super) fn defer(cohort: &Shared, next: NextWaiter, slot: &Arc<GrantSlot>) -> Option<Membership> {
     let mut c = sync::lock(cohort);
     if c.queued == 0 && c.deferred.is_empty() {
         return None;
@@ -126,7 +126,7 @@ pub(super) fn defer(cohort: &Shared, next: NextWaiter, slot: &Arc<GrantSlot>) ->
         fate: Mutex::new(Fate::Waiting),
     });
     c.deferred.push_back(waiter.clone());
-    Some(Place::Deferred(waiter))
+    Some(Membership::Deferred(waiter))
 }
 
 /// How many waiters wait here.
@@ -141,16 +141,16 @@ pub(super) fn counted(cohort: &Shared) -> usize {
 }
 
 /// The waiter at `place` is queued in Redis by an attempt of its own.
-pub(super) fn queued(cohort: &Shared, place: &mut Place) {
+pub(super) fn queued(cohort: &Shared, place: &mut Membership) {
     let mut c = sync::lock(cohort);
     match place {
-        Place::Queued => {}
-        Place::Outside => {
+        Membership::Queued => {}
+        Membership::Outside => {
             c.queued += 1;
-            *place = Place::Queued;
+            *place = Membership::Queued;
         }
         // A deferred waiter keeps its `Deferred` (its queue entry consults it when it leaves).
-        Place::Deferred(waiter) => {
+        Membership::Deferred(waiter) => {
             let mut fate = sync::lock(&waiter.fate);
             match *fate {
                 Fate::Waiting => {
@@ -168,9 +168,9 @@ pub(super) fn queued(cohort: &Shared, place: &mut Place) {
 
 /// When the release that carried the waiter at `place` took it out of the cohort, and the
 /// switch epoch then, if one did and the waiter has not queued itself since.
-pub(super) fn carried(place: &Place) -> Option<(Instant, u64)> {
+pub(super) fn carried(place: &Membership) -> Option<(Instant, u64)> {
     match place {
-        Place::Deferred(waiter) => match *sync::lock(&waiter.fate) {
+        Membership::Deferred(waiter) => match *sync::lock(&waiter.fate) {
             Fate::Carried { at, epoch } | Fate::Queued { at, epoch } => Some((at, epoch)),
             _ => None,
         },
@@ -181,12 +181,12 @@ pub(super) fn carried(place: &Place) -> Option<(Instant, u64)> {
 /// The waiter at `place` leaves the cohort (its subscription ends): it took the lock (`took`:
 /// its release will carry the next), or it went away (the last one queued in Redis promotes
 /// the first waiting here).
-pub(super) fn leave(cohort: &Shared, place: Place, took: bool) {
+pub(super) fn leave(cohort: &Shared, place: Membership, took: bool) {
     let mut c = sync::lock(cohort);
     let counted = match place {
-        Place::Outside => false,
-        Place::Queued => true,
-        Place::Deferred(waiter) => account(&mut c, &waiter, took, false).0,
+        Membership::Outside => false,
+        Membership::Queued => true,
+        Membership::Deferred(waiter) => account(&mut c, &waiter, took, false).0,
     };
     if counted {
         uncount(&mut c, took);
@@ -252,9 +252,9 @@ pub(crate) struct Deferral {
 }
 
 impl Deferral {
-    pub(super) fn new(cohort: &Shared, place: &Place) -> Option<Self> {
+    pub(super) fn new(cohort: &Shared, place: &Membership) -> Option<Self> {
         match place {
-            Place::Deferred(waiter) => Some(Deferral {
+            Membership::Deferred(waiter) => Some(Deferral {
                 cohort: cohort.clone(),
                 waiter: waiter.clone(),
                 sent: false,
@@ -391,14 +391,14 @@ mod tests {
 
     /// A cohort with one waiter queued in Redis by its own attempt (`first`), and `n` deferred
     /// behind it (their places and grant slots).
-    fn cohort(n: u64) -> (Shared, Place, Vec<(Place, Arc<GrantSlot>)>) {
+    fn cohort(n: u64) -> (Shared, Membership, Vec<(Membership, Arc<GrantSlot>)>) {
         let cohort = Shared::default();
         let slot = Arc::new(GrantSlot::default());
         assert!(
             defer(&cohort, next(0), &slot).is_none(),
             "nobody to wait behind"
         );
-        let mut first = Place::Outside;
+        let mut first = Membership::Outside;
         queued(&cohort, &mut first);
         let waiters = (1..=n)
             .map(|i| {

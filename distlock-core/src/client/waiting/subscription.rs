@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use crate::background::Background;
 use crate::client::waiting::channel::{Channel, ChannelMap, Subscribers, DEGRADED_POLL};
-use crate::client::waiting::cohort::{self, Deferral, Grant, GrantSlot, Place};
+use crate::client::waiting::cohort::{self, Deferral, Grant, GrantSlot, Membership};
 use crate::sync::atomic::Ordering;
 use crate::sync::{self, mutant, time, Mutex};
 use crate::wire::calls::NextWaiter;
@@ -57,7 +57,7 @@ pub(crate) struct Interest {
     /// A waiter to whom a release may hand the lock: its lock value and where the grant lands.
     pub(super) grant: Option<(Vec<u8>, Arc<GrantSlot>)>,
     /// Such a waiter's place in the client's cohort of the lock (see `cohort`).
-    pub(super) place: Place,
+    pub(super) membership: Membership,
     /// Such a waiter took the lock (its release carries the cohort on).
     pub(super) took: bool,
 }
@@ -75,7 +75,7 @@ impl Interest {
             entry,
             turn: None,
             grant: None,
-            place: Place::Outside,
+            membership: Membership::Outside,
             took: false,
         }
     }
@@ -115,8 +115,8 @@ impl Interest {
             return false;
         };
         match cohort::defer(&self.entry.cohort, next, slot) {
-            Some(place) => {
-                self.place = place;
+            Some(membership) => {
+                self.membership = membership;
                 true
             }
             None => false,
@@ -125,18 +125,18 @@ impl Interest {
 
     /// A deferred waiter (see [`Interest::defer`]), as its queue entry sees it.
     pub(crate) fn deferral(&self) -> Option<Deferral> {
-        Deferral::new(&self.entry.cohort, &self.place)
+        Deferral::new(&self.entry.cohort, &self.membership)
     }
 
     /// A waiter of [`Interest::expect_grant`] is queued in Redis by an attempt of its own.
     pub(crate) fn queued(&mut self) {
-        cohort::queued(&self.entry.cohort, &mut self.place);
+        cohort::queued(&self.entry.cohort, &mut self.membership);
     }
 
     /// A deferred waiter (see [`Interest::defer`]) that a release of this client queued:
     /// when that release was made, and the client's switch epoch then.
     pub(crate) fn carried(&self) -> Option<(Instant, u64)> {
-        cohort::carried(&self.place)
+        cohort::carried(&self.membership)
     }
 
     /// The waiter took the lock (or was handed it).
@@ -256,7 +256,7 @@ impl Interest {
         }
         cohort::leave(
             &self.entry.cohort,
-            std::mem::take(&mut self.place),
+            std::mem::take(&mut self.membership),
             self.took,
         );
     }
