@@ -9,17 +9,19 @@
 //! the watchdog retries a renewal, a release is retried in the background, a waiting acquire
 //! tries again). When they could not, the majority's answer is the reply: busy, gone or taken
 //! by another owner, and the call returns without waiting for the others (`stragglers`).
+//!
+//! One file per family of calls, named as the calls' file in `wire::calls`: `lock` (a lock's
+//! acquires, leaving the queue, its release), `shared` (a permit, a read, a write that met
+//! readers), `set` (a set's acquire and release), `renew` (renewal batches), `fence_floor`
+//! (the fencing token rounds' reads and raises) and `leader` (an election's record and
+//! candidates). Here: the [`Quorate`] trait and the rules several families count by (a
+//! majority, a permit's quorum, an acquire's and a release's count).
 
 use std::time::Duration;
 
 use crate::lease::LEASE_MARGIN;
-use crate::wire::calls::{
-    AcquireCall, Acquired, FenceFloorCall, FencedAcquireCall, HandedAcquireCall, LeaveQueueCall,
-    QueuedAcquireCall, ReleaseCall, Released, RenewCall, RenewItem, Renewed, SharedAcquireCall,
-    SharedAcquired,
-};
+use crate::wire::calls::{Acquired, Released};
 use crate::wire::request::Call;
-use crate::wire::sets::{SetAcquireCall, SetAcquired, SetReleaseCall};
 
 /// Masters a majority of `nodes` needs.
 pub(crate) fn majority(nodes: usize) -> usize {
@@ -128,72 +130,6 @@ pub(crate) trait Quorate: Call {
     }
 }
 
-/// Acquires, plain or fenced: counted by [`acquired`], ordered by the lock value, ended once
-/// only masters known to be down could still decide them.
-macro_rules! quorate_acquire {
-    ($call:ident, |$c:ident| $value:expr) => {
-        impl Quorate for $call<'_> {
-            fn ordered_by(&self) -> Option<&[u8]> {
-                let $c = self;
-                Some($value)
-            }
-
-            fn count(
-                &self,
-                replies: &[Acquired],
-                nodes: usize,
-                silent: usize,
-                elapsed: Duration,
-            ) -> Result<Acquired, NoQuorum> {
-                acquired(replies, nodes, silent, self.ttl, elapsed)
-            }
-
-            fn gives_up_on_down(&self) -> bool {
-                true
-            }
-        }
-    };
-}
-
-quorate_acquire!(AcquireCall, |call| call.owner.as_bytes());
-quorate_acquire!(FencedAcquireCall, |call| call.value);
-quorate_acquire!(QueuedAcquireCall, |call| call.value);
-// Sent on one server, Sentinel or a cluster only (a quorum's waiters use its own queue); counted
-// as any acquire should that change.
-quorate_acquire!(HandedAcquireCall, |call| call.value);
-
-/// Best effort (the entries lapse by themselves): done once a majority answered. Ordered by the
-/// lock value, so it runs after a late attempt of the same waiter on each master (which would
-/// queue it again).
-impl Quorate for LeaveQueueCall<'_> {
-    fn ordered_by(&self) -> Option<&[u8]> {
-        Some(self.value)
-    }
-
-    fn count(
-        &self,
-        replies: &[bool],
-        nodes: usize,
-        _silent: usize,
-        _elapsed: Duration,
-    ) -> Result<bool, NoQuorum> {
-        answered(replies, nodes).map(|r| r.iter().any(|&removed| removed))
-    }
-}
-
-impl Quorate for FenceFloorCall<'_> {
-    /// The largest floor among a majority's (fewer answers: no quorum).
-    fn count(
-        &self,
-        replies: &[u64],
-        nodes: usize,
-        _silent: usize,
-        _elapsed: Duration,
-    ) -> Result<u64, NoQuorum> {
-        answered(replies, nodes).map(|r| r.iter().copied().max().unwrap_or(0))
-    }
-}
-
 /// Releases, of one lock or of a set: counted by [`released`] (a set is released where a
 /// majority released every lock of it), ordered by the lock value, ended once only masters
 /// known to be down could still decide them.
@@ -221,118 +157,17 @@ macro_rules! quorate_release {
     };
 }
 
-quorate_release!(ReleaseCall);
-quorate_release!(SetReleaseCall);
-
-/// A shared hold over `nodes` masters, within the validity time: a permit taken by
-/// [`permit_quorum`] of them (not a majority: see `lock/kind/permits`), a read or a write that met
-/// readers by a majority (two majorities share a master, which granted only one kind); another
-/// count among any master's live holders is a mismatch at once (nothing is taken: what a master
-/// granted meanwhile is released by the failed acquire). Ordered by the lock value, ended once
-/// only masters known to be down could still decide it, as a lock's acquire.
-impl Quorate for SharedAcquireCall<'_> {
-    fn ordered_by(&self) -> Option<&[u8]> {
-        Some(self.value)
-    }
-
-    fn count(
-        &self,
-        replies: &[SharedAcquired],
-        nodes: usize,
-        silent: usize,
-        elapsed: Duration,
-    ) -> Result<SharedAcquired, NoQuorum> {
-        let mut found = Vec::with_capacity(replies.len());
-        for reply in replies {
-            match *reply {
-                SharedAcquired::Found(acquired) => found.push(acquired),
-                mismatch @ SharedAcquired::Mismatch { .. } => return Ok(mismatch),
-            }
-        }
-        let required = permit_quorum(nodes, self.shared.permits());
-        acquired_by(&found, required, silent, self.ttl, elapsed).map(SharedAcquired::Found)
-    }
-
-    fn gives_up_on_down(&self) -> bool {
-        true
-    }
-}
-
-/// A set's acquire (`lock::kind::set`): each master grants all of the set or none, so the set is
-/// taken when a majority granted it (within the validity time), as one lock is; busy at the
-/// first lock a master found held. Fenced sets are refused over RedLock before any request.
-impl Quorate for SetAcquireCall<'_> {
-    fn ordered_by(&self) -> Option<&[u8]> {
-        Some(self.value)
-    }
-
-    fn count(
-        &self,
-        replies: &[SetAcquired],
-        nodes: usize,
-        silent: usize,
-        elapsed: Duration,
-    ) -> Result<SetAcquired, NoQuorum> {
-        let found: Vec<Acquired> = replies.iter().map(|r| r.found).collect();
-        let found = acquired(&found, nodes, silent, self.ttl, elapsed)?;
-        let at = replies
-            .iter()
-            .find(|r| !matches!(r.found, Acquired::Taken { .. }))
-            .map_or(0, |r| r.at);
-        Ok(SetAcquired {
-            found,
-            at,
-            tokens: Vec::new(),
-        })
-    }
-
-    fn gives_up_on_down(&self) -> bool {
-        true
-    }
-}
-
-impl Quorate for RenewCall<'_> {
-    /// Every lock of the batch decided: each renewed by a majority, or out of a majority's
-    /// reach (gone, or held by another owner somewhere); undecided while any lock's outcome
-    /// could still change.
-    fn count(
-        &self,
-        replies: &[Vec<Renewed>],
-        nodes: usize,
-        silent: usize,
-        _elapsed: Duration,
-    ) -> Result<Vec<Renewed>, NoQuorum> {
-        renewals(self.items, replies, nodes, silent).collect()
-    }
-
-    /// The batch's outcome once nothing more will come: the undecided locks are
-    /// [`Renewed::Undecided`] (a failed renewal for them alone: the watchdog retries each
-    /// until its lease runs out), so one lock whose masters disagree (or whose majority cannot
-    /// be heard) does not keep the others of its batch from being renewed. A batch with no
-    /// decided lock fails as a whole, as one lock does.
-    fn settle(
-        &self,
-        replies: &[Vec<Renewed>],
-        nodes: usize,
-        _elapsed: Duration,
-    ) -> Result<Vec<Renewed>, NoQuorum> {
-        let silent = silent(replies, nodes, 0);
-        let outcomes: Vec<_> = renewals(self.items, replies, nodes, silent).collect();
-        if !outcomes.iter().any(Result::is_ok) {
-            if let Some(Err(no)) = outcomes.first() {
-                return Err(*no);
-            }
-        }
-        Ok(outcomes
-            .into_iter()
-            .map(|o| o.unwrap_or(Renewed::Undecided))
-            .collect())
-    }
-}
+// Declared after `quorate_release!`, which `lock` and `set` use.
+mod fence_floor;
+mod leader;
+mod lock;
+mod renew;
+mod set;
+mod shared;
 
 /// The replies of a call that needs only a majority to answer (whatever they say): `replies`
 /// once a majority of `nodes` answered, else no quorum.
-pub(super) fn answered<R>(replies: &[R], nodes: usize) -> Result<&[R], NoQuorum> {
+fn answered<R>(replies: &[R], nodes: usize) -> Result<&[R], NoQuorum> {
     let required = majority(nodes);
     match replies.len() >= required {
         true => Ok(replies),
@@ -341,38 +176,6 @@ pub(super) fn answered<R>(replies: &[R], nodes: usize) -> Result<&[R], NoQuorum>
             required,
         }),
     }
-}
-
-/// Each lock's renewal over `nodes` masters: renewed by a majority (a permit: by its
-/// [`permit_quorum`], as many as its acquire needed, or its lease is no longer guaranteed);
-/// undecided while the masters that did not answer could still make that count; otherwise
-/// what the others found.
-fn renewals<'a>(
-    items: &'a [RenewItem],
-    replies: &'a [Vec<Renewed>],
-    nodes: usize,
-    silent: usize,
-) -> impl Iterator<Item = Result<Renewed, NoQuorum>> + 'a {
-    items.iter().enumerate().map(move |(i, item)| {
-        let required = permit_quorum(nodes, item.permits);
-        let column = replies.iter().filter_map(|r| r.get(i).copied());
-        let yes = column.clone().filter(|&r| r == Renewed::Yes).count();
-        if yes >= required {
-            Ok(Renewed::Yes)
-        } else if yes + silent >= required {
-            Err(NoQuorum {
-                agreed: yes,
-                required,
-            })
-        } else if column
-            .clone()
-            .any(|r| matches!(r, Renewed::OtherOwner | Renewed::NotALock))
-        {
-            Ok(Renewed::OtherOwner)
-        } else {
-            Ok(Renewed::Gone)
-        }
-    })
 }
 
 /// The masters of `nodes` that have not answered (`replies` are the answers) and may still,
@@ -486,10 +289,9 @@ fn released(replies: &[Released], nodes: usize, silent: usize) -> Result<Release
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::calls::Shared;
 
-    const TTL: Duration = Duration::from_secs(10);
-    const FAST: Duration = Duration::from_millis(3);
+    pub(super) const TTL: Duration = Duration::from_secs(10);
+    pub(super) const FAST: Duration = Duration::from_millis(3);
 
     fn acq(
         replies: &[Acquired],
@@ -504,11 +306,11 @@ mod tests {
         released(replies, nodes, silent(replies, nodes, 0))
     }
 
-    fn taken() -> Acquired {
+    pub(super) fn taken() -> Acquired {
         Acquired::Taken { token: None }
     }
 
-    fn busy(ms: i64) -> Acquired {
+    pub(super) fn busy(ms: i64) -> Acquired {
         Acquired::Busy {
             pttl: Some(ms),
             pass: 0,
@@ -585,65 +387,6 @@ mod tests {
     }
 
     #[test]
-    fn a_permit_counts_by_its_quorum_a_read_by_majority_and_a_mismatch_anywhere_decides() {
-        let keys = crate::wire::keys::LockKeys::new("distlock", "s").unwrap();
-        let shared = |shared| SharedAcquireCall {
-            keys: &keys,
-            value: b"d2:o",
-            id: b"a",
-            ttl: TTL,
-            shared,
-            fenced: None,
-            wait: None,
-            turn: None,
-        };
-        let call = shared(Shared::Permits(2));
-        let found = |a| SharedAcquired::Found(a);
-        // 2 permits over 5 masters: 3 grants are a majority, not enough.
-        let three = [
-            found(taken()),
-            found(taken()),
-            found(taken()),
-            found(busy(50)),
-        ];
-        let no = Err(NoQuorum {
-            agreed: 3,
-            required: 4,
-        });
-        assert_eq!(call.tally(&three, 5, FAST), no);
-        let five = [&three[..], &[found(busy(40))]].concat();
-        assert_eq!(call.tally(&five, 5, FAST), Ok(found(busy(40))));
-        let four = [found(taken()); 4];
-        assert_eq!(call.tally(&four, 5, FAST), Ok(found(taken())));
-        let mismatch = [found(taken()), SharedAcquired::Mismatch { permits: 3 }];
-        assert_eq!(
-            call.tally(&mismatch, 5, FAST),
-            Ok(SharedAcquired::Mismatch { permits: 3 })
-        );
-        // A read, or a write that met readers, through the same call: by majority.
-        for kind in [Shared::Read, Shared::Write { waits: true }] {
-            assert_eq!(shared(kind).tally(&three, 5, FAST), Ok(found(taken())));
-        }
-        // A renewal of that permit: renewed by 3 of 5 is not renewed.
-        use Renewed::*;
-        let items = [RenewItem {
-            key: "s".into(),
-            value: "d2:o".into(),
-            ttl: TTL,
-            permits: 2,
-        }];
-        let renew = RenewCall {
-            id: b"r",
-            items: &items,
-            wait: None,
-        };
-        let short = [vec![Yes], vec![Yes], vec![Yes], vec![Gone], vec![Gone]];
-        assert_eq!(renew.tally(&short, 5, FAST), Ok(vec![Gone]));
-        let enough = [vec![Yes], vec![Yes], vec![Yes], vec![Yes], vec![Gone]];
-        assert_eq!(renew.tally(&enough, 5, FAST), Ok(vec![Yes]));
-    }
-
-    #[test]
     fn a_release_counts_by_majority() {
         use Released::*;
         assert_eq!(rel(&[Yes, Yes, Yes], 5), Ok(Yes));
@@ -659,102 +402,5 @@ mod tests {
             Ok(OtherOwner)
         );
         assert_eq!(rel(&[Absent, Absent, Absent], 5), Ok(Absent));
-    }
-
-    #[test]
-    fn a_renewal_batch_keeps_its_decided_locks_when_one_is_undecided() {
-        use Renewed::*;
-        let item = |key: &str| RenewItem {
-            key: key.into(),
-            value: "v".into(),
-            ttl: TTL,
-            permits: 0,
-        };
-        let items = [item("a"), item("b")];
-        let call = RenewCall {
-            id: b"r",
-            items: &items,
-            wait: None,
-        };
-        // 5 masters, 2 silent: `a` renewed by 3; `b` by 2 and gone on 1 (the silent two could
-        // still make its majority).
-        let replies = [vec![Yes, Yes], vec![Yes, Yes], vec![Yes, Gone]];
-        let undecided = Err(NoQuorum {
-            agreed: 2,
-            required: 3,
-        });
-        assert_eq!(call.tally(&replies, 5, FAST), undecided);
-        assert_eq!(call.settle(&replies, 5, FAST), Ok(vec![Yes, Undecided]));
-        // Nothing decided: the batch fails as a whole.
-        let replies = [vec![Yes, Yes], vec![Yes, Gone]];
-        assert!(call.settle(&replies, 5, FAST).is_err());
-        // One lock alone never settles as `Undecided`.
-        let one = RenewCall {
-            id: b"r",
-            items: &items[1..],
-            wait: None,
-        };
-        assert_eq!(
-            one.settle(&[vec![Yes], vec![Yes], vec![Gone]], 5, FAST),
-            undecided
-        );
-    }
-
-    #[test]
-    fn masters_known_to_be_down_decide_a_split_acquire_and_end_a_hopeless_release() {
-        let keys = crate::wire::keys::LockKeys::new("distlock", "k").unwrap();
-        let call = AcquireCall {
-            keys: &keys,
-            owner: &crate::wire::ids::ShortId::with_counter("d2:", b'o', 1),
-            id: b"a",
-            ttl: TTL,
-            want_pttl: true,
-            wait: None,
-        };
-        // 5 masters, 2 down: the 3 live split (1 granted, 2 busy). Undecided while the down
-        // ones could still grant it; with them counted as refusing, no majority: `NoQuorum`
-        // at once (not busy: the lock is not held by a majority of others).
-        let split = [taken(), busy(300), busy(200)];
-        assert!(call.tally(&split, 5, FAST).is_err());
-        let no = |agreed| {
-            Some(Err(NoQuorum {
-                agreed,
-                required: 3,
-            }))
-        };
-        assert_eq!(call.without_down(&split, 5, 2, FAST), no(1));
-        // One down only: the other silent master could still make the majority.
-        assert_eq!(call.without_down(&split[..2], 5, 1, FAST), None);
-        // A majority is never made of down masters.
-        let two = [taken(), taken()];
-        assert_eq!(
-            call.without_down(&two, 5, 2, FAST),
-            None,
-            "one silent master left"
-        );
-        assert_eq!(call.without_down(&two, 5, 3, FAST), no(2));
-        // A release that can no longer reach a majority without the down masters ends as the
-        // `NoQuorum` it would end with once their requests fail; one they could not tip is
-        // decided by the plain tally already.
-        let release = ReleaseCall {
-            keys: &keys,
-            owner: call.owner,
-            id: b"r",
-            keep: Duration::ZERO,
-            sharded: false,
-            handoff: false,
-            next: None,
-        };
-        use Released::*;
-        let hopeless = [Yes, Absent, Absent];
-        let no = Err(NoQuorum {
-            agreed: 1,
-            required: 3,
-        });
-        assert_eq!(release.tally(&hopeless, 5, FAST), no);
-        assert_eq!(release.without_down(&hopeless, 5, 2, FAST), Some(no));
-        // Two granted, one down, one silent: the silent one could still make the majority.
-        assert_eq!(release.without_down(&[Yes, Yes, Absent], 5, 1, FAST), None);
-        assert_eq!(release.without_down(&[Yes, Yes, Yes], 5, 2, FAST), None);
     }
 }
