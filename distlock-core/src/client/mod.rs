@@ -23,7 +23,7 @@ use crate::config::Config;
 use crate::deploy::backend::{Backend, Link};
 use crate::deploy::connection::Connection;
 use crate::deploy::redlock;
-use crate::deploy::redlock::quorum::{self, Quorate};
+use crate::deploy::redlock::count::{self as quorum, Quorate};
 use crate::deploy::server_check::ServerCheck;
 use crate::deploy::{CallError, Deployment};
 use crate::error::{is_error_reply, Error, Operation};

@@ -8,6 +8,6 @@ pub(crate) enum CallError {
     Timeout,
     /// Redis or the connection failed (a mismatched reply is reported as an I/O error).
     Redis(redis::RedisError),
-    /// A RedLock quorum: too few masters agreed (see `quorum`).
+    /// A RedLock quorum: too few masters agreed (see `redlock::count`).
     NoQuorum { agreed: usize, required: usize },
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 pub(crate) use crate::deploy::call_error::CallError;
 use crate::deploy::connection::Connection;
-use crate::deploy::redlock::quorum::Quorate;
+use crate::deploy::redlock::count::Quorate;
 use crate::deploy::redlock::Quorum;
 
 /// Where a client's calls go: each deployment with only its own state. A new deployment is a

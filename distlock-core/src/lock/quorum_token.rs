@@ -28,7 +28,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::Client;
-use crate::deploy::redlock::quorum::majority;
+use crate::deploy::redlock::count::majority;
 use crate::error::{Error, Operation};
 use crate::lease::{fence_kept, guaranteed_until};
 use crate::wire::calls::FenceFloorCall;

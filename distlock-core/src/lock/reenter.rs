@@ -3,7 +3,7 @@
 use tokio::time::Instant;
 
 use crate::client::Client;
-use crate::deploy::redlock::quorum;
+use crate::deploy::redlock::count as quorum;
 use crate::error::{Error, LossReason, Operation};
 use crate::lock::attempt::into_guard;
 use crate::lock::context::{self, Outer};

@@ -54,7 +54,7 @@ use crate::client::waiting::channel::{Channel, ChannelMap, Subscribers};
 use crate::client::waiting::cohort::{self, Carry, Grant};
 use crate::client::waiting::subscription::{Interest, Subscription};
 use crate::deploy::backend::{Backend, Subscriber};
-use crate::deploy::redlock::quorum::majority;
+use crate::deploy::redlock::count::majority;
 use crate::error::{is_connection_failure, Error, Operation};
 use crate::sync::atomic::Ordering;
 use crate::sync::{self, mutant, Mutex};

@@ -1,10 +1,9 @@
 //! The masters of a RedLock quorum (`Config::redlock`): one standalone backend and command
 //! connection per master, joined into a [`Quorum`] that sends every call to all of them and
-//! counts the replies by majority (the rules are `quorum`'s; the requests still out when a
+//! counts the replies by majority (the rules are `count`'s; the requests still out when a
 //! call is decided are `stragglers`').
 
-mod leader;
-pub(crate) mod quorum;
+pub(crate) mod count;
 pub(crate) mod stragglers;
 
 use std::future::Future;
@@ -19,7 +18,7 @@ use crate::config::Config;
 use crate::deploy::backend::{Backend, Link};
 use crate::deploy::call_error::CallError;
 use crate::deploy::connection::Connection;
-use crate::deploy::redlock::quorum::Quorate;
+use crate::deploy::redlock::count::Quorate;
 use crate::deploy::redlock::stragglers::{expiry, Expired, Fanout, Stragglers};
 use crate::error::{is_connection_failure, is_permission_denied, Error};
 use crate::wire::request::{ReplicaWait, Request, Sent};

@@ -31,10 +31,10 @@ use crate::client::Client;
 use crate::error::{Error, Operation};
 use crate::lock::kind::variant::{Found, Target};
 use crate::lock::terms::Terms;
+use crate::wire::calls::{worst, SetAcquireCall, SetAcquired, SetReleaseCall};
 use crate::wire::calls::{Acquired, Released};
 use crate::wire::keys::{hash_slot, LockKeys};
 use crate::wire::scripts::grant_window;
-use crate::wire::sets::{worst, SetAcquireCall, SetAcquired, SetReleaseCall};
 
 /// The keys of a set in its canonical order: sorted by name (in a cluster, `per_slot`, by hash
 /// slot first, so each slot's locks are one group), duplicates removed. The same names give

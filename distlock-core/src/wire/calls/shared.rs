@@ -14,7 +14,7 @@ use crate::wire::scripts::WRITER_INTENT;
 #[cfg(doc)]
 use crate::wire::scripts::{ACQUIRE_PERMIT, ACQUIRE_READ, ACQUIRE_WRITE};
 
-use super::{script_acquired, Acquired};
+use super::lock::{script_acquired, Acquired};
 
 /// What a shared hold's acquire found: as a lock's, or live holders that agreed on another
 /// count of permits.
@@ -43,7 +43,7 @@ pub(crate) enum Shared {
 
 impl Shared {
     /// The permit count its grants are counted by over a RedLock quorum
-    /// (`quorum::permit_quorum`): 0 for a read or a write, which count by majority.
+    /// (`count::permit_quorum`): 0 for a read or a write, which count by majority.
     pub(crate) fn permits(self) -> u32 {
         match self {
             Shared::Permits(permits) => permits,

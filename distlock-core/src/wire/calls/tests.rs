@@ -1,8 +1,13 @@
 //! What the acquire calls put on the wire and how they read the replies: the keys and
 //! arguments of a shared hold's acquire in each script's order, and the status codes.
 
+use std::time::Duration;
+
 use super::*;
-use crate::wire::request::{Lua, ACQUIRE_PERMIT_SCRIPT, ACQUIRE_READ_SCRIPT, ACQUIRE_WRITE_SCRIPT};
+use crate::wire::keys::LockKeys;
+use crate::wire::request::{
+    Call, Lua, Request, ACQUIRE_PERMIT_SCRIPT, ACQUIRE_READ_SCRIPT, ACQUIRE_WRITE_SCRIPT,
+};
 
 const TTL: Duration = Duration::from_millis(10_000);
 const RETENTION: Duration = Duration::from_millis(60_000);

@@ -140,15 +140,17 @@
 //!
 //! ## Where each script lies
 //!
-//! One file per family, each constant re-exported here: `lock` (the fenced acquire, the
-//! release of one lock or many), `handoff` (a waiter's turn where a release hands the lock
-//! over: `ACQUIRE_HANDED`, `LEAVE_QUEUE`, the grant window and ticket), `redlock` (the queued
-//! acquire and the fence floor), `shared` (a permit, a read, a write that met readers), `sets`
-//! (`ACQUIRE_ALL`), `renew` (`RENEW`), and two that are not a lock's: `store` (`FENCED_WRITE`,
-//! `fence::redis`: a fenced write checked against its lock's watermark, or a claim raising
-//! it) and `identity` (`CLIENT_RECORD`, a client's identity record). The Lua functions several
-//! scripts share are the preludes below (macros, so that `concat!` makes each script one
-//! constant string; defined before the files, so each file can use them).
+//! One file per family, named as its calls' file in `wire::calls`, each constant re-exported
+//! here: `lock` (a lock's: the fenced acquire, RedLock's queued acquire, a waiter's turn where
+//! a release hands the lock over, `ACQUIRE_HANDED`, `LEAVE_QUEUE`, the grant window and
+//! ticket; the release of one lock or many), `shared` (a permit, a read, a write that met
+//! readers), `set` (`ACQUIRE_ALL`), `renew` (`RENEW`), `fence_floor` (`FENCE_FLOOR`, RedLock's
+//! fencing token rounds), `leader` (an election's record and candidates), and two that are not
+//! a lock's: `store` (`FENCED_WRITE`, `fence::redis`: a fenced write checked against its lock's
+//! watermark, or a claim raising it) and `identity` (`CLIENT_RECORD`, a client's identity
+//! record). The Lua functions several scripts share are the preludes below (macros, so that
+//! `concat!` makes each script one constant string; defined before the files, so each file can
+//! use them).
 
 /// The protocol version every lock value starts with.
 pub const VERSION_TAG: &str = "d2:";
@@ -159,27 +161,26 @@ pub const PERMITS_MEMBER: &str = "d2:permits";
 #[macro_use]
 mod preludes;
 
-mod handoff;
+mod fence_floor;
 mod identity;
 mod leader;
 mod lock;
-mod redlock;
 mod renew;
-mod sets;
+mod set;
 mod shared;
 mod store;
 
-pub(crate) use handoff::{grant_window, handed_ticket};
-pub use handoff::{ACQUIRE_HANDED, LEAVE_QUEUE};
+pub use fence_floor::FENCE_FLOOR;
 pub use identity::CLIENT_RECORD;
 pub use leader::{
     LEADER_CANDIDATE, LEADER_CANDIDATES, LEADER_CURRENT, LEADER_PROCLAIM, TERMS_KEPT,
 };
-pub use lock::{ACQUIRE_FENCED, RELEASE, RELEASE_MANY};
-pub(crate) use redlock::TURN_GRACE;
-pub use redlock::{ACQUIRE_QUEUED, FENCE_FLOOR};
+pub(crate) use lock::{grant_window, handed_ticket, TURN_GRACE};
+pub use lock::{
+    ACQUIRE_FENCED, ACQUIRE_HANDED, ACQUIRE_QUEUED, LEAVE_QUEUE, RELEASE, RELEASE_MANY,
+};
 pub use renew::RENEW;
-pub use sets::ACQUIRE_ALL;
+pub use set::ACQUIRE_ALL;
 pub(crate) use shared::WRITER_INTENT;
 pub use shared::{ACQUIRE_PERMIT, ACQUIRE_READ, ACQUIRE_WRITE};
 pub use store::FENCED_WRITE;

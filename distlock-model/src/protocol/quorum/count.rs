@@ -1,5 +1,5 @@
-//! How a quorum call's answers make its outcome (`deploy/redlock/quorum.rs`,
-//! `deploy/redlock/leader.rs`): the replies so far, the masters still out (a master that
+//! How a quorum call's answers make its outcome (`deploy/redlock/count/`,
+//! `deploy/redlock/count/leader.rs`): the replies so far, the masters still out (a master that
 //! failed counts as one that did not answer, as `silent` has it), and whether the call can
 //! still change.
 

@@ -4,7 +4,7 @@
 //!
 //! **A call** goes to every master (a request per master, in order per client and master, as
 //! `stragglers` keeps them) and counts by majority as soon as its outcome cannot change
-//! (`deploy/redlock/quorum.rs`, [`count`]): which majority decides is the order the masters
+//! (`deploy/redlock/count/`, [`count`]): which majority decides is the order the masters
 //! apply the requests in, every interleaving of the two clients' requests included. A request
 //! is applied before time passes unless it is slow ([`QAct::Slow`], a budget): then it may be
 //! applied any time later, and the call, if the slow master's answer is all it waits for, may
@@ -18,7 +18,7 @@
 //! `lock/quorum_token.rs`: read a majority's floors (`FENCE_FLOOR`), take a token above them and the
 //! take's own, raise a majority's floors to it (a raise that finds a floor at or above it
 //! tries again `ahead` higher), all within the lease's validity. A leader proclaims its term on
-//! every master and counts it as `deploy/redlock/leader.rs` does: a term counts once a
+//! every master and counts it as `deploy/redlock/count/leader.rs` does: a term counts once a
 //! majority wrote that very term, otherwise another round with it as `exact`.
 //!
 //! **Faults**: masters' clocks differ ([`QuorumSetup::skew`]); a master goes down, its

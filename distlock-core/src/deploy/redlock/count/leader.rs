@@ -8,7 +8,7 @@ use crate::wire::calls::{
     CandidateCall, CandidatesCall, CurrentCall, Line, ProclaimCall, Proclaimed, Record,
 };
 
-use super::quorum::{answered, majority, NoQuorum, Quorate};
+use super::{answered, majority, NoQuorum, Quorate};
 
 /// A leader's proclaim, once every master that can answer has (those known to be down, and
 /// those that did not answer within the response timeout, aside), so that the largest term any

@@ -1,7 +1,8 @@
-//! The typed calls of the protocol `d2`, one per request (see `scripts` for the protocol and
-//! its Lua sources): each places its keys and arguments and decodes its reply into an enum.
+//! A lock's calls: the plain acquire (`SET NX PX GET`, no script, also pipelined in a group
+//! commit), the fenced, RedLock's queued and a handed waiter's acquire, a waiter leaving its
+//! queue, and the release of one lock or many; with what an acquire and a release find, the
+//! answers the other kinds' calls give too.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{Cmd, Pipeline, Value};
@@ -11,19 +12,10 @@ use crate::wire::ids::ShortId;
 use crate::wire::keys::LockKeys;
 use crate::wire::request::{
     echoes, finish_pipeline, Call, ReplicaWait, Request, ACQUIRE_FENCED_SCRIPT,
-    ACQUIRE_HANDED_SCRIPT, ACQUIRE_QUEUED_SCRIPT, FENCE_FLOOR_SCRIPT, LEAVE_QUEUE_SCRIPT,
-    RELEASE_MANY_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT,
+    ACQUIRE_HANDED_SCRIPT, ACQUIRE_QUEUED_SCRIPT, LEAVE_QUEUE_SCRIPT, RELEASE_MANY_SCRIPT,
+    RELEASE_SCRIPT,
 };
 use crate::wire::scripts::{TURN_GRACE, VERSION_TAG};
-
-mod leader;
-mod shared;
-
-pub(crate) use leader::{
-    CandidateCall, CandidatesCall, CurrentCall, Line, ProclaimCall, ProclaimMode, Proclaimed,
-    Record, TermEntry,
-};
-pub(crate) use shared::{Shared, SharedAcquireCall, SharedAcquired, Turn};
 
 /// What an acquire found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,7 +176,7 @@ impl Call for FencedAcquireCall<'_> {
 /// What an acquire script's `{status, value}` says: 1 taken (`value`: the fencing token, when
 /// `fenced`), 0 held by another owner (`value`: its pttl) or 2 not a lock of this kind; `None`
 /// for any other status.
-fn script_acquired(status: i64, value: i64, fenced: bool) -> Option<Acquired> {
+pub(super) fn script_acquired(status: i64, value: i64, fenced: bool) -> Option<Acquired> {
     Some(match status {
         1 => Acquired::Taken {
             token: match fenced {
@@ -379,40 +371,6 @@ impl Call for LeaveQueueCall<'_> {
     }
 }
 
-/// [`FENCE_FLOOR`]: read a lock's fence floor, or raise it to at least `raise_to`.
-pub(crate) struct FenceFloorCall<'a> {
-    pub(crate) keys: &'a LockKeys,
-    pub(crate) id: &'a [u8],
-    /// The token to raise the floor to (0: read only).
-    pub(crate) raise_to: u64,
-    /// How long the fence floor is kept.
-    pub(crate) retention: Duration,
-}
-
-impl Call for FenceFloorCall<'_> {
-    type Raw = i64;
-    /// The floor before the raise (the floor, when only read).
-    type Reply = u64;
-
-    fn request(&self) -> Request {
-        let mut cmd = FENCE_FLOOR_SCRIPT.evalsha();
-        cmd.arg(1)
-            .arg(self.keys.fence())
-            .arg(self.id)
-            .arg(self.raise_to)
-            .arg(millis_ceil(self.retention));
-        Request::Script(&FENCE_FLOOR_SCRIPT, cmd)
-    }
-
-    fn request_id(&self) -> &[u8] {
-        self.id
-    }
-
-    fn decode(&self, floor: i64) -> Option<u64> {
-        u64::try_from(floor).ok()
-    }
-}
-
 /// What a release found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Released {
@@ -586,86 +544,3 @@ impl Call for ReleaseManyCall<'_> {
         codes.into_iter().map(released).collect()
     }
 }
-
-/// One lease in a [`RenewCall`].
-#[derive(Debug, Clone)]
-pub(crate) struct RenewItem {
-    pub(crate) key: Arc<str>,
-    /// `d2:<owner>`.
-    pub(crate) value: Arc<str>,
-    pub(crate) ttl: Duration,
-    /// A permit's semaphore count (0: a lock or a read hold): over a RedLock quorum a permit's
-    /// renewal counts only when as many masters renewed it as its acquire needed
-    /// (`quorum::permit_quorum`), a lock's by majority. Not sent.
-    pub(crate) permits: u32,
-}
-
-/// [`RENEW`] of a batch of leases.
-pub(crate) struct RenewCall<'a> {
-    pub(crate) id: &'a [u8],
-    pub(crate) items: &'a [RenewItem],
-    /// Replicas that must acknowledge the renewal (`min_replicas`).
-    pub(crate) wait: Option<ReplicaWait>,
-}
-
-/// What [`RENEW`] found for one lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Renewed {
-    /// Still ours: the expiry reaches at least the ttl now (it was never shortened).
-    Yes,
-    /// The key is gone (expired, evicted, deleted).
-    Gone,
-    /// Another owner holds it.
-    OtherOwner,
-    /// The key is no lock of this protocol any more (overwritten).
-    NotALock,
-    /// RedLock, in a renewal batch: the masters that answered neither renewed it by majority
-    /// nor put it out of a majority's reach, and those that did not answer could tip it (see
-    /// `quorum`). A failed renewal of this lock alone; never a reply of one master.
-    Undecided,
-}
-
-impl Call for RenewCall<'_> {
-    type Raw = Vec<i64>;
-    type Reply = Vec<Renewed>;
-
-    fn request(&self) -> Request {
-        let mut cmd = RENEW_SCRIPT.evalsha();
-        cmd.arg(self.items.len());
-        for item in self.items {
-            cmd.arg(&*item.key);
-        }
-        cmd.arg(self.id);
-        for item in self.items {
-            cmd.arg(millis_ceil(item.ttl)).arg(&*item.value);
-        }
-        Request::Script(&RENEW_SCRIPT, cmd)
-    }
-
-    fn request_id(&self) -> &[u8] {
-        self.id
-    }
-
-    fn replica_wait(&self) -> Option<ReplicaWait> {
-        self.wait
-    }
-
-    fn decode(&self, statuses: Vec<i64>) -> Option<Vec<Renewed>> {
-        if statuses.len() != self.items.len() {
-            return None;
-        }
-        statuses
-            .into_iter()
-            .map(|status| match status {
-                1 => Some(Renewed::Yes),
-                0 => Some(Renewed::Gone),
-                -1 => Some(Renewed::OtherOwner),
-                -2 => Some(Renewed::NotALock),
-                _ => None,
-            })
-            .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests;

@@ -5,10 +5,12 @@
 use std::time::Duration;
 
 use crate::lease::millis_ceil;
-use crate::wire::calls::{released, Acquired, Released, Turn};
 use crate::wire::ids::ShortId;
 use crate::wire::keys::LockKeys;
 use crate::wire::request::{Call, ReplicaWait, Request, ACQUIRE_ALL_SCRIPT, RELEASE_MANY_SCRIPT};
+
+use super::lock::{released, Acquired, Released};
+use super::shared::Turn;
 
 /// What a set's acquire found.
 #[derive(Debug, Clone, PartialEq, Eq)]
