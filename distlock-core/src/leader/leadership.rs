@@ -452,13 +452,13 @@ async fn proclaim_acked(hold: &Hold, proclaim: &Proclaim) -> Result<Option<Procl
     let id = client.new_request_id();
     let call = call_of(hold, proclaim, id.as_bytes());
     let (reply, acked) = client
-        .call_acked(Operation::Acquire, hold.keys.name(), &call)
+        .call_acked(Operation::Acquire, hold.key().name(), &call)
         .await?;
     if let (Some(wait), Some(reply)) = (proclaim.wait, reply) {
         if reply.written && acked.unwrap_or(0) < wait.replicas {
             return Err(Error::Timeout {
                 op: Operation::Acquire,
-                key: hold.keys.name().to_owned(),
+                key: hold.key().name().to_owned(),
                 after: wait.timeout,
             });
         }
@@ -470,7 +470,7 @@ async fn proclaim_acked(hold: &Hold, proclaim: &Proclaim) -> Result<Option<Procl
 /// keeper send it: `Lost` when the record is no longer this hold's.
 async fn proclaim_once(hold: &Hold, proclaim: &Proclaim) -> Result<Proclaimed, Error> {
     let lost = || Error::Lost {
-        key: hold.keys.name().to_owned(),
+        key: hold.key().name().to_owned(),
         reason: LossReason::Expired,
     };
     proclaim_acked(hold, proclaim).await?.ok_or_else(lost)
@@ -478,7 +478,7 @@ async fn proclaim_once(hold: &Hold, proclaim: &Proclaim) -> Result<Proclaimed, E
 
 fn call_of<'a>(hold: &'a Hold, proclaim: &'a Proclaim, id: &'a [u8]) -> ProclaimCall<'a> {
     ProclaimCall {
-        keys: &hold.keys,
+        keys: hold.key(),
         id,
         value: hold.value.as_bytes(),
         token: proclaim.token,
@@ -515,7 +515,7 @@ async fn keep_record(hold: Hold, proclaim: Proclaim, lease: Arc<Lease>, metric: 
             // Not this hold's record any more: the lease will say so.
             Err(Error::Lost { .. }) => {}
             Err(error) => {
-                tracing::debug!(name = %hold.keys.name(), %error, "a leader's record not renewed; trying again next period");
+                tracing::debug!(name = %hold.key().name(), %error, "a leader's record not renewed; trying again next period");
             }
         }
     }

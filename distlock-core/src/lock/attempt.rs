@@ -18,7 +18,7 @@ use crate::metrics::Held;
 /// A take that too few replicas acknowledged: released again (in the background if the
 /// release cannot be answered now), and the error that says how many did.
 pub(crate) async fn unreplicated(hold: Hold, acknowledged: usize, required: usize) -> Error {
-    let key = hold.keys.name().to_owned();
+    let key = hold.key().name().to_owned();
     tracing::warn!(%key, acknowledged, required, "too few replicas acknowledged the lock; releasing it");
     // Armed until the release is answered: cancelled or failed, it runs in the background.
     let mut pending = ReleaseOnDrop::new(hold.clone());
@@ -60,9 +60,10 @@ pub(crate) fn into_guard(
     );
     // The first renewal of a handed-over lock is due a third of the way through what is left.
     let left_of_window = granted.map(|_| deadline.saturating_duration_since(Instant::now()));
-    // A set's lease: one part per lock, each renewed on its own.
-    let lease = Arc::new(match hold.set.len() {
-        0 => lease,
+    // A hold of several locks (a set's): one part of the lease per lock, each renewed on its
+    // own; one lock's lease is the lease.
+    let lease = Arc::new(match hold.keys().len() {
+        1 => lease,
         parts => lease.with_parts(parts),
     });
     // Where masters switch (Sentinel) or server clocks are watched for steps, every outermost
@@ -72,7 +73,7 @@ pub(crate) fn into_guard(
     let mut renewal = None;
     if terms.renew || confirm || granted.is_some() {
         // One renewal per lock (a set's each extend their own part of the lease).
-        for (part, keys) in hold.all_keys().iter().enumerate() {
+        for (part, keys) in hold.keys().iter().enumerate() {
             let id = hold.client.start_renewal(Renewal {
                 item: hold.kind.renew_item(keys, &hold.value, terms.ttl),
                 renew: terms.renew || granted.is_some(),

@@ -11,7 +11,7 @@ use crate::config::{Config, ALL_NEEDS_SENTINEL, ALL_REPLICAS, MAX_REPLICAS};
 use crate::error::Error;
 use crate::lease::{check_ttl, millis_ceil, MAX_TTL};
 use crate::lock::guard::LockGuard;
-use crate::lock::kind::{set, Kind};
+use crate::lock::kind::Kind;
 use crate::lock::terms::Terms;
 use crate::lock::wait_loop;
 use crate::metrics::{self, Attempt, Labels, Outcome};
@@ -393,20 +393,20 @@ impl LockBuilder {
     pub(crate) async fn acquire_here(self) -> Result<LockGuard, Error> {
         let attempt = Attempt::new(self.labels(), self.skip, self.wait.is_some());
         let result = match self.terms() {
-            Ok((client, keys, kind, terms)) => {
+            Ok((client, first, kind, terms)) => {
                 let span = self.span(terms.ttl);
-                let result = match &self.others {
-                    None if span.is_disabled() => {
+                let others = self.others.as_deref().unwrap_or_default();
+                let result = match kind.keys(&client, first, others) {
+                    Ok((kind, keys)) if span.is_disabled() => {
                         wait_loop::acquire(client, keys, kind, terms).await
                     }
-                    None => {
-                        span.record("key", tracing::field::display(keys.name()));
-                        span.record("lock.name", keys.name());
+                    Ok((kind, keys)) => {
+                        self.record_names(&span, &keys);
                         wait_loop::acquire(client, keys, kind, terms)
                             .instrument(span.clone())
                             .await
                     }
-                    Some(others) => self.acquire_set(client, others, terms, &span).await,
+                    Err(error) => Err(error),
                 };
                 if !span.is_disabled() {
                     self.record_outcome(&span, result.as_ref().map(LockGuard::is_reentry));
@@ -451,36 +451,20 @@ impl LockBuilder {
         }
     }
 
-    /// A set's acquire ([`crate::lock_all`]): its locks in canonical order, one lock's acquire
-    /// when they are one name.
-    async fn acquire_set(
-        &self,
-        client: Client,
-        others: &[String],
-        terms: Terms,
-        span: &tracing::Span,
-    ) -> Result<LockGuard, Error> {
-        let prefix = &client.config().key_prefix;
-        let mut set = set::canonical(prefix, &self.name, others, client.routes_by_slot())?;
-        if !span.is_disabled() {
-            let names: Vec<&str> = set.iter().map(LockKeys::name).collect();
-            let names = names.join(", ");
-            span.record("key", &names);
-            span.record("lock.name", names);
+    /// Records the names of the locks taken (`keys`) on the acquire's span: the lock's, or a
+    /// set's joined by `, ` (recorded as a string, for [`crate::lock_all`] of one distinct
+    /// name too).
+    fn record_names(&self, span: &tracing::Span, keys: &[LockKeys]) {
+        if self.others.is_none() {
+            let name = keys[0].name();
+            span.record("key", tracing::field::display(name));
+            span.record("lock.name", name);
+            return;
         }
-        match set.len() {
-            1 => {
-                let keys = set.remove(0);
-                wait_loop::acquire(client, keys, Kind::Exclusive, terms)
-                    .instrument(span.clone())
-                    .await
-            }
-            _ => {
-                wait_loop::acquire_set(client, set, terms)
-                    .instrument(span.clone())
-                    .await
-            }
-        }
+        let names: Vec<&str> = keys.iter().map(LockKeys::name).collect();
+        let names = names.join(", ");
+        span.record("key", &names);
+        span.record("lock.name", names);
     }
 
     /// The labels of this acquisition's metrics: its `lock` label, and its `kind` as the

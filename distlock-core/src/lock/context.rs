@@ -146,10 +146,7 @@ pub(crate) fn reentry(client: usize, name: &str) -> Option<Outer> {
             return Some(Outer {
                 hold: data.hold.clone(),
                 // A set's lock `name`: its own token.
-                token: match data.hold.set.is_empty() {
-                    true => data.token,
-                    false => data.hold.token_of(name),
-                },
+                token: data.hold.token_of(name, data.token),
                 lease: data.lease.clone(),
             });
         }
@@ -200,7 +197,7 @@ pub fn ensure_held() -> Result<(), Error> {
     let innermost = current().ok_or(Error::NotLocked)?;
     let mut cursor = Some(&innermost);
     while let Some(Frame(data)) = cursor {
-        data.lease.ensure_held(data.hold.keys.name())?;
+        data.lease.ensure_held(data.hold.key().name())?;
         cursor = data.parent.as_ref();
     }
     Ok(())
@@ -235,10 +232,7 @@ pub(crate) fn holds(name: &str) -> Option<Option<u64>> {
     let mut cursor = innermost.as_ref();
     while let Some(Frame(data)) = cursor {
         if data.hold.covers(name) {
-            return Some(match data.hold.set.is_empty() {
-                true => data.token,
-                false => data.hold.token_of(name),
-            });
+            return Some(data.hold.token_of(name, data.token));
         }
         cursor = data.parent.as_ref();
     }
@@ -247,7 +241,7 @@ pub(crate) fn holds(name: &str) -> Option<Option<u64>> {
 
 /// The innermost lock held by this call chain (a set: its first lock) and its token.
 pub(crate) fn held_lock() -> Option<(String, Option<u64>)> {
-    current().map(|frame| (frame.0.hold.keys.name().to_owned(), frame.0.token))
+    current().map(|frame| (frame.0.hold.key().name().to_owned(), frame.0.token))
 }
 
 /// `Some` inside a body run under a lock, holding the innermost lock's fencing token (if it has

@@ -32,7 +32,7 @@ type SentAnswer = Boxed<Result<Released, Error>>;
 async fn confirm_sent(hold: Hold, lease: Arc<Lease>, first: Option<SentAnswer>) {
     let until = lease.deadline();
     let found = hold.release_retrying(first, until, Some(until)).await;
-    let key = hold.keys.name();
+    let key = hold.key().name();
     match found {
         Ok(found) => match lost_at_release(found) {
             None => sent_release_confirmed(&hold, &lease),
@@ -50,7 +50,7 @@ async fn confirm_sent(hold: Hold, lease: Arc<Lease>, first: Option<SentAnswer>) 
 
 /// A release sent by `run` found the lock ours and released it.
 fn sent_release_confirmed(hold: &Hold, lease: &Lease) {
-    tracing::debug!(key = %hold.keys.name(), "release sent by run confirmed");
+    tracing::debug!(key = %hold.key().name(), "release sent by run confirmed");
     lease.held().sent_release(Ok(None));
 }
 
@@ -118,7 +118,7 @@ impl LockGuard {
     /// The lock's name, as passed to [`crate::lock()`]; for a set taken with
     /// [`crate::lock_all`], its first name ([`LockGuard::names`] lists them all).
     pub fn name(&self) -> &str {
-        self.hold().keys.name()
+        self.hold().key().name()
     }
 
     /// The fencing token, if the lock was taken with [`LockBuilder::fenced`](crate::LockBuilder::fenced):
@@ -134,18 +134,14 @@ impl LockGuard {
     /// with [`crate::lock_all`] (in the set's order: sorted, duplicates removed; in a Redis
     /// Cluster grouped by hash slot).
     pub fn names(&self) -> impl Iterator<Item = &str> + '_ {
-        self.hold().all_keys().iter().map(LockKeys::name)
+        self.hold().keys().iter().map(LockKeys::name)
     }
 
     /// The fencing token of the lock `name` of this guard ([`LockGuard::token`] for one lock;
     /// each lock of a fenced set has its own, from its own fence floor). `None` if the guard
     /// does not hold `name` or was taken without fencing.
     pub fn token_of(&self, name: &str) -> Option<u64> {
-        let hold = self.hold();
-        match hold.set.is_empty() {
-            true => self.token.filter(|_| hold.keys.name() == name),
-            false => hold.token_of(name),
-        }
+        self.hold().token_of(name, self.token)
     }
 
     /// The [`Fence`](crate::Fence) to write the protected resource with
@@ -242,7 +238,7 @@ impl LockGuard {
 
     async fn release_here(self) -> Result<(), Error> {
         let hold = self.hold().clone();
-        let key = || hold.keys.name().to_owned();
+        let key = || hold.key().name().to_owned();
         match self.finish().await? {
             Released::Yes => Ok(()),
             Released::OtherOwner | Released::Absent => Err(Error::NotOwner { key: key() }),
@@ -282,13 +278,13 @@ impl LockGuard {
         }
         if let Some(reason) = lost_before {
             return Err(Error::Lost {
-                key: hold.keys.name().to_owned(),
+                key: hold.key().name().to_owned(),
                 reason,
             });
         }
         let released = released?;
         if released == Released::Yes {
-            tracing::debug!(key = %hold.keys.name(), held_ms = millis_ceil(self.acquired_at.elapsed()), "released");
+            tracing::debug!(key = %hold.key().name(), held_ms = millis_ceil(self.acquired_at.elapsed()), "released");
         }
         Ok(released)
     }
@@ -321,7 +317,7 @@ impl LockGuard {
             client.spawn_started(confirm_sent(hold, lease, None));
             return;
         };
-        let name = hold.keys.name();
+        let name = hold.key().name();
         let confirm = {
             let hold = hold.clone();
             move |answer: Result<Released, Error>| match answer {
@@ -375,7 +371,7 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("LockGuard");
         if let Some(hold) = self.cleanup.hold() {
-            d.field("name", &hold.keys.name());
+            d.field("name", &hold.key().name());
         }
         d.field("token", &self.token)
             .field("reentry", &self.reentry)

@@ -28,7 +28,9 @@ pub(crate) struct Hold(Arc<HoldState>);
 
 pub(crate) struct HoldState {
     pub(crate) client: Client,
-    pub(crate) keys: LockKeys,
+    /// Every lock this acquisition holds, in its order: one, or a set's (`lock::kind::set`),
+    /// never none. The first is the one named where one is needed (logs, errors).
+    keys: Box<[LockKeys]>,
     /// The lock's value in Redis (`d2:<owner>`): the owner check of release and renewal.
     pub(crate) value: ShortId,
     /// What this acquisition holds (its requests, release, re-entry rules: `kind`).
@@ -37,11 +39,8 @@ pub(crate) struct HoldState {
     /// the outer hold).
     keep_until: OnceLock<Instant>,
     holds: AtomicUsize,
-    /// A set of locks held together (`lock::kind::set`): every lock's keys, in the set's order
-    /// (`keys` is the first's); empty for one lock.
-    pub(crate) set: Box<[LockKeys]>,
-    /// A fenced set's tokens, one per lock of `set` (set once, by its acquire).
-    pub(crate) tokens: OnceLock<Box<[u64]>>,
+    /// A fenced acquisition's tokens, one per lock of `keys` (set once, by its acquire).
+    tokens: OnceLock<Box<[u64]>>,
 }
 
 impl std::ops::Deref for Hold {
@@ -53,31 +52,17 @@ impl std::ops::Deref for Hold {
 }
 
 impl Hold {
-    /// A new acquisition with one hold.
-    pub(crate) fn new(client: Client, keys: LockKeys, value: ShortId, kind: Kind) -> Self {
+    /// A new acquisition of the locks `keys` (in the hold's order: one, or a set's; at least
+    /// one) of `kind`, with one hold.
+    pub(crate) fn new(client: Client, keys: Vec<LockKeys>, value: ShortId, kind: Kind) -> Self {
+        debug_assert!(!keys.is_empty(), "a hold holds at least one lock");
         Hold(Arc::new(HoldState {
             client,
-            keys,
+            keys: keys.into_boxed_slice(),
             value,
             kind,
             keep_until: OnceLock::new(),
             holds: AtomicUsize::new(1),
-            set: Box::default(),
-            tokens: OnceLock::new(),
-        }))
-    }
-
-    /// A new acquisition of a set of locks held together (`set`, in the set's order, at least
-    /// one) with one hold.
-    pub(crate) fn new_set(client: Client, set: Vec<LockKeys>, value: ShortId) -> Self {
-        Hold(Arc::new(HoldState {
-            client,
-            keys: set[0].clone(),
-            value,
-            kind: Kind::Set,
-            keep_until: OnceLock::new(),
-            holds: AtomicUsize::new(1),
-            set: set.into_boxed_slice(),
             tokens: OnceLock::new(),
         }))
     }
@@ -87,38 +72,47 @@ impl Hold {
         Target {
             client: &self.client,
             keys: &self.keys,
-            set: &self.set,
             value: &self.value,
         }
     }
 
-    /// The keys of every lock this hold holds: the set's, or the one lock's.
-    pub(crate) fn all_keys(&self) -> &[LockKeys] {
-        match self.set.is_empty() {
-            true => std::slice::from_ref(&self.keys),
-            false => &self.set,
-        }
+    /// The keys of every lock this hold holds, in its order (one, or a set's).
+    pub(crate) fn keys(&self) -> &[LockKeys] {
+        &self.keys
+    }
+
+    /// The keys of the hold's first lock: its one lock, or the first of its set (what logs and
+    /// errors name).
+    pub(crate) fn key(&self) -> &LockKeys {
+        &self.keys[0]
     }
 
     /// True if this hold holds the lock `name` (alone or in its set).
     pub(crate) fn covers(&self, name: &str) -> bool {
-        self.all_keys().iter().any(|k| k.name() == name)
+        self.keys.iter().any(|k| k.name() == name)
     }
 
-    /// Keeps a take's fencing tokens (a set's, one per lock, set once) and returns the
-    /// first: the guard's.
+    /// Keeps a take's fencing tokens (one per lock, set once) and returns the first: the
+    /// guard's.
     pub(crate) fn record_tokens(&self, tokens: Vec<u64>) -> Option<u64> {
         let first = tokens.first().copied();
-        if !self.set.is_empty() && !tokens.is_empty() {
+        if !tokens.is_empty() {
             let _ = self.tokens.set(tokens.into_boxed_slice());
         }
         first
     }
 
-    /// The fencing token of the lock `name` of a fenced set.
-    pub(crate) fn token_of(&self, name: &str) -> Option<u64> {
-        let at = self.set.iter().position(|k| k.name() == name)?;
-        self.tokens.get()?.get(at).copied()
+    /// The fencing token of the lock `name` of this hold, as a guard or a body's frame that
+    /// carries `own` sees it: `own` where the hold holds that one lock only (a re-entry's is
+    /// its outer hold's, a leader's body's is its term), else that lock's own token (each
+    /// lock of a fenced set has its own, from its acquire). `None` if the hold does not hold
+    /// `name` or holds it without a token.
+    pub(crate) fn token_of(&self, name: &str, own: Option<u64>) -> Option<u64> {
+        let at = self.keys.iter().position(|k| k.name() == name)?;
+        match *self.keys {
+            [_] => own,
+            _ => self.tokens.get()?.get(at).copied(),
+        }
     }
 
     /// Sets the `min_hold` instant (the first call wins).
@@ -146,7 +140,7 @@ impl Hold {
     pub(crate) async fn release(&self, ours_until: Option<Instant>) -> Result<Released, Error> {
         match self.release_once().await {
             Err(error) if error.is_connection_failure() => {
-                tracing::debug!(%error, key = %self.keys.name(), "release reply lost; retrying");
+                tracing::debug!(%error, key = %self.key().name(), "release reply lost; retrying");
                 let sent_in_lease = ours_until.is_some_and(|until| Instant::now() < until);
                 self.release_once().await.map(|found| match found {
                     Released::Absent => Released::Yes,
@@ -184,7 +178,7 @@ impl Hold {
                     return Ok(Released::Yes)
                 }
                 Err(error) if error.is_transient() && Instant::now() < until => {
-                    tracing::debug!(key = %self.keys.name(), %error, "release failed transiently; retrying");
+                    tracing::debug!(key = %self.key().name(), %error, "release failed transiently; retrying");
                     retried = true;
                     tokio::time::sleep_until(backoff.next(Instant::now(), until)).await;
                 }
@@ -221,7 +215,7 @@ impl Hold {
         if let Some(gone) = gone {
             drop(QueueEntry::new(
                 self.client.clone(),
-                vec![self.keys.clone()],
+                vec![self.key().clone()],
                 gone.value,
                 true,
             ));
@@ -232,7 +226,7 @@ impl Hold {
     /// queue in Redis (see `client::waiting::cohort`), where the kind carries waiters.
     pub(crate) fn carry_next(&self) -> Option<Carry> {
         let carries = self.kind.carries_waiters(&self.client);
-        carries.then(|| self.client.carry_next(self.keys.channel()))?
+        carries.then(|| self.client.carry_next(self.key().channel()))?
     }
 
     /// The release of this hold with request id `id`, queuing `next`, as one call (`None`
@@ -326,9 +320,9 @@ pub(crate) fn release_later(hold: Hold) {
         let until = Instant::now() + hold.client.settle_bound();
         let released = hold.release_retrying(None, until, None).await;
         match released {
-            Ok(_) => tracing::debug!(key = %hold.keys.name(), "released in background"),
+            Ok(_) => tracing::debug!(key = %hold.key().name(), "released in background"),
             Err(error) => {
-                tracing::warn!(key = %hold.keys.name(), %error, "background release failed; the lock expires at its ttl")
+                tracing::warn!(key = %hold.key().name(), %error, "background release failed; the lock expires at its ttl")
             }
         }
     });

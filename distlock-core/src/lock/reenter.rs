@@ -8,32 +8,28 @@ use crate::error::{Error, LossReason, Operation};
 use crate::lock::attempt::into_guard;
 use crate::lock::context::{self, Outer};
 use crate::lock::guard::LockGuard;
-use crate::lock::kind::{set, Kind};
+use crate::lock::kind::Kind;
 use crate::lock::terms::Terms;
 use crate::wire::calls::{RenewCall, RenewItem, Renewed};
 use crate::wire::keys::LockKeys;
 
-/// The outer hold of the lock `keys` in this call chain, if it holds it through `client`.
-pub(crate) fn outer(client: &Client, keys: &LockKeys) -> Option<Outer> {
-    context::reentry(client.identity(), keys.name())
-}
-
-/// The outer hold a set re-enters: one hold of this call chain that holds every lock of the
-/// set. A call chain that holds some of them but not all in one hold may not take the set (it
-/// would wait holding a part of it): [`Error::InvalidConfig`].
-pub(crate) fn outer_of_set(client: &Client, set: &[LockKeys]) -> Result<Option<Outer>, Error> {
+/// The outer hold an acquisition of the locks `keys` (one, or a set's) re-enters, if this call
+/// chain holds them through `client`: one hold that holds every one of them (its token the
+/// first held lock's). A call chain that holds some of a set's locks but not all in one hold
+/// may not take the set (it would wait holding a part of it): [`Error::InvalidConfig`].
+pub(crate) fn outer(client: &Client, keys: &[LockKeys]) -> Result<Option<Outer>, Error> {
     let mut outer: Option<Outer> = None;
     let mut held = Vec::new();
-    for keys in set {
-        if let Some(found) = context::reentry(client.identity(), keys.name()) {
-            held.push(keys.name());
+    for lock in keys {
+        if let Some(found) = context::reentry(client.identity(), lock.name()) {
+            held.push(lock.name());
             outer.get_or_insert(found);
         }
     }
     match outer {
         None => Ok(None),
         Some(outer)
-            if held.len() == set.len() && set.iter().all(|k| outer.hold.covers(k.name())) =>
+            if held.len() == keys.len() && keys.iter().all(|k| outer.hold.covers(k.name())) =>
         {
             Ok(Some(outer))
         }
@@ -57,7 +53,7 @@ pub(crate) async fn reenter(
     terms: &Terms,
     started: Instant,
 ) -> Result<LockGuard, Error> {
-    let name = outer.hold.keys.name();
+    let name = outer.hold.key().name();
     outer.hold.kind.admits(name, kind)?;
     // Re-entering a hold that is known lost: no round trip can make it ours again.
     if let Some(reason) = outer.lease.lost_reason() {
@@ -127,11 +123,11 @@ async fn check_outer(
     terms: &Terms,
 ) -> Result<(Option<Renewed>, usize, usize), Error> {
     let hold = &outer.hold;
-    let (client, name) = (&hold.client, hold.keys.name());
-    let keys = hold.all_keys();
+    let (client, name) = (&hold.client, hold.key().name());
+    let keys = hold.keys();
     let mut found = Some(Renewed::Yes);
     let (mut acked_min, mut required) = (usize::MAX, 0);
-    for group in set::slot_groups(keys, client.routes_by_slot()) {
+    for group in hold.kind.groups(client, keys) {
         let items: Vec<RenewItem> = keys[group]
             .iter()
             .map(|keys| hold.kind.renew_item(keys, &hold.value, terms.ttl))

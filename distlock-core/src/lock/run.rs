@@ -325,7 +325,7 @@ async fn session(builder: LockBuilder, link: Arc<Link>) -> Result<(), Error> {
     let released = match tokio::time::timeout_at(lease_end, guard.finish()).await {
         Ok(released) => released,
         Err(_) => {
-            tracing::warn!(key = %hold.keys.name(), "body finished inside its lease but the release was not answered by the lease's end; it goes on in the background (the lock expires at its ttl otherwise)");
+            tracing::warn!(key = %hold.key().name(), "body finished inside its lease but the release was not answered by the lease's end; it goes on in the background (the lock expires at its ttl otherwise)");
             return Ok(());
         }
     };
@@ -337,11 +337,11 @@ async fn session(builder: LockBuilder, link: Arc<Link>) -> Result<(), Error> {
         Ok(Released::Absent) => LossReason::Expired,
         Err(Error::Lost { reason, .. }) => reason,
         Err(error) => {
-            tracing::warn!(key = %hold.keys.name(), %error, "body finished inside its lease but the release failed; the lock expires at its ttl");
+            tracing::warn!(key = %hold.key().name(), %error, "body finished inside its lease but the release failed; the lock expires at its ttl");
             return Ok(());
         }
     };
-    Err(lost(hold.keys.name().to_owned(), reason))
+    Err(lost(hold.key().name().to_owned(), reason))
 }
 
 /// The lease was lost while the body ran (the body is gone): dropping the guard releases

@@ -74,7 +74,7 @@ use crate::lock::attempt::{into_guard, unreplicated};
 use crate::lock::backoff::Backoff;
 use crate::lock::guard::LockGuard;
 use crate::lock::hold::{Hold, ReleaseOnDrop};
-use crate::lock::kind::{set, Found, Kind};
+use crate::lock::kind::{Found, Kind};
 use crate::lock::queue_entry::QueueEntry;
 use crate::lock::quorum_token;
 use crate::lock::reenter::{self, reenter};
@@ -91,35 +91,20 @@ const NO_EXPIRY_RECHECK: Duration = Duration::from_secs(1);
 /// The longest a waiter to whom a release may hand the lock waits between two attempts.
 const HANDED_RECHECK: Duration = Duration::from_secs(1);
 
-/// Acquires one lock, permit or read hold of `keys` (or re-enters it).
+/// Acquires a hold of `kind` of the locks `keys` (one lock, permit or read hold, or a set's
+/// locks in their order), or re-enters it.
 pub(crate) async fn acquire(
     client: Client,
-    keys: LockKeys,
+    keys: Vec<LockKeys>,
     kind: Kind,
     terms: Terms,
 ) -> Result<LockGuard, Error> {
     let started = Instant::now();
-    if let Some(outer) = reenter::outer(&client, &keys) {
+    if let Some(outer) = reenter::outer(&client, &keys)? {
         return reenter(outer, kind, &terms, started).await;
     }
     let owner = client.new_owner();
     let hold = Hold::new(client, keys, owner, kind);
-    let mut waiter = Waiter::new(hold, terms, started);
-    waiter.run().await
-}
-
-/// Acquires a set (at least two distinct locks, in canonical order), or re-enters it.
-pub(crate) async fn acquire_set(
-    client: Client,
-    set: Vec<LockKeys>,
-    terms: Terms,
-) -> Result<LockGuard, Error> {
-    let started = Instant::now();
-    if let Some(outer) = reenter::outer_of_set(&client, &set)? {
-        return reenter(outer, Kind::Set, &terms, started).await;
-    }
-    let owner = client.new_owner();
-    let hold = Hold::new_set(client, set, owner);
     let mut waiter = Waiter::new(hold, terms, started);
     waiter.run().await
 }
@@ -151,7 +136,7 @@ struct Waiter {
     terms: Terms,
     started: Instant,
     give_up: Option<Instant>,
-    /// A set's slot groups (one call each); none for one lock.
+    /// The calls an attempt goes in (`Kind::groups`: a set's slot groups; one for one lock).
     groups: Vec<Range<usize>>,
     /// The waiter's place in the waiters' queue (its ticket; its grant window while a release
     /// may hand it the lock: see the module docs, "Handoff").
@@ -190,11 +175,8 @@ impl Waiter {
     fn new(hold: Hold, terms: Terms, started: Instant) -> Self {
         let client = &hold.client;
         let give_up = terms.wait.map(|w| deadline_after(started, w));
-        let queue_first = give_up.is_some() && client.has_waiters(hold.keys.channel());
-        let groups = match hold.set.is_empty() {
-            true => Vec::new(),
-            false => set::slot_groups(&hold.set, client.routes_by_slot()),
-        };
+        let queue_first = give_up.is_some() && client.has_waiters(hold.key().channel());
+        let groups = hold.kind.groups(client, hold.keys());
         let place = hold
             .kind
             .place(client, &terms, give_up.is_some(), groups.len());
@@ -309,7 +291,7 @@ impl Waiter {
                 self.not_taken(pending, partial, sent, !incompatible).await;
                 if incompatible {
                     return Err(Error::Incompatible {
-                        key: self.hold.all_keys()[at].name().to_owned(),
+                        key: self.hold.keys()[at].name().to_owned(),
                     });
                 }
                 Ok(Err(Busy { at, pttl, pass }))
@@ -354,7 +336,7 @@ impl Waiter {
     async fn tokens(&self, mut tokens: Vec<u64>, sent_at: Instant) -> Result<Option<u64>, Error> {
         let (client, ttl) = (&self.hold.client, self.terms.ttl);
         if client.rounds_tokens() {
-            for (token, keys) in tokens.iter_mut().zip(self.hold.all_keys()) {
+            for (token, keys) in tokens.iter_mut().zip(self.hold.keys()) {
                 *token = quorum_token::token(client, keys, *token, ttl, sent_at).await?;
             }
         }
@@ -477,7 +459,7 @@ impl Waiter {
     /// client's next release of the lock: its cohort), or in the client's FIFO of turns.
     async fn subscribe(&mut self, at: usize, give_up: Instant) -> Result<(), Error> {
         self.subscription = None;
-        let keys = &self.hold.all_keys()[at];
+        let keys = &self.hold.keys()[at];
         let sub = match self
             .hold
             .client
@@ -553,7 +535,7 @@ impl Waiter {
         };
         tracing::debug!(waited_ms = millis_ceil(waited), "busy");
         Error::Busy {
-            key: self.hold.all_keys()[at].name().to_owned(),
+            key: self.hold.keys()[at].name().to_owned(),
             waited,
             held_by: self.hold.kind.held_by(self.met_readers),
         }
@@ -563,7 +545,7 @@ impl Waiter {
 /// The waiter's entry in the queue of its hold's lock, or of one of its set's locks at a time
 /// (`handed`: a release may hand it the lock).
 fn queue_entry(hold: &Hold, handed: bool) -> QueueEntry {
-    let keys = hold.all_keys().to_vec();
+    let keys = hold.keys().to_vec();
     QueueEntry::new(hold.client.clone(), keys, hold.value, handed)
 }
 
@@ -574,11 +556,11 @@ fn queue_entry(hold: &Hold, handed: bool) -> QueueEntry {
 async fn release_untaken(hold: &Hold) -> bool {
     match hold.release(None).await {
         Ok(_) => {
-            tracing::debug!(key = %hold.keys.name(), "released what an attempt that did not take the hold took, before waiting");
+            tracing::debug!(key = %hold.key().name(), "released what an attempt that did not take the hold took, before waiting");
             true
         }
         Err(error) => {
-            tracing::debug!(key = %hold.keys.name(), %error, "release after an attempt that did not take the hold failed; retried when the acquire ends");
+            tracing::debug!(key = %hold.key().name(), %error, "release after an attempt that did not take the hold failed; retried when the acquire ends");
             false
         }
     }

@@ -63,12 +63,8 @@ pub(crate) async fn send(
     place: Place,
     (id, replicas): (&[u8], Option<ReplicaWait>),
 ) -> Result<(Acquired, Option<usize>), Error> {
-    let Target {
-        client,
-        keys,
-        value,
-        ..
-    } = target;
+    let Target { client, value, .. } = target;
+    let keys = target.key();
     let name = keys.name();
     let fenced = terms.fenced.then_some(client.config().fence_retention);
     if let (Some(window), true) = (place.window, place.queue) {

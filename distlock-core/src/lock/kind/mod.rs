@@ -73,6 +73,33 @@ impl Kind {
         shared::read(self, name)
     }
 
+    /// The locks an acquisition of this kind takes, in the order it takes them, and the kind
+    /// it takes them as: `first` alone, or a set's (`first` and `others`) in their canonical
+    /// order, a set of one distinct name taken as that lock (`set::keys`).
+    pub(crate) fn keys(
+        self,
+        client: &Client,
+        first: LockKeys,
+        others: &[String],
+    ) -> Result<(Kind, Vec<LockKeys>), Error> {
+        match self {
+            Kind::Set => set::keys(client, first.name(), others),
+            Kind::Exclusive | Kind::Permits(_) | Kind::Read => Ok((self, vec![first])),
+        }
+    }
+
+    /// The calls one request about every lock of a hold of this kind goes in (`keys`, in the
+    /// hold's order; ranges of it): a set's slot groups (`set::slot_groups`: one per hash
+    /// slot in a cluster); one call for one lock.
+    pub(crate) fn groups(self, client: &Client, keys: &[LockKeys]) -> Vec<Range<usize>> {
+        match self {
+            Kind::Set => set::slot_groups(keys, client.routes_by_slot()),
+            Kind::Exclusive | Kind::Permits(_) | Kind::Read => {
+                std::iter::once(0..keys.len()).collect()
+            }
+        }
+    }
+
     /// The checks of this kind against its terms and client, before anything is sent.
     pub(crate) fn check(self, name: &str, terms: &Terms, client: &Client) -> Result<(), Error> {
         match self {
@@ -284,7 +311,7 @@ impl Kind {
         match self {
             Kind::Set => None,
             Kind::Exclusive | Kind::Permits(_) | Kind::Read => Some(ReleaseCall {
-                keys: target.keys,
+                keys: target.key(),
                 owner: target.value,
                 id: id.as_bytes(),
                 keep,
@@ -305,7 +332,7 @@ impl Kind {
     ) -> Result<Released, Error> {
         let id = target.client.new_request_id();
         match self.release_call(target, &id, keep, next) {
-            Some(call) => target.client.release(target.keys.name(), &call).await,
+            Some(call) => target.client.release(target.key().name(), &call).await,
             None => set::release(target, keep).await,
         }
     }

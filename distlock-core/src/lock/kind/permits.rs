@@ -84,7 +84,7 @@ pub(crate) async fn send(
     match shared::send(target, terms, asked, request).await? {
         (SharedAcquired::Found(found), acked) => Ok((found, acked)),
         (SharedAcquired::Mismatch { permits: held }, _) => Err(Error::PermitsMismatch {
-            key: target.keys.name().to_owned(),
+            key: target.key().name().to_owned(),
             asked: permits,
             held,
         }),

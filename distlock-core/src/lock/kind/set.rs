@@ -29,7 +29,7 @@ use std::time::Duration;
 use crate::client::waiting::queue::Place;
 use crate::client::Client;
 use crate::error::{Error, Operation};
-use crate::lock::kind::variant::{Found, Target};
+use crate::lock::kind::variant::{Found, Kind, Target};
 use crate::lock::terms::Terms;
 use crate::wire::calls::{worst, SetAcquireCall, SetAcquired, SetReleaseCall};
 use crate::wire::calls::{Acquired, Released};
@@ -56,6 +56,22 @@ pub(crate) fn canonical(
     keys.sort_by(|a, b| (slot(a), a.name()).cmp(&(slot(b), b.name())));
     keys.dedup_by(|a, b| a.name() == b.name());
     Ok(keys)
+}
+
+/// The locks of the set `first` and `others` through `client`, in canonical order, and the
+/// kind they are taken as: a set of one distinct name is that lock.
+pub(crate) fn keys(
+    client: &Client,
+    first: &str,
+    others: &[String],
+) -> Result<(Kind, Vec<LockKeys>), Error> {
+    let prefix = &client.config().key_prefix;
+    let keys = canonical(prefix, first, others, client.routes_by_slot())?;
+    let kind = match keys.len() {
+        1 => Kind::Exclusive,
+        _ => Kind::Set,
+    };
+    Ok((kind, keys))
 }
 
 /// The checks a set adds to a lock's: at least one name, no fenced set over RedLock.
@@ -116,7 +132,7 @@ pub(crate) async fn attempt(
     let mut tokens = Vec::new();
     let mut acked_min = usize::MAX;
     for (g, group) in groups.iter().enumerate() {
-        let keys = &target.set[group.clone()];
+        let keys = &target.keys[group.clone()];
         let id = client.new_request_id();
         let call = SetAcquireCall {
             keys,
@@ -172,8 +188,8 @@ pub(crate) async fn release(target: Target<'_>, keep: Duration) -> Result<Releas
     let client = target.client;
     let sharded = client.publishes_sharded();
     let mut found = Vec::new();
-    for group in slot_groups(target.set, sharded) {
-        let keys = &target.set[group];
+    for group in slot_groups(target.keys, sharded) {
+        let keys = &target.keys[group];
         let id = client.new_request_id();
         let call = SetReleaseCall {
             keys,

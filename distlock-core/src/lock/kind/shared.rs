@@ -130,7 +130,7 @@ pub(crate) async fn send(
 ) -> Result<(SharedAcquired, Option<usize>), Error> {
     let client = target.client;
     let call = SharedAcquireCall {
-        keys: target.keys,
+        keys: target.key(),
         value: target.value.as_bytes(),
         id,
         ttl: terms.ttl,
@@ -140,6 +140,6 @@ pub(crate) async fn send(
         turn,
     };
     client
-        .call_acked(Operation::Acquire, target.keys.name(), &call)
+        .call_acked(Operation::Acquire, target.key().name(), &call)
         .await
 }

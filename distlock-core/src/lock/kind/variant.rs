@@ -18,14 +18,20 @@ pub(crate) enum Kind {
     Set,
 }
 
-/// What a kind's requests are about: the client, the lock (a set's first), a set's locks in
-/// their order (empty for one lock) and the holder's value.
+/// What a kind's requests are about: the client, every lock of the hold in its order (one,
+/// or a set's, at least one) and the holder's value.
 #[derive(Clone, Copy)]
 pub(crate) struct Target<'a> {
     pub(crate) client: &'a Client,
-    pub(crate) keys: &'a LockKeys,
-    pub(crate) set: &'a [LockKeys],
+    pub(crate) keys: &'a [LockKeys],
     pub(crate) value: &'a ShortId,
+}
+
+impl<'a> Target<'a> {
+    /// The hold's first lock: the one lock a request of one lock is about.
+    pub(crate) fn key(&self) -> &'a LockKeys {
+        &self.keys[0]
+    }
 }
 
 /// What one attempt at a hold of any kind found.
