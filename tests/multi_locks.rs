@@ -396,7 +396,26 @@ async fn fenced_sets_have_a_token_per_lock_strictly_increasing() {
             assert_eq!(one.token(), distlock::fencing_token_of("acct:f2"));
             assert!(one.token().unwrap() > high);
             assert!(distlock::fencing_token_of("acct:f1").unwrap() < high);
+            // The re-entry names the lock it was asked for, and its fence is that lock's
+            // name with that lock's token (a fence naming `acct:f1` with `acct:f2`'s token
+            // would check the wrong watermark).
+            assert_eq!(one.name(), "acct:f2");
+            let fence = one.fence().expect("fenced");
+            assert_eq!(
+                (fence.name(), fence.token()),
+                ("acct:f2", one.token().unwrap())
+            );
             one.release().await.unwrap();
+            // So does the body of a re-entry run under it: `fence()` is the innermost lock's.
+            let body = inner
+                .lock("acct:f2")
+                .fenced(true)
+                .run(async { distlock::fence() })
+                .await
+                .unwrap()
+                .expect("the body's fence");
+            assert_eq!(body.name(), "acct:f2");
+            assert_eq!(Some(body.token()), distlock::fencing_token_of("acct:f2"));
         })
         .await
         .unwrap();

@@ -227,7 +227,7 @@ impl Leadership {
         let hold = self.held().guard.hold();
         Frame::new(
             hold.client.identity(),
-            hold.clone(),
+            (hold.clone(), 0),
             Some(self.held().term),
             self.held().guard.lease().clone(),
         )

@@ -33,6 +33,9 @@ struct FrameData {
     client: usize,
     /// The acquisition a re-entry joins.
     hold: Hold,
+    /// Which of the hold's locks this frame is about (its index in `hold.keys()`): a lock
+    /// of a set re-entered alone names that lock, not the set's first.
+    named: usize,
     token: Option<u64>,
     /// The held lease: a re-entry that finds the lock gone marks it lost.
     lease: Arc<Lease>,
@@ -41,12 +44,18 @@ struct FrameData {
 
 impl Frame {
     /// A frame for a lock taken in the current call chain (whose innermost frame, if any,
-    /// becomes its parent).
-    pub(crate) fn new(client: usize, hold: Hold, token: Option<u64>, lease: Arc<Lease>) -> Self {
+    /// becomes its parent): the `named` lock of `hold` (its index in `hold.keys()`).
+    pub(crate) fn new(
+        client: usize,
+        (hold, named): (Hold, usize),
+        token: Option<u64>,
+        lease: Arc<Lease>,
+    ) -> Self {
         let parent = current();
         Frame(Arc::new(FrameData {
             client,
             hold,
+            named,
             token,
             lease,
             parent,
@@ -119,6 +128,13 @@ impl Drop for Entered {
     }
 }
 
+impl FrameData {
+    /// The name of the lock this frame is about.
+    fn name(&self) -> &str {
+        self.hold.keys()[self.named].name()
+    }
+}
+
 /// The innermost frame on this thread (`None` outside a body run under a lock).
 fn current() -> Option<Frame> {
     HELD.try_with(|held| {
@@ -133,6 +149,8 @@ fn current() -> Option<Frame> {
 /// The lock a re-entry joins: the outer hold of `name` through `client` in this call chain.
 pub(crate) struct Outer {
     pub(crate) hold: Hold,
+    /// Which of the hold's locks the re-entry asked for (its index in `hold.keys()`).
+    pub(crate) named: usize,
     pub(crate) token: Option<u64>,
     pub(crate) lease: Arc<Lease>,
 }
@@ -142,9 +160,11 @@ pub(crate) fn reentry(client: usize, name: &str) -> Option<Outer> {
     let innermost = current();
     let mut cursor = innermost.as_ref();
     while let Some(Frame(data)) = cursor {
-        if data.client == client && data.hold.covers(name) {
+        let at = data.hold.keys().iter().position(|k| k.name() == name);
+        if let (true, Some(named)) = (data.client == client, at) {
             return Some(Outer {
                 hold: data.hold.clone(),
+                named,
                 // A set's lock `name`: its own token.
                 token: data.hold.token_of(name, data.token),
                 lease: data.lease.clone(),
@@ -197,7 +217,7 @@ pub fn ensure_held() -> Result<(), Error> {
     let innermost = current().ok_or(Error::NotLocked)?;
     let mut cursor = Some(&innermost);
     while let Some(Frame(data)) = cursor {
-        data.lease.ensure_held(data.hold.key().name())?;
+        data.lease.ensure_held(data.name())?;
         cursor = data.parent.as_ref();
     }
     Ok(())
@@ -241,7 +261,7 @@ pub(crate) fn holds(name: &str) -> Option<Option<u64>> {
 
 /// The innermost lock held by this call chain (a set: its first lock) and its token.
 pub(crate) fn held_lock() -> Option<(String, Option<u64>)> {
-    current().map(|frame| (frame.0.hold.key().name().to_owned(), frame.0.token))
+    current().map(|frame| (frame.0.name().to_owned(), frame.0.token))
 }
 
 /// `Some` inside a body run under a lock, holding the innermost lock's fencing token (if it has

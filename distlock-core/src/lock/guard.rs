@@ -69,6 +69,9 @@ fn lost_at_release(found: Released) -> Option<LossReason> {
 pub struct LockGuard {
     cleanup: ReleaseOnDrop,
     token: Option<u64>,
+    /// Which of the hold's locks this guard is about (its index in the hold's keys): a lock of
+    /// a set re-entered alone names that lock; otherwise 0, one lock or the set's first.
+    named: usize,
     reentry: bool,
     lease: Arc<Lease>,
     /// The watchdog's id for this lease, while it is being renewed.
@@ -95,6 +98,7 @@ impl LockGuard {
         LockGuard {
             cleanup: ReleaseOnDrop::new(a.hold),
             token: a.token,
+            named: 0,
             reentry: a.reentry,
             lease: a.lease,
             renewal: a.renewal,
@@ -116,9 +120,22 @@ impl LockGuard {
     }
 
     /// The lock's name, as passed to [`crate::lock()`]; for a set taken with
-    /// [`crate::lock_all`], its first name ([`LockGuard::names`] lists them all).
+    /// [`crate::lock_all`], its first name ([`LockGuard::names`] lists them all). A lock of a
+    /// set re-entered alone (inside the set's body) is named as it was asked for.
     pub fn name(&self) -> &str {
-        self.hold().key().name()
+        self.hold().keys()[self.named].name()
+    }
+
+    /// This guard as the `named` lock of its hold (its index in the hold's keys): a re-entry
+    /// of one lock of a set.
+    pub(crate) fn naming(mut self, named: usize) -> Self {
+        self.named = named;
+        self
+    }
+
+    /// Which of the hold's locks this guard is about (see [`LockGuard::naming`]).
+    pub(crate) fn named(&self) -> usize {
+        self.named
     }
 
     /// The fencing token, if the lock was taken with [`LockBuilder::fenced`](crate::LockBuilder::fenced):
@@ -371,7 +388,7 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("LockGuard");
         if let Some(hold) = self.cleanup.hold() {
-            d.field("name", &hold.key().name());
+            d.field("name", &hold.keys()[self.named].name());
         }
         d.field("token", &self.token)
             .field("reentry", &self.reentry)

@@ -53,7 +53,7 @@ pub(crate) async fn reenter(
     terms: &Terms,
     started: Instant,
 ) -> Result<LockGuard, Error> {
-    let name = outer.hold.key().name();
+    let name = outer.hold.keys()[outer.named].name();
     outer.hold.kind.admits(name, kind)?;
     // Re-entering a hold that is known lost: no round trip can make it ours again.
     if let Some(reason) = outer.lease.lost_reason() {
@@ -91,7 +91,8 @@ pub(crate) async fn reenter(
                 (sent_at, switches),
                 started,
                 None,
-            ));
+            )
+            .naming(outer.named));
         }
         Some(Renewed::Gone) | None => LossReason::Expired,
         Some(Renewed::OtherOwner | Renewed::NotALock) => LossReason::Stolen,

@@ -278,7 +278,7 @@ async fn session(builder: LockBuilder, link: Arc<Link>) -> Result<(), Error> {
     let hold = guard.hold();
     let frame = Frame::new(
         hold.client.identity(),
-        hold.clone(),
+        (hold.clone(), guard.named()),
         guard.token(),
         guard.lease().clone(),
     );

@@ -115,7 +115,11 @@ pub(super) enum Membership {
 
 /// Defers a waiter (`next`, whose grant lands in `slot`) if the cohort has a waiter queued in
 /// Redis or already waiting here: its place, or `None` (it queues itself).
-pub(super) fn defer(cohort: &Shared, next: NextWaiter, slot: &Arc<GrantSlot>) -> Option<Membership> {
+pub(super) fn defer(
+    cohort: &Shared,
+    next: NextWaiter,
+    slot: &Arc<GrantSlot>,
+) -> Option<Membership> {
     let mut c = sync::lock(cohort);
     if c.queued == 0 && c.deferred.is_empty() {
         return None;
