@@ -14,6 +14,8 @@ use std::time::Duration;
 use std::future::Future;
 use std::pin::Pin;
 
+use tokio::time::Instant;
+
 use crate::background::Background;
 use crate::client::batch::{Batcher, OnAnswer};
 use crate::client::waiting::cohort::Carry;
@@ -27,6 +29,7 @@ use crate::deploy::redlock::quorum::{self, Quorate};
 use crate::deploy::server_check::ServerCheck;
 use crate::deploy::{CallError, Deployment};
 use crate::error::{is_error_reply, Error, Operation};
+use crate::lease::{fence_kept, guaranteed_until};
 use crate::wire::calls::{AcquireCall, Acquired, ReleaseCall, Released};
 use crate::wire::ids::ShortId;
 use crate::wire::keys::LockKeys;
@@ -139,7 +142,7 @@ impl Client {
         // RedLock: a subscriber per master (`waiters` counts their messages).
         let backends = masters.iter().map(|(_, backend)| backend.clone()).collect();
         let announce = identity::announce(masters, handle, &config, &id, name_ref);
-        if deployment.quorum_size() > 0 {
+        if deployment.counts_majority() {
             background.enter(announce).await;
         } else {
             announce.await;
@@ -266,9 +269,41 @@ impl Client {
         self.inner.deployment.rounds_tokens()
     }
 
-    /// The number of masters of a RedLock quorum (0: not one).
-    pub(crate) fn quorum_size(&self) -> usize {
-        self.inner.deployment.quorum_size()
+    /// The servers that must agree on a call ([`Deployment::majority`]): the `required` of an
+    /// [`Error::NoQuorum`].
+    pub(crate) fn majority(&self) -> usize {
+        self.inner.deployment.majority()
+    }
+
+    /// The fencing token of a take of `keys` whose acquire (sent at `sent_at`, for `ttl`)
+    /// returned `taken` as its largest token: over RedLock raised above every earlier
+    /// holder's ([`Deployment::fence_token`]), within the lease's validity. Fails with
+    /// [`Error::NoQuorum`] when a round does not reach a majority, when the validity ran out
+    /// meanwhile, or when every raise met another acquire's; the caller then releases the
+    /// lock.
+    pub(crate) async fn fence_token(
+        &self,
+        keys: &LockKeys,
+        taken: u64,
+        ttl: Duration,
+        sent_at: Instant,
+    ) -> Result<u64, Error> {
+        let config = &self.inner.config;
+        let retention = fence_kept(config.fence_retention, ttl);
+        let valid_until = guaranteed_until(sent_at, ttl);
+        let new_id = || self.new_request_id();
+        self.inner
+            .deployment
+            .fence_token(
+                keys,
+                taken,
+                retention,
+                valid_until,
+                config.response_timeout,
+                new_id,
+            )
+            .await
+            .map_err(|e| self.call_error(Operation::Acquire, keys.name(), e))
     }
 
     /// Release notifications go through sharded pub/sub ([`Deployment::publishes_sharded`],
