@@ -17,6 +17,8 @@ mod validate;
 pub(crate) use deployment::AddressMap;
 pub(crate) use options::MAX_REPLICAS;
 pub use options::{Config, ALL_REPLICAS};
-pub(crate) use redact::{redact_url, uses_tls};
+pub(crate) use redact::redact_url;
+#[cfg(feature = "tls")]
+pub(crate) use redact::uses_tls;
 pub(crate) use url_problem::url_problem;
 pub(crate) use validate::ALL_NEEDS_SENTINEL;
