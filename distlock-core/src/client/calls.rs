@@ -131,7 +131,7 @@ impl Client {
 
     /// The fencing token of a take of `keys` whose acquire (sent at `sent_at`, for `ttl`)
     /// returned `taken` as its largest token: over RedLock raised above every earlier
-    /// holder's ([`Deployment::fence_token`]), within the lease's validity. Fails with
+    /// holder's (`Deployment::fence_token`), within the lease's validity. Fails with
     /// [`Error::NoQuorum`] when a round does not reach a majority, when the validity ran out
     /// meanwhile, or when every raise met another acquire's; the caller then releases the
     /// lock.
