@@ -83,7 +83,7 @@ pub(crate) fn redact_url(raw: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::config::options::Config;
 
     #[test]
     fn redaction_comes_from_a_real_parse() {

@@ -16,10 +16,14 @@ pub(crate) mod server_check;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 pub(crate) use crate::deploy::call_error::CallError;
 use crate::deploy::connection::Connection;
-use crate::deploy::redlock::count::Quorate;
+use crate::deploy::redlock::count::{majority, Quorate};
 use crate::deploy::redlock::Quorum;
+use crate::wire::ids::ShortId;
+use crate::wire::keys::LockKeys;
 
 /// Where a client's calls go: each deployment with only its own state. A new deployment is a
 /// module of its own and a variant here.
@@ -66,11 +70,36 @@ impl Deployment {
         }
     }
 
-    /// The number of masters of a RedLock quorum (0: not one).
-    pub(crate) fn quorum_size(&self) -> usize {
+    /// The servers that must agree on a call: a majority of a RedLock quorum's masters, the
+    /// one server elsewhere. The `required` of an `Error::NoQuorum`.
+    pub(crate) fn majority(&self) -> usize {
         match self {
-            Deployment::Direct(_) => 0,
-            Deployment::Quorum(quorum) => quorum.len(),
+            Deployment::Direct(_) => 1,
+            Deployment::Quorum(quorum) => majority(quorum.len()),
+        }
+    }
+
+    /// The fencing token of a take of `keys` whose acquire's largest token was `taken`: over
+    /// RedLock the rounds over the masters' fence floors ([`Quorum::fence_token`]: its floors
+    /// kept for `retention`, each round bounded by `timeout` and identified by `new_id`, all
+    /// before `valid_until`); on one command connection `taken` itself, the one floor that
+    /// decides it.
+    pub(crate) async fn fence_token(
+        &self,
+        keys: &LockKeys,
+        taken: u64,
+        retention: Duration,
+        valid_until: Instant,
+        timeout: Duration,
+        new_id: impl Fn() -> ShortId,
+    ) -> Result<u64, CallError> {
+        match self {
+            Deployment::Direct(_) => Ok(taken),
+            Deployment::Quorum(quorum) => {
+                quorum
+                    .fence_token(keys, taken, retention, valid_until, timeout, new_id)
+                    .await
+            }
         }
     }
 
@@ -90,8 +119,8 @@ impl Deployment {
     }
 
     /// A fenced take's token comes from rounds over the masters' fence floors
-    /// (`lock::quorum_token`), not from the acquire's reply alone: each master keeps its own
-    /// floor, by its own clock.
+    /// ([`Deployment::fence_token`]), not from the acquire's reply alone: each master keeps its
+    /// own floor, by its own clock.
     pub(crate) fn rounds_tokens(&self) -> bool {
         matches!(self, Deployment::Quorum(_))
     }

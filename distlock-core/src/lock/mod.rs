@@ -16,7 +16,6 @@ pub(crate) mod hold;
 pub(crate) mod kind;
 pub(crate) mod lock_assert;
 pub(crate) mod queue_entry;
-pub(crate) mod quorum_token;
 pub(crate) mod reenter;
 pub(crate) mod run;
 pub(crate) mod terms;

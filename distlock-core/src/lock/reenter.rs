@@ -3,7 +3,6 @@
 use tokio::time::Instant;
 
 use crate::client::Client;
-use crate::deploy::redlock::count as quorum;
 use crate::error::{Error, LossReason, Operation};
 use crate::lock::attempt::into_guard;
 use crate::lock::context::{self, Outer};
@@ -103,7 +102,7 @@ pub(crate) async fn reenter(
                 op: Operation::Acquire,
                 key: name.to_owned(),
                 agreed: 0,
-                required: quorum::majority(client.quorum_size()),
+                required: client.majority(),
             })
         }
     };

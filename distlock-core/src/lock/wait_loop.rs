@@ -76,7 +76,6 @@ use crate::lock::guard::LockGuard;
 use crate::lock::hold::{Hold, ReleaseOnDrop};
 use crate::lock::kind::{Found, Kind};
 use crate::lock::queue_entry::QueueEntry;
-use crate::lock::quorum_token;
 use crate::lock::reenter::{self, reenter};
 use crate::lock::terms::Terms;
 use crate::metrics::{self, Labels, Waiting};
@@ -337,7 +336,7 @@ impl Waiter {
         let (client, ttl) = (&self.hold.client, self.terms.ttl);
         if client.rounds_tokens() {
             for (token, keys) in tokens.iter_mut().zip(self.hold.keys()) {
-                *token = quorum_token::token(client, keys, *token, ttl, sent_at).await?;
+                *token = client.fence_token(keys, *token, ttl, sent_at).await?;
             }
         }
         Ok(self.hold.record_tokens(tokens))

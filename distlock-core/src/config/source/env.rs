@@ -4,7 +4,7 @@ use std::ffi::OsString;
 
 use super::{invalid, Every, Human, Settings};
 use crate::config::duration::parse_duration;
-use crate::config::Config;
+use crate::config::options::Config;
 use crate::error::Error;
 
 /// The prefix of every environment variable [`Config::from_env`] reads.

@@ -3,7 +3,7 @@
 
 use super::{Every, Human, Settings};
 use crate::config::duration::parse_duration;
-use crate::config::Config;
+use crate::config::options::Config;
 
 /// `Config` as a `serde` value: the settings [`Config::from_env`] reads, under their builder
 /// names (the "Configuration" table of the `distlock` crate docs lists them).

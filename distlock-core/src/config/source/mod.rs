@@ -41,7 +41,7 @@
 use std::time::Duration;
 
 use crate::config::duration::parse_duration;
-use crate::config::Config;
+use crate::config::options::Config;
 use crate::error::Error;
 
 mod env;

@@ -1,10 +1,12 @@
 //! The masters of a RedLock quorum (`Config::redlock`): one standalone backend and command
 //! connection per master, joined into a [`Quorum`] that sends every call to all of them and
 //! counts the replies by majority (the rules are `count`'s; the requests still out when a
-//! call is decided are `stragglers`').
+//! call is decided are `stragglers`'; a fenced take's rounds over the masters' fence floors
+//! are `token`'s).
 
 pub(crate) mod count;
 pub(crate) mod stragglers;
+mod token;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -38,7 +38,7 @@
 //!   elapsed time the validity check sees, never lengthens the lease.
 //! * A **fenced** acquire's late grant raises that master's fence floor: floors only rise, so a
 //!   later holder's token is at least as large as without it. The token of a fenced take is
-//!   the largest of the majority that answered (not of every master); `lock/quorum_token` puts it
+//!   the largest of the majority that answered (not of every master); `deploy/redlock/token` puts it
 //!   above every earlier holder's token all the same (its floor rounds reach a majority).
 //!
 //! The costs: a master that answers late keeps a late grant for one more round trip (its

@@ -8,7 +8,7 @@ use redis::{Cmd, Pipeline, ProtocolVersion, RedisFuture, RedisResult, Value};
 use tokio::sync::Mutex;
 
 use crate::background::Background;
-use crate::deploy::sentinel::Sentinels;
+use crate::deploy::sentinel::sentinels::Sentinels;
 use crate::sync;
 
 /// The command connection of a Sentinel deployment: the master, found on first use and again

@@ -9,7 +9,8 @@ use redis::aio::{AsyncPushSender, MultiplexedConnection};
 use redis::{ProtocolVersion, PushInfo, PushKind, RedisResult};
 use tokio::sync::{mpsc, watch, Mutex};
 
-use crate::deploy::sentinel::{Sentinels, RETRY_PAUSE};
+use crate::deploy::sentinel::master::RETRY_PAUSE;
+use crate::deploy::sentinel::sentinels::Sentinels;
 use crate::error::is_connection_failure;
 
 /// The release subscriber of a Sentinel deployment: one RESP3 connection to the master, which

@@ -11,7 +11,7 @@
 //! need `h·q` grants, at most `n·m`, so `h ≤ n·m/q`. A majority is not enough (`n` = 3 over
 //! `m` = 5 masters with `q` = 3: 5 holders). At most `n` holders needs `(n+1)·q > n·m`:
 //!
-//! > **`q = ⌊n·m/(n+1)⌋ + 1`** (`quorum::permit_quorum`)
+//! > **`q = ⌊n·m/(n+1)⌋ + 1`** (`count::permit_quorum`)
 //!
 //! One permit is a majority (a lock); 2 permits over 5 masters need 4; many permits tend to
 //! every master. The price is availability: a semaphore needs `q` masters up (2 permits over 5

@@ -9,7 +9,7 @@
 //!
 //! A read hold counts when a majority of the masters granted it (`ACQUIRE_READ` on each)
 //! within the validity time, and a write when a majority granted it, exactly as a lock's
-//! acquire (`quorum::acquired`). Any read majority and any write majority share a master,
+//! acquire (`count::acquired`). Any read majority and any write majority share a master,
 //! which granted only one of them (a master's key is either a writer's string or a set of
 //! readers): readers never overlap a writer, and writers never overlap each other. A writer
 //! whose queued acquire (`ACQUIRE_QUEUED`) met readers (their sets answer it as incompatible)

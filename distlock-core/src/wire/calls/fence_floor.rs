@@ -1,5 +1,5 @@
 //! A lock's fence floor read or raised on its own (`FENCE_FLOOR`): the rounds that make a
-//! fencing token over a RedLock quorum (`lock::quorum_token`), for every kind of hold.
+//! fencing token over a RedLock quorum (`deploy::redlock::token`), for every kind of hold.
 
 use std::time::Duration;
 

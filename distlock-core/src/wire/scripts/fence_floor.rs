@@ -1,7 +1,7 @@
 //! The fence floor of a RedLock quorum's fenced acquire, read and raised on its own
 //! (`FENCE_FLOOR`), for every kind of hold.
 
-/// Fence floor of a RedLock quorum's fenced acquire (see `lock/quorum_token`): read it, and raise
+/// Fence floor of a RedLock quorum's fenced acquire (see `deploy/redlock/token`): read it, and raise
 /// it to at least a given token.
 ///
 /// KEYS: fence. ARGV: request id, token to raise the floor to (0: read only), retention ms.

@@ -1,4 +1,4 @@
-//! A client of the quorum: `lock::wait_loop`'s loop over RedLock, `lock/quorum_token.rs`'s token rounds
+//! A client of the quorum: `lock::wait_loop`'s loop over RedLock, `deploy/redlock/token.rs`'s token rounds
 //! and `leader/leadership.rs`'s proclaim agreement, each call sent to every master and counted
 //! by [`super::count`].
 

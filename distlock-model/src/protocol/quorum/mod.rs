@@ -1,6 +1,6 @@
 //! RedLock in the protocol model: clients taking one lock over a quorum of independent masters
 //! (`Config::redlock`), each master its own keyspace running the scripts' model, as
-//! `deploy/redlock` and `lock/quorum_token` run them.
+//! `deploy/redlock` and `deploy/redlock/token` run them.
 //!
 //! **A call** goes to every master (a request per master, in order per client and master, as
 //! `stragglers` keeps them) and counts by majority as soon as its outcome cannot change
@@ -15,7 +15,7 @@
 //! time; an attempt that did not take the lock releases what a minority granted before it
 //! waits (`Kind::releases_untaken`); a waiter looks again at the pttl, or when release messages
 //! came from enough masters (`wake_after`). A fenced take then runs the token rounds of
-//! `lock/quorum_token.rs`: read a majority's floors (`FENCE_FLOOR`), take a token above them and the
+//! `deploy/redlock/token.rs`: read a majority's floors (`FENCE_FLOOR`), take a token above them and the
 //! take's own, raise a majority's floors to it (a raise that finds a floor at or above it
 //! tries again `ahead` higher), all within the lease's validity. A leader proclaims its term on
 //! every master and counts it as `deploy/redlock/count/leader.rs` does: a term counts once a

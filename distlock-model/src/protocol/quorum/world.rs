@@ -22,7 +22,7 @@ pub mod keys {
     pub const TERMS: &str = "l:T";
 }
 
-/// Seeded bugs of the quorum's client (the runtime's `lock/quorum_token.rs`, `deploy/redlock`), each
+/// Seeded bugs of the quorum's client (the runtime's `deploy/redlock/token.rs`, `deploy/redlock`), each
 /// off by default.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct QuorumBugs {

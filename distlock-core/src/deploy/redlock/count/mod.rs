@@ -188,7 +188,7 @@ fn silent<R>(replies: &[R], nodes: usize, down: usize) -> usize {
 /// `silent` masters still out could make a majority; otherwise busy (or incompatible).
 ///
 /// The token of a fenced take is the largest of the majority's; that alone is not larger than
-/// an earlier holder's token from another majority, `lock/quorum_token` makes it so.
+/// an earlier holder's token from another majority, `deploy/redlock/token` makes it so.
 fn acquired(
     replies: &[Acquired],
     nodes: usize,

@@ -1,5 +1,5 @@
 //! The fencing token of a lock, a permit or a read hold taken over a RedLock quorum
-//! (`Config::redlock`).
+//! (`Config::redlock`): [`Quorum::fence_token`].
 //!
 //! Each master keeps its own fence floor (the fenced acquire raises it), and the masters'
 //! clocks differ, so the largest token of one majority is not by itself above an earlier
@@ -27,11 +27,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::client::Client;
+use crate::deploy::call_error::CallError;
 use crate::deploy::redlock::count::majority;
-use crate::error::{Error, Operation};
-use crate::lease::{fence_kept, guaranteed_until};
+use crate::deploy::redlock::Quorum;
 use crate::wire::calls::FenceFloorCall;
+use crate::wire::ids::ShortId;
 use crate::wire::keys::LockKeys;
 
 /// How far above the floor it found a raise that lost tries again, in token units (the
@@ -47,53 +47,54 @@ const AHEAD: u64 = 1_000_000;
 /// lost only to another acquire that raised the floor to the same token or above meanwhile.
 const RAISES: usize = 8;
 
-/// The token for a lock just taken by a majority (a permit: its quorum) whose largest
-/// fenced-acquire token was `taken` (the acquire was sent at `sent_at`). Fails with
-/// [`Error::NoQuorum`] when a round does not reach a majority, when the lease's validity ran
-/// out meanwhile, or when every raise met another acquire's; the caller then releases the
-/// lock.
-pub(crate) async fn token(
-    client: &Client,
-    keys: &LockKeys,
-    taken: u64,
-    ttl: Duration,
-    sent_at: Instant,
-) -> Result<u64, Error> {
-    let name = keys.name();
-    let retention = fence_kept(client.config().fence_retention, ttl);
-    let no_quorum = || Error::NoQuorum {
-        op: Operation::Acquire,
-        key: name.to_owned(),
-        agreed: 0,
-        required: majority(client.quorum_size()),
-    };
-    let id = client.new_request_id();
-    let read = FenceFloorCall {
-        keys,
-        id: id.as_bytes(),
-        raise_to: 0,
-        retention,
-    };
-    let floor = client.call(Operation::Acquire, name, &read).await?;
-    // Above the acquire's own tokens too: the masters that granted it hold them as floors.
-    let mut token = taken.max(floor).saturating_add(1);
-    for _ in 0..RAISES {
-        let id = client.new_request_id();
-        let raise = FenceFloorCall {
+impl Quorum {
+    /// The token for a lock just taken by a majority (a permit: its quorum) whose largest
+    /// fenced-acquire token was `taken`, its floors kept for `retention`. Each round is one
+    /// call bounded by `timeout`, with a fresh request id from `new_id`. Fails with
+    /// [`CallError::NoQuorum`] when a round does not reach a majority, when the lease's
+    /// validity (`valid_until`) ran out meanwhile, or when every raise met another acquire's;
+    /// the caller then releases the lock.
+    pub(crate) async fn fence_token(
+        &self,
+        keys: &LockKeys,
+        taken: u64,
+        retention: Duration,
+        valid_until: Instant,
+        timeout: Duration,
+        new_id: impl Fn() -> ShortId,
+    ) -> Result<u64, CallError> {
+        let no_quorum = || CallError::NoQuorum {
+            agreed: 0,
+            required: majority(self.len()),
+        };
+        let id = new_id();
+        let read = FenceFloorCall {
             keys,
             id: id.as_bytes(),
-            raise_to: token,
+            raise_to: 0,
             retention,
         };
-        // The largest floor, before the raise, of the majority that answered.
-        let before = client.call(Operation::Acquire, name, &raise).await?;
-        if Instant::now() >= guaranteed_until(sent_at, ttl) {
-            return Err(no_quorum());
+        let (floor, _) = self.call(&read, timeout).await?;
+        // Above the acquire's own tokens too: the masters that granted it hold them as floors.
+        let mut token = taken.max(floor).saturating_add(1);
+        for _ in 0..RAISES {
+            let id = new_id();
+            let raise = FenceFloorCall {
+                keys,
+                id: id.as_bytes(),
+                raise_to: token,
+                retention,
+            };
+            // The largest floor, before the raise, of the majority that answered.
+            let (before, _) = self.call(&raise, timeout).await?;
+            if Instant::now() >= valid_until {
+                return Err(no_quorum());
+            }
+            if before < token {
+                return Ok(token);
+            }
+            token = before.saturating_add(AHEAD);
         }
-        if before < token {
-            return Ok(token);
-        }
-        token = before.saturating_add(AHEAD);
+        Err(no_quorum())
     }
-    Err(no_quorum())
 }
