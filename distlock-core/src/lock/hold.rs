@@ -13,7 +13,7 @@ use crate::client::waiting::cohort::Carry;
 use crate::client::{Boxed, Client};
 use crate::error::Error;
 use crate::lock::backoff::Backoff;
-use crate::lock::kind::{Kind, Target};
+use crate::lock::kind::{Kind, OneOrMany, Target};
 use crate::lock::queue_entry::QueueEntry;
 use crate::wire::calls::ReleaseCall;
 pub(crate) use crate::wire::calls::Released;
@@ -30,7 +30,7 @@ pub(crate) struct HoldState {
     pub(crate) client: Client,
     /// Every lock this acquisition holds, in its order: one, or a set's (`lock::kind::set`),
     /// never none. The first is the one named where one is needed (logs, errors).
-    keys: Box<[LockKeys]>,
+    keys: OneOrMany<LockKeys>,
     /// The lock's value in Redis (`d2:<owner>`): the owner check of release and renewal.
     pub(crate) value: ShortId,
     /// What this acquisition holds (its requests, release, re-entry rules: `kind`).
@@ -54,11 +54,15 @@ impl std::ops::Deref for Hold {
 impl Hold {
     /// A new acquisition of the locks `keys` (in the hold's order: one, or a set's; at least
     /// one) of `kind`, with one hold.
-    pub(crate) fn new(client: Client, keys: Vec<LockKeys>, value: ShortId, kind: Kind) -> Self {
-        debug_assert!(!keys.is_empty(), "a hold holds at least one lock");
+    pub(crate) fn new(
+        client: Client,
+        keys: OneOrMany<LockKeys>,
+        value: ShortId,
+        kind: Kind,
+    ) -> Self {
         Hold(Arc::new(HoldState {
             client,
-            keys: keys.into_boxed_slice(),
+            keys,
             value,
             kind,
             keep_until: OnceLock::new(),

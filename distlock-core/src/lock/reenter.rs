@@ -127,7 +127,7 @@ async fn check_outer(
     let keys = hold.keys();
     let mut found = Some(Renewed::Yes);
     let (mut acked_min, mut required) = (usize::MAX, 0);
-    for group in hold.kind.groups(client, keys) {
+    for group in hold.kind.groups(client, keys).iter().cloned() {
         let items: Vec<RenewItem> = keys[group]
             .iter()
             .map(|keys| hold.kind.renew_item(keys, &hold.value, terms.ttl))

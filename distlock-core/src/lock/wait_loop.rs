@@ -74,7 +74,7 @@ use crate::lock::attempt::{into_guard, unreplicated};
 use crate::lock::backoff::Backoff;
 use crate::lock::guard::LockGuard;
 use crate::lock::hold::{Hold, ReleaseOnDrop};
-use crate::lock::kind::{Found, Kind};
+use crate::lock::kind::{Found, Kind, OneOrMany};
 use crate::lock::queue_entry::QueueEntry;
 use crate::lock::reenter::{self, reenter};
 use crate::lock::terms::Terms;
@@ -94,7 +94,7 @@ const HANDED_RECHECK: Duration = Duration::from_secs(1);
 /// locks in their order), or re-enters it.
 pub(crate) async fn acquire(
     client: Client,
-    keys: Vec<LockKeys>,
+    keys: OneOrMany<LockKeys>,
     kind: Kind,
     terms: Terms,
 ) -> Result<LockGuard, Error> {
@@ -136,7 +136,7 @@ struct Waiter {
     started: Instant,
     give_up: Option<Instant>,
     /// The calls an attempt goes in (`Kind::groups`: a set's slot groups; one for one lock).
-    groups: Vec<Range<usize>>,
+    groups: OneOrMany<Range<usize>>,
     /// The waiter's place in the waiters' queue (its ticket; its grant window while a release
     /// may hand it the lock: see the module docs, "Handoff").
     place: Place,

@@ -25,11 +25,13 @@ use crate::wire::keys::LockKeys;
 use crate::wire::request::ReplicaWait;
 
 pub(crate) mod exclusive;
+pub(crate) mod one_or_many;
 pub(crate) mod permits;
 pub(crate) mod set;
 pub(crate) mod shared;
 pub(crate) mod variant;
 
+pub(crate) use one_or_many::OneOrMany;
 pub(crate) use variant::{Found, Kind, Target};
 
 impl Kind {
@@ -81,22 +83,20 @@ impl Kind {
         client: &Client,
         first: LockKeys,
         others: &[String],
-    ) -> Result<(Kind, Vec<LockKeys>), Error> {
+    ) -> Result<(Kind, OneOrMany<LockKeys>), Error> {
         match self {
             Kind::Set => set::keys(client, first.name(), others),
-            Kind::Exclusive | Kind::Permits(_) | Kind::Read => Ok((self, vec![first])),
+            Kind::Exclusive | Kind::Permits(_) | Kind::Read => Ok((self, OneOrMany::one(first))),
         }
     }
 
     /// The calls one request about every lock of a hold of this kind goes in (`keys`, in the
     /// hold's order; ranges of it): a set's slot groups (`set::slot_groups`: one per hash
     /// slot in a cluster); one call for one lock.
-    pub(crate) fn groups(self, client: &Client, keys: &[LockKeys]) -> Vec<Range<usize>> {
+    pub(crate) fn groups(self, client: &Client, keys: &[LockKeys]) -> OneOrMany<Range<usize>> {
         match self {
-            Kind::Set => set::slot_groups(keys, client.routes_by_slot()),
-            Kind::Exclusive | Kind::Permits(_) | Kind::Read => {
-                std::iter::once(0..keys.len()).collect()
-            }
+            Kind::Set => set::slot_groups(keys, client.routes_by_slot()).into(),
+            Kind::Exclusive | Kind::Permits(_) | Kind::Read => OneOrMany::one(0..keys.len()),
         }
     }
 

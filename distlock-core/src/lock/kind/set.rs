@@ -29,6 +29,7 @@ use std::time::Duration;
 use crate::client::waiting::queue::Place;
 use crate::client::Client;
 use crate::error::{Error, Operation};
+use crate::lock::kind::one_or_many::OneOrMany;
 use crate::lock::kind::variant::{Found, Kind, Target};
 use crate::lock::terms::Terms;
 use crate::wire::calls::{worst, SetAcquireCall, SetAcquired, SetReleaseCall};
@@ -64,14 +65,14 @@ pub(crate) fn keys(
     client: &Client,
     first: &str,
     others: &[String],
-) -> Result<(Kind, Vec<LockKeys>), Error> {
+) -> Result<(Kind, OneOrMany<LockKeys>), Error> {
     let prefix = &client.config().key_prefix;
     let keys = canonical(prefix, first, others, client.routes_by_slot())?;
     let kind = match keys.len() {
         1 => Kind::Exclusive,
         _ => Kind::Set,
     };
-    Ok((kind, keys))
+    Ok((kind, keys.into()))
 }
 
 /// The checks a set adds to a lock's: at least one name, no fenced set over RedLock.
