@@ -14,6 +14,7 @@ use crate::error::{Error, Operation};
 use crate::lease::{fence_kept, guaranteed_until};
 use crate::wire::calls::{AcquireCall, Acquired, ReleaseCall, Released};
 use crate::wire::keys::LockKeys;
+use crate::wire::request::Call;
 use crate::wire::request::ReplicaWait;
 
 impl Client {
@@ -42,6 +43,33 @@ impl Client {
         name: &str,
         call: &C,
     ) -> Result<(C::Reply, Option<usize>), Error> {
+        self.sent(op, name, |left| self.inner.deployment.call(call, left))
+            .await
+    }
+
+    /// [`Client::call_acked`] for a call sent on one server, Sentinel or a cluster only, which
+    /// has no RedLock counting rule (`Deployment::call_one`).
+    pub(crate) async fn call_acked_one<C: Call>(
+        &self,
+        op: Operation,
+        name: &str,
+        call: &C,
+    ) -> Result<(C::Reply, Option<usize>), Error> {
+        self.sent(op, name, |left| self.inner.deployment.call_one(call, left))
+            .await
+    }
+
+    /// A call outside the group commit (`send`, given what is left of the response timeout),
+    /// behind the releases `run` queued there.
+    async fn sent<R, F>(
+        &self,
+        op: Operation,
+        name: &str,
+        send: impl FnOnce(Duration) -> F,
+    ) -> Result<R, Error>
+    where
+        F: std::future::Future<Output = Result<R, CallError>>,
+    {
         let after = self.inner.config.response_timeout;
         // Sent outside the group commit: behind the releases `run` queued there. The wait for
         // them counts in the call's one response timeout (a group stuck on a frozen server
@@ -53,9 +81,7 @@ impl Client {
             }
         }
         let left = after.saturating_sub(started.elapsed());
-        self.inner
-            .deployment
-            .call(call, left.max(Duration::from_millis(1)))
+        send(left.max(Duration::from_millis(1)))
             .await
             .map_err(|e| self.call_error(op, name, e))
     }

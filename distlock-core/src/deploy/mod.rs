@@ -24,6 +24,7 @@ use crate::deploy::redlock::count::{majority, Quorate};
 use crate::deploy::redlock::Quorum;
 use crate::wire::ids::ShortId;
 use crate::wire::keys::LockKeys;
+use crate::wire::request::Call;
 
 /// Where a client's calls go: each deployment with only its own state. A new deployment is a
 /// module of its own and a variant here.
@@ -50,6 +51,26 @@ impl Deployment {
         match self {
             Deployment::Direct(conn) => conn.call(call, timeout).await,
             Deployment::Quorum(quorum) => quorum.call(call, timeout).await,
+        }
+    }
+
+    /// A call sent on one server, Sentinel or a cluster only (a handed waiter's attempt: only
+    /// where a release hands the lock over, never over a quorum), so it needs no RedLock
+    /// counting rule. Over a quorum it is not sent: `NoQuorum`, and a debug build panics.
+    pub(crate) async fn call_one<C: Call>(
+        &self,
+        call: &C,
+        timeout: Duration,
+    ) -> Result<(C::Reply, Option<usize>), CallError> {
+        match self {
+            Deployment::Direct(conn) => conn.call(call, timeout).await,
+            Deployment::Quorum(quorum) => {
+                debug_assert!(false, "a call of one server sent to a RedLock quorum");
+                Err(CallError::NoQuorum {
+                    agreed: 0,
+                    required: majority(quorum.len()),
+                })
+            }
         }
     }
 

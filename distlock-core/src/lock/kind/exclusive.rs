@@ -79,7 +79,7 @@ pub(crate) async fn send(
             confirm: place.confirm.then_some(fenced),
             wait: replicas,
         };
-        client.call_acked(Operation::Acquire, name, &call).await
+        client.call_acked_one(Operation::Acquire, name, &call).await
     } else if !client.hands_over() {
         let call = QueuedAcquireCall {
             keys,

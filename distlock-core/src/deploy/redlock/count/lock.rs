@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use crate::wire::calls::{
-    AcquireCall, Acquired, FencedAcquireCall, HandedAcquireCall, LeaveQueueCall, QueuedAcquireCall,
-    ReleaseCall, Released,
+    AcquireCall, Acquired, FencedAcquireCall, LeaveQueueCall, QueuedAcquireCall, ReleaseCall,
+    Released,
 };
 
 use super::{acquired, answered, released, NoQuorum, Quorate};
@@ -41,9 +41,6 @@ macro_rules! quorate_acquire {
 quorate_acquire!(AcquireCall, |call| call.owner.as_bytes());
 quorate_acquire!(FencedAcquireCall, |call| call.value);
 quorate_acquire!(QueuedAcquireCall, |call| call.value);
-// Sent on one server, Sentinel or a cluster only (a quorum's waiters use its own queue); counted
-// as any acquire should that change.
-quorate_acquire!(HandedAcquireCall, |call| call.value);
 
 /// Best effort (the entries lapse by themselves): done once a majority answered. Ordered by the
 /// lock value, so it runs after a late attempt of the same waiter on each master (which would
