@@ -254,12 +254,11 @@ impl LockGuard {
     }
 
     async fn release_here(self) -> Result<(), Error> {
-        let hold = self.hold().clone();
-        let key = || hold.key().name().to_owned();
+        let key = self.name().to_owned();
         match self.finish().await? {
             Released::Yes => Ok(()),
-            Released::OtherOwner | Released::Absent => Err(Error::NotOwner { key: key() }),
-            Released::Incompatible => Err(Error::Incompatible { key: key() }),
+            Released::OtherOwner | Released::Absent => Err(Error::NotOwner { key }),
+            Released::Incompatible => Err(Error::Incompatible { key }),
         }
     }
 
@@ -295,7 +294,7 @@ impl LockGuard {
         }
         if let Some(reason) = lost_before {
             return Err(Error::Lost {
-                key: hold.key().name().to_owned(),
+                key: self.name().to_owned(),
                 reason,
             });
         }
@@ -387,8 +386,8 @@ impl Drop for LockGuard {
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("LockGuard");
-        if let Some(hold) = self.cleanup.hold() {
-            d.field("name", &hold.keys()[self.named].name());
+        if self.cleanup.hold().is_some() {
+            d.field("name", &self.name());
         }
         d.field("token", &self.token)
             .field("reentry", &self.reentry)

@@ -96,11 +96,11 @@ impl Hold {
         self.keys.iter().any(|k| k.name() == name)
     }
 
-    /// Keeps a take's fencing tokens (one per lock, set once) and returns the first: the
-    /// guard's.
+    /// Keeps a take's fencing tokens (one per lock of a set, set once; one lock's is its
+    /// guard's and frame's, see [`Hold::token_of`]) and returns the first: the guard's.
     pub(crate) fn record_tokens(&self, tokens: Vec<u64>) -> Option<u64> {
         let first = tokens.first().copied();
-        if !tokens.is_empty() {
+        if self.keys.len() > 1 && !tokens.is_empty() {
             let _ = self.tokens.set(tokens.into_boxed_slice());
         }
         first

@@ -334,10 +334,10 @@ impl Waiter {
     /// guard's, a set's are kept with its hold.
     async fn tokens(&self, mut tokens: Vec<u64>, sent_at: Instant) -> Result<Option<u64>, Error> {
         let (client, ttl) = (&self.hold.client, self.terms.ttl);
-        if client.rounds_tokens() {
-            for (token, keys) in tokens.iter_mut().zip(self.hold.keys()) {
-                *token = client.fence_token(keys, *token, ttl, sent_at).await?;
-            }
+        // The deployment decides: over RedLock rounds over the masters' floors, elsewhere the
+        // acquire's own token.
+        for (token, keys) in tokens.iter_mut().zip(self.hold.keys()) {
+            *token = client.fence_token(keys, *token, ttl, sent_at).await?;
         }
         Ok(self.hold.record_tokens(tokens))
     }

@@ -189,7 +189,7 @@ pub(crate) async fn release(target: Target<'_>, keep: Duration) -> Result<Releas
     let client = target.client;
     let sharded = client.publishes_sharded();
     let mut found = Vec::new();
-    for group in slot_groups(target.keys, sharded) {
+    for group in slot_groups(target.keys, client.routes_by_slot()) {
         let keys = &target.keys[group];
         let id = client.new_request_id();
         let call = SetReleaseCall {
