@@ -170,7 +170,7 @@ fn defined_names(sources: &[String]) -> HashSet<String> {
 #[test]
 fn every_path_and_type_the_map_names_exists() {
     let root = workspace();
-    let doc = fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let doc = prose(&map());
     let mut paths = Vec::new();
     walk(&root, &root, &mut paths);
     let known = tails(&paths);
@@ -209,11 +209,8 @@ fn every_path_and_type_the_map_names_exists() {
 
 #[test]
 fn every_folder_of_the_runtime_has_its_line() {
-    let root = workspace();
-    let doc = fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
-    let src = root.join("distlock-core/src");
-    let mut paths = Vec::new();
-    walk(&src, &src, &mut paths);
+    let doc = prose(&map());
+    let paths = runtime_paths();
     let words = backticked(&doc);
     let missing: Vec<&String> = paths
         .iter()
@@ -271,12 +268,25 @@ fn prose(doc: &str) -> String {
     out
 }
 
+/// ARCHITECTURE.md as written.
+fn map() -> String {
+    fs::read_to_string(workspace().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md")
+}
+
+/// Every file and folder of the runtime (`distlock-core/src`), relative to it.
+fn runtime_paths() -> Vec<(String, bool)> {
+    let src = workspace().join("distlock-core/src");
+    let mut paths = Vec::new();
+    walk(&src, &src, &mut paths);
+    paths
+}
+
 /// The longest line of prose the map may have: a reader's diff and terminal show it whole.
 const LINE: usize = 100;
 
 #[test]
 fn the_map_reads_in_short_lines() {
-    let doc = fs::read_to_string(workspace().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let doc = map();
     let long: Vec<(usize, usize)> = prose(&doc)
         .lines()
         .enumerate()
@@ -291,9 +301,7 @@ fn the_map_reads_in_short_lines() {
 
 #[test]
 fn every_module_of_the_runtime_is_named() {
-    let root = workspace();
-    let doc = fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
-    let doc = prose(&doc);
+    let doc = prose(&map());
     // The last segment of every path-like word in backticks: `lock/hold`, `hold.rs`, `hold`.
     let named: HashSet<&str> = backticked(&doc)
         .into_iter()
@@ -301,9 +309,7 @@ fn every_module_of_the_runtime_is_named() {
         .filter_map(|w| w.trim_end_matches('/').rsplit('/').next())
         .map(|w| w.trim_end_matches(".rs"))
         .collect();
-    let src = root.join("distlock-core/src");
-    let mut paths = Vec::new();
-    walk(&src, &src, &mut paths);
+    let paths = runtime_paths();
     let unnamed: Vec<&String> = paths
         .iter()
         .filter(|(p, dir)| !dir && p.ends_with(".rs"))
@@ -323,9 +329,7 @@ fn every_module_of_the_runtime_is_named() {
 /// hold; every such lower-case name must be a file or folder inside one of the item's modules.
 #[test]
 fn the_layers_name_what_each_module_holds() {
-    let root = workspace();
-    let doc = fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
-    let doc = prose(&doc);
+    let doc = prose(&map());
     let layers = doc
         .split("Layers, bottom up")
         .nth(1)
@@ -348,9 +352,7 @@ fn the_layers_name_what_each_module_holds() {
         }
     }
     assert!(items.len() >= 8, "layers found: {items:?}");
-    let src = root.join("distlock-core/src");
-    let mut paths = Vec::new();
-    walk(&src, &src, &mut paths);
+    let paths = runtime_paths();
     let top = |p: &str| {
         p.split('/')
             .next()
