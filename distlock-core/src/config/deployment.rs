@@ -32,10 +32,10 @@ impl Config {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        let nodes: Vec<String> = nodes.into_iter().map(Into::into).collect();
+        let (cluster_nodes, config) = Config::of_first(nodes);
         Config {
-            cluster_nodes: nodes.clone(),
-            ..Config::new(nodes.into_iter().next().unwrap_or_default())
+            cluster_nodes,
+            ..config
         }
     }
 
@@ -57,11 +57,23 @@ impl Config {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        let masters: Vec<String> = masters.into_iter().map(Into::into).collect();
+        let (redlock_masters, config) = Config::of_first(masters);
         Config {
-            redlock_masters: masters.clone(),
-            ..Config::new(masters.into_iter().next().unwrap_or_default())
+            redlock_masters,
+            ..config
         }
+    }
+
+    /// The URLs `urls` and a configuration of the first (the one a deployment of several
+    /// servers is named and shown by; empty when there is none, which `validate` refuses).
+    fn of_first<I, S>(urls: I) -> (Vec<String>, Config)
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let urls: Vec<String> = urls.into_iter().map(Into::into).collect();
+        let config = Config::new(urls.first().cloned().unwrap_or_default());
+        (urls, config)
     }
 
     /// A configuration for a master watched by Redis Sentinel: the sentinels' URLs
