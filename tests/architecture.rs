@@ -389,3 +389,30 @@ fn the_layers_name_what_each_module_holds() {
         "ARCHITECTURE.md's layers name modules their folders do not have: {wrong:?}"
     );
 }
+
+/// The most source files a folder of the runtime holds besides its `mod.rs` (the map says "at
+/// most a dozen files stand in any folder").
+const FILES_PER_FOLDER: usize = 12;
+
+#[test]
+fn no_folder_of_the_runtime_holds_more_than_a_dozen_files() {
+    assert!(
+        map().contains("At most a dozen files stand in any folder"),
+        "the map states the rule this test keeps"
+    );
+    let mut folders: std::collections::BTreeMap<String, usize> = Default::default();
+    for (path, dir) in runtime_paths() {
+        let (folder, file) = path.rsplit_once('/').unwrap_or(("", path.as_str()));
+        if !dir && file.ends_with(".rs") && file != "mod.rs" {
+            *folders.entry(folder.to_owned()).or_default() += 1;
+        }
+    }
+    let crowded: Vec<_> = folders
+        .into_iter()
+        .filter(|&(_, files)| files > FILES_PER_FOLDER)
+        .collect();
+    assert!(
+        crowded.is_empty(),
+        "folders of distlock-core/src with more than {FILES_PER_FOLDER} files (split them by concept): {crowded:?}"
+    );
+}
