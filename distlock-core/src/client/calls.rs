@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use crate::client::batch::OnAnswer;
 use crate::client::state::Client;
 use crate::deploy::redlock::count::Quorate;
+use crate::deploy::redlock::Taken;
 use crate::deploy::CallError;
 use crate::error::{Error, Operation};
 use crate::lease::{fence_kept, guaranteed_until};
@@ -169,19 +170,16 @@ impl Client {
         sent_at: Instant,
     ) -> Result<u64, Error> {
         let config = &self.inner.config;
-        let retention = fence_kept(config.fence_retention, ttl);
-        let valid_until = guaranteed_until(sent_at, ttl);
+        let taken = Taken {
+            keys,
+            token: taken,
+            retention: fence_kept(config.fence_retention, ttl),
+            valid_until: guaranteed_until(sent_at, ttl),
+        };
         let new_id = || self.new_request_id();
         self.inner
             .deployment
-            .fence_token(
-                keys,
-                taken,
-                retention,
-                valid_until,
-                config.response_timeout,
-                new_id,
-            )
+            .fence_token(taken, config.response_timeout, new_id)
             .await
             .map_err(|e| self.call_error(Operation::Acquire, keys.name(), e))
     }

@@ -16,14 +16,11 @@ pub(crate) mod server_check;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 pub(crate) use crate::deploy::call_error::CallError;
 use crate::deploy::connection::Connection;
 use crate::deploy::redlock::count::{majority, Quorate};
-use crate::deploy::redlock::Quorum;
+use crate::deploy::redlock::{Quorum, Taken};
 use crate::wire::ids::ShortId;
-use crate::wire::keys::LockKeys;
 use crate::wire::request::Call;
 
 /// Where a client's calls go: each deployment with only its own state. A new deployment is a
@@ -100,27 +97,19 @@ impl Deployment {
         }
     }
 
-    /// The fencing token of a take of `keys` whose acquire's largest token was `taken`: over
-    /// RedLock the rounds over the masters' fence floors ([`Quorum::fence_token`]: its floors
-    /// kept for `retention`, each round bounded by `timeout` and identified by `new_id`, all
-    /// before `valid_until`); on one command connection `taken` itself, the one floor that
+    /// The fencing token of a fenced take: over RedLock the rounds over the masters' fence
+    /// floors ([`Quorum::fence_token`], each round bounded by `timeout` and identified by
+    /// `new_id`); on one command connection the acquire's own token, from the one floor that
     /// decides it.
     pub(crate) async fn fence_token(
         &self,
-        keys: &LockKeys,
-        taken: u64,
-        retention: Duration,
-        valid_until: Instant,
+        taken: Taken<'_>,
         timeout: Duration,
         new_id: impl Fn() -> ShortId,
     ) -> Result<u64, CallError> {
         match self {
-            Deployment::Direct(_) => Ok(taken),
-            Deployment::Quorum(quorum) => {
-                quorum
-                    .fence_token(keys, taken, retention, valid_until, timeout, new_id)
-                    .await
-            }
+            Deployment::Direct(_) => Ok(taken.token),
+            Deployment::Quorum(quorum) => quorum.fence_token(taken, timeout, new_id).await,
         }
     }
 

@@ -8,6 +8,8 @@ pub(crate) mod count;
 pub(crate) mod stragglers;
 mod token;
 
+pub(crate) use token::Taken;
+
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -47,19 +47,26 @@ const AHEAD: u64 = 1_000_000;
 /// lost only to another acquire that raised the floor to the same token or above meanwhile.
 const RAISES: usize = 8;
 
+/// A fenced take whose token the rounds raise above every earlier holder's.
+pub(crate) struct Taken<'a> {
+    pub(crate) keys: &'a LockKeys,
+    /// The acquire's own largest token (the masters that granted it hold it as their floor).
+    pub(crate) token: u64,
+    /// How long the raised floors are kept.
+    pub(crate) retention: Duration,
+    /// The end of the lease's validity: no token is handed out after it.
+    pub(crate) valid_until: Instant,
+}
+
 impl Quorum {
-    /// The token for a lock just taken by a majority (a permit: its quorum) whose largest
-    /// fenced-acquire token was `taken`, its floors kept for `retention`. Each round is one
-    /// call bounded by `timeout`, with a fresh request id from `new_id`. Fails with
-    /// [`CallError::NoQuorum`] when a round does not reach a majority, when the lease's
-    /// validity (`valid_until`) ran out meanwhile, or when every raise met another acquire's;
-    /// the caller then releases the lock.
+    /// The token for a lock just taken by a majority (a permit: its quorum), `taken`. Each
+    /// round is one call bounded by `timeout`, with a fresh request id from `new_id`. Fails
+    /// with [`CallError::NoQuorum`] when a round does not reach a majority, when the lease's
+    /// validity ran out meanwhile, or when every raise met another acquire's; the caller then
+    /// releases the lock.
     pub(crate) async fn fence_token(
         &self,
-        keys: &LockKeys,
-        taken: u64,
-        retention: Duration,
-        valid_until: Instant,
+        taken: Taken<'_>,
         timeout: Duration,
         new_id: impl Fn() -> ShortId,
     ) -> Result<u64, CallError> {
@@ -67,27 +74,26 @@ impl Quorum {
             agreed: 0,
             required: majority(self.len()),
         };
-        let id = new_id();
-        let read = FenceFloorCall {
-            keys,
-            id: id.as_bytes(),
-            raise_to: 0,
-            retention,
-        };
-        let (floor, _) = self.call(&read, timeout).await?;
-        // Above the acquire's own tokens too: the masters that granted it hold them as floors.
-        let mut token = taken.max(floor).saturating_add(1);
-        for _ in 0..RAISES {
+        // A read (`raise_to` 0) or a raise: the largest floor, before the raise, of the
+        // majority that answered.
+        let floor = |raise_to: u64| {
             let id = new_id();
-            let raise = FenceFloorCall {
-                keys,
-                id: id.as_bytes(),
-                raise_to: token,
-                retention,
-            };
-            // The largest floor, before the raise, of the majority that answered.
-            let (before, _) = self.call(&raise, timeout).await?;
-            if Instant::now() >= valid_until {
+            let (keys, retention) = (taken.keys, taken.retention);
+            async move {
+                let call = FenceFloorCall {
+                    keys,
+                    id: id.as_bytes(),
+                    raise_to,
+                    retention,
+                };
+                self.call(&call, timeout).await.map(|(floor, _)| floor)
+            }
+        };
+        // Above the acquire's own tokens too: the masters that granted it hold them as floors.
+        let mut token = taken.token.max(floor(0).await?).saturating_add(1);
+        for _ in 0..RAISES {
+            let before = floor(token).await?;
+            if Instant::now() >= taken.valid_until {
                 return Err(no_quorum());
             }
             if before < token {
