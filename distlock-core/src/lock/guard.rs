@@ -294,7 +294,8 @@ impl LockGuard {
         }
         if let Some(reason) = lost_before {
             return Err(Error::Lost {
-                key: self.name().to_owned(),
+                // Not `self.name()`: the guard's hold went with its release.
+                key: hold.keys()[self.named].name().to_owned(),
                 reason,
             });
         }
