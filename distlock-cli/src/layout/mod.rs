@@ -439,6 +439,11 @@ impl Layout {
                 return not_a_lock(describe_type(&kind));
             }
         };
+        // A lock its waiters marked (`d2:<owner>+`) is its owner's all the same.
+        let value = match value.strip_suffix('+') {
+            Some(unmarked) => unmarked.to_owned(),
+            None => value,
+        };
         let Some(client_id) = owner_client_id(&value) else {
             return not_a_lock(describe_string(&value));
         };

@@ -124,7 +124,8 @@ pub(crate) fn decode_acquire(
     };
     Some(match previous {
         None => Acquired::Taken { token: None },
-        Some(v) if v == value => Acquired::Taken { token: None },
+        // Our own, marked or not by a waiter since (`marks_prelude!`).
+        Some(v) if v.strip_suffix(b"+").unwrap_or(&v) == value => Acquired::Taken { token: None },
         Some(v) if v.starts_with(VERSION_TAG.as_bytes()) => Acquired::Busy { pttl, pass: 0 },
         Some(_) => Acquired::Incompatible,
     })

@@ -42,11 +42,17 @@ pub const TERMS_KEPT: usize = 32;
 /// Every written term raises the fence floor to it (kept the retention, renewed with the
 /// record), so later holders' tokens are above it; a new term or identity is added to (or
 /// replaces the head of) the terms list, and a wake (`1`) is published on the release channel,
-/// where observers (and the lock's waiters, who try again) hear it.
-pub const LEADER_PROCLAIM: &str = r#"
-if redis.call('GET', KEYS[1]) ~= ARGV[2] then
+/// where observers (and the lock's waiters, who try again) hear it. The lock is marked as one
+/// its waiters wait for (`marks_prelude!`): observers wait for its release too, so the release
+/// always publishes.
+pub const LEADER_PROCLAIM: &str = concat!(
+    marks_prelude!(),
+    r#"
+local raw = redis.call('GET', KEYS[1])
+if unmark(raw) ~= ARGV[2] then
   return {ARGV[1], {0, '0', 0}}
 end
+mark(KEYS[1], raw)
 local retention = ARGV[5]
 local function above(a, b)
   return #a > #b or (#a == #b and a > b)
@@ -123,7 +129,8 @@ redis.call('LTRIM', KEYS[4], 0, 31)
 keep(term)
 wake()
 return {ARGV[1], {1, term, since}}
-"#;
+"#
+);
 
 /// The current leader of a name, for observers and operators.
 ///
@@ -132,15 +139,18 @@ return {ARGV[1], {1, term, since}}
 /// Returns `{id, {held, term, identity, since, owner, pttl, terms}}`: `held` 1 when the lock
 /// holds the record's owner (the record names the leader), `pttl` the lock's (ms; negative
 /// when there is no lock), `terms` the terms list, newest first.
-pub const LEADER_CURRENT: &str = r#"
+pub const LEADER_CURRENT: &str = concat!(
+    marks_prelude!(),
+    r#"
 local rec = redis.call('HMGET', KEYS[2], 'term', 'identity', 'since', 'owner')
 local held = 0
-if rec[4] and redis.call('TYPE', KEYS[1]).ok == 'string' and redis.call('GET', KEYS[1]) == rec[4] then
+if rec[4] and redis.call('TYPE', KEYS[1]).ok == 'string' and unmark(redis.call('GET', KEYS[1])) == rec[4] then
   held = 1
 end
 local terms = redis.call('LRANGE', KEYS[3], 0, -1)
 return {ARGV[1], {held, rec[1] or '0', rec[2] or '', tonumber(rec[3] or '0'), rec[4] or '', redis.call('PTTL', KEYS[1]), terms}}
-"#;
+"#
+);
 
 /// A candidate enters (or stays in) an election's candidates, or leaves them.
 ///
@@ -169,14 +179,17 @@ return {ARGV[1], 1}
 /// Returns `{id, {holder, queue, candidates}}`: `holder` the lock's value (empty without one, or
 /// when the key is not a lock), `queue` the waiters' values in arrival order (their tickets),
 /// `candidates` the hash as `{client id, identity, ...}`.
-pub const LEADER_CANDIDATES: &str = r#"
+pub const LEADER_CANDIDATES: &str = concat!(
+    marks_prelude!(),
+    r#"
 local holder = ''
 if redis.call('TYPE', KEYS[1]).ok == 'string' then
-  holder = redis.call('GET', KEYS[1])
+  holder = unmark(redis.call('GET', KEYS[1]))
 end
 local queue = {}
 if redis.call('TYPE', KEYS[2]).ok == 'zset' then
   queue = redis.call('ZRANGE', KEYS[2], 0, -1)
 end
 return {ARGV[1], {holder, queue, redis.call('HGETALL', KEYS[3])}}
-"#;
+"#
+);

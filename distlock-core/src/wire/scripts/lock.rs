@@ -23,8 +23,9 @@ use std::time::Duration;
 /// and the script fails before it takes the lock.
 pub const ACQUIRE_FENCED: &str = concat!(
     fence_prelude!(),
+    marks_prelude!(),
     r#"
-local v = redis.pcall('GET', KEYS[1])
+local v = unmark(redis.pcall('GET', KEYS[1]))
 if type(v) == 'table' then
   return {ARGV[4], {2, 0}}
 end
@@ -155,7 +156,9 @@ pub(crate) const TURN_GRACE: Duration = Duration::from_millis(300);
 /// at most the grace more (so a waiter that went away holds the lock up that long at most) and
 /// queues itself behind them. Taking removes the caller's entry; both keys expire with their
 /// last entry. The queue only ever refuses a grant: exclusion rests on the lock key alone.
-pub const ACQUIRE_QUEUED: &str = r#"
+pub const ACQUIRE_QUEUED: &str = concat!(
+    marks_prelude!(),
+    r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lapsed = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
@@ -163,7 +166,7 @@ if #lapsed > 0 then
   redis.call('ZREM', KEYS[3], unpack(lapsed))
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 end
-local v = redis.pcall('GET', KEYS[1])
+local v = unmark(redis.pcall('GET', KEYS[1]))
 if type(v) == 'table' then
   return {ARGV[4], {2, 0, 0}}
 end
@@ -243,7 +246,8 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {ARGV[4], {1, token, 0}}
-"#;
+"#
+);
 
 /// The longest a lock handed to a queued waiter by a release (one server, Sentinel, a cluster:
 /// see [`RELEASE`](super::RELEASE)) is granted for before its new holder extends it: a waiter
@@ -325,7 +329,8 @@ local sharded = ARGV[6] == 's'
 local function queue(ms)
   enqueue(KEYS[2], KEYS[4], ARGV[1], ARGV[4], ARGV[3], ms)
 end
-local v = redis.pcall('GET', KEYS[1])
+local raw = redis.pcall('GET', KEYS[1])
+local v = unmark(raw)
 if type(v) == 'table' then
   if redis.call('TYPE', KEYS[1])['ok'] ~= 'zset' or not redis.call('ZSCORE', KEYS[1], 'd2:readers') then
     return {ARGV[3], {2, 0}}
@@ -370,6 +375,7 @@ end
 if v then
   local pttl = redis.call('PTTL', KEYS[1])
   queue(math.max(pttl, 0))
+  mark(KEYS[1], raw)
   return {ARGV[3], {0, pttl}}
 end
 local turned = turn_over(KEYS[1], KEYS[3], KEYS[2], KEYS[4], nil, tonumber(ARGV[4]), sharded, nil)
@@ -388,7 +394,11 @@ end
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local value = ARGV[1]
+if redis.call('ZCARD', KEYS[2]) > 0 then
+  value = value .. '+'
+end
+redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
 return {ARGV[3], {1, t}}
 "#
 );
@@ -422,7 +432,7 @@ for at = 0, #KEYS - per, per do
   if per >= 5 then
     local lock, chan, ids = KEYS[at + 3], KEYS[at + 4], KEYS[at + 5]
     redis.call('HDEL', ids, ARGV[1])
-    local v = redis.pcall('GET', lock)
+    local v = unmark(redis.pcall('GET', lock))
     if v == ARGV[1] then
       let_go(lock, chan, q, ids, ARGV[3] == 's')
     elseif type(v) == 'table' then

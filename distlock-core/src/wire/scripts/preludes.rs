@@ -5,8 +5,9 @@
 //! * `holders_prelude!`: the server's clock and a sorted set of holders' expiry;
 //! * `permit_prelude!` (after `holders_prelude!`): a semaphore's count, a set of holders'
 //!   mark, a permit's or a read hold's renewal;
-//! * `grant_prelude!` (after `holders_prelude!`): a lock let go or handed over, in turn to the
-//!   writers and readers queued for it;
+//! * `marks_prelude!`: a lock's waiters mark (`unmark`, `mark`);
+//! * `grant_prelude!` (after `holders_prelude!` and `marks_prelude!`): a lock let go or handed
+//!   over, in turn to the writers and readers queued for it;
 //! * `permit_handoff_prelude!` (after the three above): a permit or a read hold let go, and a
 //!   freed permit handed over;
 //! * `fence_prelude!`: the fence raise.
@@ -88,9 +89,38 @@ end
     };
 }
 
+/// A lock's waiters mark: a lock someone waits for holds its value followed by `+`
+/// (`d2:<owner>+`), as a futex holds "locked, with waiters". The plain acquire writes the value
+/// unmarked; every waiter marks the lock it finds held before it waits for its release (queued
+/// in its turn, or subscribed and retrying), and a lock handed over is set marked. So a release
+/// that finds the lock unmarked knows nobody waits for it: it deletes the lock, with no queue
+/// read and no message (`release_lock`). Everything that compares a lock with its owner's
+/// value reads it through `unmark` first (a mark never makes one owner's value another's: `+`
+/// is in no owner id).
+///
+/// * `unmark`: the value without its mark (anything else, `false` or an error table, as it is).
+/// * `mark`: a lock held with the value `v` (as read) marked, its expiry kept.
+macro_rules! marks_prelude {
+    () => {
+        r#"
+local function unmark(v)
+  if type(v) == 'string' and string.byte(v, -1) == 43 then
+    return string.sub(v, 1, -2)
+  end
+  return v
+end
+local function mark(lock, v)
+  if string.byte(v, -1) ~= 43 then
+    redis.call('SET', lock, v .. '+', 'KEEPTTL')
+  end
+end
+"#
+    };
+}
+
 /// How a lock is let go and handed over, shared by [`RELEASE`], [`RELEASE_MANY`],
 /// [`LEAVE_QUEUE`], [`ACQUIRE_HANDED`], [`ACQUIRE_ALL`], [`ACQUIRE_PERMIT`] and
-/// [`ACQUIRE_READ`] (after `holders_prelude!`).
+/// [`ACQUIRE_READ`] (after `holders_prelude!`; it brings `marks_prelude!` with it).
 ///
 /// The queue (`prefix:{name}:queue`: value → ticket, see `handed_ticket`) holds a lock's
 /// writers and readers alike (and a semaphore's waiters); `queue:ids` records the request that
@@ -107,7 +137,8 @@ end
 ///   ticket below `below`, if given: an attempt hands the lock to the waiters ahead of it):
 ///   readers each get a share for their grant window (a member of the readers' set), as many as
 ///   come in a row; a writer gets the lock for its window (set to its value) if no reader holds
-///   it. Returns `readers` (shares handed), `handed` (a writer handed the lock), `writer` (a
+///   it, marked (others may still wait behind it). Returns `readers` (shares handed), `handed`
+///   (a writer handed the lock), `writer` (a
 ///   writer at the head waits for the readers inside), or nothing (nobody queued ahead).
 ///   Given `lapses` (`queue:until`: when each writer waiting behind readers lapses), a writer at
 ///   the head that waits for readers and has not asked again within `writer_lapse` (2 s; it
@@ -117,9 +148,12 @@ end
 ///   most.
 /// * `let_go`: a writer's lock let go: with the queue given (one server, Sentinel, a cluster;
 ///   not over RedLock) handed over (`turn_over`), otherwise, or with nobody queued, deleted and
-///   the message `1`, a plain wake. Without waiters this costs one `ZRANGE`.
-/// * `release_lock`: a `d2` lock's release (`v`: what the lock key holds, `false` if nothing),
-///   as [`RELEASE`] returns its code. With a next waiter (`nv`, its ticket `nt` and the id `nid`
+///   the message `1`, a plain wake.
+/// * `release_lock`: a `d2` lock's release (`raw`: what the lock key holds, `false` if
+///   nothing), as [`RELEASE`] returns its code. An owner's unmarked lock with the queue given
+///   and no next waiter is deleted and nothing more: nobody waits for it (`marks_prelude!`), so
+///   the uncontended release costs Redis a `GET` and a `DEL`. A marked one is let go
+///   (`let_go`). With a next waiter (`nv`, its ticket `nt` and the id `nid`
 ///   its grant will name: a waiter of the releasing client that waits in the client behind one
 ///   already queued, see `client::waiting::cohort`) the release queues it first (unless the
 ///   lock is that waiter's already: it took it by an attempt of its own), whatever else it
@@ -136,7 +170,7 @@ end
 /// [`ACQUIRE_READ`]: super::ACQUIRE_READ
 macro_rules! grant_prelude {
     () => {
-        r#"
+        concat!(marks_prelude!(), r#"
 local function wake(chan, msg, sharded)
   if sharded then
     redis.call('SPUBLISH', chan, msg)
@@ -219,7 +253,7 @@ local function turn_over(lock, chan, q, ids, held, below, sharded, lapses)
         redis.call('DEL', lock)
       end
       local window = grant(chan, q, ids, first, id, sharded)
-      redis.call('SET', lock, first[1], 'PX', string.format('%d', window))
+      redis.call('SET', lock, first[1] .. '+', 'PX', string.format('%d', window))
       return 'handed'
     end
   end
@@ -235,7 +269,8 @@ local function let_go(lock, chan, q, ids, sharded)
   redis.call('DEL', lock)
   wake(chan, '1', sharded)
 end
-local function release_lock(lock, chan, q, ids, v, value, keep, nv, nt, nid, sharded)
+local function release_lock(lock, chan, q, ids, raw, value, keep, nv, nt, nid, sharded)
+  local v = unmark(raw)
   if v and v ~= value and string.sub(v, 1, 3) ~= 'd2:' then
     return -3
   end
@@ -250,12 +285,14 @@ local function release_lock(lock, chan, q, ids, v, value, keep, nv, nt, nid, sha
   elseif tonumber(keep) > 0 then
     redis.call('PEXPIRE', lock, keep)
   end
-  if (code == 0 and tonumber(keep) <= 0) or (code == -2 and nv) then
+  if code == 0 and tonumber(keep) <= 0 and q and not nv and raw == value then
+    redis.call('DEL', lock)
+  elseif (code == 0 and tonumber(keep) <= 0) or (code == -2 and nv) then
     let_go(lock, chan, q, ids, sharded)
   end
   return code
 end
-"#
+"#)
     };
 }
 

@@ -2,7 +2,8 @@
 
 /// Renew a batch of leases (and check a re-entry: a batch of one).
 ///
-/// KEYS: lock keys. ARGV: the request id, then for each key its ttl ms and its value.
+/// KEYS: lock keys. ARGV: the request id, then for each key its ttl ms and its value (a lock
+/// marked by its waiters is its owner's all the same, see `marks_prelude!`).
 /// Returns `{id, statuses}` with one status per key: 1 ours (its expiry now reaches at least the
 /// ttl), 0 gone, -1 another owner's, -2 not a `d2` lock. Renewal only ever extends a key's
 /// expiry (never shortens one that another hold relies on), and one bad key does not fail the
@@ -10,10 +11,11 @@
 /// of that value the same way (only extends; 0 when the permit's lease ended), see
 /// `permit_prelude!`.
 pub const RENEW: &str = concat!(
+    marks_prelude!(),
     r#"
 local out = {}
 for i, key in ipairs(KEYS) do
-  local v = redis.pcall('GET', key)
+  local v = unmark(redis.pcall('GET', key))
   if type(v) == 'table' then"#,
     holders_prelude!(),
     permit_prelude!(),

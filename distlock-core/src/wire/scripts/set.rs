@@ -43,7 +43,10 @@ local sharded = ARGV[6] == 's'
 local function key(i, j)
   return KEYS[per * (i - 1) + j]
 end
-local function busy(i, ms)
+local function busy(i, ms, raw)
+  if raw then
+    mark(key(i, 1), raw)
+  end
   if turn then
     for j = 1, n do
       local q, ids = key(j, 3), key(j, 5)
@@ -52,7 +55,7 @@ local function busy(i, ms)
       else
         redis.call('ZREM', q, ARGV[1])
         redis.call('HDEL', ids, ARGV[1])
-        if redis.pcall('GET', key(j, 1)) == ARGV[1] then
+        if unmark(redis.pcall('GET', key(j, 1))) == ARGV[1] then
           let_go(key(j, 1), key(j, 4), q, ids, sharded)
         end
       end
@@ -60,12 +63,14 @@ local function busy(i, ms)
   end
   return {ARGV[4], {0, ms, i}}
 end
-local mine = 0
+local mine, marked = 0, {}
 for i = 1, n do
   local lock = key(i, 1)
-  local v = redis.pcall('GET', lock)
+  local raw = redis.pcall('GET', lock)
+  local v = unmark(raw)
   if v == ARGV[1] then
     mine = mine + 1
+    marked[i] = raw ~= v
   end
   if type(v) == 'table' then
     if redis.call('TYPE', lock)['ok'] == 'zset' and redis.call('ZSCORE', lock, 'd2:readers') then
@@ -77,7 +82,7 @@ for i = 1, n do
     if string.sub(v, 1, 3) ~= 'd2:' then
       return {ARGV[4], {2, 0, i}}
     end
-    return busy(i, redis.call('PTTL', lock))
+    return busy(i, redis.call('PTTL', lock), raw)
   end
   if turn and v == false then
     if turn_over(lock, key(i, 4), key(i, 3), key(i, 5), nil, tonumber(ARGV[5]), sharded, nil) then
@@ -100,11 +105,17 @@ for i = 1, n do
   out[i + 1] = token
 end
 for i = 1, n do
-  redis.call('SET', key(i, 1), ARGV[1], 'PX', ARGV[2])
+  local value = ARGV[1]
   if turn then
     redis.call('ZREM', key(i, 3), ARGV[1])
     redis.call('HDEL', key(i, 5), ARGV[1])
+    if marked[i] or redis.call('ZCARD', key(i, 3)) > 0 then
+      value = value .. '+'
+    end
+  elseif marked[i] then
+    value = value .. '+'
   end
+  redis.call('SET', key(i, 1), value, 'PX', ARGV[2])
 end
 return {ARGV[4], out}
 "#

@@ -130,6 +130,9 @@ if kind == 'string' then
   if string.sub(v, 1, 3) ~= 'd2:' then
     return {ARGV[4], {2, 0}}
   end
+  if ticket > 0 then
+    mark(KEYS[1], v)
+  end
   return busy(redis.call('PTTL', KEYS[1]))
 elseif kind == 'zset' then
   if not redis.call('ZSCORE', KEYS[1], 'd2:readers') then
@@ -190,14 +193,15 @@ return {ARGV[4], {1, token}}
 /// the intent while it waits; taking the lock removes the intent if it is still its own.
 pub const ACQUIRE_WRITE: &str = concat!(
     fence_prelude!(),
+    marks_prelude!(),
     r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local mark = tonumber(ARGV[5])
+local intent = tonumber(ARGV[5])
 local function busy(ms)
-  if mark > 0 then
-    redis.call('SET', KEYS[3], ARGV[1], 'PX', mark)
-    ms = math.min(ms, math.max(math.floor(mark / 3), 1))
+  if intent > 0 then
+    redis.call('SET', KEYS[3], ARGV[1], 'PX', intent)
+    ms = math.min(ms, math.max(math.floor(intent / 3), 1))
   end
   return {ARGV[4], {0, ms}}
 end
@@ -215,7 +219,8 @@ if kind == 'zset' then
   end
   redis.call('DEL', KEYS[1])
 elseif kind == 'string' then
-  local v = redis.call('GET', KEYS[1])
+  local raw = redis.call('GET', KEYS[1])
+  local v = unmark(raw)
   if v == ARGV[1] then
     local token = 0
     if tonumber(ARGV[3]) > 0 then
@@ -229,6 +234,9 @@ elseif kind == 'string' then
   local pttl = redis.call('PTTL', KEYS[1])
   if pttl < 0 then
     pttl = 1000
+  end
+  if intent > 0 then
+    mark(KEYS[1], raw)
   end
   return busy(pttl)
 elseif kind ~= 'none' then
