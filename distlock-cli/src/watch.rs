@@ -3,7 +3,8 @@
 //! Every interval it reads the locks matching the pattern (as `list` does) and counts the
 //! acquisitions since the last refresh. Redis has no record of acquisitions, so they are
 //! counted from what can be seen: the lock's release notifications (a pattern subscription to
-//! the release channels, what waiting clients hear), or, when none came, one if the lock's
+//! the release channels, what waiting clients hear: a release publishes only when someone
+//! waits for the lock, a release nobody waited for is silent), or, when none came, one if the lock's
 //! owner changed between two refreshes. A lock that expired without a release and was taken
 //! again between two refreshes counts once, so the rate is a lower bound.
 //!

@@ -77,8 +77,9 @@ async fn list_shows_who_holds_what() {
     let locks = listing["locks"].as_array().unwrap();
     assert_eq!(locks.len(), 1, "{listing}");
     assert_eq!(locks[0]["name"], "order:42");
+    // Marked by its waiters (`d2:<owner>+`): the owner is the value without the mark.
     let owner: String = conn.get("distlock:{order:42}").await.unwrap();
-    assert_eq!(locks[0]["owner"], owner);
+    assert_eq!(locks[0]["owner"], owner.trim_end_matches('+'));
     assert_eq!(locks[0]["process"]["pid"], std::process::id());
     assert_eq!(locks[0]["process"]["client_name"], "cli-list");
     assert_eq!(locks[0]["queued"], 5);
@@ -159,6 +160,8 @@ async fn release_needs_force_asks_and_wakes_the_waiters() {
     let mut conn = conn(&redis).await;
     wait_for_subscriber(&mut conn, "distlock:{job}:released").await;
     let owner: String = conn.get("distlock:{job}").await.unwrap();
+    // Marked by the waiter (`d2:<owner>+`) or not yet: the owner is the value without the mark.
+    let owner = owner.trim_end_matches('+').to_owned();
 
     let out = run(&["--url", url, "release", "job"]).await;
     out.status(2);
@@ -224,7 +227,7 @@ async fn watch_refreshes_until_ctrl_c() {
         if line.starts_with("cron:nightly") {
             frames += 1;
             // Take and release the lock between frames: acquisitions are counted.
-            guard_cycle(&holder).await;
+            guard_cycle(&holder, &redis).await;
         }
         seen.push(line);
     }
@@ -258,8 +261,35 @@ async fn watch_refreshes_until_ctrl_c() {
 }
 
 /// Takes and releases a lock watched by `watch` (one release notification).
-async fn guard_cycle(client: &Client) {
-    hold(client, "cron:hourly").await.release().await.unwrap();
+/// Takes `cron:hourly`, lets another client queue for it, and releases it: the release hands
+/// it over and says so on the release channel (a release nobody waits for is silent).
+async fn guard_cycle(client: &Client, redis: &TestRedis) {
+    let guard = hold(client, "cron:hourly").await;
+    let other = support::client(redis).await;
+    let waiter = tokio::spawn(async move {
+        let g = other
+            .lock("cron:hourly")
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap();
+        g.release().await.unwrap();
+    });
+    let mut conn = conn(redis).await;
+    let queued = async {
+        loop {
+            let n: u64 = conn.zcard("distlock:{cron:hourly}:queue").await.unwrap();
+            if n > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), queued)
+        .await
+        .expect("the waiter queued");
+    guard.release().await.unwrap();
+    waiter.await.unwrap();
 }
 
 #[tokio::test]

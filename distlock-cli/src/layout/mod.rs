@@ -186,8 +186,9 @@ pub(crate) enum Released {
     ChangedHands,
 }
 
-/// Deletes the lock if it still has the owner the operator saw, and wakes its waiters as the
-/// runtime's own release does (one `PUBLISH` on the release channel). A semaphore's holders
+/// Deletes the lock if it still has the owner the operator saw (marked by its waiters or not,
+/// `d2:<owner>+`), and wakes its waiters as the runtime's own release does when someone waits
+/// (one `PUBLISH` on the release channel). A semaphore's holders
 /// (several owners) are removed from its sorted set, those still there; the key goes with the
 /// last of them.
 ///
@@ -208,7 +209,7 @@ if type(v) == 'table' then
   end
   return {removed, redis.call('PUBLISH', KEYS[2], '1')}
 end
-if v ~= ARGV[1] then
+if v ~= ARGV[1] and v ~= ARGV[1] .. '+' then
   return {0, 0}
 end
 redis.call('DEL', KEYS[1])

@@ -170,7 +170,9 @@ end
 /// [`ACQUIRE_READ`]: super::ACQUIRE_READ
 macro_rules! grant_prelude {
     () => {
-        concat!(marks_prelude!(), r#"
+        concat!(
+            marks_prelude!(),
+            r#"
 local function wake(chan, msg, sharded)
   if sharded then
     redis.call('SPUBLISH', chan, msg)
@@ -292,7 +294,8 @@ local function release_lock(lock, chan, q, ids, raw, value, keep, nv, nt, nid, s
   end
   return code
 end
-"#)
+"#
+        )
     };
 }
 
