@@ -59,7 +59,8 @@ pub(super) fn permit_renew(r: &mut Redis, key: &str, value: &str, ttl: &str) -> 
     i64::from(s.is_some())
 }
 
-/// `unmark`: a lock's value without its waiters' mark (`+`); nothing stays nothing.
+/// `unmark`: a lock's value without its waiters' mark (`+`: a lock someone waits for holds
+/// `d2:<owner>+`, see `marks_prelude!`); nothing stays nothing.
 pub(super) fn unmark(v: Option<String>) -> Option<String> {
     v.map(|s| match s.strip_suffix('+') {
         Some(unmarked) => unmarked.to_owned(),
@@ -216,7 +217,8 @@ pub(super) fn turn_over(
     out
 }
 
-/// `let_go`: handed over (with the queue) or deleted and woken.
+/// `let_go`: handed over (with the queue; the lock set marked, `turn_over`) or deleted and
+/// woken.
 pub(super) fn let_go(
     r: &mut Redis,
     f: &Mutations,
@@ -245,7 +247,10 @@ pub(super) struct Next<'a> {
 }
 
 /// `release_lock`: -3 not a `d2` lock, -2 no lock, -1 another's, 0 released (`raw`: the
-/// lock's value as read, marked or not).
+/// lock's value as read, marked or not; every comparison reads it through `unmark`). An
+/// owner's unmarked lock, released with the queue given and no next waiter, is deleted and
+/// nothing more (no queue read, no message: no waiter marked it); a marked one is let go
+/// (`let_go`: handed to the first waiter, or deleted and woken).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn release_lock(
     r: &mut Redis,

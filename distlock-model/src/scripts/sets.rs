@@ -38,7 +38,8 @@ pub(super) fn acquire_all(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
     };
     let refused = |i: usize| with_id(id, vec![Reply::Int(2), Reply::Int(0), Reply::Int(i as i64)]);
     let mut mine = 0;
-    let mut marked = vec![false; n + 1];
+    // The locks found ours and marked (Lua's `marked[i]`).
+    let mut marked = std::collections::BTreeSet::new();
     for i in 1..=n {
         let lock = key(i, 1);
         if m.set_checks_first_only && i > 1 {
@@ -55,7 +56,9 @@ pub(super) fn acquire_all(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
             }
             Ok(Some(v)) if v == value => {
                 mine += 1;
-                marked[i] = raw.ok().flatten().as_deref() != Some(value);
+                if raw.ok().flatten().as_deref() != Some(value) {
+                    marked.insert(i);
+                }
             }
             Ok(Some(v)) => {
                 if !v.starts_with("d2:") {
@@ -98,10 +101,10 @@ pub(super) fn acquire_all(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
         if turn {
             r.zrem(key(i, 3), value);
             r.hdel(key(i, 5), value);
-            if marked[i] || r.zcard(key(i, 3)) > 0 {
+            if marked.contains(&i) || r.zcard(key(i, 3)) > 0 {
                 set.push('+');
             }
-        } else if marked[i] {
+        } else if marked.contains(&i) {
             set.push('+');
         }
         r.set(key(i, 1), &set, Some(num(a.a(2))));
