@@ -2,7 +2,7 @@
 //! lists with expiry on an explicit clock, and the commands the scripts call, with Redis 7's
 //! semantics where the scripts depend on them (a key lives while `now <= expiry`; an emptied
 //! collection is deleted; `PEXPIRE` to a time not after now deletes; `SET` drops the expiry
-//! unless it sets one; the other writes keep it).
+//! unless it sets one or keeps it (`KEEPTTL`); the other writes keep it).
 
 use std::collections::BTreeMap;
 
@@ -228,6 +228,18 @@ impl<'a> Redis<'a> {
     /// `SET key value [PX ms]` (the expiry dropped without `PX`).
     pub fn set(&mut self, key: &str, value: &str, px: Option<i64>) {
         let expires_at = px.map(|ms| self.now_ms() + ms);
+        self.ks.entries.insert(
+            key.to_owned(),
+            Entry {
+                value: Value::Str(value.to_owned()),
+                expires_at,
+            },
+        );
+    }
+
+    /// `SET key value KEEPTTL`: the value replaced, the key's expiry (if any) kept.
+    pub fn set_keepttl(&mut self, key: &str, value: &str) {
+        let expires_at = self.live(key).and_then(|e| e.expires_at);
         self.ks.entries.insert(
             key.to_owned(),
             Entry {

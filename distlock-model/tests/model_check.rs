@@ -489,3 +489,72 @@ fn random_walks_beyond_the_exhaustive_depth() {
         "random walks violated {unexpected:?}"
     );
 }
+
+/// A waiter queued at a lock that an expiry freed is handed the lock by the next release,
+/// whoever took it meanwhile. The counterexample the checker finds with two pauses (two
+/// clients, two acquisitions each: `Setup { rounds: 2, pauses: 2, horizon: 10 }`, breadth
+/// first): client 1 takes the lock; client 0 queues (`ACQUIRE_HANDED` marks the lock) and
+/// pauses; client 1's release is slow and arrives after the lock expired (`-2`, nothing let
+/// go); client 1's second acquisition takes the free lock with `SET NX` (unmarked: the admitted
+/// newcomer's pass); its release finds its own lock unmarked and only deletes it, with client 0
+/// still queued, where `let_go` would have handed it over. Client 0 is left queued at a free
+/// lock until its next look (`HANDED_RECHECK` in the runtime, 1 s).
+#[test]
+#[ignore = "protocol bug from the waiters' marks (44fdee7): a lock taken by a newcomer after an \
+            expiry is unmarked though waiters are queued, so its release leaves them queued at \
+            a free lock; run with --ignored once the scripts mend it"]
+fn a_release_after_an_expiry_hands_the_lock_to_the_waiter_queued_before_it() {
+    use distlock_model::protocol::{Act::*, Phase, Protocol};
+    use stateright::Model;
+
+    let model = Protocol(Setup {
+        rounds: 2,
+        pauses: 2,
+        horizon: 10,
+        ..Setup::default()
+    });
+    let path = [
+        Act(0),
+        Act(1),
+        Act(1),
+        Act(0),
+        Receive(0),
+        Act(0),
+        Pause(0),
+        Receive(1),
+        Tick,
+        Tick,
+        ActSlow(1),
+        Tick,
+        Tick,
+        Tick,
+        Apply(1),
+        Receive(1),
+        Act(1),
+        Act(1),
+        Receive(1),
+        Tick,
+        Tick,
+    ];
+    let mut w = model.init_states().remove(0);
+    for act in path {
+        w = model.next_state(&w, act).expect("a step");
+    }
+    // Client 1 holds its second acquisition, taken unmarked; client 0 is queued, paused.
+    assert_eq!(w.server.holder(w.now), Some("d2:c1r1"));
+    assert!(w.server.queued(w.now, &w.clients[0].value()).is_some());
+    assert!(matches!(
+        w.clients[0].phase,
+        Phase::Waiting { queued: true, .. }
+    ));
+    assert!(!w.history.left_free);
+    // Client 1 releases.
+    let w = model.next_state(&w, Act(1)).expect("a step");
+    assert!(
+        !w.history.left_free,
+        "the release left the lock free with client 0 queued (holder {:?}, client 0's ticket \
+         {:?})",
+        w.server.holder(w.now),
+        w.server.queued(w.now, &w.clients[0].value())
+    );
+}

@@ -175,6 +175,17 @@ fn cases() -> Vec<Case> {
             breaks: "no waiter stranded",
         },
         Case {
+            name: "a release deletes its own lock unread even when its waiters marked it",
+            setup: with_mutation(
+                Setup::default(),
+                Mutations {
+                    release_ignores_marks: true,
+                    ..m()
+                },
+            ),
+            breaks: "no waiter stranded",
+        },
+        Case {
             name: "the token is the server's clock, not raised above the floor",
             setup: with_mutation(
                 stepped_back.clone(),

@@ -136,25 +136,28 @@ impl Server {
         self.offset += by;
     }
 
-    /// Who the lock key names, if it is held at real time `now`.
+    /// Who the lock key names, if it is held at real time `now` (its owner's value: a mark of
+    /// its waiters, `+`, is no part of it).
     pub fn holder(&self, now: i64) -> Option<&str> {
         match self
             .primary
             .peek(keys::LOCK, self.clock(now))
             .map(|e| &e.value)
         {
-            Some(crate::keyspace::Value::Str(v)) => Some(v),
+            Some(crate::keyspace::Value::Str(v)) => Some(v.strip_suffix('+').unwrap_or(v)),
             _ => None,
         }
     }
 
-    /// Who holds the lock at real time `now`: its holder, or the live members of its set of
+    /// Who holds the lock at real time `now`: its holder (unmarked), or the live members of its set of
     /// holders (permits or readers, a grant among them for its window; a member past its
     /// deadline is no holder, though no script has removed it yet).
     pub fn holders(&self, now: i64) -> Vec<String> {
         let at = self.clock(now);
         match self.primary.peek(keys::LOCK, at).map(|e| &e.value) {
-            Some(crate::keyspace::Value::Str(v)) => vec![v.clone()],
+            Some(crate::keyspace::Value::Str(v)) => {
+                vec![v.strip_suffix('+').unwrap_or(v).to_owned()]
+            }
             Some(crate::keyspace::Value::ZSet(z)) => z
                 .iter()
                 .filter(|(m, &deadline)| deadline > at && *m != PERMITS && *m != READERS)

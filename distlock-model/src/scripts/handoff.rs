@@ -4,8 +4,8 @@ use crate::keyspace::{Bound, Redis, ZAdd};
 
 use super::lock::fence_error;
 use super::preludes::{
-    enqueue, fence_raise, let_go, num, permit_now, permit_release, permit_settle, turn_over, Line,
-    Turned, WRITER_LAPSE,
+    enqueue, fence_raise, let_go, mark, num, permit_now, permit_release, permit_settle, turn_over,
+    unmark, Line, Turned, WRITER_LAPSE,
 };
 use super::{bulk, with_id, Args, Mutations, Reply};
 
@@ -28,7 +28,8 @@ pub(super) fn acquire_handed(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
         }
     };
     let queue = |r: &mut Redis, ms: i64| enqueue(r, q, ids, value, a.a(4), id, ms);
-    let mut v = match r.get(lock) {
+    let raw = r.get(lock);
+    let mut v = match raw.clone().map(unmark) {
         Ok(v) => v,
         Err(_) => {
             if r.type_of(lock) != "zset" || r.zscore(lock, super::READERS).is_none() {
@@ -74,6 +75,9 @@ pub(super) fn acquire_handed(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
         }
         let pttl = r.pttl(lock);
         queue(r, pttl.max(0));
+        if let Ok(Some(raw)) = &raw {
+            mark(r, lock, raw);
+        }
         return with_id(id, int2(0, pttl));
     }
     let turned = if m.skip_queue_check {
@@ -95,7 +99,12 @@ pub(super) fn acquire_handed(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
     r.zrem(q, value);
     r.hdel(ids, value);
     r.zrem(lapses, value);
-    r.set(lock, value, Some(num(a.a(2))));
+    let value = if r.zcard(q) > 0 {
+        format!("{value}+")
+    } else {
+        value.to_owned()
+    };
+    r.set(lock, &value, Some(num(a.a(2))));
     with_id(id, int2(1, t))
 }
 
@@ -113,7 +122,7 @@ pub(super) fn leave_queue(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
         if per >= 5 {
             let (lock, chan, ids) = (a.k(at + 3), a.k(at + 4), a.k(at + 5));
             r.hdel(ids, value);
-            match r.get(lock) {
+            match r.get(lock).map(unmark) {
                 Ok(Some(v)) if v == value => let_go(r, m, lock, chan, Some((q, ids))),
                 Err(_) => {
                     permit_release(r, m, lock, value, "0", chan, Some((q, ids)));

@@ -2,7 +2,7 @@
 
 use crate::keyspace::Redis;
 
-use super::preludes::num;
+use super::preludes::{mark, num, unmark};
 use super::{bulk, with_id, Args, Mutations, Reply};
 
 /// How many terms the terms list keeps.
@@ -23,10 +23,10 @@ pub(super) fn proclaim(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
     let (id, value, identity_arg) = (a.a(1), a.a(2), a.a(4));
     match r.get(lock) {
         Err(_) => return Reply::Error("ERR script error".into()),
-        Ok(v) if v.as_deref() != Some(value) => {
+        Ok(raw) if unmark(raw.clone()).as_deref() != Some(value) => {
             return with_id(id, vec![Reply::Int(0), bulk("0"), Reply::Int(0)])
         }
-        Ok(_) => {}
+        Ok(raw) => mark(r, lock, raw.as_deref().unwrap_or_default()),
     }
     let retention = num(a.a(5));
     let keep = |r: &mut Redis, term: &str| {
@@ -118,7 +118,9 @@ pub(super) fn current(r: &mut Redis, a: &Args) -> Reply {
     );
     let mut held = 0;
     if let Some(owner) = &owner {
-        if r.type_of(lock) == "string" && r.get(lock).ok().flatten().as_deref() == Some(owner) {
+        if r.type_of(lock) == "string"
+            && unmark(r.get(lock).ok().flatten()).as_deref() == Some(owner)
+        {
             held = 1;
         }
     }
@@ -152,7 +154,7 @@ pub(super) fn candidate(r: &mut Redis, a: &Args) -> Reply {
 /// `LEADER_CANDIDATES` (the hash's pairs in field order: the comparison sorts Redis's too).
 pub(super) fn candidates(r: &mut Redis, a: &Args) -> Reply {
     let holder = if r.type_of(a.k(1)) == "string" {
-        r.get(a.k(1)).ok().flatten().unwrap_or_default()
+        unmark(r.get(a.k(1)).ok().flatten()).unwrap_or_default()
     } else {
         String::new()
     };

@@ -3,7 +3,7 @@
 
 use crate::keyspace::Redis;
 
-use super::preludes::{fence_raise, num, permit_release, permit_renew, release_lock, Next};
+use super::preludes::{fence_raise, num, permit_release, permit_renew, release_lock, unmark, Next};
 use super::{bulk, with_id, Args, Mutations, Reply};
 
 /// The `WRONGTYPE` error's text.
@@ -32,7 +32,7 @@ pub(super) fn set_nx_get(r: &mut Redis, a: &Args) -> Reply {
 /// `ACQUIRE_FENCED`.
 pub(super) fn acquire_fenced(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
     let id = a.a(4);
-    let v = match r.get(a.k(1)) {
+    let v = match r.get(a.k(1)).map(unmark) {
         Err(_) => return with_id(id, vec![Reply::Int(2), Reply::Int(0)]),
         Ok(v) => v,
     };
@@ -117,7 +117,7 @@ pub(super) fn renew(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
     for i in 1..=a.nkeys() {
         let key = a.k(i);
         let (ttl, value) = (a.a(2 * i), a.a(2 * i + 1));
-        let status = match r.get(key) {
+        let status = match r.get(key).map(unmark) {
             Err(_) => permit_renew(r, key, value, ttl),
             Ok(Some(v)) if v == value || (m.renew_without_owner_check && v.starts_with("d2:")) => {
                 if r.pttl(key) < num(ttl) {

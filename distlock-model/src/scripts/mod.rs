@@ -95,6 +95,9 @@ pub struct Mutations {
     pub writer_ignores_readers: bool,
     /// `ACQUIRE_ALL` looks at its first lock only before it sets them all.
     pub set_checks_first_only: bool,
+    /// A release deletes its own lock with no queue read and no message even when the lock is
+    /// marked (`+`: someone waits for it), so nobody is handed it and nobody is woken.
+    pub release_ignores_marks: bool,
     /// `LEADER_PROCLAIM` writes the hold's token as the term even when it is not above the
     /// last term written.
     pub term_from_token_only: bool,

@@ -59,6 +59,22 @@ pub(super) fn permit_renew(r: &mut Redis, key: &str, value: &str, ttl: &str) -> 
     i64::from(s.is_some())
 }
 
+/// `unmark`: a lock's value without its waiters' mark (`+`: a lock someone waits for holds
+/// `d2:<owner>+`, see `marks_prelude!`); nothing stays nothing.
+pub(super) fn unmark(v: Option<String>) -> Option<String> {
+    v.map(|s| match s.strip_suffix('+') {
+        Some(unmarked) => unmarked.to_owned(),
+        None => s,
+    })
+}
+
+/// `mark`: a lock held with the value `raw` (as read) marked, its expiry kept.
+pub(super) fn mark(r: &mut Redis, lock: &str, raw: &str) {
+    if !raw.ends_with('+') {
+        r.set_keepttl(lock, &format!("{raw}+"));
+    }
+}
+
 /// `wake`.
 pub(super) fn wake(r: &mut Redis, chan: &str, msg: &str) {
     r.publish(chan, msg);
@@ -191,7 +207,7 @@ pub(super) fn turn_over(
                 r.del(lock);
             }
             let window = grant(r, f, line.chan, (line.q, line.ids), &first, id);
-            r.set(lock, &first.0, Some(window));
+            r.set(lock, &format!("{}+", first.0), Some(window));
             return Some(Turned::Handed);
         }
     }
@@ -201,7 +217,8 @@ pub(super) fn turn_over(
     out
 }
 
-/// `let_go`: handed over (with the queue) or deleted and woken.
+/// `let_go`: handed over (with the queue; the lock set marked, `turn_over`) or deleted and
+/// woken.
 pub(super) fn let_go(
     r: &mut Redis,
     f: &Mutations,
@@ -229,7 +246,11 @@ pub(super) struct Next<'a> {
     pub(super) id: &'a str,
 }
 
-/// `release_lock`: -3 not a `d2` lock, -2 no lock, -1 another's, 0 released.
+/// `release_lock`: -3 not a `d2` lock, -2 no lock, -1 another's, 0 released (`raw`: the
+/// lock's value as read, marked or not; every comparison reads it through `unmark`). An
+/// owner's unmarked lock, released with the queue given and no next waiter, is deleted and
+/// nothing more (no queue read, no message: no waiter marked it); a marked one is let go
+/// (`let_go`: handed to the first waiter, or deleted and woken).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn release_lock(
     r: &mut Redis,
@@ -237,11 +258,12 @@ pub(super) fn release_lock(
     lock: &str,
     chan: &str,
     queue: Option<(&str, &str)>,
-    v: Option<String>,
+    raw: Option<String>,
     value: &str,
     keep: &str,
     next: Option<Next>,
 ) -> i64 {
+    let v = unmark(raw.clone());
     if let Some(v) = &v {
         if v != value && !v.starts_with("d2:") {
             return -3;
@@ -264,7 +286,11 @@ pub(super) fn release_lock(
             0
         }
     };
-    if (code == 0 && num(keep) <= 0) || (code == -2 && has_next) {
+    let unmarked =
+        raw.as_deref() == Some(value) || (f.release_ignores_marks && v.as_deref() == Some(value));
+    if code == 0 && num(keep) <= 0 && queue.is_some() && !has_next && unmarked {
+        r.del(lock);
+    } else if (code == 0 && num(keep) <= 0) || (code == -2 && has_next) {
         let_go(r, f, lock, chan, queue);
     }
     code

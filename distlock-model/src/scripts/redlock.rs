@@ -2,7 +2,7 @@
 
 use crate::keyspace::{lua_number, Bound, Redis, ZAdd};
 
-use super::preludes::{num, permit_now};
+use super::preludes::{num, permit_now, unmark};
 use super::{with_id, Args, Mutations, Reply};
 
 fn floor_error(key: &str) -> Reply {
@@ -27,7 +27,7 @@ pub(super) fn acquire_queued(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
         }
         r.zremrangebyscore(until, Bound::NegInf, Bound::Incl(now));
     }
-    let v = match r.get(lock) {
+    let v = match r.get(lock).map(unmark) {
         Err(_) => return with_id(id, int3(2, 0, 0)),
         Ok(v) => v,
     };

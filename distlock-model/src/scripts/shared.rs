@@ -5,8 +5,8 @@ use crate::keyspace::{lua_number, Bound, Redis, ZAdd};
 
 use super::lock::fence_error;
 use super::preludes::{
-    enqueue, fence_raise, num, permit_count, permit_hand, permit_now, permit_settle, turn_over,
-    Line, Turned, PERMITS, READERS,
+    enqueue, fence_raise, mark, num, permit_count, permit_hand, permit_now, permit_settle,
+    turn_over, unmark, Line, Turned, PERMITS, READERS,
 };
 use super::{with_id, Args, Mutations, Reply};
 
@@ -88,6 +88,9 @@ pub(super) fn acquire_read(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
             if !v.starts_with("d2:") {
                 return with_id(id, int2(2, 0));
             }
+            if ticket > 0 {
+                mark(r, key, &v);
+            }
             let pttl = r.pttl(key);
             return busy(r, pttl);
         }
@@ -150,11 +153,11 @@ pub(super) fn acquire_read(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
 pub(super) fn acquire_write(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
     let (key, value, id) = (a.k(1), a.a(1), a.a(4));
     let now = permit_now(r);
-    let mark = num(a.a(5));
+    let intent = num(a.a(5));
     let busy = |r: &mut Redis, mut ms: i64| {
-        if mark > 0 {
-            r.set(a.k(3), value, Some(mark));
-            ms = ms.min((mark / 3).max(1));
+        if intent > 0 {
+            r.set(a.k(3), value, Some(intent));
+            ms = ms.min((intent / 3).max(1));
         }
         with_id(id, int2(0, ms))
     };
@@ -172,7 +175,8 @@ pub(super) fn acquire_write(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
             r.del(key);
         }
         "string" => {
-            let v = r.get(key).ok().flatten().unwrap_or_default();
+            let raw = r.get(key).ok().flatten().unwrap_or_default();
+            let v = unmark(Some(raw.clone())).unwrap_or_default();
             if v == value {
                 let mut token = 0;
                 if num(a.a(3)) > 0 {
@@ -187,6 +191,9 @@ pub(super) fn acquire_write(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
             let mut pttl = r.pttl(key);
             if pttl < 0 {
                 pttl = 1000;
+            }
+            if intent > 0 {
+                mark(r, key, &raw);
             }
             return busy(r, pttl);
         }

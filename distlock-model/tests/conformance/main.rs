@@ -235,7 +235,14 @@ fn model_dump(ks: &Keyspace, now_ms: i64) -> Dump {
                     all.sort_by(|a, b| a.1.cmp(b.1).then_with(|| a.0.cmp(b.0)));
                     all.into_iter().map(|(m, s)| format!("{m} {s}")).collect()
                 }
-                Value::Hash(h) => h.iter().map(|(f, v)| format!("{f}={v}")).collect(),
+                Value::Hash(h) => {
+                    // Sorted as Redis's pairs are (a field that is a prefix of another,
+                    // `d2:c1` and `d2:c1+`, sorts apart from its pair).
+                    let mut pairs: Vec<String> =
+                        h.iter().map(|(f, v)| format!("{f}={v}")).collect();
+                    pairs.sort();
+                    pairs
+                }
                 Value::List(l) => l.clone(),
             };
             let pttl = e.expires_at.map_or(-1, |at| (at - now_ms).max(0));

@@ -140,7 +140,8 @@ impl Gen {
         let mut seen: Vec<String> = Vec::new();
         for key in [&k.lock, &k.queue] {
             match ks.peek(key, now_ms).map(|e| &e.value) {
-                Some(Value::Str(v)) => seen.push(v.clone()),
+                // The owner's value: a waiters' mark (`+`) is in no owner's.
+                Some(Value::Str(v)) => seen.push(v.strip_suffix('+').unwrap_or(v).to_owned()),
                 Some(Value::ZSet(z)) => seen.extend(
                     z.keys()
                         .filter(|m| !m.starts_with("d2:p") && !m.starts_with("d2:r"))
