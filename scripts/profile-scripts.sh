@@ -15,7 +15,10 @@ import glob, re, sys
 src = ''.join(open(f).read() for f in sorted(glob.glob('distlock-core/src/wire/scripts/*.rs')))
 # A script made with `concat!(r#"..."#, permit_prelude!(), r#"..."#)` has the prelude's Lua
 # functions (`permit_prelude!`, `grant_prelude!`, `fence_prelude!`) where the macro stands.
-preludes = dict(re.findall(r'macro_rules! (\w+_prelude) \{\s*\(\) => \{\s*r#"(.*?)"#', src, re.S))
+# A prelude may start with another (`concat!(marks_prelude!(), r#"..."#)`: `grant_prelude!`).
+preludes = {}
+for m in re.finditer(r'macro_rules! (\w+_prelude) \{\s*\(\) => \{\s*(?:concat!\((\w+_prelude)!\(\), )?r#"(.*?)"#', src, re.S):
+    preludes[m.group(1)] = (preludes[m.group(2)] if m.group(2) else '') + m.group(3)
 for name in ['ACQUIRE_FENCED', 'RELEASE', 'RELEASE_MANY', 'ACQUIRE_PERMIT', 'ACQUIRE_READ']:
     m = re.search(r'pub const ' + name + r': &str = (concat!\((.*?)\n\);|r#"(.*?)"#;)', src, re.S)
     if m.group(3) is not None:
@@ -55,33 +58,34 @@ with open('d2.txt', 'w') as f:
     for i in range(n):
         k = 'distlock:{p%d}' % i
         f.write(resp('SET', k, 'd2:owner', 'NX', 'PX', 30000, 'GET') + resp('ECHO', 'r1'))
-        f.write(resp('EVALSHA', release, 2, k, k + ':released', 'd2:owner', 'r2', 0))
+        f.write(resp('EVALSHA', release, 4, k, k + ':released', k + ':queue', k + ':queue:ids', 'd2:owner', 'r2', 0, '-'))
 # Group commit (many tasks of one client at once): 32 acquires share one ECHO, 32 releases one
-# RELEASE_MANY call.
+# RELEASE_MANY call. Every release is one server's (its queue's keys given: a lock nobody
+# marked is deleted with no queue read and no message).
 G = 32
 with open('d2grouped.txt', 'w') as f:
     for g in range(n // G):
         keys = ['distlock:{g%d}' % (g * G + j) for j in range(G)]
         f.write(''.join(resp('SET', k, 'd2:owner', 'NX', 'PX', 30000, 'GET') for k in keys) + resp('ECHO', 'g1'))
-        args = [x for k in keys for x in (k, k + ':released')] + ['g2', '-'] + [x for k in keys for x in ('d2:owner', 0)]
-        f.write(resp('EVALSHA', many, 2 * G, *args) + resp('ECHO', 'g2'))
+        args = [x for k in keys for x in (k, k + ':released', k + ':queue', k + ':queue:ids')] + ['g2', '-', 4] + [x for k in keys for x in ('d2:owner', 0, '', 0, '')]
+        f.write(resp('EVALSHA', many, 4 * G, *args) + resp('ECHO', 'g2'))
 with open('d2fenced.txt', 'w') as f:
     for i in range(n):
         k = 'distlock:{f%d}' % i
         f.write(resp('EVALSHA', fenced, 2, k, k + ':fence', 'd2:owner', 30000, 600000, 'r1'))
-        f.write(resp('EVALSHA', release, 2, k, k + ':released', 'd2:owner', 'r2', 0))
+        f.write(resp('EVALSHA', release, 4, k, k + ':released', k + ':queue', k + ':queue:ids', 'd2:owner', 'r2', 0, '-'))
 # A permit of a semaphore of 5 (one holder at a time here; the others cost a sorted-set entry).
 with open('d2permits.txt', 'w') as f:
     for i in range(n):
         k = 'distlock:{s%d}' % i
         f.write(resp('EVALSHA', permit, 2, k, k + ':fence', 'd2:owner', 30000, 5, 0, 'r1'))
-        f.write(resp('EVALSHA', release, 2, k, k + ':released', 'd2:owner', 'r2', 0))
+        f.write(resp('EVALSHA', release, 4, k, k + ':released', k + ':queue', k + ':queue:ids', 'd2:owner', 'r2', 0, '-'))
 # A shared (read) hold (one reader at a time here, no writer waiting).
 with open('d2read.txt', 'w') as f:
     for i in range(n):
         k = 'distlock:{r%d}' % i
         f.write(resp('EVALSHA', read, 3, k, k + ':fence', k + ':writer', 'd2:owner', 30000, 0, 'r1'))
-        f.write(resp('EVALSHA', release, 2, k, k + ':released', 'd2:owner', 'r2', 0))
+        f.write(resp('EVALSHA', release, 4, k, k + ':released', k + ':queue', k + ':queue:ids', 'd2:owner', 'r2', 0, '-'))
 with open('peers.txt', 'w') as f:
     for i in range(n):
         k = 'peer%d' % i

@@ -58,7 +58,10 @@
 //!   marks its intent, as a writer that does not wait is).
 //! * **Who still wakes and retries.** Sets over several hash slot groups and every waiter over
 //!   RedLock keep the wake-and-retry path; they take a lock that is let go with nobody
-//!   queued, so behind handed waiters they wait for the queue to empty.
+//!   queued, so behind handed waiters they wait for the queue to empty. A set's attempt marks
+//!   the lock it finds held (`scripts::ACQUIRE_ALL`), so that lock's release wakes it: a release
+//!   of a lock nobody marked publishes nothing (`marks_prelude!`); over RedLock every release
+//!   publishes.
 
 use std::ops::Range;
 use std::time::Duration;

@@ -302,12 +302,18 @@ pub(super) fn apply(s: &Setup, w: &mut World, c: usize) {
     // hands the lock to readers turns one into the other and lets nothing go; a set whose
     // last member's deadline passed was freed by time, not by the script that removes it).
     let holders = w.server.holders(w.now);
+    let line_before = w.server.queue_len(w.now) > 0;
     let ran = w
         .server
         .run(w.now, call.script, &call.keys, &call.argv, &s.mutations);
     let now_holding = w.server.holders(w.now);
     if !holders.is_empty() && now_holding.is_empty() && w.server.queue_len(w.now) > 0 {
-        w.history.left_free = true;
+        // A hold taken blind past the line was never marked: its release cannot know of the
+        // line, whose waiters look again at the expiry that let the newcomer in.
+        let past_line = w.history.taken_past_line.as_ref();
+        if holders.len() != 1 || past_line != Some(&holders[0]) {
+            w.history.left_free = true;
+        }
     }
     // Every hold the step gave (a take, or grants: a release hands a lock, permits, or a
     // share to each reader at the head of the line), each checked against the line.
@@ -316,6 +322,9 @@ pub(super) fn apply(s: &Setup, w: &mut World, c: usize) {
     // held to the line at any time, and what an attempt hands the line on its way is a grant.
     let blind = req == (Req::Attempt { queued: false }) && role(s, c) != Role::Reader;
     let mine = w.clients[c].value();
+    if blind && line_before && now_holding.contains(&mine) && !holders.contains(&mine) {
+        w.history.taken_past_line = Some(mine.clone());
+    }
     for new in now_holding.iter().filter(|h| !holders.contains(h)) {
         if passes(s, w, new) {
             if blind && *new == mine && w.history.freed_by_expiry {

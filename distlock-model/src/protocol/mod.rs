@@ -176,8 +176,15 @@ pub struct History {
     /// A hold expired (no script let it go) and no script changed the holders since: the
     /// lock, or a permit, may be free with waiters queued who have not looked again yet.
     pub freed_by_expiry: bool,
-    /// A lock let go by a script left free with waiters queued.
+    /// A lock let go by a script left free with waiters queued (not counting the release of a
+    /// hold taken blind past them, see `taken_past_line`).
     pub left_free: bool,
+    /// The hold last taken by a newcomer's first attempt (one that does not look at the line:
+    /// `SET NX`, a fenced first attempt) while waiters were queued, which only an expiry allows.
+    /// Nobody marked it (the waiters queued before it marked the lock that expired), so its
+    /// release deletes it unread; those waiters look again at their own recheck, due at that
+    /// expiry (`stranded` holds them to it).
+    pub taken_past_line: Option<String>,
     /// A waiter left waiting with no look again scheduled.
     pub stranded: bool,
     /// A lock was handed to a waiter by a grant (coverage).

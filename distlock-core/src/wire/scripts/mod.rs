@@ -5,9 +5,10 @@
 //! ## Protocol `d2`
 //!
 //! A lock is one string key, `prefix:{name}`, holding `d2:<owner>` (the protocol version, then
-//! the acquisition's owner id) with the lease as its expiry. Everything else is on the client:
-//! re-entrant holds are counted in the task chain that holds the lock (`context`), so a
-//! re-entry neither writes a hold to Redis nor needs one released.
+//! the acquisition's owner id) with the lease as its expiry; `d2:<owner>+` while someone waits
+//! for it (the waiters' mark, `marks_prelude!`: as a futex holds "locked, with waiters").
+//! Everything else is on the client: re-entrant holds are counted in the task chain that holds
+//! the lock (`context`), so a re-entry neither writes a hold to Redis nor needs one released.
 //!
 //! * **Acquire** (`AcquireCall`): `SET lock d2:<owner> NX PX ttl GET` and `ECHO <request id>`
 //!   pipelined: no Lua. The reply says fresh (nil), replay of our own acquire after a lost reply
@@ -35,14 +36,23 @@
 //!   waiter's value for its grant window, which its new holder extends) and the message on the
 //!   release channel names it and the request that last queued it (`<value> <request id>`:
 //!   the waiter trusts the grant from that request's send only); with nobody queued (and over RedLock) the lock is deleted and
-//!   the message is `1`, a wake (`grant_prelude!`). A release may also queue the releasing
+//!   the message is `1`, a wake (`grant_prelude!`). A lock nobody marked is deleted and
+//!   nothing more (no queue read, no message: an uncontended release costs Redis a `GET` and a
+//!   `DEL`): every waiter marks the lock it waits for (a waiter's attempt that queues it, a
+//!   set's, a reader's or a writer's that finds it held; a leader's proclaim, for its
+//!   observers), and a lock handed over is set marked. Only a hold taken by a newcomer's first
+//!   attempt past waiters queued at a lock an expiry freed is unmarked with waiters queued: its
+//!   release deletes it, and they find it free at their own look again, due at that expiry.
+//!   A release may also queue the releasing
 //!   client's next waiter for the lock, with that waiter's ticket (`NextWaiter`: a waiter that
 //!   waits in the client, `client::waiting::cohort`), before it lets go, so that waiter sends no attempt
 //!   of its own. Releases that arrive together go out as one
 //!   `RELEASE_MANY` call (`ReleaseManyCall`), and acquires that arrive together share one
 //!   pipeline and one `ECHO` (see `batch`). The queue is a key next to a `d2` lock that changes
-//!   nothing in it: a client that does not know it still excludes correctly (it deletes and
-//!   wakes, and its waiters retry), so the version tag stays `d2`.
+//!   nothing in it. The mark is in the lock's value: a client that did not know it would read
+//!   its own marked lock as another's (its renewal and release refused: told `Lost`, the lock
+//!   left to expire), so it is part of `d2` from the first release on (no published version
+//!   lacks it).
 //! * **Renewal** (`RenewCall`, `RENEW`): compare and extend, batched.
 //!
 //! ### Permits (`distlock::semaphore(name, n)`)
