@@ -17,7 +17,7 @@ src = ''.join(open(f).read() for f in sorted(glob.glob('distlock-core/src/wire/s
 # functions (`permit_prelude!`, `grant_prelude!`, `fence_prelude!`) where the macro stands.
 # A prelude may start with another (`concat!(marks_prelude!(), r#"..."#)`: `grant_prelude!`).
 preludes = {}
-for m in re.finditer(r'macro_rules! (\w+_prelude) \{\s*\(\) => \{\s*(?:concat!\((\w+_prelude)!\(\), )?r#"(.*?)"#', src, re.S):
+for m in re.finditer(r'macro_rules! (\w+_prelude) \{\s*\(\) => \{\s*(?:concat!\(\s*(\w+_prelude)!\(\),\s*)?r#"(.*?)"#', src, re.S):
     preludes[m.group(1)] = (preludes[m.group(2)] if m.group(2) else '') + m.group(3)
 for name in ['ACQUIRE_FENCED', 'RELEASE', 'RELEASE_MANY', 'ACQUIRE_PERMIT', 'ACQUIRE_READ']:
     m = re.search(r'pub const ' + name + r': &str = (concat!\((.*?)\n\);|r#"(.*?)"#;)', src, re.S)

@@ -65,6 +65,12 @@ fn queue<'a>(q: Option<&'a str>, ids: Option<&'a str>) -> Option<(&'a str, &'a s
 pub(super) fn release(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
     let (lock, chan) = (a.k(1), a.k(2));
     let q = queue(a.key(3), a.key(4));
+    // The uncontended release, before the preludes' functions are made.
+    let own = matches!(r.get(lock), Ok(Some(v)) if v == a.a(1));
+    if own && q.is_some() && num(a.a(3)) <= 0 && a.arg(5).is_none() {
+        r.del(lock);
+        return Reply::Array(vec![bulk(a.a(2)), Reply::Int(0)]);
+    }
     let code = match r.get(lock) {
         Err(_) => permit_release(r, m, lock, a.a(1), a.a(3), chan, q).min(0),
         Ok(v) => {

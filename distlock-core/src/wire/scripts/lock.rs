@@ -62,12 +62,20 @@ return {ARGV[4], {0, redis.call('PTTL', KEYS[1])}}
 /// being let go now; otherwise it is handed to the first waiter queued for it, or deleted and
 /// waiters woken (`grant_prelude!`). A semaphore's key (a key that is not a string) releases
 /// the permit of that value the same way, handing it to the first waiter queued for it
-/// (`permit_handoff_prelude!`); a read hold's release wakes its waiters.
+/// (`permit_handoff_prelude!`); a read hold's release wakes its waiters. The uncontended
+/// release (the owner's lock, unmarked, no keep, no next waiter, the queue given) is decided
+/// before the preludes' functions are made: a `GET` and a `DEL` and nothing else.
 pub const RELEASE: &str = concat!(
+    r#"
+local v = redis.pcall('GET', KEYS[1])
+if v == ARGV[1] and KEYS[3] and tonumber(ARGV[3]) <= 0 and not ARGV[5] then
+  redis.call('DEL', KEYS[1])
+  return {ARGV[2], 0}
+end
+"#,
     holders_prelude!(),
     grant_prelude!(),
     r#"
-local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'table' then"#,
     permit_prelude!(),
     permit_handoff_prelude!(),
