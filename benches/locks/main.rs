@@ -104,7 +104,7 @@ async fn run(plan: Plan) -> BenchResult<()> {
     let probe = Probe::new(server.conn().await);
     let contenders = Arc::new(Contenders::connect(&url).await?);
     if let Ok(which) = std::env::var("BENCH_PROFILE") {
-        return profile(&contenders, &which).await;
+        return profile(contenders, &which).await;
     }
     let mut report = Report::new(&plan, &mut admin).await?;
     report.macro_ran = contenders.kinds().contains(&Kind::Macro);
@@ -375,28 +375,45 @@ impl Bench<'_> {
     }
 }
 
-/// `BENCH_PROFILE=<floor|manual|macro|rslock|arl>`: only sequential B1 cycles of one contender
-/// (`BENCH_PROFILE_CYCLES`, default 20,000), for `valgrind --tool=callgrind` or `perf`.
-async fn profile(contenders: &Contenders, which: &str) -> BenchResult<()> {
+/// `BENCH_PROFILE=<floor|manual|macro|rslock|arl>`: only B1 cycles of one contender
+/// (`BENCH_PROFILE_CYCLES` per task, default 20,000), for `valgrind --tool=callgrind` or `perf`;
+/// `BENCH_PROFILE_TASKS=64`: that many tasks at once, each on its own key (B2's shape, for
+/// `perf sched`: where a cycle waits).
+async fn profile(contenders: Arc<Contenders>, which: &str) -> BenchResult<()> {
     let kind = *[Kind::Ping]
         .iter()
         .chain(&Kind::ALL)
         .find(|k| k.tag() == which)
         .ok_or_else(|| format!("BENCH_PROFILE={which}: no such contender"))?;
     let cycles = env_f64("BENCH_PROFILE_CYCLES").map_or(20_000, |n| n as usize);
-    let target = contenders::Target::new("profile", kind, 0, 0);
+    let tasks = env_f64("BENCH_PROFILE_TASKS").map_or(1, |n| (n as usize).max(1));
     let t0 = std::time::Instant::now();
-    for _ in 0..cycles {
-        contenders.cycle(kind, &target).await?;
+    let mut handles = Vec::with_capacity(tasks);
+    for task in 0..tasks {
+        let contenders = contenders.clone();
+        handles.push(tokio::spawn(async move {
+            let target = contenders::Target::new("profile", kind, task, task);
+            for _ in 0..cycles {
+                contenders
+                    .cycle(kind, &target)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok::<_, String>(())
+        }));
+    }
+    for handle in handles {
+        handle.await.map_err(|e| e.to_string())??;
     }
     let elapsed = t0.elapsed();
     // `run`'s last release may still be in flight: answered before the server goes with this
     // function (else the runtime's shutdown waits for it, the settle bound, in vain).
     distlock::shutdown().await;
+    let total = (cycles * tasks) as f64;
     eprintln!(
-        "profile {}: {cycles} cycles in {elapsed:?} ({:.1} µs/cycle)",
+        "profile {}: {tasks} task(s) × {cycles} cycles in {elapsed:?} ({:.0} cycles/s)",
         kind.label(),
-        elapsed.as_secs_f64() * 1e6 / cycles as f64
+        total / elapsed.as_secs_f64()
     );
     Ok(())
 }
