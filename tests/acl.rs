@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use distlock::{Client, Config};
 use futures_util::StreamExt;
-use testkit::{acl_line, acl_refusals, eventually, RedisServer, ACL_PASSWORD};
+use testkit::{acl_line, acl_refusals, eventually, until_queued, RedisServer, ACL_PASSWORD};
 use tokio::time::Instant;
 
 /// A client of `url` with short timeouts, so that a failure shows quickly.
@@ -415,9 +415,17 @@ async fn a_missing_permission_is_a_typed_error_naming_it() {
     let started = Instant::now();
     let waiter = c.lock("busy").wait(WAIT).acquire().await;
     denied(waiter, started, (Subscribe, "busy"), "channel");
+    // A release publishes when someone waits (a lock nobody marked is deleted and nothing
+    // more): another user's waiter marks it first.
     let own = c.lock("own").acquire().await.unwrap();
+    let other = holder.clone();
+    let waiter = tokio::spawn(async move { other.lock("own").wait(WAIT).acquire().await });
+    until_queued(&server.conn().await, "own", 1).await;
     let started = Instant::now();
     denied(own.release().await, started, (Release, "own"), "channel");
+    // Refused at its message, the release let nothing go: the lock stays the refused
+    // owner's until its ttl, and the waiter waits for it.
+    waiter.abort();
     // An observer of a leader cannot subscribe either: its stream ends with the refusal, it
     // does not hang.
     let mut observer = Box::pin(c.leader("sched").observe());
