@@ -282,10 +282,12 @@ pub(crate) async fn pubsub_channels(conn: &mut MultiplexedConnection) -> Vec<Str
         .expect("PUBSUB CHANNELS")
 }
 
-/// The value of the lock key (`d2:<owner>`), `None` when the lock is free. Panics if the key is
-/// not a string (a lock of another layout).
+/// The value of the lock key (`d2:<owner>`; a mark its waiters added, `+`, taken off: the
+/// owner is the same), `None` when the lock is free. Panics if the key is not a string (a lock
+/// of another layout).
 pub(crate) async fn lock_value(conn: &mut MultiplexedConnection, name: &str) -> Option<String> {
-    conn.get(lock_key(name)).await.expect("GET lock key")
+    let value: Option<String> = conn.get(lock_key(name)).await.expect("GET lock key");
+    value.map(|v| v.strip_suffix('+').map_or_else(|| v.clone(), str::to_owned))
 }
 
 /// The last fencing token handed out for `name` (the fence key), `None` if there is none.
