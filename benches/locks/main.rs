@@ -406,6 +406,9 @@ async fn profile(contenders: Arc<Contenders>, which: &str) -> BenchResult<()> {
         handle.await.map_err(|e| e.to_string())??;
     }
     let elapsed = t0.elapsed();
+    // The window of the measured cycles, for a scheduler trace on `CLOCK_MONOTONIC`
+    // (`scripts/offcpu.sh`): an `Instant` shows its clock's reading.
+    eprintln!("profile window: {t0:?} .. {:?}", std::time::Instant::now());
     // `run`'s last release may still be in flight: answered before the server goes with this
     // function (else the runtime's shutdown waits for it, the settle bound, in vain).
     distlock::shutdown().await;
