@@ -540,6 +540,55 @@ async fn on_a_cluster_sets_across_slots_conserve_the_total_without_deadlock() {
     }
 }
 
+/// A set across slot groups does not queue in Redis (`ACQUIRE_ALL` without the queue's keys):
+/// it marks the lock it finds held, so that lock's release publishes and wakes it (a release
+/// of a lock nobody marked sends no message: `tests/waiter_marks.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_set_across_slots_is_woken_by_the_release() {
+    let cluster = RedisCluster::start(3, 0);
+    let clients = cluster.clients(2).await;
+    let names = ["xs:0", "xs:1", "xs:2", "xs:3"];
+    let slot = |name: &str| distlock::hash_slot(key(name).as_bytes());
+    let (first, other) = (names[0], names.iter().find(|n| slot(n) != slot(names[0])));
+    let other = *other.expect("two of the names in different slots");
+    let held = clients[1]
+        .lock(other)
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let c = clients[0].clone();
+    let waiter = tokio::spawn(async move {
+        c.lock_all([first, other])
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap()
+    });
+    // The set's attempt found `other` held and marked it (`d2:<owner>+`).
+    let conn = cluster
+        .node(cluster.master_of_slot(slot(other)))
+        .conn()
+        .await;
+    testkit::eventually(Duration::from_secs(5), "the set marks the lock", || {
+        let mut conn = conn.clone();
+        async move {
+            let value: Option<String> = conn.get(key(other)).await.unwrap();
+            value.filter(|v| v.ends_with('+')).map(|_| ())
+        }
+    })
+    .await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let guard = waiter.await.unwrap();
+    let after = released.elapsed();
+    assert!(
+        after < Duration::from_secs(2),
+        "woken, not left to the 30 s lease: {after:?}"
+    );
+    guard.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn over_redlock_sets_conserve_the_total_and_are_all_or_none() {
     let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
