@@ -15,10 +15,7 @@ import glob, re, sys
 src = ''.join(open(f).read() for f in sorted(glob.glob('distlock-core/src/wire/scripts/*.rs')))
 # A script made with `concat!(r#"..."#, permit_prelude!(), r#"..."#)` has the prelude's Lua
 # functions (`permit_prelude!`, `grant_prelude!`, `fence_prelude!`) where the macro stands.
-# A prelude may start with another (`concat!(marks_prelude!(), r#"..."#)`: `grant_prelude!`).
-preludes = {}
-for m in re.finditer(r'macro_rules! (\w+_prelude) \{\s*\(\) => \{\s*(?:concat!\(\s*(\w+_prelude)!\(\),\s*)?r#"(.*?)"#', src, re.S):
-    preludes[m.group(1)] = (preludes[m.group(2)] if m.group(2) else '') + m.group(3)
+preludes = dict(re.findall(r'macro_rules! (\w+_prelude) \{\s*\(\) => \{\s*r#"(.*?)"#', src, re.S))
 for name in ['ACQUIRE_FENCED', 'RELEASE', 'RELEASE_MANY', 'ACQUIRE_PERMIT', 'ACQUIRE_READ']:
     m = re.search(r'pub const ' + name + r': &str = (concat!\((.*?)\n\);|r#"(.*?)"#;)', src, re.S)
     if m.group(3) is not None:

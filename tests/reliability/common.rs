@@ -287,7 +287,11 @@ pub(crate) async fn pubsub_channels(conn: &mut MultiplexedConnection) -> Vec<Str
 /// of another layout).
 pub(crate) async fn lock_value(conn: &mut MultiplexedConnection, name: &str) -> Option<String> {
     let value: Option<String> = conn.get(lock_key(name)).await.expect("GET lock key");
-    value.map(|v| v.strip_suffix('+').map_or_else(|| v.clone(), str::to_owned))
+    let mark = distlock::scripts::WAITERS_MARK;
+    value.map(|v| {
+        v.strip_suffix(mark)
+            .map_or_else(|| v.clone(), str::to_owned)
+    })
 }
 
 /// The last fencing token handed out for `name` (the fence key), `None` if there is none.

@@ -441,7 +441,7 @@ impl Layout {
             }
         };
         // A lock its waiters marked (`d2:<owner>+`) is its owner's all the same.
-        let value = match value.strip_suffix('+') {
+        let value = match value.strip_suffix(distlock::scripts::WAITERS_MARK) {
             Some(unmarked) => unmarked.to_owned(),
             None => value,
         };

@@ -3,7 +3,9 @@
 
 use crate::keyspace::Redis;
 
-use super::preludes::{fence_raise, num, permit_release, permit_renew, release_lock, unmark, Next};
+use super::preludes::{
+    fence_raise, num, permit_release, permit_renew, release_lock, unmark, unwaited, Next,
+};
 use super::{bulk, with_id, Args, Mutations, Reply};
 
 /// The `WRONGTYPE` error's text.
@@ -65,9 +67,16 @@ fn queue<'a>(q: Option<&'a str>, ids: Option<&'a str>) -> Option<(&'a str, &'a s
 pub(super) fn release(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
     let (lock, chan) = (a.k(1), a.k(2));
     let q = queue(a.key(3), a.key(4));
-    // The uncontended release, before the preludes' functions are made.
-    let own = matches!(r.get(lock), Ok(Some(v)) if v == a.a(1));
-    if own && q.is_some() && num(a.a(3)) <= 0 && a.arg(5).is_none() {
+    // A release nobody waits for, before the other preludes' functions are made.
+    let raw = r.get(lock).ok().flatten();
+    if unwaited(
+        m,
+        raw.as_deref(),
+        a.a(1),
+        a.a(3),
+        q.is_some(),
+        a.arg(5).is_some(),
+    ) {
         r.del(lock);
         return Reply::Array(vec![bulk(a.a(2)), Reply::Int(0)]);
     }

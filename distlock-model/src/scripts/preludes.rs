@@ -75,6 +75,24 @@ pub(super) fn mark(r: &mut Redis, lock: &str, raw: &str) {
     }
 }
 
+/// `unwaited`: a release (of `value`, keep ms `keep`) that finds the lock holding `raw` is one
+/// nobody waits for: the owner's lock, unmarked, let go now, with the queue given and no next
+/// waiter carried. (`release_ignores_marks` seeds the bug of reading it through `unmark`.)
+pub(super) fn unwaited(
+    f: &Mutations,
+    raw: Option<&str>,
+    value: &str,
+    keep: &str,
+    queue: bool,
+    next: bool,
+) -> bool {
+    let own = match raw {
+        Some(raw) if f.release_ignores_marks => raw.strip_suffix('+').unwrap_or(raw) == value,
+        raw => raw == Some(value),
+    };
+    own && queue && !next && num(keep) <= 0
+}
+
 /// `wake`.
 pub(super) fn wake(r: &mut Redis, chan: &str, msg: &str) {
     r.publish(chan, msg);
@@ -247,10 +265,9 @@ pub(super) struct Next<'a> {
 }
 
 /// `release_lock`: -3 not a `d2` lock, -2 no lock, -1 another's, 0 released (`raw`: the
-/// lock's value as read, marked or not; every comparison reads it through `unmark`). An
-/// owner's unmarked lock, released with the queue given and no next waiter, is deleted and
-/// nothing more (no queue read, no message: no waiter marked it); a marked one is let go
-/// (`let_go`: handed to the first waiter, or deleted and woken).
+/// lock's value as read, marked or not; every comparison reads it through `unmark`). A
+/// release nobody waits for (`unwaited`) deletes the lock and nothing more (no queue read, no
+/// message); any other lets it go (`let_go`: handed to the first waiter, or deleted and woken).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn release_lock(
     r: &mut Redis,
@@ -286,9 +303,7 @@ pub(super) fn release_lock(
             0
         }
     };
-    let unmarked =
-        raw.as_deref() == Some(value) || (f.release_ignores_marks && v.as_deref() == Some(value));
-    if code == 0 && num(keep) <= 0 && queue.is_some() && !has_next && unmarked {
+    if unwaited(f, raw.as_deref(), value, keep, queue.is_some(), has_next) {
         r.del(lock);
     } else if (code == 0 && num(keep) <= 0) || (code == -2 && has_next) {
         let_go(r, f, lock, chan, queue);

@@ -15,7 +15,7 @@ use crate::wire::request::{
     ACQUIRE_HANDED_SCRIPT, ACQUIRE_QUEUED_SCRIPT, LEAVE_QUEUE_SCRIPT, RELEASE_MANY_SCRIPT,
     RELEASE_SCRIPT,
 };
-use crate::wire::scripts::{TURN_GRACE, VERSION_TAG};
+use crate::wire::scripts::{TURN_GRACE, VERSION_TAG, WAITERS_MARK};
 
 /// What an acquire found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,7 +125,9 @@ pub(crate) fn decode_acquire(
     Some(match previous {
         None => Acquired::Taken { token: None },
         // Our own, marked or not by a waiter since (`marks_prelude!`).
-        Some(v) if v.strip_suffix(b"+").unwrap_or(&v) == value => Acquired::Taken { token: None },
+        Some(v) if v.strip_suffix(&[WAITERS_MARK as u8]).unwrap_or(&v) == value => {
+            Acquired::Taken { token: None }
+        }
         Some(v) if v.starts_with(VERSION_TAG.as_bytes()) => Acquired::Busy { pttl, pass: 0 },
         Some(_) => Acquired::Incompatible,
     })

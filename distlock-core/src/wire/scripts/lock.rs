@@ -62,13 +62,14 @@ return {ARGV[4], {0, redis.call('PTTL', KEYS[1])}}
 /// being let go now; otherwise it is handed to the first waiter queued for it, or deleted and
 /// waiters woken (`grant_prelude!`). A semaphore's key (a key that is not a string) releases
 /// the permit of that value the same way, handing it to the first waiter queued for it
-/// (`permit_handoff_prelude!`); a read hold's release wakes its waiters. The uncontended
-/// release (the owner's lock, unmarked, no keep, no next waiter, the queue given) is decided
-/// before the preludes' functions are made: a `GET` and a `DEL` and nothing else.
+/// (`permit_handoff_prelude!`); a read hold's release wakes its waiters. A release nobody waits
+/// for (`unwaited`) is decided before the other preludes' functions are made: a `GET` and a
+/// `DEL` and nothing else.
 pub const RELEASE: &str = concat!(
+    marks_prelude!(),
     r#"
 local v = redis.pcall('GET', KEYS[1])
-if v == ARGV[1] and KEYS[3] and tonumber(ARGV[3]) <= 0 and not ARGV[5] then
+if unwaited(v, ARGV[1], ARGV[3], KEYS[3], ARGV[5]) then
   redis.call('DEL', KEYS[1])
   return {ARGV[2], 0}
 end
@@ -98,6 +99,7 @@ return {ARGV[2], release_lock(KEYS[1], KEYS[2], KEYS[3], KEYS[4], v, ARGV[1], AR
 /// Returns `{id, codes}` with one code per lock, as [`RELEASE`] returns it (a permit's too).
 pub const RELEASE_MANY: &str = concat!(
     holders_prelude!(),
+    marks_prelude!(),
     grant_prelude!(),
     r#"
 local out = {}
@@ -319,6 +321,7 @@ pub(crate) fn handed_ticket(started_ms: u64, window: Duration) -> u64 {
 /// it takes the lock.
 pub const ACQUIRE_HANDED: &str = concat!(
     holders_prelude!(),
+    marks_prelude!(),
     grant_prelude!(),
     fence_prelude!(),
     r#"
@@ -427,6 +430,7 @@ return {ARGV[3], {1, t}}
 /// (else `-`), and the keys per lock (`2` or `5`). Returns `{id, removed}` (entries removed, all locks together).
 pub const LEAVE_QUEUE: &str = concat!(
     holders_prelude!(),
+    marks_prelude!(),
     grant_prelude!(),
     permit_prelude!(),
     permit_handoff_prelude!(),

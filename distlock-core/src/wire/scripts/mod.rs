@@ -165,6 +165,10 @@
 /// The protocol version every lock value starts with.
 pub const VERSION_TAG: &str = "d2:";
 
+/// What a lock's waiters append to its value (`d2:<owner>+`, `marks_prelude!`): the owner is
+/// the value without it.
+pub const WAITERS_MARK: char = '+';
+
 /// The member of a semaphore's sorted set that holds its permit count (as the score `-n`).
 pub const PERMITS_MEMBER: &str = "d2:permits";
 

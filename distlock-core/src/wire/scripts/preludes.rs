@@ -100,6 +100,10 @@ end
 ///
 /// * `unmark`: the value without its mark (anything else, `false` or an error table, as it is).
 /// * `mark`: a lock held with the value `v` (as read) marked, its expiry kept.
+/// * `unwaited`: a release (of `value`, keep ms `keep`, next waiter `nv`) that finds the lock
+///   holding `raw` is one nobody waits for: the owner's lock, unmarked, let go now (no keep),
+///   carrying no next waiter, where a release hands over (the queue `q` given; over RedLock
+///   every release wakes). Such a release only deletes the lock (`RELEASE`, `release_lock`).
 macro_rules! marks_prelude {
     () => {
         r#"
@@ -114,13 +118,16 @@ local function mark(lock, v)
     redis.call('SET', lock, v .. '+', 'KEEPTTL')
   end
 end
+local function unwaited(raw, value, keep, q, nv)
+  return raw == value and q ~= nil and not nv and tonumber(keep) <= 0
+end
 "#
     };
 }
 
 /// How a lock is let go and handed over, shared by [`RELEASE`], [`RELEASE_MANY`],
 /// [`LEAVE_QUEUE`], [`ACQUIRE_HANDED`], [`ACQUIRE_ALL`], [`ACQUIRE_PERMIT`] and
-/// [`ACQUIRE_READ`] (after `holders_prelude!`; it brings `marks_prelude!` with it).
+/// [`ACQUIRE_READ`] (after `holders_prelude!` and `marks_prelude!`).
 ///
 /// The queue (`prefix:{name}:queue`: value → ticket, see `handed_ticket`) holds a lock's
 /// writers and readers alike (and a semaphore's waiters); `queue:ids` records the request that
@@ -150,10 +157,9 @@ end
 ///   not over RedLock) handed over (`turn_over`), otherwise, or with nobody queued, deleted and
 ///   the message `1`, a plain wake.
 /// * `release_lock`: a `d2` lock's release (`raw`: what the lock key holds, `false` if
-///   nothing), as [`RELEASE`] returns its code. An owner's unmarked lock with the queue given
-///   and no next waiter is deleted and nothing more: nobody waits for it (`marks_prelude!`), so
-///   the uncontended release costs Redis a `GET` and a `DEL`. A marked one is let go
-///   (`let_go`). With a next waiter (`nv`, its ticket `nt` and the id `nid`
+///   nothing), as [`RELEASE`] returns its code. A release nobody waits for (`unwaited`,
+///   `marks_prelude!`) deletes the lock and nothing more: the uncontended release costs Redis a
+///   `GET` and a `DEL`. Any other is let go (`let_go`). With a next waiter (`nv`, its ticket `nt` and the id `nid`
 ///   its grant will name: a waiter of the releasing client that waits in the client behind one
 ///   already queued, see `client::waiting::cohort`) the release queues it first (unless the
 ///   lock is that waiter's already: it took it by an attempt of its own), whatever else it
@@ -170,9 +176,7 @@ end
 /// [`ACQUIRE_READ`]: super::ACQUIRE_READ
 macro_rules! grant_prelude {
     () => {
-        concat!(
-            marks_prelude!(),
-            r#"
+        r#"
 local function wake(chan, msg, sharded)
   if sharded then
     redis.call('SPUBLISH', chan, msg)
@@ -287,7 +291,7 @@ local function release_lock(lock, chan, q, ids, raw, value, keep, nv, nt, nid, s
   elseif tonumber(keep) > 0 then
     redis.call('PEXPIRE', lock, keep)
   end
-  if code == 0 and tonumber(keep) <= 0 and q and not nv and raw == value then
+  if unwaited(raw, value, keep, q, nv) then
     redis.call('DEL', lock)
   elseif (code == 0 and tonumber(keep) <= 0) or (code == -2 and nv) then
     let_go(lock, chan, q, ids, sharded)
@@ -295,7 +299,6 @@ local function release_lock(lock, chan, q, ids, raw, value, keep, nv, nt, nid, s
   return code
 end
 "#
-        )
     };
 }
 

@@ -33,6 +33,7 @@
 /// attempt, at once, finds that lock its own and takes the whole set if the others are free.
 pub const ACQUIRE_ALL: &str = concat!(
     holders_prelude!(),
+    marks_prelude!(),
     grant_prelude!(),
     fence_prelude!(),
     r#"

@@ -30,6 +30,7 @@ use std::time::Duration;
 /// own: its lease extended to the ttl and, fenced, a fresh token raised while it is its own.
 pub const ACQUIRE_PERMIT: &str = concat!(
     holders_prelude!(),
+    marks_prelude!(),
     grant_prelude!(),
     permit_prelude!(),
     permit_handoff_prelude!(),
@@ -110,6 +111,7 @@ pub(crate) const WRITER_INTENT: Duration = Duration::from_millis(1000);
 /// over to it.
 pub const ACQUIRE_READ: &str = concat!(
     holders_prelude!(),
+    marks_prelude!(),
     grant_prelude!(),
     permit_prelude!(),
     fence_prelude!(),
