@@ -179,9 +179,12 @@ impl Waiter {
         let give_up = terms.wait.map(|w| deadline_after(started, w));
         let queue_first = give_up.is_some() && client.has_waiters(hold.key().channel());
         let groups = hold.kind.groups(client, hold.keys());
-        let place = hold
-            .kind
-            .place(client, &terms, give_up.is_some(), groups.len());
+        let place = Place {
+            until: give_up,
+            ..hold
+                .kind
+                .place(client, &terms, give_up.is_some(), groups.len())
+        };
         Waiter {
             queued: None,
             pending: None,
@@ -497,6 +500,7 @@ impl Waiter {
             value: self.hold.value,
             ticket: self.place.ticket,
             id: carry_id,
+            until: self.give_up,
         };
         if sub.defer(next) {
             // Leaves the queue in Redis too if it goes away once a release queued it there.

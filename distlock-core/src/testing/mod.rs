@@ -65,12 +65,14 @@
 //! is not nudged: it hears at its next renewal.
 
 mod clock;
+mod crash;
 mod pause;
 mod process;
 mod sentinel;
 mod server;
 mod take_away;
 
+pub use crash::Crashable;
 pub use pause::Paused;
 pub use sentinel::TestSentinel;
 pub use server::TestRedis;

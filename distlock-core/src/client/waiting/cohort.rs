@@ -390,6 +390,7 @@ mod tests {
             value: ShortId::with_counter("d2:test", b':', n),
             ticket: n,
             id: ShortId::with_counter("", b'r', n),
+            until: None,
         }
     }
 

@@ -17,8 +17,11 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use tokio::time::Instant;
+
 use crate::wire::calls::Turn;
 use crate::wire::scripts;
+use crate::wire::scripts::entry_life;
 
 /// Where an acquire attempt stands in the waiters' queue.
 #[derive(Debug, Clone, Copy, Default)]
@@ -34,6 +37,9 @@ pub(crate) struct Place {
     /// the lock its own: a fenced waiter (its token is raised then) or one that asks for
     /// replicas (their acknowledgement is waited for then). See `scripts::ACQUIRE_HANDED`.
     pub(crate) confirm: bool,
+    /// When the waiter's own wait ends (`None`: it does not wait): its entry in the queue
+    /// lapses then at the latest, even if its process is gone (see `scripts::entry_life`).
+    pub(crate) until: Option<Instant>,
 }
 
 impl Place {
@@ -46,7 +52,14 @@ impl Place {
             queue: false,
             window: Some(window),
             confirm,
+            until: None,
         }
+    }
+
+    /// How long this attempt's queue entry lives in Redis unless a later attempt renews it
+    /// (`scripts::entry_life`).
+    pub(crate) fn life(&self) -> u64 {
+        entry_life(self.until)
     }
 
     /// This attempt's turn in the queue a release hands the hold over from (`sharded`: its
@@ -55,6 +68,7 @@ impl Place {
         (self.queue && self.window.is_some()).then_some(Turn {
             ticket: self.ticket,
             sharded,
+            life: self.life(),
         })
     }
 }

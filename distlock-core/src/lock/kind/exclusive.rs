@@ -75,6 +75,7 @@ pub(crate) async fn send(
             ttl: terms.ttl,
             ticket: place.ticket,
             window,
+            life: place.life(),
             sharded: client.publishes_sharded(),
             confirm: place.confirm.then_some(fenced),
             wait: replicas,
@@ -89,6 +90,7 @@ pub(crate) async fn send(
             fenced,
             ticket: place.ticket,
             queue: place.queue,
+            life: place.life(),
         };
         client.call_acked(Operation::Acquire, name, &call).await
     } else if let Some(retention) = fenced {

@@ -90,9 +90,13 @@ pub(crate) async fn send_read(
     // An unqueued read still carries the queue (ticket 0), so it never passes a writer
     // queued before it.
     let sharded = client.publishes_sharded();
-    let turn = client
-        .hands_over()
-        .then(|| place.turn(sharded).unwrap_or(Turn { ticket: 0, sharded }));
+    let turn = client.hands_over().then(|| {
+        place.turn(sharded).unwrap_or(Turn {
+            ticket: 0,
+            sharded,
+            life: 0,
+        })
+    });
     found(send(target, terms, (Shared::Read, turn), request).await?)
 }
 

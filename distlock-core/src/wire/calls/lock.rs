@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use redis::{Cmd, Pipeline, Value};
 
 use crate::lease::{fence_kept, millis_ceil};
@@ -15,7 +17,7 @@ use crate::wire::request::{
     ACQUIRE_HANDED_SCRIPT, ACQUIRE_QUEUED_SCRIPT, LEAVE_QUEUE_SCRIPT, RELEASE_MANY_SCRIPT,
     RELEASE_SCRIPT,
 };
-use crate::wire::scripts::{TURN_GRACE, VERSION_TAG, WAITERS_MARK};
+use crate::wire::scripts::{entry_life, TURN_GRACE, VERSION_TAG, WAITERS_MARK};
 
 /// What an acquire found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,6 +215,9 @@ pub(crate) struct QueuedAcquireCall<'a> {
     /// Queue the caller (a waiter's attempts after it subscribed); otherwise the ticket only
     /// says whether waiters are ahead of it.
     pub(crate) queue: bool,
+    /// The longest the caller's entry lives (ms, `scripts::entry_life`): its
+    /// wait's end at the latest.
+    pub(crate) life: u64,
 }
 
 impl Call for QueuedAcquireCall<'_> {
@@ -235,7 +240,8 @@ impl Call for QueuedAcquireCall<'_> {
             .arg(self.id)
             .arg(self.ticket)
             .arg(millis_ceil(TURN_GRACE))
-            .arg(if self.queue { "1" } else { "0" });
+            .arg(if self.queue { "1" } else { "0" })
+            .arg(self.life);
         Request::Script(&ACQUIRE_QUEUED_SCRIPT, cmd)
     }
 
@@ -274,6 +280,10 @@ pub(crate) struct HandedAcquireCall<'a> {
     pub(crate) ticket: u64,
     /// The grant window (`scripts::grant_window`).
     pub(crate) window: Duration,
+    /// The longest the waiter's queue entry lives unless a later attempt renews it (ms,
+    /// `scripts::entry_life`): a waiter whose process died, or whose wait
+    /// ended, is never handed the lock after that.
+    pub(crate) life: u64,
     /// Waiters are woken through sharded pub/sub (a cluster).
     pub(crate) sharded: bool,
     /// A confirming waiter (see [`ACQUIRE_HANDED`]): `Some` with the fence retention if it
@@ -304,7 +314,8 @@ impl Call for HandedAcquireCall<'_> {
             .arg(self.id)
             .arg(self.ticket)
             .arg(millis_ceil(self.window))
-            .arg(if self.sharded { "s" } else { "-" });
+            .arg(if self.sharded { "s" } else { "-" })
+            .arg(self.life);
         if let Some(fenced) = self.confirm {
             cmd.arg(fenced.map_or(0, |r| millis_ceil(r.max(self.ttl))));
         }
@@ -407,14 +418,24 @@ pub(crate) struct ReleaseCall<'a> {
 }
 
 /// A waiter of the releasing client that a release queues for the lock (`RELEASE`'s optional
-/// arguments): its lock value, its ticket (`scripts::handed_ticket`) and the id its grant will
-/// name (the waiter trusts a grant naming it from when the release was made).
+/// arguments): its lock value, its ticket (`scripts::handed_ticket`), the id its grant will
+/// name (the waiter trusts a grant naming it from when the release was made) and the life of
+/// its entry (from when its wait ends: `scripts::entry_life`).
 #[derive(Clone, Copy)]
 pub(crate) struct NextWaiter {
     /// `d2:<owner>` of the waiter's acquisition.
     pub(crate) value: ShortId,
     pub(crate) ticket: u64,
     pub(crate) id: ShortId,
+    /// When the waiter's wait ends.
+    pub(crate) until: Option<Instant>,
+}
+
+impl NextWaiter {
+    /// Its entry's life, if a release queues it now (ms).
+    fn life(&self) -> u64 {
+        entry_life(self.until)
+    }
 }
 
 impl Call for ReleaseCall<'_> {
@@ -436,7 +457,8 @@ impl Call for ReleaseCall<'_> {
         if let (true, Some(next)) = (self.handoff, self.next) {
             cmd.arg(next.value.as_bytes())
                 .arg(next.ticket)
-                .arg(next.id.as_bytes());
+                .arg(next.id.as_bytes())
+                .arg(next.life());
         }
         Request::Script(&RELEASE_SCRIPT, cmd)
     }
@@ -510,8 +532,9 @@ impl ReleaseManyCall<'_> {
                 Some(next) => cmd
                     .arg(next.value.as_bytes())
                     .arg(next.ticket)
-                    .arg(next.id.as_bytes()),
-                None => cmd.arg("").arg(0).arg(""),
+                    .arg(next.id.as_bytes())
+                    .arg(next.life()),
+                None => cmd.arg("").arg(0).arg("").arg(0),
             };
         }
         cmd

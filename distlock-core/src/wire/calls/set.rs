@@ -65,7 +65,8 @@ impl Call for SetAcquireCall<'_> {
             .arg(self.id);
         if let Some(turn) = self.turn {
             cmd.arg(turn.ticket)
-                .arg(if turn.sharded { "s" } else { "-" });
+                .arg(if turn.sharded { "s" } else { "-" })
+                .arg(turn.life);
         }
         Request::Script(&ACQUIRE_ALL_SCRIPT, cmd)
     }
@@ -152,7 +153,7 @@ impl Call for SetReleaseCall<'_> {
             cmd.arg(self.owner.as_bytes()).arg(keep);
             if self.handoff {
                 // No next waiter to queue (see `ReleaseManyCall`).
-                cmd.arg("").arg(0).arg("");
+                cmd.arg("").arg(0).arg("").arg(0);
             }
         }
         Request::Script(&RELEASE_MANY_SCRIPT, cmd)

@@ -82,6 +82,9 @@ pub(crate) struct Turn {
     pub(crate) ticket: u64,
     /// Waiters are woken through sharded pub/sub (a cluster).
     pub(crate) sharded: bool,
+    /// The longest its queue entry lives unless a later attempt renews it (ms,
+    /// `scripts::entry_life`).
+    pub(crate) life: u64,
 }
 
 impl Call for SharedAcquireCall<'_> {
@@ -138,7 +141,8 @@ impl Call for SharedAcquireCall<'_> {
         }
         if let Some(turn) = turn {
             cmd.arg(turn.ticket)
-                .arg(if turn.sharded { "s" } else { "-" });
+                .arg(if turn.sharded { "s" } else { "-" })
+                .arg(turn.life);
         }
         Request::Script(script, cmd)
     }

@@ -73,6 +73,7 @@ fn a_shared_holds_acquire_sends_each_scripts_keys_and_arguments_in_their_order()
     let turn = Some(Turn {
         ticket: 7,
         sharded: true,
+        life: 3000,
     });
     let (queue, ids) = (format!("{lock}:queue"), format!("{lock}:queue:ids"));
     let until = format!("{lock}:queue:until");
@@ -85,11 +86,12 @@ fn a_shared_holds_acquire_sends_each_scripts_keys_and_arguments_in_their_order()
         .1
     };
     let want = [
-        "5", lock, fence, queue, chan, ids, "d2:o", "10000", "3", "0", "r1", "7", "s",
+        "5", lock, fence, queue, chan, ids, "d2:o", "10000", "3", "0", "r1", "7", "s", "3000",
     ];
     assert_eq!(args(three), want);
     let want = [
         "7", lock, fence, writer, queue, chan, ids, until, "d2:o", "10000", "0", "r1", "7", "s",
+        "3000",
     ];
     assert_eq!(args(Shared::Read), want);
     let want = ["3", lock, fence, writer, "d2:o", "10000", "0", "r1", "1000"];
@@ -150,6 +152,7 @@ fn an_acquire_scripts_status_decodes_as_taken_busy_or_incompatible() {
         ttl: TTL,
         ticket: 1,
         window: TTL,
+        life: 3000,
         sharded: false,
         confirm: None,
         wait: None,
@@ -184,21 +187,23 @@ fn a_handed_waiters_attempt_sends_its_keys_in_order_and_the_fence_key_when_it_co
         ttl: TTL,
         ticket: 7,
         window: Duration::from_millis(1000),
+        life: 2500,
         sharded: true,
         confirm,
         wait: None,
     };
     let plain = [
-        "5", lock, &queue, chan, &ids, &until, "d2:o", "10000", "r1", "7", "1000", "s",
+        "5", lock, &queue, chan, &ids, &until, "d2:o", "10000", "r1", "7", "1000", "s", "2500",
     ];
     assert_eq!(sent(&call(None)).1, plain);
     let fenced = [
         "6", lock, &queue, chan, &ids, &until, &fence, "d2:o", "10000", "r1", "7", "1000", "s",
-        "60000",
+        "2500", "60000",
     ];
     assert_eq!(sent(&call(Some(Some(RETENTION)))).1, fenced);
     let replicated = [
-        "6", lock, &queue, chan, &ids, &until, &fence, "d2:o", "10000", "r1", "7", "1000", "s", "0",
+        "6", lock, &queue, chan, &ids, &until, &fence, "d2:o", "10000", "r1", "7", "1000", "s",
+        "2500", "0",
     ];
     assert_eq!(sent(&call(Some(None))).1, replicated);
 }
@@ -214,6 +219,7 @@ fn a_queued_acquire_counts_the_waiters_ahead_when_busy() {
         fenced,
         ticket: 1,
         queue: true,
+        life: 3000,
     };
     let busy = |pass| {
         Some(Acquired::Busy {

@@ -9,6 +9,10 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
+use crate::lease::millis_ceil;
+
 /// Fenced acquire: take the lock and hand out a fencing token.
 ///
 /// KEYS: lock, fence. ARGV: value (`d2:<owner>`), ttl ms, fence retention ms, request id.
@@ -53,9 +57,9 @@ return {ARGV[4], {0, redis.call('PTTL', KEYS[1])}}
 /// handed to its first waiter) the lock's queue and its waiters' request ids (`queue:ids`).
 /// ARGV: value (`d2:<owner>`), request id, keep ms, `s` for a sharded release channel (a
 /// cluster: `SPUBLISH` reaches the subscribers of the lock's own shard, where `PUBLISH` would
-/// be broadcast to every node), and optionally the value, ticket and id of the releasing
-/// client's next waiter for the lock (see `release_lock` in `grant_prelude!`: queued by this
-/// release, so it sends no attempt of its own).
+/// be broadcast to every node), and optionally the value, ticket, id and entry life (ms, see
+/// `entry_life`) of the releasing client's next waiter for the lock (see `release_lock` in
+/// `grant_prelude!`: queued by this release, so it sends no attempt of its own).
 /// Returns `{id, code}`: 0 released, -1 another owner holds it (nothing changed), -2 no lock (it
 /// expired, or a replayed release already freed it), -3 the key is not a `d2` lock. With keep
 /// ms > 0 (`min_hold` not reached yet) the lock is left to expire after keep ms instead of
@@ -84,7 +88,7 @@ if type(v) == 'table' then"#,
   local code = permit_release(KEYS[1], ARGV[1], ARGV[3], KEYS[2], KEYS[3], KEYS[4], ARGV[4] == 's')
   return {ARGV[2], math.min(code, 0)}
 end
-return {ARGV[2], release_lock(KEYS[1], KEYS[2], KEYS[3], KEYS[4], v, ARGV[1], ARGV[3], ARGV[5], ARGV[6], ARGV[7], ARGV[4] == 's')}
+return {ARGV[2], release_lock(KEYS[1], KEYS[2], KEYS[3], KEYS[4], v, ARGV[1], ARGV[3], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[4] == 's')}
 "#
 );
 
@@ -95,7 +99,7 @@ return {ARGV[2], release_lock(KEYS[1], KEYS[2], KEYS[3], KEYS[4], v, ARGV[1], AR
 /// queue and its waiters' request ids (see [`RELEASE`]). ARGV: the request id, `s` for sharded
 /// release channels (else `-`), the keys per lock (`2` or `4`), then for each lock its value
 /// (`d2:<owner>`) and keep ms, and with handoff (4 keys per lock) the value of the next waiter
-/// to queue (empty: none), its ticket and its id (see [`RELEASE`]).
+/// to queue (empty: none), its ticket, its id and its entry's life (see [`RELEASE`]).
 /// Returns `{id, codes}` with one code per lock, as [`RELEASE`] returns it (a permit's too).
 pub const RELEASE_MANY: &str = concat!(
     holders_prelude!(),
@@ -104,7 +108,7 @@ pub const RELEASE_MANY: &str = concat!(
     r#"
 local out = {}
 local per = tonumber(ARGV[3])
-local stride = per == 4 and 5 or 2
+local stride = per == 4 and 6 or 2
 local sharded = ARGV[2] == 's'
 for i = 1, #KEYS / per do
   local lock = KEYS[per * (i - 1) + 1]
@@ -128,9 +132,9 @@ for i = 1, #KEYS / per do
       nv = nil
     end
     local q, ids = KEYS[per * (i - 1) + 3], KEYS[per * (i - 1) + 4]
-    out[i] = release_lock(lock, chan, q, ids, v, value, keep, nv, ARGV[at + 4], ARGV[at + 5], sharded)
+    out[i] = release_lock(lock, chan, q, ids, v, value, keep, nv, ARGV[at + 4], ARGV[at + 5], ARGV[at + 6], sharded)
   else
-    out[i] = release_lock(lock, chan, nil, nil, v, value, keep, nil, nil, nil, sharded)
+    out[i] = release_lock(lock, chan, nil, nil, v, value, keep, nil, nil, nil, nil, sharded)
   end
 end
 return {ARGV[1], out}
@@ -152,7 +156,8 @@ pub(crate) const TURN_GRACE: Duration = Duration::from_millis(300);
 /// KEYS: lock, fence, queue, queue until. ARGV: value (`d2:<owner>`), ttl ms, fence retention
 /// ms (0: no fencing token), request id, ticket (0: the caller does not wait), grace ms
 /// (`TURN_GRACE`, 300 ms), `1` to queue the caller (a waiter's attempts after it subscribed: one
-/// that takes the lock at its first attempt leaves no entry behind) or `0`.
+/// that takes the lock at its first attempt leaves no entry behind) or `0`, and the longest its
+/// entry lives (ms, `entry_life`: its wait's end; 0 or absent: no such bound).
 /// Returns `{id, {1, token, 0}}` (taken, or a replay of our own take; token 0 when not
 /// fenced), `{id, {0, pttl, ahead}}` (held by another `d2` owner), `{id, {3, ms, ahead}}`
 /// (free, but the `ahead` waiters queued before the caller come first: the first of them for
@@ -184,8 +189,12 @@ local ticket = tonumber(ARGV[5])
 local grace = tonumber(ARGV[6])
 local function queue(ms)
   if ticket > 0 and ARGV[7] == '1' then
+    local lapse = now + ms + grace
+    if tonumber(ARGV[8] or '0') > 0 then
+      lapse = math.min(lapse, now + tonumber(ARGV[8]))
+    end
     redis.call('ZADD', KEYS[3], ticket, ARGV[1])
-    redis.call('ZADD', KEYS[4], now + ms + grace, ARGV[1])
+    redis.call('ZADD', KEYS[4], lapse, ARGV[1])
     local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
     local keep = math.max(tonumber(last[2]) - now, 1)
     redis.call('PEXPIRE', KEYS[3], keep)
@@ -282,6 +291,23 @@ pub(crate) fn handed_ticket(started_ms: u64, window: Duration) -> u64 {
     started_ms.saturating_mul(1024).saturating_add(window)
 }
 
+/// The longest a waiter's entry in a queue lives in Redis after the attempt (or the release of
+/// its client) that queued it: a live waiter looks again at least every second
+/// (`lock::wait_loop`'s `HANDED_RECHECK`; RedLock's, at the holder's pttl), and each
+/// look renews its entry; the entry of a waiter whose process died lapses within this, so it
+/// is never handed the lock (see `grant_prelude!`: `head`).
+pub(crate) const ENTRY_LAPSE: Duration = Duration::from_secs(3);
+
+/// The life in ms of a queue entry made now for a waiter whose wait ends at `until`: until
+/// then, and [`ENTRY_LAPSE`] at most (at least 1 ms: a waiter whose wait is over sends no
+/// attempt).
+pub(crate) fn entry_life(until: Option<Instant>) -> u64 {
+    let left = until.map_or(ENTRY_LAPSE, |until| {
+        until.saturating_duration_since(Instant::now())
+    });
+    millis_ceil(left.min(ENTRY_LAPSE)).max(1)
+}
+
 /// A lock's waiting attempt on one server, Sentinel or a cluster, where the lock is handed to
 /// the first waiter of its queue when it is let go (`grant_prelude!`): the queue is `:queue`,
 /// lock value → ticket (see `handed_ticket`: the waiters' order, and each one's grant window).
@@ -290,7 +316,9 @@ pub(crate) fn handed_ticket(started_ms: u64, window: Duration) -> u64 {
 /// waiting behind readers lapses (`queue:until`), and for a confirming waiter (fenced, or one
 /// that asks for replicas) the fence key. ARGV: value
 /// (`d2:<owner>`), ttl ms, request id, ticket, grant window ms, `s` for a sharded release
-/// channel, and for a confirming waiter the fence retention ms (0: not fenced). A busy attempt
+/// channel, the life of the caller's queue entry (ms, `entry_life`: it lapses then unless a
+/// later attempt renews it, so a waiter whose wait ended or whose process died is never
+/// handed the lock), and for a confirming waiter the fence retention ms (0: not fenced). A busy attempt
 /// queues the caller and records its request id: the grant that hands it the lock names that
 /// request (`grant` in `grant_prelude!`), so the waiter trusts the grant from that request's
 /// send, never from a later one's. Returns `{id, {1, token}}` (ours: taken, or handed to us,
@@ -325,12 +353,12 @@ pub const ACQUIRE_HANDED: &str = concat!(
     grant_prelude!(),
     fence_prelude!(),
     r#"
-local confirm = ARGV[7] ~= nil
+local confirm = ARGV[8] ~= nil
 local function token()
   if not confirm then
     return 0
   end
-  local t, bad = fence_raise(KEYS[6], ARGV[7])
+  local t, bad = fence_raise(KEYS[6], ARGV[8])
   if bad then
     return fence_error(KEYS[6], 'lock')
   end
@@ -338,7 +366,7 @@ local function token()
 end
 local sharded = ARGV[6] == 's'
 local function queue(ms)
-  enqueue(KEYS[2], KEYS[4], ARGV[1], ARGV[4], ARGV[3], ms)
+  enqueue(KEYS[2], KEYS[4], ARGV[1], ARGV[4], ARGV[3], ms, ARGV[7])
 end
 local raw = redis.pcall('GET', KEYS[1])
 local v = unmark(raw)

@@ -189,7 +189,7 @@ pub use identity::CLIENT_RECORD;
 pub use leader::{
     LEADER_CANDIDATE, LEADER_CANDIDATES, LEADER_CURRENT, LEADER_PROCLAIM, TERMS_KEPT,
 };
-pub(crate) use lock::{grant_window, handed_ticket, TURN_GRACE};
+pub(crate) use lock::{entry_life, grant_window, handed_ticket, TURN_GRACE};
 pub use lock::{
     ACQUIRE_FENCED, ACQUIRE_HANDED, ACQUIRE_QUEUED, LEAVE_QUEUE, RELEASE, RELEASE_MANY,
 };

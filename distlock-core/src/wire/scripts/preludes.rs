@@ -184,8 +184,24 @@ local function wake(chan, msg, sharded)
     redis.call('PUBLISH', chan, msg)
   end
 end
-local function enqueue(q, ids, value, ticket, id, ms)
+local function entry(raw)
+  if not raw then
+    return nil, nil
+  end
+  local at, id = string.match(raw, '^(%d+) (.*)$')
+  if at then
+    return tonumber(at), id
+  end
+  return nil, raw
+end
+local function client_of(v)
+  return string.match(v, '^(.*):') or v
+end
+local function enqueue(q, ids, value, ticket, id, ms, life)
   redis.call('ZADD', q, ticket, value)
+  if tonumber(life or '0') > 0 then
+    id = string.format('%d', permit_now() + tonumber(life)) .. ' ' .. id
+  end
   redis.call('HSET', ids, value, id)
   local keep = math.max(ms, 0) + math.max(tonumber(ticket) % 1024, 1)
   for _, key in ipairs({q, ids}) do
@@ -194,10 +210,40 @@ local function enqueue(q, ids, value, ticket, id, ms)
     end
   end
 end
+local function head(q, ids, below, now)
+  while true do
+    local first = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
+    if not first[1] or (below and tonumber(first[2]) >= below) then
+      return nil, nil
+    end
+    local at, id = entry(redis.call('HGET', ids, first[1]))
+    if not at or at > now() then
+      return first, id
+    end
+    redis.call('ZREM', q, first[1])
+    redis.call('HDEL', ids, first[1])
+  end
+end
+local function sweep(q, ids, holds)
+  local gone, any = {}, false
+  for _, v in ipairs(redis.call('HKEYS', ids)) do
+    if not redis.call('ZSCORE', q, v) and not (holds and holds(v)) then
+      gone[client_of(v)], any = true, true
+      redis.call('HDEL', ids, v)
+    end
+  end
+  if any then
+    for _, v in ipairs(redis.call('ZRANGE', q, 0, -1)) do
+      if gone[client_of(v)] then
+        redis.call('ZREM', q, v)
+        redis.call('HDEL', ids, v)
+      end
+    end
+  end
+end
 local function grant(chan, q, ids, first, id, sharded)
   redis.call('ZREM', q, first[1])
   if id then
-    redis.call('HDEL', ids, first[1])
     if string.sub(id, 1, 2) == 'r:' then
       id = string.sub(id, 3)
     end
@@ -232,12 +278,17 @@ local function turn_over(lock, chan, q, ids, held, below, sharded, lapses)
     redis.call('ZREMRANGEBYSCORE', lock, 0, clock())
     return redis.call('ZCARD', lock) > 1
   end
+  if not held and below then
+    local first = head(q, ids, below, clock)
+    if first then
+      sweep(q, ids, nil)
+    end
+  end
   while true do
-    local first = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
-    if not first[1] or (below and tonumber(first[2]) >= below) then
+    local first, id = head(q, ids, below, clock)
+    if not first then
       break
     end
-    local id = redis.call('HGET', ids, first[1])
     if id and string.sub(id, 1, 2) == 'r:' then
       if held == 'string' then
         redis.call('DEL', lock)
@@ -275,26 +326,34 @@ local function let_go(lock, chan, q, ids, sharded)
   redis.call('DEL', lock)
   wake(chan, '1', sharded)
 end
-local function release_lock(lock, chan, q, ids, raw, value, keep, nv, nt, nid, sharded)
+local function release_lock(lock, chan, q, ids, raw, value, keep, nv, nt, nid, nl, sharded)
   local v = unmark(raw)
   if v and v ~= value and string.sub(v, 1, 3) ~= 'd2:' then
     return -3
   end
   if nv and v ~= nv then
-    enqueue(q, ids, nv, nt, nid, redis.call('PTTL', lock))
+    enqueue(q, ids, nv, nt, nid, redis.call('PTTL', lock), nl)
   end
   local code = 0
   if v == false then
     code = -2
   elseif v ~= value then
     code = -1
+    if nv and v ~= nv then
+      mark(lock, raw)
+    end
   elseif tonumber(keep) > 0 then
     redis.call('PEXPIRE', lock, keep)
   end
   if unwaited(raw, value, keep, q, nv) then
     redis.call('DEL', lock)
   elseif (code == 0 and tonumber(keep) <= 0) or (code == -2 and nv) then
+    if q and code == 0 then
+      redis.call('HDEL', ids, value)
+    end
     let_go(lock, chan, q, ids, sharded)
+  elseif q and code == 0 then
+    redis.call('HDEL', ids, value)
   end
   return code
 end
@@ -336,12 +395,20 @@ local function permit_hand(key, chan, q, ids, now, n, below, sharded)
     held = held - 1
   end
   local free, handed = n - held, 0
+  local function clock()
+    return now
+  end
+  if below and free > 0 and head(q, ids, below, clock) then
+    sweep(q, ids, function(v)
+      return redis.call('ZSCORE', key, v)
+    end)
+  end
   while free > 0 do
-    local first = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
-    if not first[1] or (below and tonumber(first[2]) >= below) then
+    local first, id = head(q, ids, below, clock)
+    if not first then
       break
     end
-    local window = grant(chan, q, ids, first, redis.call('HGET', ids, first[1]), sharded)
+    local window = grant(chan, q, ids, first, id, sharded)
     redis.call('ZADD', key, string.format('%d', -n), 'd2:permits')
     redis.call('ZADD', key, 'NX', string.format('%d', now + window), first[1])
     free, handed = free - 1, handed + 1
@@ -359,6 +426,9 @@ local function permit_release(key, value, keep, chan, q, ids, sharded)
   local now = permit_now()
   redis.call('ZREMRANGEBYSCORE', key, 0, now)
   local code = -2
+  if q then
+    redis.call('HDEL', ids, value)
+  end
   if redis.call('ZSCORE', key, value) then
     if tonumber(keep) > 0 then
       redis.call('ZADD', key, 'XX', string.format('%d', now + tonumber(keep)), value)

@@ -52,7 +52,7 @@ local function busy(i, ms, raw)
     for j = 1, n do
       local q, ids = key(j, 3), key(j, 5)
       if j == i then
-        enqueue(q, ids, ARGV[1], ARGV[5], ARGV[4], ms)
+        enqueue(q, ids, ARGV[1], ARGV[5], ARGV[4], ms, ARGV[7])
       else
         redis.call('ZREM', q, ARGV[1])
         redis.call('HDEL', ids, ARGV[1])

@@ -63,7 +63,7 @@ if held >= 0 and free <= 0 then
   local ms = math.max(tonumber(first[2]) - now, 1)
   if turn then
     permit_settle(KEYS[1], now)
-    enqueue(KEYS[3], KEYS[5], ARGV[1], ARGV[6], ARGV[5], redis.call('PTTL', KEYS[1]))
+    enqueue(KEYS[3], KEYS[5], ARGV[1], ARGV[6], ARGV[5], redis.call('PTTL', KEYS[1]), ARGV[8])
   end
   return {ARGV[5], {0, ms}}
 end
@@ -121,7 +121,7 @@ local turn = KEYS[4] ~= nil
 local ticket = tonumber(ARGV[5] or '0')
 local function busy(ms)
   if ticket > 0 then
-    enqueue(KEYS[4], KEYS[6], ARGV[1], ARGV[5], 'r:' .. ARGV[4], redis.call('PTTL', KEYS[1]))
+    enqueue(KEYS[4], KEYS[6], ARGV[1], ARGV[5], 'r:' .. ARGV[4], redis.call('PTTL', KEYS[1]), ARGV[7])
   end
   return {ARGV[4], {0, ms}}
 end

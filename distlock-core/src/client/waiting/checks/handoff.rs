@@ -141,6 +141,7 @@ impl Waiter {
             value: me,
             ticket: self.ticket,
             id: carry_id,
+            until: None,
         };
         if sub.interest.defer(next) {
             let deferral = sub.interest.deferral();

@@ -1,0 +1,304 @@
+//! Waiters of a crashed client (issue 48), against a real server: a client killed as a process
+//! is (`distlock::testing::Crashable`: nothing it sends reaches Redis from then on, so none of
+//! its waiters leaves its queue) costs the living one grant window in all, however many of its
+//! waiters stand in the queue ahead of them, for every kind that queues; a waiter whose own
+//! wait ended is never handed the hold, even when its process is gone.
+//!
+//! Each case queues the crashed client's waiters first and a live waiter behind them, kills the
+//! client, releases every hold and measures when the live waiter has it. Before the queue
+//! entries carried their lapse and a lapsed grant's client was taken for gone, each dead waiter
+//! cost one grant window (1 s): 10 waiters of a lock 10 s, 20 of a semaphore of 4 5 s. The
+//! bound asserted is generous (one window, 1 s, plus the live waiter's own look again and the
+//! machine's noise); RELIABILITY.md has the figures.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use distlock::testing::TestRedis;
+use distlock::{Client, Error, LockGuard};
+use testkit::{queued, until_queued};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+type Take = Pin<Box<dyn Future<Output = Result<LockGuard, Error>> + Send>>;
+
+/// What one case takes: a hold of its kind through `client`, waiting up to `wait` (zero: not
+/// at all).
+type Taker = fn(Client, Duration) -> Take;
+
+/// The most a live waiter behind any number of a crashed client's waiters waits after the
+/// release: one grant window (1 s), its look again and noise.
+const BOUND: Duration = Duration::from_millis(2_500);
+
+const TTL: Duration = Duration::from_secs(10);
+
+fn with_wait(builder: distlock::LockBuilder, wait: Duration) -> distlock::LockBuilder {
+    let builder = builder.ttl(TTL);
+    if wait.is_zero() {
+        builder
+    } else {
+        builder.wait(wait)
+    }
+}
+
+fn lock(c: Client, wait: Duration) -> Take {
+    Box::pin(async move { with_wait(c.lock("crash:lock"), wait).acquire().await })
+}
+
+fn fenced(c: Client, wait: Duration) -> Take {
+    Box::pin(async move {
+        with_wait(c.lock("crash:fenced"), wait)
+            .fenced(true)
+            .acquire()
+            .await
+    })
+}
+
+fn permit(c: Client, wait: Duration) -> Take {
+    Box::pin(async move {
+        with_wait(c.semaphore("crash:permits", 4), wait)
+            .acquire()
+            .await
+    })
+}
+
+fn write(c: Client, wait: Duration) -> Take {
+    Box::pin(async move { with_wait(c.lock("crash:rw"), wait).acquire().await })
+}
+
+fn read(c: Client, wait: Duration) -> Take {
+    Box::pin(async move { with_wait(c.lock("crash:rw"), wait).read().acquire().await })
+}
+
+fn set(c: Client, wait: Duration) -> Take {
+    Box::pin(async move {
+        with_wait(c.lock_all(["crash:set:a", "crash:set:b"]), wait)
+            .acquire()
+            .await
+    })
+}
+
+/// One case: `holders` holds taken by a live client, `dead` waiters of a client that crashes
+/// (each `dead_take`, waiting `dead_wait`), a live waiter (`live_take`) behind them, all in
+/// the queue of `queue` (the lock they wait for); the holds released, after `before_release`
+/// once the crash happened. Returns how long after the release the live waiter had its hold.
+#[allow(clippy::too_many_arguments)]
+async fn behind_the_dead(
+    server: &TestRedis,
+    queue: &str,
+    holders: usize,
+    dead: usize,
+    (dead_take, dead_wait): (Taker, Duration),
+    live_take: Taker,
+    before_release: Duration,
+) -> Duration {
+    let conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let holder = server.config().connect().await.unwrap();
+    let mut held = Vec::new();
+    for _ in 0..holders {
+        held.push(dead_take(holder.clone(), Duration::ZERO).await.unwrap());
+    }
+    let crashed = server.crashable().await.unwrap();
+    let doomed: Vec<JoinHandle<Result<LockGuard, Error>>> = (0..dead)
+        .map(|_| tokio::spawn(dead_take(crashed.client().clone(), dead_wait)))
+        .collect();
+    // The crashed client's waiters are all in the queue in Redis (the first by its attempt,
+    // the others by their own look again within a second).
+    until_queued(&conn, queue, dead).await;
+    let live = server.config().connect().await.unwrap();
+    let behind: JoinHandle<Instant> = tokio::spawn(async move {
+        let guard = live_take(live, Duration::from_secs(30)).await.unwrap();
+        let at = Instant::now();
+        guard.release().await.unwrap();
+        at
+    });
+    until_queued(&conn, queue, dead + 1).await;
+    crashed.crash().await;
+    for task in &doomed {
+        task.abort();
+    }
+    tokio::time::sleep(before_release).await;
+    let released = Instant::now();
+    for guard in held {
+        guard.release().await.unwrap();
+    }
+    let at = tokio::time::timeout(Duration::from_secs(20), behind)
+        .await
+        .expect("the live waiter has its hold within 20 s")
+        .unwrap();
+    let delay = at.saturating_duration_since(released);
+    eprintln!("{queue}: a live waiter behind {dead} waiters of a crashed client had it {delay:?} after the release");
+    delay
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_crashed_waiters_of_a_lock_cost_one_window() {
+    let server = TestRedis::start().unwrap();
+    let delay = behind_the_dead(
+        &server,
+        "crash:lock",
+        1,
+        10,
+        (lock, Duration::from_secs(30)),
+        lock,
+        Duration::ZERO,
+    )
+    .await;
+    assert!(delay < BOUND, "{delay:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_crashed_waiters_of_a_fenced_lock_cost_one_window() {
+    let server = TestRedis::start().unwrap();
+    let delay = behind_the_dead(
+        &server,
+        "crash:fenced",
+        1,
+        10,
+        (fenced, Duration::from_secs(30)),
+        fenced,
+        Duration::ZERO,
+    )
+    .await;
+    assert!(delay < BOUND, "{delay:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_crashed_waiters_of_a_semaphore_of_four_cost_one_window() {
+    let server = TestRedis::start().unwrap();
+    let delay = behind_the_dead(
+        &server,
+        "crash:permits",
+        4,
+        20,
+        (permit, Duration::from_secs(30)),
+        permit,
+        Duration::ZERO,
+    )
+    .await;
+    assert!(delay < BOUND, "{delay:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_behind_ten_crashed_writers_waits_one_window() {
+    let server = TestRedis::start().unwrap();
+    let delay = behind_the_dead(
+        &server,
+        "crash:rw",
+        1,
+        10,
+        (write, Duration::from_secs(30)),
+        read,
+        Duration::ZERO,
+    )
+    .await;
+    assert!(delay < BOUND, "{delay:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_behind_ten_crashed_readers_waits_one_window() {
+    let server = TestRedis::start().unwrap();
+    // A writer holds it, so the readers queue; then the live writer behind them.
+    let conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let holder = server.config().connect().await.unwrap();
+    let held = write(holder, Duration::ZERO).await.unwrap();
+    let crashed = server.crashable().await.unwrap();
+    let doomed: Vec<_> = (0..10)
+        .map(|_| tokio::spawn(read(crashed.client().clone(), Duration::from_secs(30))))
+        .collect();
+    until_queued(&conn, "crash:rw", 10).await;
+    let live = server.config().connect().await.unwrap();
+    let behind = tokio::spawn(async move {
+        let guard = write(live, Duration::from_secs(30)).await.unwrap();
+        let at = Instant::now();
+        guard.release().await.unwrap();
+        at
+    });
+    until_queued(&conn, "crash:rw", 11).await;
+    crashed.crash().await;
+    for task in &doomed {
+        task.abort();
+    }
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let at = tokio::time::timeout(Duration::from_secs(20), behind)
+        .await
+        .unwrap()
+        .unwrap();
+    let delay = at.saturating_duration_since(released);
+    eprintln!("a writer behind 10 crashed readers had it {delay:?} after the release");
+    assert!(delay < BOUND, "{delay:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_crashed_waiters_of_a_set_cost_one_window() {
+    let server = TestRedis::start().unwrap();
+    let delay = behind_the_dead(
+        &server,
+        "crash:set:a",
+        1,
+        10,
+        (set, Duration::from_secs(30)),
+        set,
+        Duration::ZERO,
+    )
+    .await;
+    assert!(delay < BOUND, "{delay:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashed_waiters_whose_wait_ended_are_never_handed_the_lock() {
+    let server = TestRedis::start().unwrap();
+    // Their waits (3 s) end 1 s before the release: the live waiter is handed the lock by the
+    // release itself, no grant window spent on any of them.
+    let delay = behind_the_dead(
+        &server,
+        "crash:lock",
+        1,
+        8,
+        (lock, Duration::from_secs(3)),
+        lock,
+        Duration::from_secs(4),
+    )
+    .await;
+    assert!(delay < Duration::from_millis(500), "{delay:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_clients_entries_lapse_by_themselves() {
+    let server = TestRedis::start().unwrap();
+    let conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let holder = server.config().connect().await.unwrap();
+    let held = lock(holder, Duration::ZERO).await.unwrap();
+    let crashed = server.crashable().await.unwrap();
+    let doomed: Vec<_> = (0..5)
+        .map(|_| tokio::spawn(lock(crashed.client().clone(), Duration::from_secs(30))))
+        .collect();
+    until_queued(&conn, "crash:lock", 5).await;
+    crashed.crash().await;
+    for task in &doomed {
+        task.abort();
+    }
+    // Nobody renews them: a release after their lapse (3 s after their last look) hands the
+    // lock to none of them, and frees it.
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    held.release().await.unwrap();
+    assert_eq!(queued(&conn, "crash:lock").await, 0);
+    let again = server.config().connect().await.unwrap();
+    lock(again, Duration::ZERO)
+        .await
+        .expect("the lock is free: no entry of the crashed client was handed it");
+}
