@@ -7,7 +7,18 @@
 use std::time::Duration;
 
 use distlock::Client;
+use futures_util::StreamExt;
 use testkit::{command_calls, lock_keys, quick_client as client, until_queued, RedisServer};
+
+/// The messages published on the release channel of `name` (default prefix), as they come.
+async fn release_messages(server: &RedisServer, name: &str) -> redis::aio::PubSub {
+    let mut pubsub = server.client().get_async_pubsub().await.unwrap();
+    pubsub
+        .subscribe(format!("distlock:{{{name}}}:released"))
+        .await
+        .unwrap();
+    pubsub
+}
 
 /// Calls of the commands a release with waiters sends (queue read, message).
 async fn waiter_commands(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
@@ -96,6 +107,7 @@ async fn a_waited_for_lock_is_marked_stays_its_owners_and_is_handed_over() {
         g.release().await.unwrap();
     });
     until_queued(&conn, "marked", 1).await;
+    let mut messages = release_messages(&server, "marked").await;
     let value = lock_value(&mut conn, "marked").await.unwrap();
     assert_eq!(value, format!("{unmarked}+"), "the waiter left no mark");
     // Three lease lengths: the lease is renewed through the mark.
@@ -105,16 +117,87 @@ async fn a_waited_for_lock_is_marked_stays_its_owners_and_is_handed_over() {
         "the holder's renewal failed on its marked lock: {:?}",
         held.lost_reason()
     );
-    let released_at = tokio::time::Instant::now();
     held.release().await.unwrap();
+    // Handed over by the release itself: its message names the waiter (a silent release would
+    // leave the waiter to find the lock free at its look again, within a second, and publish
+    // nothing).
+    let message = tokio::time::timeout(Duration::from_secs(5), messages.on_message().next())
+        .await
+        .expect("the release published nothing")
+        .unwrap();
+    let payload: String = message.get_payload().unwrap();
+    assert!(
+        payload.starts_with("d2:") && payload.contains(' '),
+        "the release's message is not a grant naming the waiter: {payload:?}"
+    );
     tokio::time::timeout(Duration::from_secs(5), waiter)
         .await
         .expect("the waiter was not handed the lock")
         .unwrap();
-    // Handed over by the release, not found free after a recheck (1 s) or a lease.
-    assert!(released_at.elapsed() < Duration::from_millis(900));
     assert!(
         lock_keys(&mut conn).await.is_empty(),
         "a lock was left held"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_carried_behind_another_owners_lock_marks_it() {
+    // A release whose lock another owner holds now (its own lease ran out) still queues the
+    // next waiter it carries: that lock must be marked, or its holder's release would delete
+    // it unread and publish nothing, leaving the carried waiter to its look again.
+    let server = RedisServer::start();
+    let mut conn = server.conn().await;
+    let (lock, chan) = ("distlock:{carried}", "distlock:{carried}:released");
+    let (queue, ids) = ("distlock:{carried}:queue", "distlock:{carried}:queue:ids");
+    let _: () = redis::cmd("SET")
+        .arg(lock)
+        .arg("d2:other:1")
+        .arg("PX")
+        .arg(10_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let release = |value: &str, next: Option<&str>| {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(distlock::scripts::RELEASE)
+            .arg(4)
+            .arg(lock)
+            .arg(chan)
+            .arg(queue)
+            .arg(ids)
+            .arg(value)
+            .arg("r1")
+            .arg(0)
+            .arg("-");
+        if let Some(next) = next {
+            cmd.arg(next).arg(1024 * 1000 + 1000).arg("r2").arg(3000);
+        }
+        cmd
+    };
+    let (_, code): (String, i64) = release("d2:me:1", Some("d2:me:2"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(code, -1, "another owner holds it");
+    let value = lock_value(&mut conn, "carried").await.unwrap();
+    assert_eq!(
+        value, "d2:other:1+",
+        "the carried waiter queued behind it without a mark"
+    );
+    let mut messages = release_messages(&server, "carried").await;
+    let (_, code): (String, i64) = release("d2:other:1", None)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(code, 0);
+    let message = tokio::time::timeout(Duration::from_secs(5), messages.on_message().next())
+        .await
+        .expect("the holder's release published nothing")
+        .unwrap();
+    let payload: String = message.get_payload().unwrap();
+    assert_eq!(
+        payload, "d2:me:2 r2",
+        "the release did not hand the lock to the carried waiter"
+    );
+    assert_eq!(lock_value(&mut conn, "carried").await.unwrap(), "d2:me:2+");
 }

@@ -93,7 +93,19 @@
 //!   window; a grant heard too late to trust costs one more round trip, which finds the lock
 //!   ours and extends it. A waiter that leaves lets go a lock handed to it meanwhile, and one
 //!   whose process died costs the lock its window at most, never its ttl (a waiter looks again
-//!   at least every second while it waits). Fenced waiters and waiters that ask for replicas
+//!   at least every second while it waits). **The waiters of a killed process cost the living
+//!   one window in all**, whatever their number: each queue entry carries its lapse (its
+//!   waiter's wait's end, and 3 s after its last look at most: a live waiter's looks renew it,
+//!   and a waiter whose wait ended is never handed the hold, even if its process is gone), a
+//!   grant skips lapsed entries, and a hold found free while the record of its grant is still
+//!   there lapsed in a gone client's hands: that client's other entries leave the queue at once
+//!   (so 10 killed waiters of a lock cost a live waiter behind them 1.0 s, not 10; 20 of a
+//!   semaphore of 4, 1.0 s, not 5: `tests/crashed_waiters.rs`, RELIABILITY.md). A paused
+//!   (`SIGSTOP`) process's waiters cost the same as a killed one's (one window per lock, and
+//!   nothing once their entries lapsed); resumed, they queue again at their next look with
+//!   their first ticket, so their turn is still their arrival's. A live client whose hold ran
+//!   out (a stalled body without `renew`) is taken for gone the same way: its other waiters of
+//!   that lock queue again at their next look, within a second. Fenced waiters and waiters that ask for replicas
 //!   are handed the lock the same way but confirm the grant with one more attempt, which finds
 //!   the lock theirs and raises its fencing token (or waits for its replicas) then. A
 //!   semaphore's waiters queue the same way (`prefix:{name}:queue`): a release hands the permit

@@ -283,7 +283,11 @@
 //!   the ttl if shorter) counted from its last attempt that found the lock held, before the
 //!   grant, and the watchdog extends it to its ttl early in that window; a grant heard too late
 //!   to trust costs one more round trip. A waiter that went away costs the lock its window at
-//!   most, never its ttl. Tasks of one client that wait for the same lock queue through that
+//!   most, never its ttl, and the waiters of a process that was killed cost the living one
+//!   window in all, however many of them stand ahead (a grant that lapsed in a gone client's
+//!   hands takes that client's other entries out of the queue; an entry also lapses when its
+//!   waiter's wait ends, or 3 s after its last look, so a waiter whose wait is over is never
+//!   handed the lock: `tests/crashed_waiters.rs`). Tasks of one client that wait for the same lock queue through that
 //!   client's own releases, so a handoff between them costs Redis a single script. Fenced
 //!   waiters and waiters with `min_replicas` are handed the lock in their turn too, and confirm
 //!   the grant with one more round trip (their token is raised, or their replicas waited for,

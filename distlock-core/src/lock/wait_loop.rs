@@ -36,7 +36,12 @@
 //!   whose process died is handed the lock for its window at most, never its ttl; since nobody
 //!   publishes when that window lapses, a handed waiter looks again at least every
 //!   `HANDED_RECHECK` (1 s), and a lock found free with an earlier waiter queued is handed to
-//!   that one by the finder (`scripts::ACQUIRE_HANDED`).
+//!   that one by the finder (`scripts::ACQUIRE_HANDED`). Every attempt sends the life of its
+//!   queue entry (`scripts::entry_life`: until the wait ends, `ENTRY_LAPSE`, 3 s, at most), so
+//!   the entries of a process that died lapse by themselves and one whose wait ended is never
+//!   handed the lock; and the finder of a lock free while the record of its last grant is
+//!   still there takes that grantee's client for gone and its other entries out of the queue
+//!   (`grant_prelude!`'s `sweep`): a killed process's waiters cost one window in all.
 //! * **Fenced waiters and waiters that ask for replicas** are queued and handed the lock the
 //!   same way, but do not trust the grant: their next attempt (sent at once) finds the lock
 //!   their own and confirms it, raising its fencing token while it is theirs and writing its
