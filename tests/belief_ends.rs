@@ -12,8 +12,18 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 
-use distlock::{Error, LossReason};
-use testkit::{quick_client, RedisServer};
+use distlock::{Client, Error, LossReason};
+use testkit::delay::DelayProxy;
+use testkit::{client_with, quick_client, RedisServer};
+
+/// The holder's client, through a delay line of 150 ms each way: its release reaches Redis
+/// 150 ms after it was sent and its answer comes back 150 ms later, so the next holder (near
+/// Redis) has the lock 150 ms before the old one hears the answer. A belief that ended only
+/// with the answer would still be on when the next holder looks.
+async fn far_client(server: &RedisServer) -> (Client, DelayProxy) {
+    let line = DelayProxy::to(server, Duration::from_millis(150));
+    (client_with(line.url(), Duration::from_secs(2)).await, line)
+}
 
 /// Polls `lost` once (at the moment the next holder has the lock): it must be ready, with
 /// `Released`.
@@ -27,7 +37,7 @@ fn resolved_by_now(lost: impl Future<Output = LossReason>, what: &str) {
 #[tokio::test]
 async fn a_resigned_leaders_lost_resolves_before_the_next_leader_is_elected() {
     let server = RedisServer::start();
-    let (a, b) = (quick_client(&server).await, quick_client(&server).await);
+    let ((a, _line), b) = (far_client(&server).await, quick_client(&server).await);
     for round in 0..5 {
         let leading = a
             .leader("belief")
@@ -63,7 +73,7 @@ async fn a_resigned_leaders_lost_resolves_before_the_next_leader_is_elected() {
 #[tokio::test]
 async fn a_released_guards_lost_resolves_before_the_next_holder_takes_the_lock() {
     let server = RedisServer::start();
-    let (a, b) = (quick_client(&server).await, quick_client(&server).await);
+    let ((a, _line), b) = (far_client(&server).await, quick_client(&server).await);
     for round in 0..6 {
         let guard = a
             .lock("belief:lock")
