@@ -74,7 +74,14 @@
 //!   as [`Observed::Past`], oldest first, and [`Observed::Gap`] when the record no longer
 //!   reaches back to the last term seen (it keeps the last
 //!   [`TERMS_KEPT`](crate::scripts::TERMS_KEPT)). Over RedLock it shows only terms a majority
-//!   of masters recorded: a proclaim that reached a minority elected nobody.
+//!   of masters recorded: a proclaim that reached a minority elected nobody. The leader it
+//!   shows ([`LeaderBuilder::current`] too) is the one a majority's records name, holding the
+//!   lock, **with one term**: the term its proclaim counted and it fences with. A record of
+//!   the same leader ahead of that term on a minority (a master that answered the proclaim
+//!   after the call's timeout had written a term of its own, and a proclaim never lowers its
+//!   own record) is never shown; while the masters that answer disagree on the leader's term
+//!   and none still out could settle it (one of the term's majority down, another ahead), no
+//!   leader is shown.
 //! * **Failovers, with every replica.** With [`LeaderBuilder::min_replicas`] covering every
 //!   replica a failover may promote ([`ALL_REPLICAS`](crate::ALL_REPLICAS) over Sentinel), the
 //!   election, the term's record and every renewal are acknowledged by the replicas before they
@@ -420,7 +427,9 @@ impl LeaderBuilder {
         candidates::line(&client, &keys).await
     }
 
-    /// The current leader, in one look (`None` without one).
+    /// The current leader, in one look (`None` without one). Over RedLock, the leader and term
+    /// a majority of masters recorded (see the module docs, "Observers tell the present from
+    /// history").
     pub async fn current(&self) -> Result<Option<Leader>, Error> {
         let client = self.lock.resolve()?;
         let (record, read_at) = record::read(&client, self.lock.name()).await?;

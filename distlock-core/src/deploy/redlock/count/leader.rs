@@ -1,11 +1,11 @@
 //! How a leader election's record calls (`ProclaimCall`, `CurrentCall`; see `leader`) count
 //! over a RedLock quorum: a term counts once a majority wrote it; a majority's records must
-//! name one held owner for a leader to be read.
+//! name one held owner with that term for a leader to be read.
 
 use std::time::Duration;
 
 use crate::wire::calls::{
-    CandidateCall, CandidatesCall, CurrentCall, Line, ProclaimCall, Proclaimed, Record,
+    CandidateCall, CandidatesCall, CurrentCall, Line, ProclaimCall, Proclaimed, Record, TermEntry,
 };
 
 use super::{answered, majority, NoQuorum, Quorate};
@@ -91,11 +91,17 @@ impl Quorate for ProclaimCall<'_> {
 }
 
 /// The current leader over a quorum: a majority answered, and a majority's records name one
-/// owner whose lock they hold (its largest term); the terms a majority of the answers recorded,
-/// merged. No owner
-/// named by a majority yet is undecided while the masters still out could make one: a leader
-/// whose proclaim has reached a bare majority is read as such even when the first majority to
-/// answer holds only one of those masters (the third gets it a moment later).
+/// owner whose lock they hold **with one term** — the term that owner's proclaim counted (a
+/// majority wrote it) and the leader fences with; the terms a majority of the answers
+/// recorded, merged. A record of the same hold ahead of that term on a minority (a master
+/// that wrote its own term in a round it answered too late for, which a proclaim never lowers)
+/// is not the leader's term and is never shown. No owner and term named by a majority yet is
+/// undecided while the masters still out could make one: a leader whose proclaim has reached a
+/// bare majority is read as such even when the first majority to answer holds only one of
+/// those masters (the third gets it a moment later), or holds one that is ahead. Every master
+/// answered and none named by a majority: no leader (its records disagree on its term only
+/// while a proclaim round is under way, or when a master of the term's majority is down and
+/// another is ahead).
 impl Quorate for CurrentCall<'_> {
     fn count(
         &self,
@@ -106,23 +112,23 @@ impl Quorate for CurrentCall<'_> {
     ) -> Result<Record, NoQuorum> {
         let replies = answered(replies, nodes)?;
         let required = majority(nodes);
-        // The owner most records name as leader, with how many name it.
-        let naming = |owner: &str| {
+        // The records that name `owner` as the leader with `term`.
+        let naming = |owner: &str, term: u64| {
             replies
                 .iter()
-                .filter(|r| r.leader.is_some() && r.owner == owner)
-                .count()
+                .filter(|r| r.owner == owner && r.leader.as_ref().is_some_and(|l| l.term == term))
+                .collect::<Vec<_>>()
         };
+        // The owner and term most records name, with those records.
         let most = replies
             .iter()
-            .filter(|r| r.leader.is_some())
-            .map(|r| (naming(&r.owner), r))
-            .max_by_key(|(named, _)| *named);
+            .filter_map(|r| r.leader.as_ref().map(|l| naming(&r.owner, l.term)))
+            .max_by_key(Vec::len);
         let leading = match most {
-            Some((named, record)) if named >= required => Some(record),
-            Some((named, _)) if named + silent >= required => {
+            Some(named) if named.len() >= required => Some(named),
+            Some(named) if named.len() + silent >= required => {
                 return Err(NoQuorum {
-                    agreed: named,
+                    agreed: named.len(),
                     required,
                 })
             }
@@ -143,24 +149,39 @@ impl Quorate for CurrentCall<'_> {
             .collect();
         terms.sort_by_key(|t| std::cmp::Reverse(t.term));
         terms.dedup_by_key(|t| t.term);
-        let Some(leading) = leading else {
+        let Some(held) = leading else {
             return Ok(Record {
                 terms,
                 pttl: -2,
                 ..Record::default()
             });
         };
-        let held: Vec<&Record> = replies
+        let owner = held[0].owner.clone();
+        let entries: Vec<&TermEntry> = held.iter().filter_map(|r| r.leader.as_ref()).collect();
+        // What most of them show (an identity proclaimed for the term reaches one master after
+        // the other), and the term's start as the leader counted it (the latest of its masters).
+        let identity = entries
             .iter()
-            .filter(|r| r.leader.is_some() && r.owner == leading.owner)
-            .collect();
+            .map(|e| &e.identity)
+            .max_by_key(|i| entries.iter().filter(|e| &e.identity == *i).count())
+            .cloned()
+            .unwrap_or_default();
+        let leader = TermEntry {
+            term: entries[0].term,
+            since_ms: entries.iter().map(|e| e.since_ms).max().unwrap_or(0),
+            identity,
+        };
+        // The lease as the soonest of the owner's locks to run out says.
+        let pttl = replies
+            .iter()
+            .filter(|r| r.leader.is_some() && r.owner == owner)
+            .map(|r| r.pttl)
+            .min()
+            .unwrap_or(-2);
         Ok(Record {
-            leader: held
-                .iter()
-                .filter_map(|r| r.leader.clone())
-                .max_by_key(|l| l.term),
-            owner: leading.owner.clone(),
-            pttl: held.iter().map(|r| r.pttl).min().unwrap_or(-2),
+            leader: Some(leader),
+            owner,
+            pttl,
             terms,
         })
     }
@@ -227,7 +248,6 @@ impl Quorate for CandidatesCall<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::calls::TermEntry;
     use crate::wire::keys::LockKeys;
 
     fn led(owner: &str, term: u64) -> Record {
@@ -303,5 +323,45 @@ mod tests {
         // Nobody named anywhere: no leader at once (the one out cannot make a majority).
         let none = [Record::default(), Record::default()];
         assert_eq!(call.count(&none, 3, 1, never).unwrap().leader, None);
+    }
+
+    #[test]
+    fn a_leaders_record_ahead_on_a_minority_is_not_its_term() {
+        let keys = LockKeys::new("p", "quorum").unwrap();
+        let call = CurrentCall {
+            keys: &keys,
+            id: b"r1",
+        };
+        let never = Duration::ZERO;
+        // The leader holds 7 (a majority wrote it); one master wrote its own 9 for the same
+        // hold, in a round it answered too late for.
+        let ahead = [led("d2:b", 9), led("d2:b", 7)];
+        // The third could name 7 too: undecided, not 9.
+        assert!(call.count(&ahead, 3, 1, never).is_err(), "undecided");
+        // It does: 7, and only the terms a majority recorded.
+        let all = [led("d2:b", 9), led("d2:b", 7), led("d2:b", 7)];
+        let read = call.count(&all, 3, 0, never).unwrap();
+        assert_eq!(read.leader.map(|l| l.term), Some(7));
+        assert_eq!(read.owner, "d2:b");
+        assert_eq!(read.terms.iter().map(|t| t.term).collect::<Vec<_>>(), [7]);
+        // The third is down: the two that answered disagree on the term, and no term is shown.
+        let split = call.count(&ahead, 3, 0, never).unwrap();
+        assert_eq!((split.leader, split.pttl), (None, -2));
+        // Five masters, two of them ahead: 7 on three is the leader's.
+        let five = [
+            led("d2:b", 9),
+            led("d2:b", 9),
+            led("d2:b", 7),
+            led("d2:b", 7),
+            led("d2:b", 7),
+        ];
+        assert_eq!(
+            call.count(&five, 5, 0, never)
+                .unwrap()
+                .leader
+                .map(|l| l.term),
+            Some(7)
+        );
+        assert!(call.count(&five[..4], 5, 1, never).is_err(), "undecided");
     }
 }

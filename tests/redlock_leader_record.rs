@@ -1,0 +1,101 @@
+//! Over RedLock, observers are shown the term the leader holds and nothing else (issue 48, item
+//! 6): a leader's records on a minority of masters can be ahead of the term a majority wrote,
+//! and `current()` and `observe()` must not show it. Against real servers, one master behind a
+//! proxy that holds its answers back.
+//!
+//! How a minority gets ahead: a master that carries a term above the others' (the others lost
+//! it, or never had it) answers the proclaim's first round after the call's response timeout.
+//! The others wrote the leader's token and settled on it; the late master had written its own
+//! last term plus one, for the same hold. The leader fences with the majority's term; the late
+//! master's record stays ahead for the whole term (a proclaim never lowers the record of its
+//! own hold).
+
+use std::time::Duration;
+
+use distlock::{Client, Config, Error, Observed};
+use futures_util::{Stream, StreamExt};
+use redis::AsyncCommands;
+use testkit::proxy::{Proxy, ReplyFault};
+use testkit::RedisServer;
+
+async fn client(config: Config) -> Client {
+    config
+        .response_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// The next item, within 5 s.
+async fn next<S: Stream<Item = Result<Observed, Error>> + Unpin>(s: &mut S) -> Observed {
+    tokio::time::timeout(Duration::from_secs(5), s.next())
+        .await
+        .expect("the observer yields within 5 s")
+        .expect("the stream does not end")
+        .expect("the observer can observe")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_a_late_master_wrote_ahead_of_the_majoritys_term_is_not_shown() {
+    let name = "ahead";
+    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    // The first master answers slowly (later than the others, within the response timeout),
+    // the last one's first proclaim answers after it.
+    let slow = Proxy::to(&masters[0]).await;
+    let late = Proxy::to(&masters[2]).await;
+    // The last master alone remembers a term far above the others' clocks.
+    let carried: u64 = 5_000_000_000_000_000;
+    let mut last = masters[2].conn().await;
+    let _: () = last
+        .hset_multiple(
+            format!("distlock:{{{name}}}:leader"),
+            &[("term", carried.to_string()), ("owner", "gone".to_owned())],
+        )
+        .await
+        .unwrap();
+    // Loaded already, so the proclaim runs there at once (not a NOSCRIPT sent again late).
+    let _: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(distlock::scripts::LEADER_PROCLAIM)
+        .query_async(&mut last)
+        .await
+        .unwrap();
+    let proclaim = redis::Script::new(distlock::scripts::LEADER_PROCLAIM)
+        .get_hash()
+        .to_owned();
+    late.fault_next_replies(1, ReplyFault::Delay(Duration::from_millis(1_500)), {
+        move |args| args.len() > 1 && args[1].eq_ignore_ascii_case(proclaim.as_bytes())
+    });
+    let urls = [slow.url(), masters[1].url(), late.url()];
+    let c = client(Config::redlock(urls.iter().map(String::as_str))).await;
+    let leadership = c.leader(name).identity("leader").campaign().await.unwrap();
+    let term = leadership.term();
+    assert!(late.wait_faulted(1, Duration::from_secs(5)).await);
+    assert!(term < carried, "the majority's term is the token: {term}");
+    // The late master wrote the leader's hold its own term, ahead of the majority's.
+    let recorded: Option<u64> = last
+        .hget(format!("distlock:{{{name}}}:leader"), "term")
+        .await
+        .unwrap();
+    assert_eq!(recorded, Some(carried + 1), "the late master's record");
+    // Its held-back answer has passed; from now on the first master answers last, so a read
+    // has the late master's record and one of the majority's before the third.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    slow.set_latency(Duration::from_millis(200));
+    for _ in 0..3 {
+        let shown = c.leader(name).current().await.unwrap().map(|l| l.term);
+        assert_eq!(
+            shown,
+            Some(term),
+            "current() shows the term the leader holds"
+        );
+    }
+    let mut seen = Box::pin(c.leader(name).observe());
+    match next(&mut seen).await {
+        Observed::Leader(leader) => assert_eq!(leader.term, term, "observe() shows it too"),
+        other => panic!("expected the leader, got {other:?}"),
+    }
+    drop(seen);
+    slow.set_latency(Duration::ZERO);
+    leadership.resign().await.unwrap();
+}
