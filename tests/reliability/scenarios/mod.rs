@@ -9,6 +9,7 @@ mod election_log;
 mod failover_belief;
 mod fairness;
 mod holder_faults;
+mod killed_waiters;
 mod leader_clock;
 mod leader_failover;
 mod leader_faults;
@@ -42,6 +43,8 @@ pub(crate) fn all(settings: &Settings) -> Vec<Scenario> {
         mutex::scenario(&s, mutex::Mode::Unlocked, "1c", heavy(60, 120)),
         holder_faults::killed(&s, heavy(40, 120)),
         holder_faults::paused(&s, heavy(40, 120)),
+        killed_waiters::each_kind(&s, heavy(90, 120)),
+        killed_waiters::fleet(&s, heavy(60, 120)),
         redis_faults::paused(&s, heavy(40, 120)),
         redis_faults::restarted(&s, heavy(40, 120)),
         connection_faults::scenario(&s, heavy(40, 120)),
@@ -77,6 +80,8 @@ pub(crate) async fn worker_role(role: &str, ctx: Ctx) -> Result<(), String> {
         "mutex" => mutex::worker(ctx).await,
         "holder" => holder_faults::holder_worker(ctx).await,
         "paused-holder" => holder_faults::paused_worker(ctx).await,
+        "waiters" => killed_waiters::waiters_worker(ctx).await,
+        "payer" => killed_waiters::payer_worker(ctx).await,
         "storm" => cancel_storm::worker(ctx).await,
         "registry" => registry_misuse::worker(ctx).await,
         "stall" => stall::worker(ctx).await,
