@@ -141,3 +141,33 @@ async fn a_failover_keeps_a_replicated_lock_and_loses_one_the_replica_missed() {
     let told = timeout(TOLD_WITHIN, lost.lost()).await.unwrap();
     assert_eq!(told, LossReason::Expired);
 }
+
+#[tokio::test]
+async fn a_crashed_replicas_waiters_do_not_hold_the_others_back() {
+    let redis = TestRedis::start().unwrap();
+    let client = redis.config().connect().await.unwrap();
+    let held = client.lock("seat:7").acquire().await.unwrap();
+    let replica = redis.crashable().await.unwrap(); // a client the test kills as SIGKILL would
+    let waiting: Vec<_> = (0..10)
+        .map(|_| {
+            let lock = replica
+                .client()
+                .lock("seat:7")
+                .wait(Duration::from_secs(30));
+            tokio::spawn(async move { lock.acquire().await })
+        })
+        .collect();
+    while redis.queued("seat:7").await < 10 {
+        tokio::time::sleep(Duration::from_millis(10)).await; // the replica's waiters queue
+    }
+    let next = client.lock("seat:7").wait(Duration::from_secs(30));
+    let next = tokio::spawn(async move { next.acquire().await });
+    while redis.queued("seat:7").await < 11 {
+        tokio::time::sleep(Duration::from_millis(10)).await; // and ours behind them
+    }
+    replica.crash().await; // its waiters stay queued in Redis: none of them leaves
+    waiting.iter().for_each(|task| task.abort());
+    held.release().await.unwrap();
+    let taken = timeout(TOLD_WITHIN, next).await.unwrap().unwrap().unwrap();
+    taken.release().await.unwrap(); // one grant window (1 s) for all ten, not one each
+}

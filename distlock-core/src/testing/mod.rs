@@ -42,6 +42,7 @@
 //! | [`TestRedis::step_clock`] | the wall clock stepped forward: every key's expiry that much earlier, and the clients' server checks read the clock that much ahead | [`Expired`](crate::LossReason::Expired) within a round trip, for a lock the step expired; a lock with more left is kept |
 //! | [`TestSentinel::failover`], [`TestSentinel::failover_seen_by`] | `SENTINEL FAILOVER`: the replica promoted | nothing, for a lock the replica had (`min_replicas`): the client confirms it on the new master |
 //! | [`TestSentinel::failover_losing`] | a failover to a replica that had not received the lock | [`Expired`](crate::LossReason::Expired), once the client follows the failover (it hears the sentinel's announcement, or asks every 500 ms) |
+//! | [`TestRedis::crashable`], then [`Crashable::crash`] | a client of its own killed as `SIGKILL` kills its process: its Redis user switched off and its connections killed, so nothing it sends on the way out (a waiter leaving, a release, a renewal) arrives; its waiters stay queued ([`TestRedis::queued`] counts them) and its holds held until their lease runs out | nothing: the test asserts on the others (a live waiter behind any number of its waiters has the lock within one grant window, 1 s) |
 //!
 //! Faults of one lock (`expire_lock`, `steal_lock`) may be made on the shared server of
 //! [`init`]; faults of the whole server (`pause`, `step_clock`) reach every test that uses it,

@@ -133,6 +133,24 @@ impl TestRedis {
         exists
     }
 
+    /// How many waiters are queued in Redis for the lock (or semaphore) `name` under the default
+    /// key prefix, of every client: what a test waits for before it makes a fault that concerns
+    /// them (a [`Crashable`](crate::testing::Crashable) client crashed with its waiters queued).
+    /// A client's waiters of one lock that wait in the client behind one of them queue
+    /// themselves within a second.
+    ///
+    /// # Panics
+    ///
+    /// If the server cannot be asked, or `name` is not a valid lock name.
+    pub async fn queued(&self, name: &str) -> usize {
+        let key = format!("{}:queue", lock_key("distlock", name));
+        redis::cmd("ZCARD")
+            .arg(&key)
+            .query_async(&mut self.connection().await)
+            .await
+            .unwrap_or_else(|e| panic!("distlock::testing: ZCARD {key}: {e}"))
+    }
+
     /// A connection of its own to this server, for the kit's commands.
     pub(crate) async fn connection(&self) -> MultiplexedConnection {
         let client = redis::Client::open(self.url.as_str())
