@@ -64,7 +64,7 @@ with open('d2grouped.txt', 'w') as f:
     for g in range(n // G):
         keys = ['distlock:{g%d}' % (g * G + j) for j in range(G)]
         f.write(''.join(resp('SET', k, 'd2:owner', 'NX', 'PX', 30000, 'GET') for k in keys) + resp('ECHO', 'g1'))
-        args = [x for k in keys for x in (k, k + ':released', k + ':queue', k + ':queue:ids')] + ['g2', '-', 4] + [x for k in keys for x in ('d2:owner', 0, '', 0, '')]
+        args = [x for k in keys for x in (k, k + ':released', k + ':queue', k + ':queue:ids')] + ['g2', '-', 4] + [x for k in keys for x in ('d2:owner', 0, '', 0, '', 0)]
         f.write(resp('EVALSHA', many, 4 * G, *args) + resp('ECHO', 'g2'))
 with open('d2fenced.txt', 'w') as f:
     for i in range(n):

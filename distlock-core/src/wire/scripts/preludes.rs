@@ -130,15 +130,30 @@ end
 /// [`ACQUIRE_READ`] (after `holders_prelude!` and `marks_prelude!`).
 ///
 /// The queue (`prefix:{name}:queue`: value → ticket, see `handed_ticket`) holds a lock's
-/// writers and readers alike (and a semaphore's waiters); `queue:ids` records the request that
-/// last queued each, prefixed `r:` for a reader.
+/// writers and readers alike (and a semaphore's waiters); `queue:ids` records, for each, when
+/// its entry lapses (the server's clock, ms) and the request that last queued it, prefixed `r:`
+/// for a reader (`<lapse> <id>`; an entry without a lapse, `<id>` alone, never lapses).
 ///
-/// * `enqueue`: a waiter queued (`value` at `ticket`, its request `id`), the queue and its ids
-///   kept for `ms` (the holders' time left) plus the waiter's window at least.
-/// * `grant`: the first waiter's entry taken out and the message that names it and that
-///   request (`<value> <request id>`: the waiter trusts the grant from that request's send
-///   only, since a message can reach it after a later attempt of its own found the lock
-///   another's); returns its grant window (from its ticket).
+/// * `enqueue`: a waiter queued (`value` at `ticket`, its request `id`), its entry lapsing
+///   `life` ms from now (`entry_life`: when its wait ends, 3 s at most; each attempt renews
+///   it), the queue and its ids kept for `ms` (the holders' time left) plus the waiter's window
+///   at least.
+/// * `head`: the first entry (with a ticket below `below`, if given) whose lapse has not
+///   passed, and its request id; lapsed entries met on the way are taken out. So a waiter whose
+///   wait ended, or whose process died (nobody renews its entry), is never handed the hold.
+/// * `sweep`: run by an attempt that finds the hold free (a lock, or a permit) while a waiter is
+///   queued ahead of it, which only a holder that lapsed leaves: every `queue:ids` field that is
+///   neither queued nor a live holder (`holds`: a semaphore's member) is a grantee whose hold
+///   lapsed in its hands (`grant` leaves the field, the record of the grant, until its holder
+///   lets go: `release_lock`, `permit_release`). Its client (the value up to its last `:`) is
+///   taken for gone: its field and every queued entry of that client are taken out, so a killed
+///   process's waiters cost the living one grant window in all, not one each. A live client
+///   taken for gone (its hold ran out in a stall) only queues again at its waiters' next look,
+///   with their tickets.
+/// * `grant`: the first waiter's entry taken out (its field kept, see `sweep`) and the message
+///   that names it and that request (`<value> <request id>`: the waiter trusts the grant from
+///   that request's send only, since a message can reach it after a later attempt of its own
+///   found the lock another's); returns its grant window (from its ticket).
 /// * `turn_over`: the lock (a writer's being let go, `held` `string`; a set of readers, `zset`;
 ///   or free) handed to the waiters at the head of its queue, in their order (those with a
 ///   ticket below `below`, if given: an attempt hands the lock to the waiters ahead of it):
@@ -159,13 +174,15 @@ end
 /// * `release_lock`: a `d2` lock's release (`raw`: what the lock key holds, `false` if
 ///   nothing), as [`RELEASE`] returns its code. A release nobody waits for (`unwaited`,
 ///   `marks_prelude!`) deletes the lock and nothing more: the uncontended release costs Redis a
-///   `GET` and a `DEL`. Any other is let go (`let_go`). With a next waiter (`nv`, its ticket `nt` and the id `nid`
+///   `GET` and a `DEL`. Any other is let go (`let_go`), its own `queue:ids` field (a grant's
+///   record) taken out first, as is a release that keeps the lock for `min_hold`. With a next waiter (`nv`, its ticket `nt` and the id `nid`
 ///   its grant will name: a waiter of the releasing client that waits in the client behind one
 ///   already queued, see `client::waiting::cohort`) the release queues it first (unless the
 ///   lock is that waiter's already: it took it by an attempt of its own), whatever else it
 ///   finds, and keeps the queue keys for the lock's pttl and that waiter's window (`enqueue`): a lock found
 ///   free is then handed to the first waiter at once, as [`ACQUIRE_HANDED`] would, and the
-///   waiter sends no attempt of its own.
+///   waiter sends no attempt of its own. Queued behind a lock another owner holds, the waiter
+///   marks it, so that owner's release hands it over and publishes.
 ///
 /// [`RELEASE`]: super::RELEASE
 /// [`RELEASE_MANY`]: super::RELEASE_MANY
@@ -183,19 +200,6 @@ local function wake(chan, msg, sharded)
   else
     redis.call('PUBLISH', chan, msg)
   end
-end
-local function entry(raw)
-  if not raw then
-    return nil, nil
-  end
-  local at, id = string.match(raw, '^(%d+) (.*)$')
-  if at then
-    return tonumber(at), id
-  end
-  return nil, raw
-end
-local function client_of(v)
-  return string.match(v, '^(.*):') or v
 end
 local function enqueue(q, ids, value, ticket, id, ms, life)
   redis.call('ZADD', q, ticket, value)
@@ -216,9 +220,13 @@ local function head(q, ids, below, now)
     if not first[1] or (below and tonumber(first[2]) >= below) then
       return nil, nil
     end
-    local at, id = entry(redis.call('HGET', ids, first[1]))
-    if not at or at > now() then
-      return first, id
+    local id = redis.call('HGET', ids, first[1])
+    local at, rest = string.match(id or '', '^(%d+) (.*)$')
+    if not at then
+      return first, id or nil
+    end
+    if tonumber(at) > now() then
+      return first, rest
     end
     redis.call('ZREM', q, first[1])
     redis.call('HDEL', ids, first[1])
@@ -228,13 +236,13 @@ local function sweep(q, ids, holds)
   local gone, any = {}, false
   for _, v in ipairs(redis.call('HKEYS', ids)) do
     if not redis.call('ZSCORE', q, v) and not (holds and holds(v)) then
-      gone[client_of(v)], any = true, true
+      gone[string.match(v, '^(.*):') or v], any = true, true
       redis.call('HDEL', ids, v)
     end
   end
   if any then
     for _, v in ipairs(redis.call('ZRANGE', q, 0, -1)) do
-      if gone[client_of(v)] then
+      if gone[string.match(v, '^(.*):') or v] then
         redis.call('ZREM', q, v)
         redis.call('HDEL', ids, v)
       end
@@ -373,10 +381,13 @@ end
 /// queued it (`grant`). The new holder trusts it for that window, or confirms it with one more
 /// attempt, which finds it its own and extends it to the ttl (see [`ACQUIRE_PERMIT`]). Returns
 /// the permits still free and how many were handed. A handed member never replaces a live one
-/// (`NX`).
+/// (`NX`). An acquire (`below` given) that finds a permit free with a waiter queued ahead of it
+/// sweeps first (`sweep`, `grant_prelude!`: a permit free while waiters are queued lapsed in a
+/// holder's hands).
 ///
 /// `permit_release`: a permit's or a read hold's release (`keep` ms > 0: kept for `min_hold`
 /// instead): -3 not a `d2` set of holders, -2 not held (nothing changed), 1 kept, 0 let go.
+/// With the queue given, its own `queue:ids` field (a grant's record, see `sweep`) is taken out.
 /// With the queue given, a permit let go is handed to the first waiter queued for it
 /// (`permit_hand`), and a read hold let go turns the lock over to the waiters queued for it
 /// (`turn_over`: a writer once no reader is left); a release that hands nothing over (or
