@@ -302,3 +302,111 @@ async fn a_crashed_clients_entries_lapse_by_themselves() {
         .await
         .expect("the lock is free: no entry of the crashed client was handed it");
 }
+
+/// Every command Redis ran (scripts' inner commands included), but the script calls, the
+/// stats' reset and the counting itself: `INFO commandstats` summed.
+async fn commands_run(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .filter(|l| {
+            !["evalsha", "eval", "info", "config"].iter().any(|c| {
+                l.starts_with(&format!("cmdstat_{c}:")) || l.starts_with(&format!("cmdstat_{c}|"))
+            })
+        })
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_costs_one_command_more_for_the_entries_lapse() {
+    // A release that hands the lock to a queued waiter: GET, its own grant record out (HDEL),
+    // the head (ZRANGE, HGET), the server's clock for the head's lapse (TIME: the one more),
+    // ZREM, PUBLISH, SET; the grantee's record stays (no HDEL there any more).
+    let server = TestRedis::start().unwrap();
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let k = "distlock:{count}";
+    let (chan, queue, ids, until) = (
+        format!("{k}:released"),
+        format!("{k}:queue"),
+        format!("{k}:queue:ids"),
+        format!("{k}:queue:until"),
+    );
+    let _: () = redis::cmd("SET")
+        .arg(k)
+        .arg("d2:a:1")
+        .arg("PX")
+        .arg(10_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // The waiter's attempt queues it (and marks the lock), its entry living 3 s.
+    let (_, (status, _)): (String, (i64, i64)) = redis::cmd("EVAL")
+        .arg(distlock::scripts::ACQUIRE_HANDED)
+        .arg(5)
+        .arg(k)
+        .arg(&queue)
+        .arg(&chan)
+        .arg(&ids)
+        .arg(&until)
+        .arg("d2:b:1")
+        .arg(10_000)
+        .arg("r1")
+        .arg(1024 * 1000 + 1000)
+        .arg(1000)
+        .arg("-")
+        .arg(3000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(status, 0, "busy: queued");
+    let release = distlock::scripts::RELEASE;
+    let _: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(release)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let (_, code): (String, i64) = redis::cmd("EVAL")
+        .arg(release)
+        .arg(4)
+        .arg(k)
+        .arg(&chan)
+        .arg(&queue)
+        .arg(&ids)
+        .arg("d2:a:1")
+        .arg("r2")
+        .arg(0)
+        .arg("-")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(code, 0);
+    let value: String = redis::cmd("GET")
+        .arg(k)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(value, "d2:b:1+", "handed over");
+    // The GET just sent is counted too.
+    assert_eq!(commands_run(&mut conn).await, 8 + 1);
+}
