@@ -111,7 +111,7 @@ second_run=$!
 # again on Valkey 8.1 and on Redis 8.2 (the test support starts the binary in REDIS_SERVER),
 # one stream per server alongside the others (~5 minutes each; they mostly wait too). Debian's
 # Redis 7.0 runs everything above.
-matrix_tests=(core_lock core_renewal core_faults handoff crashed_waiters permits read_holds multi_locks leader leader_terms leader_observe fence_redis fence_redis_watermark fence_redis_checks scripts_load replicas sentinel cluster redlock acl loss_reasons)
+matrix_tests=(core_lock core_renewal core_faults handoff crashed_waiters fault_kit_cluster permits read_holds multi_locks leader leader_terms leader_observe fence_redis fence_redis_watermark fence_redis_checks scripts_load replicas sentinel cluster redlock acl loss_reasons)
 matrix_rows=(1a 5 6 16 c1 23 24)
 reliability_exe=$(executable reliability)
 # Runs the matrix on the server binary $1 (every binary, even after a failure).

@@ -21,12 +21,12 @@ const AT_ONCE: Duration = Duration::from_secs(1);
 
 const LONG_TTL: Duration = Duration::from_secs(30);
 
-/// The Markdown block after the marker line in `docs/testing.md`.
-fn documented_test_file() -> String {
+/// The Markdown block after the marker line of `file` in `docs/testing.md`.
+fn documented_test_file(file: &str) -> String {
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let page = std::fs::read_to_string(root.join("docs/testing.md")).unwrap();
-    let marker = "<!-- tests/fault_kit_doc.rs, whole -->";
-    let after = &page[page.find(marker).expect("the marker in docs/testing.md") + marker.len()..];
+    let marker = format!("<!-- {file}, whole -->");
+    let after = &page[page.find(&marker).expect("the marker in docs/testing.md") + marker.len()..];
     let block = after
         .trim_start()
         .strip_prefix("```rust\n")
@@ -35,13 +35,15 @@ fn documented_test_file() -> String {
 }
 
 #[test]
-fn the_doc_page_shows_the_doc_test_file_whole() {
+fn the_doc_page_shows_the_doc_test_files_whole() {
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let file = std::fs::read_to_string(root.join("tests/fault_kit_doc.rs")).unwrap();
-    assert!(
-        documented_test_file() == file,
-        "docs/testing.md's test file differs from tests/fault_kit_doc.rs: copy the file into the page"
-    );
+    for path in ["tests/fault_kit_doc.rs", "tests/fault_kit_cluster.rs"] {
+        let file = std::fs::read_to_string(root.join(path)).unwrap();
+        assert!(
+            documented_test_file(path) == file,
+            "docs/testing.md's test file differs from {path}: copy the file into the page"
+        );
+    }
 }
 
 /// A lock `name` held through `client`, renewed or not, with the body running under `run`

@@ -19,7 +19,8 @@
 //! installed it (each `#[tokio::test]` has its own), so later tests use it as it is.
 //! [`TestRedis::start`] starts a private server, stopped when dropped, for a test that needs one
 //! of its own (install a named client on it with `redis.config().install_as("name")`), and
-//! [`TestSentinel::start`] a Redis Sentinel deployment.
+//! [`TestSentinel::start`] a Redis Sentinel deployment, and [`TestCluster::start`] a Redis
+//! Cluster of 3 masters (each fault of one lock made on the node that owns its slot).
 //!
 //! Servers listen on a free loopback port, keep nothing on disk (`--save ""`, no AOF) and stop
 //! when their test process exits, however it exits: each runs under a small `sh` that kills it
@@ -66,13 +67,16 @@
 //! is not nudged: it hears at its next renewal.
 
 mod clock;
+mod cluster;
 mod crash;
 mod pause;
 mod process;
 mod sentinel;
 mod server;
+mod settle;
 mod take_away;
 
+pub use cluster::TestCluster;
 pub use crash::Crashable;
 pub use pause::Paused;
 pub use sentinel::TestSentinel;

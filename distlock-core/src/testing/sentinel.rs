@@ -2,17 +2,15 @@
 //! sentinel, each a supervised `redis-server` as [`TestRedis`] is) and its failovers.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::config::Config;
 use crate::testing::process::{failed, Supervised};
 use crate::testing::server::{lock_key, TestRedis};
+use crate::testing::settle::{io, until, Folder};
 
 /// How long the group may take to settle: replication up, the sentinel knowing the replica,
 /// a failover over (Sentinel's own steps take a second or two).
@@ -22,14 +20,8 @@ const SETTLE_WITHIN: Duration = Duration::from_secs(30);
 /// (it asks the sentinel every 500 ms, besides listening to its announcements).
 const FOLLOW_WITHIN: Duration = Duration::from_secs(10);
 
-/// Between two looks at a state the group is settling into.
-const LOOK_EVERY: Duration = Duration::from_millis(20);
-
 /// The key [`in_sync`] writes (and deletes at once) to see the replica acknowledge a write.
 const SYNC_KEY: &str = "distlock-testing:sync";
-
-/// Tells the folders of the groups of one test process apart.
-static GROUPS: AtomicU64 = AtomicU64::new(0);
 
 /// A Redis Sentinel deployment on free loopback ports: a master, one replica and one sentinel
 /// (quorum 1; its configuration in a temporary folder of its own), stopped when dropped (or
@@ -82,9 +74,9 @@ impl TestSentinel {
     /// When a process cannot be started (as [`TestRedis::start`]), or the group does not
     /// settle within 30 s.
     pub async fn start() -> std::io::Result<TestSentinel> {
-        let dir = Folder::new()?;
+        let dir = Folder::new("sentinel")?;
         let data = |name: &str| -> std::io::Result<Vec<String>> {
-            let dir = dir.0.join(name);
+            let dir = dir.path().join(name);
             std::fs::create_dir_all(&dir)?;
             // A replica loads the master's snapshot from the socket, never from a file.
             Ok([
@@ -117,7 +109,7 @@ impl TestSentinel {
         let sentinel_port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
-        let file = dir.0.join("sentinel.conf");
+        let file = dir.path().join("sentinel.conf");
         let service = Self::SERVICE;
         std::fs::write(
             &file,
@@ -128,7 +120,7 @@ impl TestSentinel {
                  sentinel down-after-milliseconds {service} 5000\n\
                  sentinel failover-timeout {service} 10000\n\
                  sentinel parallel-syncs {service} 1\n",
-                dir = dir.0.display(),
+                dir = dir.path().display(),
                 master = master.port(),
             ),
         )?;
@@ -398,45 +390,4 @@ async fn is_master(server: &TestRedis) -> bool {
         .query_async(&mut server.connection().await)
         .await;
     matches!(role.ok().and_then(|r| r.into_iter().next()), Some(redis::Value::BulkString(b)) if b == b"master")
-}
-
-/// Looks at `state` every [`LOOK_EVERY`] until it is `Some`, for `within` at most.
-async fn until<T, F, S>(within: Duration, what: &str, mut state: S) -> std::io::Result<T>
-where
-    S: FnMut() -> F,
-    F: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(reached) = state().await {
-            return Ok(reached);
-        }
-        if Instant::now() >= deadline {
-            return Err(failed(format!("waited {within:?} for {what}")));
-        }
-        tokio::time::sleep(LOOK_EVERY).await;
-    }
-}
-
-fn io(e: redis::RedisError) -> std::io::Error {
-    failed(e.to_string())
-}
-
-/// A temporary folder of the group's, removed when dropped.
-struct Folder(PathBuf);
-
-impl Folder {
-    fn new() -> std::io::Result<Folder> {
-        let n = GROUPS.fetch_add(1, Ordering::Relaxed);
-        let name = format!("distlock-testing-sentinel-{}-{n}", std::process::id());
-        let dir = std::env::temp_dir().join(name);
-        std::fs::create_dir_all(&dir)?;
-        Ok(Folder(dir))
-    }
-}
-
-impl Drop for Folder {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }

@@ -16,6 +16,9 @@ pub struct TestRedis {
     process: Supervised,
     port: u16,
     url: String,
+    /// A node of a [`TestCluster`](crate::testing::TestCluster): every node's URL, what its
+    /// clients are configured with.
+    cluster: Option<Vec<String>>,
 }
 
 impl std::fmt::Debug for TestRedis {
@@ -70,6 +73,7 @@ impl TestRedis {
                         process,
                         port,
                         url: format!("redis://127.0.0.1:{port}/"),
+                        cluster: None,
                     })
                 }
                 // Not found, or not ready in time: another port will not help.
@@ -96,9 +100,18 @@ impl TestRedis {
     }
 
     /// A configuration for this server (the defaults of [`Config::new`]), to connect or install
-    /// a client of your own.
+    /// a client of your own; for a node of a [`TestCluster`](crate::testing::TestCluster), the
+    /// whole cluster's ([`Config::cluster`]).
     pub fn config(&self) -> Config {
-        Config::new(self.url.clone())
+        match &self.cluster {
+            Some(nodes) => Config::cluster(nodes.clone()),
+            None => Config::new(self.url.clone()),
+        }
+    }
+
+    /// This server as a node of a cluster of `nodes` (their URLs).
+    pub(crate) fn set_cluster(&mut self, nodes: Vec<String>) {
+        self.cluster = Some(nodes);
     }
 
     /// True if the lock `name` (under the default key prefix `distlock`) is held right now, by
