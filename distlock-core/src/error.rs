@@ -370,10 +370,11 @@ pub enum Error {
         /// How long `advance` waited: twice its bound.
         waited: Duration,
     },
-    /// A fenced write in a Redis Cluster ([`crate::fence::redis::FencedStore`]) named a key
-    /// outside the hash slot of its lock's watermark, so Redis refused the script
-    /// (`CROSSSLOT`). Nothing was written.
-    #[error("fenced write to `{resource}` refused by Redis Cluster (CROSSSLOT): the key is not in the hash slot of `{watermark}`, the watermark of lock `{lock}`, and a fenced write checks both in one script; in a Cluster name every key written under lock `{lock}` with its hash tag `{{{lock}}}` (e.g. `data:{{{lock}}}`), or keep fences per key (`FencedStore::per_key`, the weaker promise); nothing was written")]
+    /// A fenced write ([`crate::fence::redis::FencedStore`]) named a key outside the hash slot
+    /// of its lock's watermark: a Redis Cluster refuses such a script (`CROSSSLOT`), and so
+    /// does the store on one server and through Sentinel, before it sends anything, so code
+    /// that passes its tests on one server does not fail on a Cluster. Nothing was written.
+    #[error("fenced write to `{resource}` refused: the key is not in the hash slot of `{watermark}`, the watermark of lock `{lock}`, and a fenced write checks both in one script (a Redis Cluster refuses it, CROSSSLOT, so the store refuses it everywhere); name every key written under lock `{lock}` with its hash tag `{{{lock}}}` (e.g. `data:{{{lock}}}`), or keep fences per key (`FencedStore::per_key`, the weaker promise); nothing was written")]
     FenceCrossSlot {
         /// The key written.
         resource: String,

@@ -65,6 +65,13 @@ impl Client {
         &self.inner.config
     }
 
+    /// The one command connection of a client of one server, a Sentinel master or a Cluster
+    /// (`None` over RedLock), for what writes on the lock servers besides locks (a fenced
+    /// store made from the client).
+    pub(crate) fn command_connection(&self) -> Option<Arc<crate::deploy::connection::Connection>> {
+        self.inner.deployment.direct().cloned()
+    }
+
     /// Number of leases the watchdog is renewing right now.
     pub fn renewing(&self) -> usize {
         self.inner.watchdog.len()

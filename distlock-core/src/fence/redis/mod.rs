@@ -53,13 +53,23 @@
 //! `allkeys-*` any key), or when neither command is permitted;
 //! [`allow_eviction`](FencedStore::allow_eviction) skips the check.
 //!
-//! **Redis Cluster.** The script touches the key and the lock's watermark, and a script's keys
-//! must share a hash slot. The watermark lies in the lock name's slot (its hash tag is
-//! `{<lock name>}`), so in a Cluster every key written under lock `L` must carry the hash tag
-//! `{L}` (`balance:{account:7}` under the lock `account:7`); any other key is refused with
-//! [`Error::FenceCrossSlot`], nothing written. Data of one lock spread over slots needs
-//! [`per_key`](FencedStore::per_key): no watermark, each key fenced on its own (the weaker
-//! promise: a deposed holder's write lands on a key no newer holder has written).
+//! **One rule everywhere: the lock's hash tag.** The script touches the key and the lock's
+//! watermark, and a Redis Cluster runs a script only when its keys share a hash slot. The
+//! watermark lies in the lock name's slot (its hash tag is `{<lock name>}`), so every key
+//! written under lock `L` must carry the hash tag `{L}` (`balance:{account:7}` under the lock
+//! `account:7`); any other key is refused with [`Error::FenceCrossSlot`], nothing written — on
+//! one server and through Sentinel too (checked before anything is sent), so code that passes
+//! its tests on one server behaves the same on a Cluster. Data of one lock spread over slots
+//! needs [`per_key`](FencedStore::per_key): no watermark, each key fenced on its own (the
+//! weaker promise: a deposed holder's write lands on a key no newer holder has written), the
+//! same on every deployment.
+//!
+//! **One store for every deployment.** [`FencedStore::with_client`] writes on the servers a
+//! [`Client`]'s locks live on, whatever its deployment (one server, the current Sentinel
+//! master, every node of a Cluster, each write routed by its key's slot), through a
+//! [`Connection`] of the client's: the same service code, with one store type,
+//! `FencedStore<Connection>`, runs on one server in development and on a Cluster in
+//! production, configured by the same [`Config`](crate::Config) as its locks.
 //!
 //! **The connection: redis-rs 1.x.** The connection is yours: any [`ConnectionLike`] of the
 //! redis-rs distlock is built on, redis-rs 1.x (re-exported as `distlock::redis`, and here as
@@ -87,9 +97,11 @@
 //! pins that error). A store is [`Clone`] when its connection is; clones share the first-write
 //! check.
 
+mod connection;
 mod eviction;
 mod reply;
 
+pub use connection::Connection;
 pub use reply::Stored;
 
 use std::fmt;
@@ -100,9 +112,10 @@ use ::redis::aio::ConnectionLike;
 use ::redis::{FromRedisValue, RedisError, Script, ToSingleRedisArg, Value};
 use tokio::sync::OnceCell;
 
+use crate::client::Client;
 use crate::error::Error;
 use crate::fence::Fence;
-use crate::wire::keys::{validate_prefix, LockKeys};
+use crate::wire::keys::{hash_slot, validate_prefix, LockKeys};
 use crate::wire::scripts::FENCED_WRITE;
 
 /// The watermark's key prefix unless [`FencedStore::watermark_prefix`] says otherwise: the
@@ -314,11 +327,22 @@ where
     where
         V: ToSingleRedisArg,
     {
-        self.first_write(key).await?;
         let watermark = match (op, self.settings.per_key) {
             (Op::Claim, _) | (_, true) => None,
             _ => Some(self.watermark(fence)?),
         };
+        // One rule on every deployment: what a Cluster refuses (`CROSSSLOT`) is refused here
+        // too, before anything is sent.
+        if let Some(watermark) = watermark.as_deref() {
+            if hash_slot(key.as_bytes()) != hash_slot(watermark.as_bytes()) {
+                return Err(Error::FenceCrossSlot {
+                    resource: key.to_owned(),
+                    lock: fence.name().to_owned(),
+                    watermark: watermark.to_owned(),
+                });
+            }
+        }
+        self.first_write(key).await?;
         let mut call = script().prepare_invoke();
         call.key(key);
         if let Some(watermark) = &watermark {
@@ -344,6 +368,25 @@ where
             .get_or_try_init(|| check(conn, settings, resource))
             .await
             .map(drop)
+    }
+}
+
+impl FencedStore<Connection> {
+    /// Fenced writes on the servers `client`'s locks live on (one server, the current Sentinel
+    /// master, every node of a Redis Cluster, routed by each key's slot), with the watermarks
+    /// under the client's key prefix ([`Config::key_prefix`](crate::Config::key_prefix)), so
+    /// they lie with the locks' keys: one store type for every deployment (see the
+    /// [module docs](self)). `fences_arrive_within` as in [`FencedStore::new`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for a client of a RedLock quorum: its masters are independent
+    /// servers, none of them the store; give [`FencedStore::new`] a connection of your data's
+    /// server.
+    pub fn with_client(client: &Client, fences_arrive_within: Duration) -> Result<Self, Error> {
+        let conn = Connection::of(client)?;
+        let prefix = client.config().key_prefix.clone();
+        Ok(FencedStore::new(conn, fences_arrive_within).watermark_prefix(prefix))
     }
 }
 
