@@ -99,3 +99,79 @@ async fn a_record_a_late_master_wrote_ahead_of_the_majoritys_term_is_not_shown()
     slow.set_latency(Duration::ZERO);
     leadership.resign().await.unwrap();
 }
+
+/// The same record ahead, when the leader shows a new identity for its term: the masters of
+/// the majority write it at the term, the late master (whose record of this hold is ahead, and
+/// never lowered) at its own. The identity is written on a majority with the leader's term, so
+/// `proclaim` succeeds (it returned `Err(Lost)` while the master ahead made the count look for
+/// a majority at its term), and `current()` shows the new identity with the leader's term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_proclaims_a_new_identity_over_a_record_ahead_on_a_minority() {
+    let name = "ahead-identity";
+    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let slow = Proxy::to(&masters[0]).await;
+    let late = Proxy::to(&masters[2]).await;
+    let carried: u64 = 5_000_000_000_000_000;
+    let mut last = masters[2].conn().await;
+    let _: () = last
+        .hset_multiple(
+            format!("distlock:{{{name}}}:leader"),
+            &[("term", carried.to_string()), ("owner", "gone".to_owned())],
+        )
+        .await
+        .unwrap();
+    let _: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(distlock::scripts::LEADER_PROCLAIM)
+        .query_async(&mut last)
+        .await
+        .unwrap();
+    let proclaim = redis::Script::new(distlock::scripts::LEADER_PROCLAIM)
+        .get_hash()
+        .to_owned();
+    late.fault_next_replies(1, ReplyFault::Delay(Duration::from_millis(1_500)), {
+        move |args| args.len() > 1 && args[1].eq_ignore_ascii_case(proclaim.as_bytes())
+    });
+    let urls = [slow.url(), masters[1].url(), late.url()];
+    let c = client(Config::redlock(urls.iter().map(String::as_str))).await;
+    let mut leadership = c.leader(name).identity("leader").campaign().await.unwrap();
+    let term = leadership.term();
+    assert!(late.wait_faulted(1, Duration::from_secs(5)).await);
+    assert!(term < carried, "the majority's term is the token: {term}");
+    // The held-back answer has passed: the late master's record of this hold is ahead.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let recorded: Option<u64> = last
+        .hget(format!("distlock:{{{name}}}:leader"), "term")
+        .await
+        .unwrap();
+    assert_eq!(recorded, Some(carried + 1), "the late master's record");
+    // Reads until the late master answers again (its held-back answer timed out: it was known
+    // to be down, and a call would be decided without it); the first master answers last, so
+    // the proclaim counts the late master's answer.
+    slow.set_latency(Duration::from_millis(200));
+    for _ in 0..3 {
+        let shown = c.leader(name).current().await.unwrap().map(|l| l.term);
+        assert_eq!(shown, Some(term));
+    }
+    leadership
+        .proclaim("leader-2")
+        .await
+        .expect("the new identity is written on a majority with the leader's term");
+    slow.set_latency(Duration::ZERO);
+    assert_eq!(leadership.term(), term, "the term is unchanged");
+    assert_eq!(leadership.identity(), "leader-2");
+    assert!(leadership.is_leader(), "still the leader");
+    let shown = c.leader(name).current().await.unwrap().expect("a leader");
+    assert_eq!(
+        (shown.term, shown.identity.as_str()),
+        (term, "leader-2"),
+        "current() shows the new identity with the leader's term"
+    );
+    // The late master shows it too, at its own term (never lowered).
+    let identity: Option<String> = last
+        .hget(format!("distlock:{{{name}}}:leader"), "identity")
+        .await
+        .unwrap();
+    assert_eq!(identity.as_deref(), Some("leader-2"));
+    leadership.resign().await.unwrap();
+}

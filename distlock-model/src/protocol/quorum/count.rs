@@ -123,8 +123,19 @@ pub enum Proclaimed {
     Again(i64),
 }
 
-/// `ProclaimCall::count` over every master that can answer (those that failed aside).
+/// `ProclaimCall::count` over every master that can answer (those that failed aside), for a
+/// round that asks for no `exact` term: [`proclaimed_exact`] with `exact` 0.
 pub fn proclaimed(answers: &[Answer], required: usize) -> Outcome<Proclaimed> {
+    proclaimed_exact(answers, required, 0)
+}
+
+/// `ProclaimCall::count` over every master that can answer (those that failed aside), for a
+/// round asking for `exact` (0: none). Asked for `exact`, a master writes exactly it, answers
+/// that it needs a term above it (not written), or keeps this hold's own record where that is
+/// already above it (written): a round of this hold answered after its call's timeout wrote the
+/// master's own term there, which no count took in, and a proclaim never lowers. That record
+/// neither counts for `exact` nor asks for a term above it.
+pub fn proclaimed_exact(answers: &[Answer], required: usize, exact: i64) -> Outcome<Proclaimed> {
     let replies = replies(answers);
     // Once every master answered or failed, it is settled by those that answered.
     let silent = match outstanding(answers) {
@@ -154,7 +165,9 @@ pub fn proclaimed(answers: &[Answer], required: usize) -> Outcome<Proclaimed> {
     if outstanding(answers) {
         return Outcome::Open;
     }
-    let Some(top) = held.iter().map(|&(t, _)| t).max() else {
+    let ahead = |(t, w): (i64, bool)| exact != 0 && w && t > exact;
+    let top = held.iter().filter(|&&p| !ahead(p)).map(|&(t, _)| t).max();
+    let Some(top) = top.or((exact != 0).then_some(exact)) else {
         return Outcome::NoQuorum;
     };
     let at_top = held.iter().filter(|&&(t, w)| w && t == top).count();

@@ -18,6 +18,10 @@ use super::{answered, majority, NoQuorum, Quorate};
 /// it as `exact`, so that a majority's records and fence floors carry the leader's term: a later
 /// majority, which shares a master with this one, then elects a term above it even if the master
 /// that held the highest term is down. Refused (`None`) once a majority can no longer hold it.
+/// Asked for `exact` (another round, or a leader keeping or showing its term), a master's
+/// record of this very hold above `exact` (a round it answered after the call's timeout, never
+/// lowered) is passed over: it neither counts for `exact` nor asks for a term above it, so a
+/// leader's record ahead on a minority does not keep the majority's term from counting.
 impl Quorate for ProclaimCall<'_> {
     fn count(
         &self,
@@ -38,7 +42,14 @@ impl Quorate for ProclaimCall<'_> {
                 required,
             });
         }
-        let Some(top) = held.iter().map(|p| p.term).max() else {
+        // Asked for `exact`, a master writes exactly it, or answers that it needs a term above
+        // it (not written), or keeps this hold's own record where that is already above it
+        // (written): a round of this hold answered after its call's timeout wrote the master's
+        // own term there, which no count took in, and a proclaim never lowers. That record
+        // neither counts for `exact` nor asks for a term above it.
+        let ahead = |p: &Proclaimed| self.exact != 0 && p.written && p.term > self.exact;
+        let top = held.iter().filter(|p| !ahead(p)).map(|p| p.term).max();
+        let Some(top) = top.or((self.exact != 0).then_some(self.exact)) else {
             return Err(NoQuorum {
                 agreed: 0,
                 required,
@@ -300,6 +311,61 @@ mod tests {
         assert_eq!((again.term, again.written), (9, false));
         // A majority no longer holds the lock: nothing written.
         assert_eq!(call.count(&[None, None], 3, 1, never).unwrap(), None);
+    }
+
+    #[test]
+    fn a_leaders_own_record_ahead_on_a_minority_does_not_block_its_term() {
+        let keys = LockKeys::new("p", "quorum").unwrap();
+        let call = |exact| ProclaimCall {
+            keys: &keys,
+            id: b"r1",
+            value: b"d2:a:1",
+            token: 7,
+            identity: "a",
+            retention: Duration::from_secs(60),
+            sharded: false,
+            known: 0,
+            exact,
+            mode: crate::wire::calls::ProclaimMode::Value,
+            wait: None,
+        };
+        let reply = |term, written| {
+            Some(Proclaimed {
+                term,
+                since_ms: 1,
+                written,
+            })
+        };
+        let never = Duration::ZERO;
+        let counted = |exact, replies: &[Option<Proclaimed>], nodes| {
+            call(exact)
+                .count(replies, nodes, 0, never)
+                .unwrap()
+                .map(|p| (p.term, p.written))
+        };
+        // Asked for 7: two wrote it, the third kept this hold's record at 9 (a round it
+        // answered too late for): 7 is written on a majority.
+        let ahead = [reply(7, true), reply(7, true), reply(9, true)];
+        assert_eq!(counted(7, &ahead, 3), Some((7, true)));
+        // With no `exact` (a first round), a written 9 is a term the others must reach.
+        assert_eq!(counted(0, &ahead, 3), Some((9, false)));
+        // A master that needs a term above 7 (not written) still asks for it.
+        let needs = [reply(7, true), reply(7, true), reply(9, false)];
+        assert_eq!(counted(7, &needs, 3), Some((9, false)));
+        // The master ahead does not count for 7: one wrote it, the third is down.
+        let split = [reply(7, true), reply(9, true)];
+        assert_eq!(counted(7, &split, 3), Some((7, false)));
+        // Five masters, two ahead: 7 on three.
+        let five = [
+            reply(9, true),
+            reply(11, true),
+            reply(7, true),
+            reply(7, true),
+            reply(7, true),
+        ];
+        assert_eq!(counted(7, &five, 5), Some((7, true)));
+        assert_eq!(counted(7, &five[1..], 5), Some((7, true)));
+        assert_eq!(counted(7, &five[..4], 5), Some((7, false)));
     }
 
     #[test]
