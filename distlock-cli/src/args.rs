@@ -8,8 +8,17 @@ const AFTER_HELP: &str = "\
 Lock names are the names passed to `lock(..)`, or rendered from a `#[distributed_lock]` key
 template (`order:42`), not Redis keys. PATTERN is a Redis glob over names: `*`, `?`, `[abc]`.
 
-Environment: DISTLOCK_URL, DISTLOCK_SENTINELS, DISTLOCK_SENTINEL_SERVICE, DISTLOCK_KEY_PREFIX,
-DISTLOCK_RESPONSE_TIMEOUT and DISTLOCK_CONNECT_TIMEOUT stand in for the flags (the variables
+A Redis Cluster: pass any of its nodes, as --url or --cluster (several: the first that
+answers). distlock asks the node what it is (HELLO), finds the masters (CLUSTER SLOTS) and
+reads each lock, the subscribers of its release channel (sharded pub/sub, PUBSUB SHARDNUMSUB)
+and its owner's identity record on the master of their slot; list and watch scan every
+master and say how many they read (a master that cannot be read is named, and list exits 1).
+A redirect or an unreachable node is never shown as a key that is not a lock. A forced
+release runs on the lock's master and wakes its waiters with SPUBLISH. A replica given as
+--url is read, and said to be one; release --force needs the master (or --sentinel).
+
+Environment: DISTLOCK_URL, DISTLOCK_CLUSTER_NODES, DISTLOCK_SENTINELS, DISTLOCK_SENTINEL_SERVICE,
+DISTLOCK_KEY_PREFIX, DISTLOCK_RESPONSE_TIMEOUT and DISTLOCK_CONNECT_TIMEOUT stand in for the flags (the variables
 `distlock::Config::from_env` reads); behind Sentinel, DISTLOCK_SENTINEL_MASTER_USERNAME and
 DISTLOCK_SENTINEL_MASTER_PASSWORD are the master's credentials. A RedLock quorum
 (DISTLOCK_REDLOCK_MASTERS) is read one master at a time: --url names one of its masters, which
@@ -26,6 +35,19 @@ pub(crate) struct Cli {
     /// Redis URL, `redis://[:password@]host[:port][/db]`
     #[arg(long, env = "DISTLOCK_URL", hide_env_values = true, global = true)]
     pub(crate) url: Option<String>,
+
+    /// Nodes of a Redis Cluster (repeat the flag or separate with commas): any of them; the
+    /// masters are found from the first that answers (a cluster node given as --url is found
+    /// to be one too)
+    #[arg(
+        long = "cluster",
+        env = "DISTLOCK_CLUSTER_NODES",
+        value_delimiter = ',',
+        hide_env_values = true,
+        global = true,
+        conflicts_with_all = ["url", "sentinels"]
+    )]
+    pub(crate) cluster_nodes: Vec<String>,
 
     /// Sentinel URLs (repeat the flag or separate with commas): the master of
     /// --sentinel-service, found through Redis Sentinel, instead of --url

@@ -8,22 +8,28 @@
 //! ```
 //!
 //! It reads the same settings as a distlock client (`--url`/`DISTLOCK_URL`, or
+//! `--cluster`/`DISTLOCK_CLUSTER_NODES` (any nodes of a Redis Cluster), or
 //! `--sentinel`/`DISTLOCK_SENTINELS` with `--sentinel-service`/`DISTLOCK_SENTINEL_SERVICE` for
 //! the master Redis Sentinel names, `--prefix`/`DISTLOCK_KEY_PREFIX`, the timeouts), validated
-//! the same way; a RedLock quorum is read one master at a time (`--url` naming one of them:
-//! every master holds every client's identity record, and shows the locks it granted), and
-//! takes and shows
-//! lock *names* (what `lock(..)` was given), not Redis keys. It looks with `SCAN`, never `KEYS`,
-//! and never prints the password of a URL. Every failure is one line on standard error and an
-//! exit status: 1 failed, 2 bad arguments, 3 no such lock.
+//! the same way. A node that says it belongs to a Redis Cluster (`HELLO`), given as `--url` or
+//! `--cluster`, leads to the whole cluster: `list` and `watch` scan every master and say how
+//! many they read, and each lock, its waiters' subscriptions (sharded channels) and its
+//! owner's identity record are read on the master of their slot. A RedLock quorum is read one
+//! master at a time (`--url` naming one of them: every master holds every client's identity
+//! record, and shows the locks it granted). It takes and shows lock *names* (what `lock(..)`
+//! was given), not Redis keys. It looks with `SCAN`, never `KEYS`, and never prints the
+//! password of a URL. Every failure is one line on standard error and an exit status: 1
+//! failed, 2 bad arguments, 3 no such lock.
 //!
 //! Modules: `args` (the command line) → `server` (the connection, the master found through
-//! Sentinel, and what its errors mean) →
-//! `layout` (the only code that knows a lock's Redis representation) → `render` (tables,
-//! detail, JSON); `watch` (the live table); `failure` (messages and exit statuses).
+//! Sentinel, and what its errors mean) → `cluster` (what a node is, and the connection that
+//! reads each key where it lives) → `layout` (the only code that knows a lock's Redis
+//! representation) → `render` (tables, detail, JSON); `watch` (the live table); `failure`
+//! (messages and exit statuses).
 #![deny(missing_docs)]
 
 mod args;
+mod cluster;
 mod failure;
 mod layout;
 mod render;
@@ -68,9 +74,16 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         .map(|s| s.trim().to_owned())
         .filter(|s| !s.is_empty())
         .collect();
-    let url = match (cli.url, sentinels.is_empty()) {
-        (Some(url), true) => url,
-        (None, false) => {
+    let cluster_nodes: Vec<String> = cli
+        .cluster_nodes
+        .iter()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let (urls, cluster) = match (cli.url, sentinels.is_empty(), cluster_nodes.is_empty()) {
+        (Some(url), true, true) => (vec![url], false),
+        (None, true, false) => (cluster_nodes, true),
+        (None, false, true) => {
             let service = cli.sentinel_service.ok_or_else(|| {
                 Failure::usage("--sentinel needs --sentinel-service (or DISTLOCK_SENTINEL_SERVICE): the master's name at the sentinels")
             })?;
@@ -88,21 +101,27 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 connect_timeout: cli.connect_timeout,
                 response_timeout: cli.timeout,
             };
-            through.master_url().await?
+            (vec![through.master_url().await?], false)
         }
-        (None, true) if std::env::var_os("DISTLOCK_REDLOCK_MASTERS").is_some() => {
+        (None, true, true) if std::env::var_os("DISTLOCK_REDLOCK_MASTERS").is_some() => {
             return Err(Failure::usage(
                 "DISTLOCK_REDLOCK_MASTERS names a RedLock quorum, but distlock reads one server: pass --url with one of its masters (each master holds every client's identity record and the locks it granted)",
             ))
         }
+        (None, true, true) => {
+            return Err(Failure::usage(
+                "no Redis URL: pass --url redis://host:port/ or set DISTLOCK_URL (or --cluster with any node of a Redis Cluster, or --sentinel with --sentinel-service)",
+            ))
+        }
         _ => {
             return Err(Failure::usage(
-                "no Redis URL: pass --url redis://host:port/ or set DISTLOCK_URL (or --sentinel with --sentinel-service)",
+                "say where Redis is once: --url (DISTLOCK_URL), --cluster (DISTLOCK_CLUSTER_NODES) or --sentinel (DISTLOCK_SENTINELS)",
             ))
         }
     };
     let target = Target {
-        url,
+        urls,
+        cluster,
         prefix: cli.prefix,
         connect_timeout: cli.connect_timeout,
         response_timeout: cli.timeout,
@@ -135,6 +154,9 @@ struct Listing<'a> {
     prefix: &'a str,
     locks: Vec<Lock>,
     not_locks: Vec<NotALock>,
+    /// A Redis Cluster's masters, read and not (absent on one server).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    masters: Option<render::Masters>,
 }
 
 async fn list(
@@ -146,9 +168,10 @@ async fn list(
     let pattern = pattern_or_all(pattern)?;
     let mut server = Server::connect(target).await?;
     let explain = server.explain.clone();
-    let (mut locks, not_locks) = explain
+    let found = explain
         .call(layout.read_matching(&mut server.conn, &pattern))
         .await?;
+    let mut locks = found.locks;
     // Sets taken together: each lock's set, from every lock held (not only those matching).
     let all = match pattern.as_str() {
         "*" => locks.clone(),
@@ -156,16 +179,21 @@ async fn list(
             explain
                 .call(layout.read_matching(&mut server.conn, "*"))
                 .await?
-                .0
+                .locks
         }
     };
     layout::mark_sets(&mut locks, &all);
+    let masters = server
+        .conn
+        .is_cluster()
+        .then(|| render::Masters::of(&found.masters, &found.unread, &explain));
     if as_json {
         render::print(&render::json(
             &Listing {
                 prefix: layout.prefix(),
                 locks,
-                not_locks: not_locks.clone(),
+                not_locks: found.not_locks.clone(),
+                masters: masters.clone(),
             },
             true,
         ))?;
@@ -186,13 +214,17 @@ async fn list(
             format!(" matching `{pattern}`")
         };
         out.push_str(&format!(
-            "{held}{matching} under prefix `{}` on {}\n",
+            "{held}{matching} under prefix `{}` on {}{}\n",
             layout.prefix(),
-            target.shown_url()
+            target.shown_url(),
+            render::read_from(masters.as_ref(), server.replica)
         ));
         render::print(&out)?;
     }
-    not_locks_failure(&not_locks)
+    if let Some(unread) = masters.as_ref().and_then(render::Masters::unread_failure) {
+        return Err(unread);
+    }
+    not_locks_failure(&found.not_locks)
 }
 
 /// One line per key under the prefix that is not a lock (acquiring its name fails).
@@ -234,9 +266,10 @@ async fn show(target: &Target, layout: &Layout, name: &str, as_json: bool) -> Re
         if lock.permits.is_none() && lock.readers.is_none() {
             // Whether it is one lock of a set taken together: every lock held with its owner.
             let explain = server.explain.clone();
-            let (all, _) = explain
+            let all = explain
                 .call(layout.read_matching(&mut server.conn, "*"))
-                .await?;
+                .await?
+                .locks;
             layout::mark_sets(&mut holders, &all);
         }
     }
@@ -284,6 +317,12 @@ async fn release(
         )));
     }
     let mut server = Server::connect(target).await?;
+    if server.replica {
+        return Err(Failure::failed(format!(
+            "not released: {} is a replica, which takes no writes; point --url at its master (or pass --sentinel, and distlock finds the current master)",
+            server.explain.shown()
+        )));
+    }
     let holders = one_lock(&mut server, layout, name).await?;
     let held_by = held_by(&holders);
     if !yes && !confirm(&format!("release lock `{name}` {held_by}? [y/N] "))? {

@@ -3,8 +3,13 @@
 use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use distlock::redis::RedisError;
+use serde::Serialize;
+
+use crate::cluster::Node;
 use crate::failure::Failure;
 use crate::layout::{short_owner, Lock, NotALock, Process};
+use crate::server::Explain;
 
 /// Writes `text` to standard output. A closed pipe (`distlock list | head -1`) ends the process
 /// quietly, as it would for any Unix tool.
@@ -79,9 +84,11 @@ pub(crate) fn lock_cells(lock: &Lock) -> Vec<String> {
     vec![
         name,
         short_owner(&lock.owner),
-        lock.process
-            .as_ref()
-            .map_or_else(|| "–".to_owned(), process_brief),
+        match (&lock.process, &lock.process_unread) {
+            (Some(process), _) => process_brief(process),
+            (None, Some(_)) => "?".to_owned(),
+            (None, None) => "–".to_owned(),
+        },
         lock.ttl_ms.map_or_else(|| "none".to_owned(), millis),
         lock.fencing_token
             .map_or_else(|| "–".to_owned(), |t| t.to_string()),
@@ -166,6 +173,14 @@ pub(crate) fn detail(lock: &Lock, prefix: &str) -> String {
                 rows.push(("version", format!("distlock {version}")));
             }
         }
+        None if lock.process_unread.is_some() => rows.push((
+            "process",
+            format!(
+                "unknown: its identity record `{prefix}:client:{}` could not be read ({})",
+                lock.client_id,
+                lock.process_unread.as_deref().unwrap_or_default()
+            ),
+        )),
         None => rows.push((
             "process",
             format!(
@@ -211,6 +226,79 @@ pub(crate) fn detail(lock: &Lock, prefix: &str) -> String {
     rows.iter()
         .map(|(k, v)| format!("{k:<width$}  {v}\n"))
         .collect()
+}
+
+/// A Redis Cluster's masters as a listing read them.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Masters {
+    /// Every master serving slots, `host:port`.
+    pub(crate) all: Vec<String>,
+    /// Those that could not be read, each with why (their locks are not shown).
+    pub(crate) unread: Vec<Unread>,
+}
+
+/// A master a listing could not read.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Unread {
+    pub(crate) node: String,
+    pub(crate) error: String,
+}
+
+impl Masters {
+    pub(crate) fn of(all: &[Node], unread: &[(Node, RedisError)], explain: &Explain) -> Masters {
+        Masters {
+            all: all.iter().map(Node::to_string).collect(),
+            unread: unread
+                .iter()
+                .map(|(node, error)| Unread {
+                    node: node.to_string(),
+                    error: explain.for_node(node).error(error).message,
+                })
+                .collect(),
+        }
+    }
+
+    /// `3 of 3 masters read`, `2 of 3 masters read (127.0.0.1:7002 not)`.
+    pub(crate) fn summary(&self) -> String {
+        let read = self.all.len() - self.unread.len();
+        let mut out = format!("{read} of {} masters read", self.all.len());
+        if !self.unread.is_empty() {
+            let nodes: Vec<&str> = self.unread.iter().map(|u| u.node.as_str()).collect();
+            out.push_str(&format!(": not {}", nodes.join(", ")));
+        }
+        out
+    }
+
+    /// The command's failure when a master could not be read: its locks are missing.
+    pub(crate) fn unread_failure(&self) -> Option<Failure> {
+        if self.unread.is_empty() {
+            return None;
+        }
+        let lines: Vec<String> = self
+            .unread
+            .iter()
+            .map(|u| {
+                format!(
+                    "master {} of the Redis Cluster could not be read, its locks are not shown: {}",
+                    u.node, u.error
+                )
+            })
+            .collect();
+        Some(Failure::failed(lines.join("\n")))
+    }
+}
+
+/// What the listing's last line adds about where it read: ` (a Redis Cluster: 3 of 3 masters
+/// read)`, ` (a replica: ...)`, or nothing for one server.
+pub(crate) fn read_from(masters: Option<&Masters>, replica: bool) -> String {
+    match masters {
+        Some(masters) => format!(" (a Redis Cluster: {})", masters.summary()),
+        None if replica => {
+            " (a replica: what it shows may lag its master, and release --force needs the master)"
+                .to_owned()
+        }
+        None => String::new(),
+    }
 }
 
 /// What a key that is not a lock means, in one line.

@@ -1,19 +1,25 @@
-//! The connection to Redis, and what its errors mean to an operator: one line each, never the
+//! The connection to Redis (one server, the master Sentinel names, or a Redis Cluster found
+//! from any of its nodes), and what its errors mean to an operator: one line each, never the
 //! password.
 
 use std::future::Future;
 use std::time::Duration;
 
-use distlock::redis::aio::MultiplexedConnection;
 use distlock::redis::{self, AsyncConnectionConfig, ErrorKind, RedisError, RedisResult, Value};
 use distlock::Config;
 
-use crate::failure::Failure;
+use crate::cluster::{self, Connection, Mode, Node};
+use crate::failure::{Exit, Failure};
 
 /// Where the locks are: the configuration the command runs with.
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
-    pub(crate) url: String,
+    /// The node to reach (`--url`, or the master Sentinel named), or the seed nodes of a Redis
+    /// Cluster (`--cluster`), tried in turn.
+    pub(crate) urls: Vec<String>,
+    /// `--cluster`: the nodes are a Redis Cluster's (a `--url` that reaches a cluster node is
+    /// found to be one by its `HELLO`).
+    pub(crate) cluster: bool,
     pub(crate) prefix: String,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
@@ -28,15 +34,21 @@ impl Target {
     }
 
     fn config(&self) -> Config {
-        Config::new(self.url.clone())
+        let config = match self.cluster {
+            true => Config::cluster(self.urls.clone()),
+            false => Config::new(self.urls.first().cloned().unwrap_or_default()),
+        };
+        config
             .key_prefix(self.prefix.clone())
             .connect_timeout(self.connect_timeout)
             .response_timeout(self.response_timeout)
     }
 
-    /// The URL as it may be shown: the password replaced by `***`.
+    /// The URL as it may be shown: the password replaced by `***` (a cluster's seed nodes, each
+    /// so, separated by commas).
     pub(crate) fn shown_url(&self) -> String {
-        self.config().redacted_url()
+        let shown: Vec<String> = self.urls.iter().map(|url| shown(url)).collect();
+        shown.join(",")
     }
 }
 
@@ -115,6 +127,11 @@ impl Sentinels {
     }
 }
 
+/// `url` with its password replaced by `***`.
+fn shown(url: &str) -> String {
+    Config::new(url.to_owned()).redacted_url()
+}
+
 /// Percent-encodes every byte but the unreserved ones (a user name or password in a URL).
 fn encode(text: &str) -> String {
     text.bytes()
@@ -135,22 +152,40 @@ pub(crate) struct Explain {
     timeout: Duration,
 }
 
-/// A connection to the server of a [`Target`].
+/// A connection to the server of a [`Target`], or to the Redis Cluster its node belongs to.
 pub(crate) struct Server {
-    pub(crate) conn: MultiplexedConnection,
+    /// Reads each key where it lives (on a cluster, on the master of its slot).
+    pub(crate) conn: Connection,
+    /// The node reached (`watch` subscribes to release notifications there, on one server).
     pub(crate) client: redis::Client,
     pub(crate) explain: Explain,
+    /// One server that is a replica: what it shows may lag its master, and it takes no writes.
+    pub(crate) replica: bool,
 }
 
 impl Server {
-    /// Connects and checks that the server answers (a missing password shows here).
+    /// Connects to the first of the target's nodes that answers (a missing password shows
+    /// here), asks it what it is (`HELLO`) and, a node of a Redis Cluster, connects to the
+    /// whole cluster through it.
     pub(crate) async fn connect(target: &Target) -> Result<Server, Failure> {
+        let mut failure = Failure::usage("no Redis URL");
+        for url in &target.urls {
+            match Self::connect_to(target, url).await {
+                Ok(server) => return Ok(server),
+                Err(usage) if usage.exit == Exit::Usage => return Err(usage),
+                Err(failed) => failure = failed,
+            }
+        }
+        Err(failure)
+    }
+
+    async fn connect_to(target: &Target, url: &str) -> Result<Server, Failure> {
         let explain = Explain {
-            shown: target.shown_url(),
+            shown: shown(url),
             timeout: target.response_timeout,
         };
-        let client = redis::Client::open(target.url.as_str()).map_err(|e| {
-            let detail = e.detail().unwrap_or(e.category()).replace(&target.url, "…");
+        let client = redis::Client::open(url).map_err(|e| {
+            let detail = e.detail().unwrap_or(e.category()).replace(url, "…");
             Failure::usage(format!(
                 "`{}` is not a valid Redis URL: {detail}",
                 explain.shown
@@ -160,6 +195,13 @@ impl Server {
             .set_connection_timeout(Some(target.connect_timeout))
             .set_response_timeout(Some(target.response_timeout));
         let within = target.connect_timeout + target.response_timeout;
+        let no_answer = || {
+            Failure::failed(format!(
+                "cannot connect to Redis at {}: no answer within {} (--connect-timeout, DISTLOCK_CONNECT_TIMEOUT)",
+                explain.shown,
+                seconds(target.connect_timeout)
+            ))
+        };
         let mut conn = match tokio::time::timeout(
             within,
             client.get_multiplexed_async_connection_with_config(&config),
@@ -168,18 +210,45 @@ impl Server {
         {
             Ok(Ok(conn)) => conn,
             Ok(Err(error)) if !error.is_timeout() => return Err(explain.error(&error)),
-            Ok(Err(_)) | Err(_) => {
-                return Err(Failure::failed(format!(
-                    "cannot connect to Redis at {}: no answer within {} (--connect-timeout, DISTLOCK_CONNECT_TIMEOUT)",
-                    explain.shown,
-                    seconds(target.connect_timeout)
-                )))
-            }
+            Ok(Err(_)) | Err(_) => return Err(no_answer()),
         };
         explain
             .call(redis::cmd("PING").exec_async(&mut conn))
             .await?;
+        let hello = cluster::hello(&mut conn).await;
+        let conn = match (hello.map(|h| h.mode), target.cluster) {
+            (Some(Mode::Sentinel), _) => {
+                return Err(Failure::usage(format!(
+                    "`{}` is a Redis Sentinel, not a Redis server: pass it with --sentinel (and --sentinel-service), and distlock reads the master it names",
+                    explain.shown
+                )))
+            }
+            (Some(Mode::Standalone), true) => {
+                return Err(Failure::usage(format!(
+                    "`{}` is not a Redis Cluster node (it runs standalone): pass it with --url",
+                    explain.shown
+                )))
+            }
+            (Some(Mode::Cluster), _) | (None, true) => {
+                // The node reached first, then the other seeds.
+                let seeds: Vec<String> = std::iter::once(url.to_owned())
+                    .chain(target.urls.iter().filter(|u| *u != url).cloned())
+                    .collect();
+                let connect = cluster::connect(
+                    &seeds,
+                    target.connect_timeout,
+                    target.response_timeout,
+                );
+                match tokio::time::timeout(within, connect).await {
+                    Ok(Ok(conn)) => Connection::Cluster(conn),
+                    Ok(Err(error)) if !error.is_timeout() => return Err(explain.error(&error)),
+                    Ok(Err(_)) | Err(_) => return Err(no_answer()),
+                }
+            }
+            _ => Connection::Server(conn),
+        };
         Ok(Server {
+            replica: hello.is_some_and(|h| h.replica) && !conn.is_cluster(),
             conn,
             client,
             explain,
@@ -188,6 +257,19 @@ impl Server {
 }
 
 impl Explain {
+    /// The URL (or node) its messages name, the password hidden.
+    pub(crate) fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    /// The same explanations, of what `node` (a cluster's master) answered.
+    pub(crate) fn for_node(&self, node: &Node) -> Explain {
+        Explain {
+            shown: node.to_string(),
+            timeout: self.timeout,
+        }
+    }
+
     /// Runs Redis calls, explaining their failure. Each command is bounded by the connection's
     /// response timeout, so a scan of many pages is not cut short as a whole.
     pub(crate) async fn call<T>(
@@ -236,6 +318,16 @@ impl Explain {
             };
             return Failure::failed(format!(
                 "Redis at {url} does not permit this for the URL's user: {detail} (docs/cli.md: the permissions each command needs)"
+            ));
+        }
+        if code == "MOVED" || code == "ASK" {
+            return Failure::failed(format!(
+                "Redis at {url} answered with a redirect ({code} {detail}): another node serves that slot (the Cluster's slots moved while it was read: run the command again)"
+            ));
+        }
+        if code == "CLUSTERDOWN" || code == "TRYAGAIN" {
+            return Failure::failed(format!(
+                "the Redis Cluster at {url} cannot serve this now ({code} {detail}): run the command again once it is healthy"
             ));
         }
         if error.is_timeout() {

@@ -8,6 +8,10 @@
 //! owner changed between two refreshes. A lock that expired without a release and was taken
 //! again between two refreshes counts once, so the rate is a lower bound.
 //!
+//! On a Redis Cluster every refresh scans every master (the header says how many it read), and
+//! release channels are sharded (`SSUBSCRIBE` takes no pattern), so acquisitions are counted
+//! from owner changes alone there.
+//!
 //! A failed refresh (Redis restarting) is shown in the frame and retried; only the first
 //! connection must succeed.
 
@@ -21,8 +25,8 @@ use futures_util::StreamExt;
 use serde::Serialize;
 
 use crate::failure::Failure;
-use crate::layout::{Layout, Lock, NotALock};
-use crate::render;
+use crate::layout::{Found, Layout, Lock, NotALock};
+use crate::render::{self, Masters};
 use crate::server::{Server, Target};
 
 /// Release notifications per lock name since the last refresh, filled by the subscriber task.
@@ -96,6 +100,9 @@ struct Frame {
     acquires_per_sec: Option<f64>,
     locks: Vec<Row>,
     not_locks: Vec<NotALock>,
+    /// A Redis Cluster's masters, read and not (absent on one server).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    masters: Option<Masters>,
     /// Why this refresh failed (it is retried).
     error: Option<String>,
 }
@@ -120,7 +127,11 @@ pub(crate) async fn run(
     let mut server = Server::connect(target).await?;
     let within = target.connect_timeout + target.response_timeout;
     let releases = Releases::default();
-    releases.subscribe(&server, layout, pattern, within).await?;
+    // Sharded release channels take no pattern: on a cluster, owner changes alone count.
+    let subscribed = !server.conn.is_cluster();
+    if subscribed {
+        releases.subscribe(&server, layout, pattern, within).await?;
+    }
     let terminal = std::io::stdout().is_terminal();
     let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
     let mut owners: Option<HashMap<String, String>> = None;
@@ -132,15 +143,20 @@ pub(crate) async fn run(
             _ = &mut ctrl_c => break,
             read = read => read,
         };
-        if releases.lost() {
+        if subscribed && releases.lost() {
             // Best effort: the next refresh tries again.
             let _ = releases.subscribe(&server, layout, pattern, within).await;
         }
         let elapsed = since.elapsed().as_secs_f64().max(1e-3);
         since = Instant::now();
         let frame = match read {
-            Ok((locks, not_locks)) => {
-                let frame = frame(locks, not_locks, releases.take(), owners.as_ref(), elapsed);
+            Ok(found) => {
+                let masters = server
+                    .conn
+                    .is_cluster()
+                    .then(|| Masters::of(&found.masters, &found.unread, &explain));
+                let mut frame = frame(found, releases.take(), owners.as_ref(), elapsed);
+                frame.masters = masters;
                 owners = Some(
                     frame
                         .locks
@@ -158,6 +174,7 @@ pub(crate) async fn run(
                 acquires_per_sec: None,
                 locks: Vec::new(),
                 not_locks: Vec::new(),
+                masters: None,
                 error: Some(failure.message),
             },
         };
@@ -180,12 +197,14 @@ pub(crate) async fn run(
 
 /// The rows of one refresh: the held locks, and the names released since the last one.
 fn frame(
-    locks: Vec<Lock>,
-    not_locks: Vec<NotALock>,
+    found: Found,
     mut released: HashMap<String, u64>,
     owners: Option<&HashMap<String, String>>,
     elapsed: f64,
 ) -> Frame {
+    let Found {
+        locks, not_locks, ..
+    } = found;
     let first = owners.is_none();
     let rate = |name: &str, owner: Option<&str>| -> Option<f64> {
         let owners = owners?;
@@ -248,6 +267,7 @@ fn frame(
         acquires_per_sec,
         locks,
         not_locks,
+        masters: None,
         error: None,
     }
 }
@@ -279,6 +299,12 @@ fn table(
     if let Some(error) = &frame.error {
         out.push_str(&format!("refresh failed, retrying: {error}\n"));
     } else {
+        if let Some(masters) = &frame.masters {
+            out.push_str(&format!(
+                "a Redis Cluster: {} · acquires counted from owner changes\n",
+                masters.summary()
+            ));
+        }
         out.push_str(&format!(
             "{} held · {} queued call(s) from {} waiting client(s) · {} acquires/s\n\n",
             frame.held,
@@ -319,6 +345,12 @@ fn table(
         }
         for odd in &frame.not_locks {
             out.push_str(&format!("! {}\n", render::not_a_lock(odd)));
+        }
+        for unread in frame.masters.iter().flat_map(|m| &m.unread) {
+            out.push_str(&format!(
+                "! master {} not read: {}\n",
+                unread.node, unread.error
+            ));
         }
     }
     if !terminal {

@@ -26,16 +26,27 @@
 //!   waiting for them (its intent, expiring within a second unless renewed), not a lock;
 //! * `distlock:client:<client id>` — the client's identity record, a hash of `host`, `pid`,
 //!   `exe`, `name`, `started` (Unix seconds) and `version`, expiring unless refreshed.
+//!
+//! On a Redis Cluster a lock's keys share its slot (the braces are the hash tag), so one
+//! master holds all of them and its release channel is a sharded one (`SPUBLISH`, counted by
+//! `PUBSUB SHARDNUMSUB` on that master); an identity record lives in the slot of its own key.
+//! Submodules: `scan` (finding the locks, on every master), `read` (reading them),
+//! `replies` (what the replies say), `release` (the forced release).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
-use distlock::redis::aio::MultiplexedConnection;
-use distlock::redis::{self, RedisError, Value};
 use serde::Serialize;
 
+mod read;
+mod release;
 mod replies;
+mod scan;
 
-use replies::{leader_record, owner_client_id, process, queued, server_millis, subscriber_counts};
+pub(crate) use release::Released;
+pub(crate) use scan::Found;
+
+#[cfg(test)]
+use replies::{owner_client_id, subscriber_counts};
 
 /// The protocol tag every lock value starts with.
 const TAG: &str = "d2:";
@@ -43,8 +54,11 @@ const TAG: &str = "d2:";
 /// Longest lock name the runtime accepts, in bytes.
 const MAX_NAME_LEN: usize = distlock::MAX_NAME_LEN;
 
-/// How many locks one pipeline reads.
+/// How many locks one pipeline reads (one server).
 const PAGE: usize = 200;
+
+/// How many pipelines are in flight at once on a cluster (one lock, or one record, each).
+const PARALLEL: usize = 32;
 
 /// The keys and channels under one key prefix.
 #[derive(Debug, Clone)]
@@ -67,6 +81,10 @@ pub(crate) struct Lock {
     pub(crate) process: Option<Process>,
     /// Milliseconds until the lease runs out; `None` if the key has no expiry.
     pub(crate) ttl_ms: Option<u64>,
+    /// Why the owner's identity record could not be read (a cluster's node that holds it did
+    /// not answer); `None` when it was read, or is not there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) process_unread: Option<String>,
     /// The last fencing token handed out for the name (the holder's, if it asked for one).
     pub(crate) fencing_token: Option<u64>,
     /// Waiting acquires queued for the lock in Redis: one per call (a client's further calls
@@ -177,45 +195,6 @@ pub(crate) enum Entry {
     Free,
 }
 
-/// The outcome of a forced release.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Released {
-    /// Deleted; the release channel's message reached this many subscribed clients.
-    Deleted { woken_clients: u64 },
-    /// The lock no longer had the owner that was shown: nothing changed.
-    ChangedHands,
-}
-
-/// Deletes the lock if it still has the owner the operator saw (marked by its waiters or not,
-/// `d2:<owner>+`), and wakes its waiters as the runtime's own release does when someone waits
-/// (one `PUBLISH` on the release channel). A semaphore's holders
-/// (several owners) are removed from its sorted set, those still there; the key goes with the
-/// last of them.
-///
-/// KEYS: lock, release channel. ARGV: the owners. Returns `{removed, woken}` (`{0, 0}`: none
-/// of them holds it any more).
-const FORCE_RELEASE: &str = r#"
-local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' then
-  if redis.call('TYPE', KEYS[1])['ok'] ~= 'zset' or not (redis.call('ZSCORE', KEYS[1], 'd2:permits') or redis.call('ZSCORE', KEYS[1], 'd2:readers')) then
-    return {0, 0}
-  end
-  local removed = redis.call('ZREM', KEYS[1], unpack(ARGV))
-  if removed == 0 then
-    return {0, 0}
-  end
-  if redis.call('ZCARD', KEYS[1]) <= 1 then
-    redis.call('DEL', KEYS[1])
-  end
-  return {removed, redis.call('PUBLISH', KEYS[2], '1')}
-end
-if v ~= ARGV[1] and v ~= ARGV[1] .. '+' then
-  return {0, 0}
-end
-redis.call('DEL', KEYS[1])
-return {1, redis.call('PUBLISH', KEYS[2], '1')}
-"#;
-
 impl Layout {
     pub(crate) fn new(prefix: &str) -> Layout {
         Layout {
@@ -275,308 +254,6 @@ impl Layout {
     /// The lock name of a release channel.
     pub(crate) fn name_of_channel(&self, channel: &str) -> Option<String> {
         self.name_of_key(channel.strip_suffix(":released")?)
-    }
-
-    /// The names of the lock keys matching the glob `names` (`SCAN`, never `KEYS`), sorted, and
-    /// the keys that matched but cannot be a lock's (their names contain braces).
-    pub(crate) async fn scan(
-        &self,
-        conn: &mut MultiplexedConnection,
-        names: &str,
-    ) -> Result<(Vec<String>, Vec<NotALock>), RedisError> {
-        let pattern = self.key_pattern(names);
-        let mut found = BTreeSet::new();
-        let mut odd = BTreeSet::new();
-        let mut cursor = 0u64;
-        loop {
-            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(conn)
-                .await?;
-            for key in keys {
-                let key = String::from_utf8_lossy(&key).into_owned();
-                match self.name_of_key(&key) {
-                    Some(name) => found.insert(name),
-                    None => odd.insert(key),
-                };
-            }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-        let odd = odd
-            .into_iter()
-            .map(|key| NotALock {
-                key,
-                holds: "a key whose name cannot be a lock name (it has braces inside)".to_owned(),
-            })
-            .collect();
-        Ok((found.into_iter().collect(), odd))
-    }
-
-    /// The held locks whose names match the glob `names`, and the keys among them that are not
-    /// locks, each sorted.
-    pub(crate) async fn read_matching(
-        &self,
-        conn: &mut MultiplexedConnection,
-        names: &str,
-    ) -> Result<(Vec<Lock>, Vec<NotALock>), RedisError> {
-        let (names, mut not_locks) = self.scan(conn, names).await?;
-        let mut locks = Vec::new();
-        for (_, entry) in self.read(conn, &names).await? {
-            match entry {
-                Entry::Lock(lock) => locks.push(*lock),
-                Entry::Semaphore(holders) => locks.extend(holders),
-                Entry::NotALock(odd) => not_locks.push(odd),
-                Entry::Free => {}
-            }
-        }
-        not_locks.sort_by(|a, b| a.key.cmp(&b.key));
-        Ok((locks, not_locks))
-    }
-
-    /// Reads the lock (or semaphore) of every name in `names`, in order, in pages of [`PAGE`]:
-    /// two round trips per page (the keys, then the identity records of their owners).
-    pub(crate) async fn read(
-        &self,
-        conn: &mut MultiplexedConnection,
-        names: &[String],
-    ) -> Result<Vec<(String, Entry)>, RedisError> {
-        let mut out = Vec::with_capacity(names.len());
-        for page in names.chunks(PAGE) {
-            let mut pipe = redis::pipe();
-            pipe.ignore_errors();
-            // The server's clock, which a semaphore's deadlines are in.
-            pipe.cmd("TIME");
-            for name in page {
-                let key = self.lock_key(name);
-                pipe.cmd("GET").arg(&key);
-                pipe.cmd("TYPE").arg(&key);
-                pipe.cmd("PTTL").arg(&key);
-                pipe.cmd("GET").arg(self.fence_key(name));
-                pipe.cmd("ZRANGE")
-                    .arg(&key)
-                    .arg(0)
-                    .arg(-1)
-                    .arg("WITHSCORES");
-                pipe.cmd("HMGET")
-                    .arg(self.leader_key(name))
-                    .arg(&["term", "identity", "since", "owner"]);
-                pipe.cmd("ZCARD").arg(self.queue_key(name));
-            }
-            pipe.cmd("PUBSUB").arg("NUMSUB");
-            for name in page {
-                pipe.arg(self.channel(name));
-            }
-            let replies: Vec<Value> = pipe.query_async(conn).await?;
-            // A read refused (an ACL) fails the command; the counts of CLIENTS (last) do not.
-            crate::server::refused(&replies[..replies.len().saturating_sub(1)])?;
-            let numsub = replies.last().map(subscriber_counts).unwrap_or_default();
-            let now_ms = replies.first().and_then(server_millis).unwrap_or(0);
-            let mut owners = Vec::new();
-            for (name, reply) in page.iter().zip(replies[1..].chunks_exact(7)) {
-                let entry = self.entry(name, reply, &numsub, now_ms);
-                match &entry {
-                    Entry::Lock(lock) => owners.push(lock.client_id.clone()),
-                    Entry::Semaphore(holders) => {
-                        owners.extend(holders.iter().map(|h| h.client_id.clone()))
-                    }
-                    _ => {}
-                }
-                out.push((name.clone(), entry));
-            }
-            let records = self.records(conn, owners).await?;
-            for (_, entry) in out.iter_mut().rev().take(page.len()) {
-                let holders = match entry {
-                    Entry::Lock(lock) => std::slice::from_mut(&mut **lock),
-                    Entry::Semaphore(holders) => &mut holders[..],
-                    _ => continue,
-                };
-                for lock in holders {
-                    lock.process = records.get(&lock.client_id).cloned();
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// One lock from its `GET`, `TYPE`, `PTTL`, fence `GET`, `ZRANGE` and leader record
-    /// `HMGET` replies (`now_ms`: the server's clock).
-    fn entry(
-        &self,
-        name: &str,
-        reply: &[Value],
-        numsub: &HashMap<String, u64>,
-        now_ms: u64,
-    ) -> Entry {
-        let key = self.lock_key(name);
-        let not_a_lock = |holds: String| {
-            Entry::NotALock(NotALock {
-                key: key.clone(),
-                holds,
-            })
-        };
-        let value = match &reply[0] {
-            Value::Nil => return Entry::Free,
-            Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-            Value::SimpleString(text) => text.clone(),
-            // WRONGTYPE: not a string.
-            _ => {
-                let kind = match &reply[1] {
-                    Value::SimpleString(kind) => kind.clone(),
-                    Value::Okay => "status".to_owned(),
-                    _ => "an unknown type".to_owned(),
-                };
-                if kind == "zset" {
-                    if let Some(holders) = self.holders(name, reply, numsub, now_ms) {
-                        return holders;
-                    }
-                }
-                return not_a_lock(describe_type(&kind));
-            }
-        };
-        // A lock its waiters marked (`d2:<owner>+`) is its owner's all the same.
-        let value = match value.strip_suffix(distlock::scripts::WAITERS_MARK) {
-            Some(unmarked) => unmarked.to_owned(),
-            None => value,
-        };
-        let Some(client_id) = owner_client_id(&value) else {
-            return not_a_lock(describe_string(&value));
-        };
-        let ttl_ms = match &reply[2] {
-            Value::Int(ms) if *ms >= 0 => Some(*ms as u64),
-            Value::Int(-2) => return Entry::Free,
-            _ => None,
-        };
-        let fencing_token = match &reply[3] {
-            Value::BulkString(bytes) => {
-                std::str::from_utf8(bytes).ok().and_then(|t| t.parse().ok())
-            }
-            _ => None,
-        };
-        let leader = leader_record(&reply[5], &value);
-        Entry::Lock(Box::new(Lock {
-            name: name.to_owned(),
-            key: key.clone(),
-            client_id: client_id.to_owned(),
-            leader,
-            owner: value,
-            process: None,
-            ttl_ms,
-            fencing_token,
-            queued: queued(&reply[6]),
-            waiting_clients: numsub.get(&self.channel(name)).copied().unwrap_or(0),
-            permits: None,
-            readers: None,
-            set: Vec::new(),
-        }))
-    }
-
-    /// A semaphore's live holders from its sorted set (`reply[4]`), or `None` if the set is
-    /// not a `d2` semaphore.
-    fn holders(
-        &self,
-        name: &str,
-        reply: &[Value],
-        numsub: &HashMap<String, u64>,
-        now_ms: u64,
-    ) -> Option<Entry> {
-        let members: Vec<(String, f64)> = redis::from_redis_value(reply[4].clone()).ok()?;
-        // A semaphore's count, or `None` for readers; neither marker: not a `d2` set.
-        let of = members
-            .iter()
-            .find(|(member, _)| member == PERMITS_MEMBER || member == READERS_MEMBER)
-            .map(|(member, score)| (member == PERMITS_MEMBER).then_some(-score as u32))?;
-        let live: Vec<(&str, u64)> = members
-            .iter()
-            .filter(|(member, _)| member != PERMITS_MEMBER && member != READERS_MEMBER)
-            .filter(|&&(_, deadline)| deadline > now_ms as f64)
-            .map(|(member, deadline)| (member.as_str(), (*deadline as u64).saturating_sub(now_ms)))
-            .collect();
-        if live.is_empty() {
-            return Some(Entry::Free);
-        }
-        let fencing_token = match &reply[3] {
-            Value::BulkString(bytes) => {
-                std::str::from_utf8(bytes).ok().and_then(|t| t.parse().ok())
-            }
-            _ => None,
-        };
-        let in_use = live.len() as u32;
-        let holders = live
-            .into_iter()
-            .map(|(owner, ttl_ms)| Lock {
-                name: name.to_owned(),
-                key: self.lock_key(name),
-                client_id: owner_client_id(owner).unwrap_or(owner).to_owned(),
-                owner: owner.to_owned(),
-                process: None,
-                ttl_ms: Some(ttl_ms),
-                fencing_token,
-                queued: queued(&reply[6]),
-                waiting_clients: numsub.get(&self.channel(name)).copied().unwrap_or(0),
-                permits: of.map(|of| Permits { in_use, of }),
-                readers: of.is_none().then_some(in_use),
-                leader: None,
-                set: Vec::new(),
-            })
-            .collect();
-        Some(Entry::Semaphore(holders))
-    }
-
-    /// The identity records of `client_ids`, by client id (absent ones left out).
-    async fn records(
-        &self,
-        conn: &mut MultiplexedConnection,
-        client_ids: Vec<String>,
-    ) -> Result<HashMap<String, Process>, RedisError> {
-        let ids: Vec<String> = client_ids
-            .into_iter()
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        if ids.is_empty() {
-            return Ok(HashMap::new());
-        }
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for id in &ids {
-            pipe.cmd("HGETALL").arg(self.record_key(id));
-        }
-        let replies: Vec<Value> = pipe.query_async(conn).await?;
-        Ok(ids
-            .into_iter()
-            .zip(replies)
-            .filter_map(|(id, reply)| Some((id, process(&reply)?)))
-            .collect())
-    }
-
-    /// Deletes the lock `name` if `owners` (its one owner; a semaphore's holders) still hold
-    /// it, and wakes its waiters.
-    pub(crate) async fn force_release(
-        &self,
-        conn: &mut MultiplexedConnection,
-        name: &str,
-        owners: &[&str],
-    ) -> Result<Released, RedisError> {
-        let (deleted, woken): (i64, u64) = redis::Script::new(FORCE_RELEASE)
-            .key(self.lock_key(name))
-            .key(self.channel(name))
-            .arg(owners)
-            .invoke_async(conn)
-            .await?;
-        Ok(if deleted > 0 {
-            Released::Deleted {
-                woken_clients: woken,
-            }
-        } else {
-            Released::ChangedHands
-        })
     }
 }
 
@@ -651,6 +328,7 @@ fn glob_escape(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use distlock::redis::Value;
 
     #[test]
     fn keys_and_names_round_trip() {
