@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use distlock::{Client, Config, LockGuard};
 use testkit::RedisCluster;
+use tokio::io::{AsyncBufReadExt, BufReader};
 
 #[allow(dead_code)]
 mod support;
@@ -134,6 +135,29 @@ async fn any_master_lists_shows_and_releases_every_lock_where_it_lives() {
         let cells: Vec<&str> = seat7.split_whitespace().collect();
         assert_eq!(cells[cells.len() - 2..], ["1", "1"], "{seat7}");
     }
+
+    // `watch`: every master, each refresh.
+    let mut watch = support::command(&[
+        "--url",
+        &elsewhere,
+        "watch",
+        "--json",
+        "--interval",
+        "200ms",
+    ])
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let frame = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("a frame within 10 s")
+        .unwrap()
+        .expect("watch keeps running");
+    let frame: serde_json::Value = serde_json::from_str(&frame).unwrap();
+    assert_eq!(frame["held"], LOCKS, "{frame}");
+    assert_eq!(frame["waiting_clients"], 1, "{frame}");
+    assert_eq!(frame["masters"]["all"].as_array().unwrap().len(), 3);
+    watch.kill().await.unwrap();
 
     // One lock in full, read through a master that does not hold it.
     let out = run(&["--url", &elsewhere, "show", "seat:7"]).await;
