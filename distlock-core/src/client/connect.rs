@@ -14,7 +14,7 @@ use crate::client::identity;
 use crate::client::state::{settle_bound, Client, Inner};
 use crate::client::waiting::Waiters;
 use crate::client::watchdog::{Batching, Watchdog};
-use crate::config::Config;
+use crate::config::{redact_url, Config};
 use crate::deploy::backend::{Backend, Link};
 use crate::deploy::connection::Connection;
 use crate::deploy::redlock;
@@ -27,6 +27,13 @@ use crate::wire::scripts;
 
 impl Config {
     /// Connects and returns a client that is not registered globally.
+    ///
+    /// The deployment is checked first: the server answers (a missing or wrong password fails
+    /// here, [`Error::Connect`]), and a URL of one server ([`Config::new`], a RedLock master)
+    /// that reaches a Redis Cluster node fails with [`Error::InvalidConfig`] naming
+    /// [`Config::cluster`], before any lock is taken. The node is asked `INFO cluster`, and
+    /// `EXISTS` of two lock keys in different hash slots (which a node refuses, `CROSSSLOT`) for
+    /// a user that may not run `INFO`; a user refused both connects, unchecked.
     pub async fn connect(self) -> Result<Client, Error> {
         Client::connect(self, None).await
     }
@@ -87,7 +94,13 @@ impl Client {
                         after: connect_within,
                     })?
                     .map_err(connect_error)?;
-                check_server(conn.clone(), &config).await?;
+                // Only a URL of one server can be a Cluster node given by mistake (a Sentinel
+                // master never is one; a cluster's connection reaches nodes by design).
+                let one_server = backend.is_one_server().then(|| OneServer {
+                    url: config.redacted_url(),
+                    of_redlock: false,
+                });
+                check_server(conn.clone(), &config, one_server).await?;
                 let masters = vec![(conn.clone(), backend.clone())];
                 let conn = Connection::new(conn, backend.clone(), background.clone());
                 (Deployment::Direct(Arc::new(conn)), masters)
@@ -156,12 +169,30 @@ impl Client {
     }
 }
 
+/// The server a connection to one URL reached (`Config::new`'s, or a RedLock master's),
+/// which must not be a Redis Cluster node (see [`cluster_node`]).
+struct OneServer {
+    /// Its URL, password redacted.
+    url: String,
+    /// True for a RedLock master.
+    of_redlock: bool,
+}
+
 /// The checks and set-up of a fresh connection: the server must answer (see [`reach`]: a
-/// missing password fails here), the scripts are loaded, and the eviction policy is looked
-/// at.
-async fn check_server(conn: Link, config: &Config) -> Result<(), Error> {
+/// missing password fails here), a URL of one server must not reach a Redis Cluster node (see
+/// [`cluster_node`]), the scripts are loaded, and the eviction policy is looked at.
+async fn check_server(
+    conn: Link,
+    config: &Config,
+    one_server: Option<OneServer>,
+) -> Result<(), Error> {
     let timeout = config.response_timeout;
     reach(conn.clone(), config).await?;
+    if let Some(server) = one_server {
+        if cluster_node(conn.clone(), &config.key_prefix, timeout).await == Some(true) {
+            return Err(cluster_node_given_as_one_server(&server));
+        }
+    }
     preload_scripts(conn.clone(), timeout).await;
     match eviction_policy(conn, timeout).await {
         Some(policy) if policy != "noeviction" => {
@@ -182,17 +213,31 @@ async fn check_server(conn: Link, config: &Config) -> Result<(), Error> {
 /// [`check_server`] on every master of a RedLock quorum at once: the connect fails (with the first failing master's error) only if so
 /// many are down or refuse (a wrong password, a TLS handshake that fails) that no majority is
 /// left, as a connect to one server fails when it is down. A client starts while a minority
-/// is down; those masters connect when they are back.
+/// is down; those masters connect when they are back. A master that is a Redis Cluster node
+/// is a configuration's mistake, not an outage: it fails the connect whatever the others do.
 async fn check_masters(links: &[(Link, Arc<Backend>)], config: &Config) -> Result<(), Error> {
     let masters = links.len();
     let checks = links
         .iter()
-        .map(|(link, _)| check_server(link.clone(), config));
-    let refused: Vec<Error> = futures_util::future::join_all(checks)
+        .zip(&config.redlock_masters)
+        .map(|((link, _), url)| {
+            let master = OneServer {
+                url: redact_url(url),
+                of_redlock: true,
+            };
+            check_server(link.clone(), config, Some(master))
+        });
+    let mut refused: Vec<Error> = futures_util::future::join_all(checks)
         .await
         .into_iter()
         .filter_map(Result::err)
         .collect();
+    if let Some(mistake) = refused
+        .iter()
+        .position(|e| matches!(e, Error::InvalidConfig { .. }))
+    {
+        return Err(refused.swap_remove(mistake));
+    }
     let left = masters - refused.len();
     match refused.into_iter().next() {
         Some(error) if left < count::majority(masters) => Err(error),
@@ -224,6 +269,64 @@ async fn reach(mut conn: Link, config: &Config) -> Result<(), Error> {
     }
 }
 
+/// Whether the server behind a connection to one URL is a Redis Cluster node (`None`: it would
+/// not say). One round trip, two questions, so that every user a lock works for gets an
+/// answer: `INFO cluster` (`cluster_enabled:1`), which the ACL user of the optional checks
+/// may run, and `EXISTS` of two lock keys in different hash slots, which every lock's user
+/// may run: a Cluster node refuses it (`CROSSSLOT`, or `CLUSTERDOWN` while a slot has no
+/// master), one server counts them. A refusal of both (an ACL without `INFO` or the lock
+/// keys) or no answer within `timeout` is not knowing, and the connect goes on: the locks
+/// report what goes wrong then.
+async fn cluster_node(mut conn: Link, prefix: &str, timeout: Duration) -> Option<bool> {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    pipe.cmd("INFO").arg("cluster");
+    pipe.cmd("EXISTS")
+        .arg(&CLUSTER_PROBES.map(|name| format!("{prefix}:{{{name}}}")));
+    let replies = pipe.query_async::<Vec<redis::RedisResult<redis::Value>>>(&mut conn);
+    let mut replies = match tokio::time::timeout(timeout, replies).await {
+        Ok(Ok(replies)) => replies.into_iter(),
+        _ => return None,
+    };
+    let info = replies.next().and_then(Result::ok);
+    let enabled = info
+        .and_then(|info| redis::from_redis_value::<String>(info).ok())
+        .and_then(|info| {
+            info.lines()
+                .find_map(|line| line.trim().strip_prefix("cluster_enabled:"))
+                .map(|enabled| enabled.trim() == "1")
+        });
+    enabled.or(match replies.next() {
+        Some(Ok(_)) => Some(false),
+        Some(Err(refused)) => CLUSTER_REFUSALS
+            .contains(&refused.code().unwrap_or_default())
+            .then_some(true),
+        None => None,
+    })
+}
+
+/// Two lock names in different hash slots (a test checks it), for [`cluster_node`]'s `EXISTS`.
+const CLUSTER_PROBES: [&str; 2] = ["cluster-probe-a", "cluster-probe-b"];
+
+/// The refusals only a Redis Cluster node gives a keyed command.
+const CLUSTER_REFUSALS: [&str; 5] = ["CROSSSLOT", "MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN"];
+
+/// The error of a URL of one server that reached a Redis Cluster node, naming the fix.
+fn cluster_node_given_as_one_server(server: &OneServer) -> Error {
+    let url = &server.url;
+    let redirects = "a Cluster node answers only for its own hash slots, redirecting the others (`MOVED`), and refuses keys of several slots in one call (`CROSSSLOT`)";
+    let reason = if server.of_redlock {
+        format!(
+            "the RedLock master `{url}` is a Redis Cluster node: RedLock takes independent masters, each one server, and {redirects}; to lock in a Redis Cluster, configure the cluster instead of a quorum: `Config::cluster([\"{url}\"])` (any of its nodes, or several; the client finds the rest), `DISTLOCK_CLUSTER_NODES` in the environment, `cluster_nodes` in a configuration file"
+        )
+    } else {
+        format!(
+            "`{url}` is a Redis Cluster node, but the configuration names one server (`Config::new`, `DISTLOCK_URL`, `url`): {redirects}, so locks would fail; configure the cluster instead: `Config::cluster([\"{url}\"])` (any of its nodes, or several; the client finds the rest), `DISTLOCK_CLUSTER_NODES={url}` in the environment, `cluster_nodes = [\"{url}\"]` in a configuration file"
+        )
+    };
+    Error::InvalidConfig { reason }
+}
+
 /// The server's `maxmemory-policy`, if `CONFIG GET` is permitted (managed services often
 /// refuse it).
 async fn eviction_policy(mut conn: Link, timeout: Duration) -> Option<String> {
@@ -253,5 +356,43 @@ async fn preload_scripts(conn: Link, timeout: Duration) {
             tracing::debug!(%error, "script preload failed; scripts load on first use")
         }
         Err(_) => tracing::debug!("script preload timed out; scripts load on first use"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::keys::hash_slot;
+
+    #[test]
+    fn the_cluster_probes_lie_in_different_slots() {
+        let [a, b] =
+            CLUSTER_PROBES.map(|name| hash_slot(format!("distlock:{{{name}}}").as_bytes()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_cluster_node_given_as_one_server_is_told_the_fix() {
+        let url = "redis://127.0.0.1:7000/".to_owned();
+        let one = cluster_node_given_as_one_server(&OneServer {
+            url: url.clone(),
+            of_redlock: false,
+        })
+        .to_string();
+        assert!(one.contains("is a Redis Cluster node"), "{one}");
+        assert!(
+            one.contains(&format!("`Config::cluster([\"{url}\"])`")),
+            "{one}"
+        );
+        assert!(one.contains("DISTLOCK_CLUSTER_NODES"), "{one}");
+        let master = cluster_node_given_as_one_server(&OneServer {
+            url,
+            of_redlock: true,
+        })
+        .to_string();
+        assert!(
+            master.contains("RedLock takes independent masters"),
+            "{master}"
+        );
     }
 }

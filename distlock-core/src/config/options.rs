@@ -61,6 +61,10 @@ impl Config {
     /// 2 s, fence retention 10 min, renewal batches of 256, no cap on hold time, no replica
     /// acknowledgement (replica timeout 500 ms when asked for), the servers' clocks checked
     /// every 250 ms.
+    ///
+    /// One server: a Redis Cluster node at `url` fails [`Config::connect`] with
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) naming [`Config::cluster`] (a node
+    /// answers only for its own hash slots).
     pub fn new(url: impl Into<String>) -> Self {
         Config {
             url: url.into(),

@@ -232,6 +232,12 @@ impl Backend {
         matches!(self.topology, Topology::Cluster { .. })
     }
 
+    /// True for one server given by its URL ([`Config::new`], or a RedLock master): not a
+    /// cluster, not a master found through Sentinel.
+    pub(crate) fn is_one_server(&self) -> bool {
+        matches!(self.topology, Topology::Single(_))
+    }
+
     /// The master switches seen so far (Sentinel; always 0 otherwise): a lease reply that
     /// arrives after a switch may come from a superseded master, and a lease confirmed before
     /// one must be confirmed again on the new master (see `watchdog`).
