@@ -123,7 +123,8 @@
 //!   **and** their clock behind the clock that made the last term **and** no process that saw
 //!   the last term campaigning or observing. An operator moves a name forward by raising its
 //!   fence floor above the last term (`SET <prefix>:{<name>}:fence <term>`; the next term is
-//!   above it); `distlock inspect <name>` shows the floor and the leader's term.
+//!   above it); while the name has a leader, `distlock show <name>` shows its term and the
+//!   floor (the `fence` row; `GET <prefix>:{<name>}:fence` reads it at any time).
 //! * **The record is kept a retention.** A name's record (the last terms, who leads) and its
 //!   fence floor expire [`Config::fence_retention`](crate::Config::fence_retention) (at least
 //!   the election's ttl) after its last leader wrote them (a leader renews both every third of
