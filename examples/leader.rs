@@ -3,13 +3,14 @@
 //! Each replica campaigns for `scheduler` (`distlock::leader`); the leader claims the store
 //! with its term the moment it is elected (from then on a deposed leader's write to any key of
 //! the election is refused), runs three ticks, writing each run into the store through
-//! `distlock::fence` with its term, then resigns, and the next replica in line is elected at once. An
-//! observer prints every term as it starts. The stores' connections are opened through
-//! `distlock::redis`, the redis-rs (1.x) that `FencedStore` takes. Last, it runs the README's
-//! leader snippet ([`readme_leader`], kept equal to the README by the suite's
-//! `tests/readme.rs`): a fallible body under `run`, which returns when the body returns. Run
-//! with `cargo run -p distlock-examples --example leader` (starts its own Redis, or set
-//! `REDIS_URL`).
+//! `distlock::fence` with its term (at `last-run:{scheduler}`: every key written under the
+//! election carries its hash tag, `{scheduler}`), then resigns, and the next replica in line
+//! is elected at once. An observer prints every term as it starts. The stores' connections
+//! are opened through `distlock::redis`, the redis-rs (1.x) that `FencedStore` takes. Last, it
+//! runs the README's leader snippet ([`readme_leader`], kept equal to the README by the
+//! suite's `tests/readme.rs`): a fallible body under `run`, which returns when the body
+//! returns. Run with `cargo run -p distlock-examples --example leader` (starts its own Redis,
+//! or set `REDIS_URL`).
 
 use std::time::Duration;
 
@@ -131,7 +132,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                             let run = format!("replica-{replica} tick {tick}");
                             // Refused (Error::Fenced) if a later leader has written.
                             store
-                                .set("scheduler:last-run", &run, &leadership.fence())
+                                .set("last-run:{scheduler}", &run, &leadership.fence())
                                 .await?;
                             tokio::time::sleep(Duration::from_millis(50)).await;
                         }
@@ -165,13 +166,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         FENCES_ARRIVE_WITHIN,
     );
     let last = store
-        .get::<String>("scheduler:last-run")
+        .get::<String>("last-run:{scheduler}")
         .await?
         .expect("written");
     println!("last run: {} (term {})", last.value, last.token);
     // The first leader, deposed long ago, tries to write a key no later leader wrote: refused.
     let stale = distlock::Fence::new("scheduler", terms[0]);
-    let refused = store.set("scheduler:next-run", "stale", &stale).await;
+    let refused = store.set("next-run:{scheduler}", "stale", &stale).await;
     assert!(matches!(refused, Err(Error::Fenced { .. })));
     println!("a deposed leader's write: refused");
 

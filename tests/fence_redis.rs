@@ -2,16 +2,19 @@
 //! real redis-servers: a stale holder's `set` and `del` are refused and change nothing, the
 //! same token writes as often as it likes (a body that writes twice, a re-entered body), a
 //! delete's tombstone keeps a stale holder from writing the value back for the store's window,
-//! a key written under another lock (or holding a plain value) is a misuse, tokens compare
+//! a key of the lock's hash slot written under another lock (or holding a plain value) is a
+//! misuse, a key outside the lock's slot is refused before anything is sent (every key written
+//! under lock `L` carries the hash tag `{L}`: `balance:{acct}` under `acct`), tokens compare
 //! exactly as `u64`s, the data may live on another server than the lock or in a Redis Cluster,
 //! and `distlock::fence()` says why it has no fence to give. The per-lock watermark, `claim`,
-//! the window and the Cluster rule: tests/fence_redis_watermark.rs; the first write's checks:
+//! the window and the Cluster rule: tests/fence_redis_watermark.rs; the one rule on every
+//! deployment: tests/fence_redis_one_rule.rs; the first write's checks:
 //! tests/fence_redis_checks.rs.
 
 use std::time::Duration;
 
 use distlock::fence::redis::{FencedStore, Stored};
-use distlock::{distributed_lock, Client, Config, Error, Fence};
+use distlock::{distributed_lock, hash_slot, Client, Config, Error, Fence};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use testkit::RedisServer;
@@ -44,28 +47,37 @@ async fn a_stale_holder_is_refused_and_changes_nothing() {
     let (old, new) = (token(&c, "acct").await, token(&c, "acct").await);
     assert!(new.token() > old.token());
 
-    store.set("balance", 10, &old).await.unwrap();
-    store.set("balance", 20, &new).await.unwrap();
-    match store.set("balance", 99, &old).await {
+    store.set("balance:{acct}", 10, &old).await.unwrap();
+    store.set("balance:{acct}", 20, &new).await.unwrap();
+    match store.set("balance:{acct}", 99, &old).await {
         Err(Error::Fenced {
             resource,
             token,
             seen,
         }) => {
-            assert_eq!(resource, "balance");
+            assert_eq!(resource, "balance:{acct}");
             assert_eq!((token, seen), (old.token(), new.token()));
         }
         other => panic!("a stale set: {other:?}"),
     }
-    let stored: Stored<i64> = store.get("balance").await.unwrap().unwrap();
+    let stored: Stored<i64> = store.get("balance:{acct}").await.unwrap().unwrap();
     assert_eq!(
         (stored.value, stored.token, stored.lock.as_str()),
         (20, new.token(), "acct")
     );
     // A stale delete is refused too.
-    assert!(store.del("balance", &old).await.unwrap_err().is_fenced());
+    assert!(store
+        .del("balance:{acct}", &old)
+        .await
+        .unwrap_err()
+        .is_fenced());
     assert_eq!(
-        store.get::<i64>("balance").await.unwrap().unwrap().value,
+        store
+            .get::<i64>("balance:{acct}")
+            .await
+            .unwrap()
+            .unwrap()
+            .value,
         20
     );
 }
@@ -79,14 +91,14 @@ async fn the_same_token_writes_again_and_a_newer_one_passes() {
     let fence = guard.fence().unwrap();
     for n in 0..3 {
         store
-            .set("doc:body", format!("v{n}"), &fence)
+            .set("body:{doc}", format!("v{n}"), &fence)
             .await
             .unwrap();
     }
     guard.release().await.unwrap();
     let later = token(&c, "doc").await;
-    store.set("doc:body", "v3", &later).await.unwrap();
-    let stored: Stored<String> = store.get("doc:body").await.unwrap().unwrap();
+    store.set("body:{doc}", "v3", &later).await.unwrap();
+    let stored: Stored<String> = store.get("body:{doc}").await.unwrap().unwrap();
     assert_eq!((stored.value.as_str(), stored.token), ("v3", later.token()));
 }
 
@@ -131,32 +143,71 @@ async fn a_delete_leaves_a_tombstone_that_refuses_a_stale_writer_for_the_window(
         .is_fenced());
 }
 
+/// Another lock's name whose watermark shares the hash slot of lock `name`'s: the one way a
+/// store fenced per lock lets another lock reach a key carrying `{name}`.
+fn another_lock_in_the_slot_of(name: &str) -> String {
+    let slot = hash_slot(name.as_bytes());
+    (0..)
+        .map(|n| format!("other-{n}"))
+        .find(|other| hash_slot(other.as_bytes()) == slot)
+        .expect("some name shares the slot")
+}
+
 #[tokio::test]
 async fn another_locks_key_or_a_plain_value_is_a_misuse_left_alone() {
     let server = RedisServer::start();
     let mut conn = server.conn().await;
     let mut store = store(&server).await;
-    store
-        .set("shared", "a's", &Fence::new("a", 5))
-        .await
-        .unwrap();
-    match store
-        .set("shared", "b's", &Fence::new("b", 1_000_000))
-        .await
-    {
+    let mismatch = |result: Result<(), Error>, key: &str, lock: &str| match result {
         Err(Error::FenceMismatch {
             resource,
-            lock,
+            lock: refused,
             fenced_by,
-        }) => {
-            assert_eq!(
-                (resource.as_str(), lock.as_str(), fenced_by.as_deref()),
-                ("shared", "b", Some("a"))
-            );
-        }
+        }) => assert_eq!(
+            (resource.as_str(), refused.as_str(), fenced_by.as_deref()),
+            (key, lock, Some("a"))
+        ),
         other => panic!("another lock's key: {other:?}"),
+    };
+    store
+        .set("shared:{a}", "a's", &Fence::new("a", 5))
+        .await
+        .unwrap();
+    // A lock whose name lies in the same slot reaches the key, and is refused: tokens of
+    // different locks are never compared.
+    let b = another_lock_in_the_slot_of("a");
+    mismatch(
+        store
+            .set("shared:{a}", "b's", &Fence::new(b.as_str(), 1_000_000))
+            .await,
+        "shared:{a}",
+        &b,
+    );
+    // So is any other lock through a store fenced per key (no watermark, no slot rule).
+    let mut per_key = FencedStore::new(server.conn().await, WINDOW).per_key();
+    mismatch(
+        per_key
+            .set("shared:{a}", "b's", &Fence::new("b", 1_000_000))
+            .await,
+        "shared:{a}",
+        "b",
+    );
+    // Fenced per lock, a lock of another slot is refused before anything is sent.
+    match store
+        .set("shared:{a}", "b's", &Fence::new("b", 1_000_000))
+        .await
+    {
+        Err(Error::FenceCrossSlot {
+            resource,
+            lock,
+            watermark,
+        }) => assert_eq!(
+            (resource.as_str(), lock.as_str(), watermark.as_str()),
+            ("shared:{a}", "b", "distlock:{b}:watermark")
+        ),
+        other => panic!("another slot's lock: {other:?}"),
     }
-    let stored: Stored<String> = store.get("shared").await.unwrap().unwrap();
+    let stored: Stored<String> = store.get("shared:{a}").await.unwrap().unwrap();
     assert_eq!((stored.value.as_str(), stored.token), ("a's", 5));
 
     let unfenced = |result: Result<_, Error>| {
@@ -172,19 +223,28 @@ async fn another_locks_key_or_a_plain_value_is_a_misuse_left_alone() {
             "{err}"
         );
     };
-    let _: () = conn.set("plain", "unfenced").await.unwrap();
+    let _: () = conn.set("plain:{a}", "unfenced").await.unwrap();
     unfenced(
         store
-            .set("plain", "x", &Fence::new("a", 5))
+            .set("plain:{a}", "x", &Fence::new("a", 5))
             .await
             .map(|()| false),
     );
-    let _: () = conn.rpush("list", "item").await.unwrap();
-    unfenced(store.del("list", &Fence::new("a", 5)).await);
-    let plain: String = conn.get("plain").await.unwrap();
-    assert_eq!(plain, "unfenced");
+    let _: () = conn.rpush("list:{a}", "item").await.unwrap();
+    unfenced(store.del("list:{a}", &Fence::new("a", 5)).await);
+    // A plain value at a key without the lock's tag: refused before the script could look.
+    let _: () = conn.set("plain", "unfenced").await.unwrap();
+    let untagged = store.set("plain", "x", &Fence::new("a", 5)).await;
+    assert!(
+        matches!(untagged, Err(Error::FenceCrossSlot { .. })),
+        "{untagged:?}"
+    );
+    for key in ["plain:{a}", "plain"] {
+        let plain: String = conn.get(key).await.unwrap();
+        assert_eq!(plain, "unfenced", "{key}");
+    }
     assert!(matches!(
-        store.get::<String>("plain").await,
+        store.get::<String>("plain:{a}").await,
         Err(Error::Store { .. })
     ));
 }
@@ -194,22 +254,22 @@ async fn tokens_compare_as_u64_not_as_text_or_floats() {
     let server = RedisServer::start();
     let mut store = store(&server).await;
     let at = |t| Fence::new("n", t);
-    store.set("k", "ten", &at(10)).await.unwrap();
+    store.set("k:{n}", "ten", &at(10)).await.unwrap();
     assert!(store
-        .set("k", "nine", &at(9))
+        .set("k:{n}", "nine", &at(9))
         .await
         .unwrap_err()
         .is_fenced());
     // Above 2^53, where Lua's numbers would call these two equal.
     let big = (1u64 << 53) + 1;
-    store.set("k", "big", &at(big)).await.unwrap();
+    store.set("k:{n}", "big", &at(big)).await.unwrap();
     assert!(store
-        .set("k", "big-1", &at(big - 1))
+        .set("k:{n}", "big-1", &at(big - 1))
         .await
         .unwrap_err()
         .is_fenced());
-    store.set("k", "max", &at(u64::MAX)).await.unwrap();
-    match store.set("k", "x", &at(u64::MAX - 1)).await {
+    store.set("k:{n}", "max", &at(u64::MAX)).await.unwrap();
+    match store.set("k:{n}", "x", &at(u64::MAX - 1)).await {
         Err(Error::Fenced { seen, .. }) => assert_eq!(seen, u64::MAX),
         other => panic!("{other:?}"),
     }
@@ -224,25 +284,28 @@ async fn a_sequence_restarted_lower_is_refused_until_the_operator_moves_it() {
     let mut conn = server.conn().await;
     let mut store = store(&server).await;
     let written = token(&c, "restart").await;
-    store.set("restart:data", "before", &written).await.unwrap();
+    store
+        .set("data:{restart}", "before", &written)
+        .await
+        .unwrap();
     // As if the floor were gone and the server's clock an hour behind.
     let lower = Fence::new("restart", written.token() - 3_600_000_000);
     let refused = store
-        .set("restart:data", "after", &lower)
+        .set("data:{restart}", "after", &lower)
         .await
         .unwrap_err();
     assert!(refused.is_fenced(), "{refused}");
     // The operator, once the old holders are gone: `HSET key token 0` and, as the lock's
     // watermark holds the higher token too, `DEL <prefix>:{<name>}:watermark`.
-    let _: () = conn.hset("restart:data", "token", 0).await.unwrap();
+    let _: () = conn.hset("data:{restart}", "token", 0).await.unwrap();
     let still = store
-        .set("restart:data", "after", &lower)
+        .set("data:{restart}", "after", &lower)
         .await
         .unwrap_err();
     assert!(still.is_fenced(), "the watermark refuses it: {still}");
     let _: () = conn.del("distlock:{restart}:watermark").await.unwrap();
-    store.set("restart:data", "after", &lower).await.unwrap();
-    let stored: Stored<String> = store.get("restart:data").await.unwrap().unwrap();
+    store.set("data:{restart}", "after", &lower).await.unwrap();
+    let stored: Stored<String> = store.get("data:{restart}").await.unwrap().unwrap();
     assert_eq!(
         (stored.value.as_str(), stored.token),
         ("after", lower.token())
@@ -256,9 +319,9 @@ async fn the_data_may_live_on_another_server_than_the_lock() {
     let c = client(&locks).await;
     let mut store = store(&data).await;
     let (old, new) = (token(&c, "job").await, token(&c, "job").await);
-    store.set("job:state", "new", &new).await.unwrap();
+    store.set("state:{job}", "new", &new).await.unwrap();
     assert!(store
-        .set("job:state", "old", &old)
+        .set("state:{job}", "old", &old)
         .await
         .unwrap_err()
         .is_fenced());
@@ -313,24 +376,24 @@ async fn a_re_entered_body_writes_with_its_outer_token() {
         .fenced(true)
         .run(async {
             let outer = distlock::fence().unwrap();
-            store.set("ledger:total", 1, &outer).await.unwrap();
+            store.set("total:{ledger}", 1, &outer).await.unwrap();
             let inner = c
                 .lock("ledger")
                 .fenced(true)
                 .run(async {
                     let inner = distlock::fence().unwrap();
-                    store.set("ledger:total", 2, &inner).await.unwrap();
+                    store.set("total:{ledger}", 2, &inner).await.unwrap();
                     inner
                 })
                 .await
                 .unwrap();
-            store.set("ledger:total", 3, &outer).await.unwrap();
+            store.set("total:{ledger}", 3, &outer).await.unwrap();
             (outer, inner)
         })
         .await
         .unwrap();
     assert_eq!(outer, inner, "a re-entry shares its outer hold's token");
-    let stored: Stored<i64> = store.get("ledger:total").await.unwrap().unwrap();
+    let stored: Stored<i64> = store.get("total:{ledger}").await.unwrap().unwrap();
     assert_eq!((stored.value, stored.token), (3, outer.token()));
 }
 
@@ -344,7 +407,7 @@ async fn bump_twice(id: u64, url: String) -> Result<(u64, i64), Error> {
         .await
         .unwrap();
     let mut store = FencedStore::new(conn, WINDOW);
-    let key = format!("counter:{id}");
+    let key = format!("value:{{counter:{id}}}"); // the lock's hash tag
     let mut value = 0;
     for _ in 0..2 {
         value = store
@@ -373,7 +436,7 @@ async fn an_annotated_body_writes_twice_with_its_token() {
     let mut store = store(&server).await;
     let stale = Fence::new("counter:7", first);
     assert!(store
-        .set("counter:7", 0, &stale)
+        .set("value:{counter:7}", 0, &stale)
         .await
         .unwrap_err()
         .is_fenced());
@@ -397,10 +460,10 @@ async fn redlock_tokens_from_a_quorum_fence_the_same_way() {
         assert!(pair[1].token() > pair[0].token(), "{fences:?}");
     }
     let newest = fences.last().unwrap();
-    store.set("quorum:data", "newest", newest).await.unwrap();
+    store.set("data:{quorum}", "newest", newest).await.unwrap();
     for stale in &fences[..3] {
         assert!(store
-            .set("quorum:data", "stale", stale)
+            .set("data:{quorum}", "stale", stale)
             .await
             .unwrap_err()
             .is_fenced());

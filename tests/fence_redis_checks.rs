@@ -54,23 +54,23 @@ async fn a_policy_that_can_evict_is_reported_at_the_first_write_and_nothing_is_w
     ] {
         set_policy(&mut conn, policy).await;
         let mut store = FencedStore::new(server.conn().await, WINDOW);
-        assert_eviction(store.set("k", 1, &fence).await, Some(policy));
-        assert_eviction(store.del("k", &fence).await, Some(policy));
+        assert_eviction(store.set("k:{n}", 1, &fence).await, Some(policy));
+        assert_eviction(store.del("k:{n}", &fence).await, Some(policy));
         assert_eviction(store.claim(&fence).await, Some(policy));
         let keys: Vec<String> = conn.keys("*").await.unwrap();
         assert!(keys.is_empty(), "{policy}: nothing written: {keys:?}");
         // Reading needs no check.
-        assert_eq!(store.get::<i64>("k").await.unwrap(), None);
+        assert_eq!(store.get::<i64>("k:{n}").await.unwrap(), None);
         // Accepting the risk skips the check.
         let mut risky = FencedStore::new(server.conn().await, WINDOW).allow_eviction();
-        risky.set("k", 1, &fence).await.unwrap();
+        risky.set("k:{n}", 1, &fence).await.unwrap();
         let _: () = conn.flushall().await.unwrap();
     }
     // A failed check is made again at the next write: fixed, the same store writes.
     let mut store = FencedStore::new(server.conn().await, WINDOW);
-    assert_eviction(store.set("k", 1, &fence).await, Some("allkeys-random"));
+    assert_eviction(store.set("k:{n}", 1, &fence).await, Some("allkeys-random"));
     set_policy(&mut conn, "noeviction").await;
-    store.set("k", 1, &fence).await.unwrap();
+    store.set("k:{n}", 1, &fence).await.unwrap();
 }
 
 #[tokio::test]
@@ -89,21 +89,21 @@ async fn the_policy_is_read_through_config_get_where_info_is_refused() {
         .acl_user("no-config", "pw", &rules(&["-config"]))
         .await;
     let mut store = FencedStore::new(connect(url).await, WINDOW);
-    assert_eviction(store.set("k", 1, &fence).await, Some("volatile-lru"));
+    assert_eviction(store.set("k:{n}", 1, &fence).await, Some("volatile-lru"));
     // INFO refused, CONFIG allowed: CONFIG GET says.
     let url = server.acl_user("no-info", "pw", &rules(&["-info"])).await;
     let mut store = FencedStore::new(connect(url).await, WINDOW);
-    assert_eviction(store.set("k", 1, &fence).await, Some("volatile-lru"));
+    assert_eviction(store.set("k:{n}", 1, &fence).await, Some("volatile-lru"));
     // Both refused: unknown, reported; `allow_eviction` is the way past it.
     let url = server
         .acl_user("blind", "pw", &rules(&["-info", "-config"]))
         .await;
     let mut store = FencedStore::new(connect(url.clone()).await, WINDOW);
-    assert_eviction(store.set("k", 1, &fence).await, None);
+    assert_eviction(store.set("k:{n}", 1, &fence).await, None);
     set_policy(&mut admin, "noeviction").await;
-    assert_eviction(store.set("k", 1, &fence).await, None);
+    assert_eviction(store.set("k:{n}", 1, &fence).await, None);
     let mut store = FencedStore::new(connect(url).await, WINDOW).allow_eviction();
-    store.set("k", 1, &fence).await.unwrap();
+    store.set("k:{n}", 1, &fence).await.unwrap();
 }
 
 /// The check is made at a store's first write, once: clones share it, and a policy changed
@@ -115,12 +115,12 @@ async fn the_check_is_made_once_per_store_and_its_clones() {
     let fence = Fence::new("n", 1);
     let mut store = FencedStore::new(server.conn().await, WINDOW);
     let mut clone = store.clone();
-    store.set("a", 1, &fence).await.unwrap();
+    store.set("a:{n}", 1, &fence).await.unwrap();
     set_policy(&mut conn, "allkeys-lru").await;
-    store.set("a", 2, &fence).await.unwrap();
-    clone.set("b", 1, &fence).await.unwrap();
+    store.set("a:{n}", 2, &fence).await.unwrap();
+    clone.set("b:{n}", 1, &fence).await.unwrap();
     let mut fresh = FencedStore::new(server.conn().await, WINDOW);
-    assert_eviction(fresh.set("c", 1, &fence).await, Some("allkeys-lru"));
+    assert_eviction(fresh.set("c:{n}", 1, &fence).await, Some("allkeys-lru"));
 }
 
 #[tokio::test]
@@ -135,10 +135,10 @@ async fn a_zero_window_or_a_bad_prefix_is_refused_at_the_first_write() {
         )
     };
     let mut zero = FencedStore::new(server.conn().await, Duration::ZERO);
-    invalid(zero.set("k", 1, &fence).await);
+    invalid(zero.set("k:{n}", 1, &fence).await);
     for prefix in ["", "a{b", "a}b"] {
         let mut bad = FencedStore::new(server.conn().await, WINDOW).watermark_prefix(prefix);
-        invalid(bad.set("k", 1, &fence).await);
+        invalid(bad.set("k:{n}", 1, &fence).await);
     }
     let keys: Vec<String> = conn.keys("*").await.unwrap();
     assert!(keys.is_empty(), "nothing written: {keys:?}");
@@ -191,9 +191,9 @@ async fn the_documented_commands_are_enough() {
     let url = server.acl_user("fencer", "pw", &rules).await;
     let mut store = FencedStore::new(connect(url).await, WINDOW);
     let (old, new) = (Fence::new("n", 1), Fence::new("n", 2));
-    store.set("k", 1, &old).await.unwrap();
+    store.set("k:{n}", 1, &old).await.unwrap();
     store.claim(&new).await.unwrap();
-    assert!(store.set("k2", 1, &old).await.unwrap_err().is_fenced());
-    assert!(store.del("k", &new).await.unwrap());
-    assert_eq!(store.get::<i64>("k").await.unwrap(), None);
+    assert!(store.set("k2:{n}", 1, &old).await.unwrap_err().is_fenced());
+    assert!(store.del("k:{n}", &new).await.unwrap());
+    assert_eq!(store.get::<i64>("k:{n}").await.unwrap(), None);
 }

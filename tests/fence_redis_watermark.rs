@@ -5,7 +5,9 @@
 //! tombstone live for the store's window after their last write (for ever with
 //! `Duration::MAX`), and the watermark still refuses a stale fence once the tombstone is gone;
 //! per key, a deposed holder's write lands on an untouched key (the weaker promise); in a
-//! Redis Cluster a key without the lock's hash tag is refused with `FenceCrossSlot`.
+//! Redis Cluster, as on one server (tests/fence_redis_one_rule.rs), a key without the lock's
+//! hash tag is refused with `FenceCrossSlot`. Every key written per lock here carries its
+//! lock's hash tag (`a:{acct}` under `acct`).
 
 use std::time::Duration;
 
@@ -59,22 +61,22 @@ async fn a_deposed_holder_is_refused_on_a_key_the_new_holder_never_wrote() {
     let mut conn = server.conn().await;
     let mut store = store(&server).await;
     let (old, new) = (token(&c, "acct").await, token(&c, "acct").await);
-    store.set("acct:a", 1, &old).await.unwrap();
+    store.set("a:{acct}", 1, &old).await.unwrap();
     // The new holder writes one key of the lock; the deposed one tries others.
-    store.set("acct:b", 2, &new).await.unwrap();
-    assert_fenced(store.set("acct:c", 9, &old).await, "acct:c", &old, &new);
-    assert_fenced(store.set("acct:a", 9, &old).await, "acct:a", &old, &new);
-    assert_fenced(store.del("acct:a", &old).await, "acct:a", &old, &new);
-    let c_exists: bool = conn.exists("acct:c").await.unwrap();
+    store.set("b:{acct}", 2, &new).await.unwrap();
+    assert_fenced(store.set("c:{acct}", 9, &old).await, "c:{acct}", &old, &new);
+    assert_fenced(store.set("a:{acct}", 9, &old).await, "a:{acct}", &old, &new);
+    assert_fenced(store.del("a:{acct}", &old).await, "a:{acct}", &old, &new);
+    let c_exists: bool = conn.exists("c:{acct}").await.unwrap();
     assert!(!c_exists, "nothing written");
-    let a: Stored<i64> = store.get("acct:a").await.unwrap().unwrap();
+    let a: Stored<i64> = store.get("a:{acct}").await.unwrap().unwrap();
     assert_eq!((a.value, a.token), (1, old.token()));
     // The watermark is the lock's, under the default prefix, in the lock name's slot.
     let mark: String = conn.get("distlock:{acct}:watermark").await.unwrap();
     assert_eq!(mark, new.token().to_string());
     // Another lock's keys are not its business.
     store
-        .set("other:a", 1, &Fence::new("other", 1))
+        .set("a:{other}", 1, &Fence::new("other", 1))
         .await
         .unwrap();
 }
@@ -85,21 +87,24 @@ async fn a_claim_refuses_a_deposed_holder_before_the_new_ones_first_write() {
     let c = client(&server).await;
     let mut store = store(&server).await;
     let old = token(&c, "job").await;
-    store.set("job:state", "running", &old).await.unwrap();
+    store.set("state:{job}", "running", &old).await.unwrap();
     let new = token(&c, "job").await;
     // Without a claim (or a write) of the new holder, nothing tells the store yet.
-    store.set("job:state", "still running", &old).await.unwrap();
+    store
+        .set("state:{job}", "still running", &old)
+        .await
+        .unwrap();
     store.claim(&new).await.unwrap();
     // Before any write of the new holder, on keys it never wrote:
     assert_fenced(
-        store.set("job:state", "done", &old).await,
-        "job:state",
+        store.set("state:{job}", "done", &old).await,
+        "state:{job}",
         &old,
         &new,
     );
     assert_fenced(
-        store.set("job:result", "x", &old).await,
-        "job:result",
+        store.set("result:{job}", "x", &old).await,
+        "result:{job}",
         &old,
         &new,
     );
@@ -112,8 +117,8 @@ async fn a_claim_refuses_a_deposed_holder_before_the_new_ones_first_write() {
     );
     // The same token claims again, and writes.
     store.claim(&new).await.unwrap();
-    store.set("job:state", "taken over", &new).await.unwrap();
-    let state: Stored<String> = store.get("job:state").await.unwrap().unwrap();
+    store.set("state:{job}", "taken over", &new).await.unwrap();
+    let state: Stored<String> = store.get("state:{job}").await.unwrap().unwrap();
     assert_eq!(
         (state.value.as_str(), state.token),
         ("taken over", new.token())
@@ -136,7 +141,7 @@ async fn a_new_leader_claims_on_election_and_the_deposed_leader_is_refused() {
         .await
         .unwrap();
     store
-        .set("scheduler:last-run", "a tick 1", &deposed.fence())
+        .set("last-run:{scheduler}", "a tick 1", &deposed.fence())
         .await
         .unwrap();
     let _: () = conn.del("distlock:{scheduler}").await.unwrap();
@@ -150,13 +155,13 @@ async fn a_new_leader_claims_on_election_and_the_deposed_leader_is_refused() {
     store.claim(&elected.fence()).await.unwrap();
     assert_fenced(
         store
-            .set("scheduler:next-run", "a tick 2", &deposed.fence())
+            .set("next-run:{scheduler}", "a tick 2", &deposed.fence())
             .await,
-        "scheduler:next-run",
+        "next-run:{scheduler}",
         &deposed.fence(),
         &elected.fence(),
     );
-    let next: Option<Stored<String>> = store.get("scheduler:next-run").await.unwrap();
+    let next: Option<Stored<String>> = store.get("next-run:{scheduler}").await.unwrap();
     assert_eq!(next, None);
     elected.resign().await.unwrap();
     drop(deposed);
@@ -171,16 +176,16 @@ async fn the_watermark_and_tombstones_live_for_the_window() {
     let window = WINDOW.as_millis() as i64;
     let within_window = |pttl: i64| pttl > window - 10_000 && pttl <= window;
     let (old, new) = (token(&c, "cart").await, token(&c, "cart").await);
-    store.set("cart:1", "full", &old).await.unwrap();
+    store.set("items:{cart}", "full", &old).await.unwrap();
     let mark = "distlock:{cart}:watermark";
     let pttl: i64 = conn.pttl(mark).await.unwrap();
     assert!(within_window(pttl), "watermark pttl {pttl}");
     // Each write restarts the watermark's life.
     let _: () = conn.pexpire(mark, 5_000).await.unwrap();
-    assert!(store.del("cart:1", &new).await.unwrap());
+    assert!(store.del("items:{cart}", &new).await.unwrap());
     let (mark_pttl, tombstone_pttl): (i64, i64) = (
         conn.pttl(mark).await.unwrap(),
-        conn.pttl("cart:1").await.unwrap(),
+        conn.pttl("items:{cart}").await.unwrap(),
     );
     assert!(within_window(mark_pttl), "watermark pttl {mark_pttl}");
     assert!(
@@ -189,23 +194,23 @@ async fn the_watermark_and_tombstones_live_for_the_window() {
     );
     // The tombstone gone (as if expired first): the watermark still refuses the deposed
     // holder's fence, carried in a redelivered message.
-    let _: () = conn.del("cart:1").await.unwrap();
+    let _: () = conn.del("items:{cart}").await.unwrap();
     assert_fenced(
-        store.set("cart:1", "full again", &old).await,
-        "cart:1",
+        store.set("items:{cart}", "full again", &old).await,
+        "items:{cart}",
         &old,
         &new,
     );
-    assert_eq!(store.get::<String>("cart:1").await.unwrap(), None);
+    assert_eq!(store.get::<String>("items:{cart}").await.unwrap(), None);
 
     // `Duration::MAX`: kept for ever.
     let mut forever = FencedStore::new(server.conn().await, Duration::MAX);
     let kept = Fence::new("kept", 5);
-    forever.set("kept:1", "x", &kept).await.unwrap();
-    assert!(forever.del("kept:1", &kept).await.unwrap());
+    forever.set("value:{kept}", "x", &kept).await.unwrap();
+    assert!(forever.del("value:{kept}", &kept).await.unwrap());
     let (mark_pttl, tombstone_pttl): (i64, i64) = (
         conn.pttl("distlock:{kept}:watermark").await.unwrap(),
-        conn.pttl("kept:1").await.unwrap(),
+        conn.pttl("value:{kept}").await.unwrap(),
     );
     assert_eq!((mark_pttl, tombstone_pttl), (-1, -1));
     // A claim keeps the watermark for the window too.
@@ -222,12 +227,12 @@ async fn the_watermark_prefix_is_the_users_and_a_bad_watermark_is_a_misuse() {
     let server = RedisServer::start();
     let mut conn = server.conn().await;
     let mut store = FencedStore::new(server.conn().await, WINDOW).watermark_prefix("app");
-    store.set("k", 1, &Fence::new("n", 3)).await.unwrap();
+    store.set("k:{n}", 1, &Fence::new("n", 3)).await.unwrap();
     let mark: String = conn.get("app:{n}:watermark").await.unwrap();
     assert_eq!(mark, "3");
     // Something else at the watermark's key is never overwritten.
     let _: () = conn.set("app:{m}:watermark", "not a token").await.unwrap();
-    match store.set("k2", 1, &Fence::new("m", 3)).await {
+    match store.set("k2:{m}", 1, &Fence::new("m", 3)).await {
         Err(Error::FenceMismatch {
             resource,
             fenced_by: None,
@@ -237,7 +242,7 @@ async fn the_watermark_prefix_is_the_users_and_a_bad_watermark_is_a_misuse() {
     }
     let kept: String = conn.get("app:{m}:watermark").await.unwrap();
     assert_eq!(kept, "not a token");
-    let k2: bool = conn.exists("k2").await.unwrap();
+    let k2: bool = conn.exists("k2:{m}").await.unwrap();
     assert!(!k2);
     // A lock name the lock would refuse (braces) is refused here too.
     let braces = store.set("k3", 1, &Fence::new("a}b", 3)).await;
@@ -256,6 +261,7 @@ async fn per_key_a_deposed_holder_lands_on_an_untouched_key() {
     let mut conn = server.conn().await;
     let mut store = store(&server).await.per_key();
     let (old, new) = (token(&c, "acct").await, token(&c, "acct").await);
+    // No watermark, so no slot to share: keys without the lock's hash tag are written too.
     store.set("acct:b", 2, &new).await.unwrap();
     store.set("acct:c", 9, &old).await.unwrap();
     assert_fenced(store.set("acct:b", 9, &old).await, "acct:b", &old, &new);

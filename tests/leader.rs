@@ -179,11 +179,20 @@ async fn a_deposed_leaders_fenced_writes_are_refused() {
     let mut store = FencedStore::new(server.conn().await, Duration::from_secs(60));
     let old = c.leader("writer").campaign().await.unwrap();
     let old_fence = old.fence();
-    store.set("state", "old", &old_fence).await.unwrap();
+    store
+        .set("state:{writer}", "old", &old_fence)
+        .await
+        .unwrap();
     old.resign().await.unwrap();
     let new = c.leader("writer").campaign().await.unwrap();
-    store.set("state", "new", &new.fence()).await.unwrap();
-    let refused = store.set("state", "stale", &old_fence).await.unwrap_err();
+    store
+        .set("state:{writer}", "new", &new.fence())
+        .await
+        .unwrap();
+    let refused = store
+        .set("state:{writer}", "stale", &old_fence)
+        .await
+        .unwrap_err();
     assert!(refused.is_fenced(), "{refused}");
     new.resign().await.unwrap();
 }

@@ -237,7 +237,7 @@ use proc_macro::TokenStream;
 /// async fn post(account: u64, entry: String) -> Result<(), AppError> {
 ///     let fence = distlock::fence()?;
 ///     let mut store = store().await;
-///     let key = format!("ledger:{account}:last");
+///     let key = format!("last:{{ledger:{account}}}"); // the lock's hash tag, `{ledger:<account>}`
 ///     // Refused (Error::Fenced), nothing written, if a newer holder has written or claimed.
 ///     store.set(&key, entry, &fence).await?;
 ///     Ok(())

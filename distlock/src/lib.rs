@@ -551,13 +551,14 @@
 //! you. A `fence::redis::FencedStore` (over any redis-rs 1.x connection, the lock's server or
 //! another: open it through [`distlock::redis`](crate::redis), the redis-rs distlock is built
 //! on, as a redis 0.x connection fails to compile with E0277) writes your own Redis data only
-//! if no newer holder of the lock has written any of
-//! the lock's keys there or claimed them (`claim`, the moment a holder or a leader takes
-//! over), and `fence::sqlx::advance` (feature `sqlx-postgres`) does the same for a resource in
-//! your Postgres transaction, ending a holder frozen in it after a bound you give. A stale
-//! write fails with [`Error::Fenced`] and changes nothing (reliability row 23: holders frozen
-//! past their lease and writing with old tokens land 0 stale writes in either store, where
-//! plain writes in the same run land them).
+//! if no newer holder of the lock has written any of the lock's keys there or claimed them
+//! (`claim`, the moment a holder or a leader takes over); every key it writes under lock `L`
+//! carries the hash tag `{L}`, on every deployment (any other key is refused with
+//! [`Error::FenceCrossSlot`], nothing sent). `fence::sqlx::advance` (feature `sqlx-postgres`)
+//! does the same for a resource in your Postgres transaction, ending a holder frozen in it
+//! after a bound you give. A stale write fails with [`Error::Fenced`] and changes nothing
+//! (reliability row 23: holders frozen past their lease and writing with old tokens land 0
+//! stale writes in either store, where plain writes in the same run land them).
 //!
 //! ```no_run
 //! # use distlock::distributed_lock;
@@ -570,7 +571,7 @@
 //! async fn post(id: u64, cents: i64) -> Result<i64, AppError> {
 //!     let fence = distlock::fence()?; // the lock's name and token
 //!     let mut store = ledger().await; // FencedStore::new(connection, how long fences arrive)
-//!     let key = format!("balance:{{account:{id}}}"); // the lock's hash tag: Cluster-ready
+//!     let key = format!("balance:{{account:{id}}}"); // the lock's hash tag: required
 //!     let balance = store.get::<i64>(&key).await?.map_or(0, |stored| stored.value);
 //!     // Err(Fenced) and nothing written if a newer holder wrote since: this one was paused
 //!     // past its lease after its read.

@@ -34,7 +34,7 @@
 //! distlock_core::lock("account:7").fenced(true).run(async {
 //!     let fence = distlock_core::fence()?; // this lock's name and token
 //!     store.claim(&fence).await?; // older holders refused from here, on every key of the lock
-//!     let key = "balance:{account:7}"; // the lock's hash tag: the same in a Cluster
+//!     let key = "balance:{account:7}"; // the lock's hash tag, on every deployment
 //!     let balance = store.get::<i64>(key).await?.map_or(0, |s| s.value);
 //!     // Refused with `Error::Fenced` (and nothing written) if a newer holder took over since.
 //!     store.set(key, balance + 100, &fence).await
@@ -73,10 +73,14 @@
 //!   nothing written, unless it is `noeviction`, or you said
 //!   [`allow_eviction`](redis::FencedStore::allow_eviction); a policy the server will not show
 //!   (an ACL refusing `INFO` and `CONFIG`) is reported too.
-//! * **In a Redis Cluster, per lock as on one server, or refused.** A lock's watermark lies in
-//!   the lock name's hash slot: keys written under lock `L` carrying the hash tag `{L}` are
-//!   fenced per lock; any other key fails with
-//!   [`Error::FenceCrossSlot`](crate::Error::FenceCrossSlot), nothing written.
+//! * **One rule on every deployment: the lock's hash tag.** A lock's watermark lies in the
+//!   lock name's hash slot, and a Redis Cluster runs a script only on keys of one slot: keys
+//!   written under lock `L` carry the hash tag `{L}` (`balance:{account:7}` under
+//!   `account:7`) and are fenced per lock; any other key fails with
+//!   [`Error::FenceCrossSlot`](crate::Error::FenceCrossSlot), nothing written, on one server
+//!   and through Sentinel too (checked before anything is sent), so code that passes its tests
+//!   on one server behaves the same on a Cluster. A [`per_key`](redis::FencedStore::per_key)
+//!   store has no such rule.
 //! * **A frozen Postgres holder blocks the next holder no longer than the bound.** `advance(..,
 //!   bound)` has Postgres end its transaction's session once it sits idle for `bound` (a
 //!   holder paused after `advance`): its row lock goes, its writes roll back and its `COMMIT`
@@ -89,7 +93,9 @@
 //! * **Tokens of different locks are never compared.** The store keeps the lock's name with
 //!   the token; a write under another name is refused with
 //!   [`Error::FenceMismatch`](crate::Error::FenceMismatch) (a misuse: protect each resource
-//!   with one lock name), never ordered against the other lock's tokens.
+//!   with one lock name), never ordered against the other lock's tokens (a key outside that
+//!   other lock's slot is refused before, with
+//!   [`Error::FenceCrossSlot`](crate::Error::FenceCrossSlot)).
 //! * **Every failure is typed.** Store errors are [`Error::Store`](crate::Error::Store); a
 //!   store that refused is never reported as a failure to reach it, nor the other way round.
 //!

@@ -47,6 +47,13 @@ const FROZEN_AT_MOST: Duration = Duration::from_secs(5);
 /// How long the Redis store keeps what refuses a stale fence: well past a zombie's freeze.
 const FENCES_ARRIVE_WITHIN: Duration = Duration::from_secs(60);
 
+/// The Redis key of a phase's history, written under the phase's lock: it carries the lock's
+/// hash tag, as every key a `FencedStore` writes under a lock must (the plain control writes
+/// the same key).
+fn history_key(phase: &str) -> String {
+    format!("history:{{{phase}}}")
+}
+
 pub(crate) fn scenario(s: &Settings, budget: Duration) -> Scenario {
     let (workers, rounds) = (s.pick(3, 5), s.pick(6, 24));
     Scenario::new(
@@ -116,13 +123,14 @@ async fn run(t: Arc<Tally>, workers: usize, rounds: u64) {
             ("rounds", rounds.to_string()),
         ];
         let figures = drive(&t, workers, &params).await;
+        let key = history_key(&phase);
         let redis_history = match mode {
             "fenced" => store
-                .get::<String>(&phase)
+                .get::<String>(&key)
                 .await
                 .expect("the fenced history")
                 .map(|s| s.value),
-            _ => conn.get(&phase).await.expect("the plain history"),
+            _ => conn.get(&key).await.expect("the plain history"),
         };
         let redis_history = parse(&redis_history.unwrap_or_default());
         let pg_history: String = sqlx::query("SELECT tokens FROM history WHERE phase = $1")
@@ -272,6 +280,7 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     let phase = ctx.param("phase").to_owned();
+    let key = history_key(&phase);
     let fenced_mode = ctx.param("mode") == "fenced";
     for _ in 0..ctx.num("rounds") {
         let guard = client
@@ -287,13 +296,13 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
         // The reads a zombie writes from after its pause.
         let redis_read = match fenced_mode {
             true => store
-                .get::<String>(&phase)
+                .get::<String>(&key)
                 .await
                 .map_err(|e| e.to_string())?
                 .map(|s| s.value)
                 .unwrap_or_default(),
             false => data
-                .get::<_, Option<String>>(&phase)
+                .get::<_, Option<String>>(&key)
                 .await
                 .map_err(|e| e.to_string())?
                 .unwrap_or_default(),
@@ -312,7 +321,7 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
         for _ in 0..2 {
             value = format!("{value},{token}");
             let landed = match fenced_mode {
-                true => match store.set(&phase, &value, &fence).await {
+                true => match store.set(&key, &value, &fence).await {
                     Ok(()) => true,
                     Err(Error::Fenced { .. }) => false,
                     Err(e) => {
@@ -320,7 +329,7 @@ pub(crate) async fn worker(mut ctx: Ctx) -> Result<(), String> {
                         false
                     }
                 },
-                false => data.set::<_, _, ()>(&phase, &value).await.is_ok(),
+                false => data.set::<_, _, ()>(&key, &value).await.is_ok(),
             };
             ctx.say(format!(
                 "WROTE store=redis token={token} landed={}",

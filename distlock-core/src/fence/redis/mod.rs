@@ -268,12 +268,14 @@ where
     }
 
     /// Writes `value` at `key` if no higher token of `fence`'s lock has written it or raised
-    /// the lock's watermark (per key: written it).
+    /// the lock's watermark (per key: written it). `key` carries the hash tag of `fence`'s
+    /// lock (`balance:{account:7}` under the lock `account:7`), on every deployment, unless
+    /// the store is [`per_key`](FencedStore::per_key).
     ///
     /// Fails with [`Error::Fenced`] (a newer holder has written or claimed: nothing changed),
     /// [`Error::FenceMismatch`] (`key` is fenced by another lock, or holds something that is
-    /// not a fenced value), [`Error::FenceCrossSlot`] (a Cluster key outside the lock's slot),
-    /// [`Error::Store`] (a Redis error); at the store's first write also with
+    /// not a fenced value), [`Error::FenceCrossSlot`] (`key` is outside the lock's hash slot:
+    /// nothing sent), [`Error::Store`] (a Redis error); at the store's first write also with
     /// [`Error::FenceEviction`] or [`Error::InvalidConfig`] (see [`FencedStore::new`]).
     pub async fn set<V>(&mut self, key: &str, value: V, fence: &Fence) -> Result<(), Error>
     where
@@ -309,8 +311,11 @@ where
     }
 
     /// `fence`'s lock's watermark key, `<prefix>:{<lock name>}:watermark`: in the lock name's
-    /// hash slot (a lock name holds no braces: `LockKeys` refuses them).
+    /// hash slot (a lock name holds no braces: `LockKeys` refuses them; nor does the prefix,
+    /// checked here too, so that a brace in it is reported as the bad prefix it is rather than
+    /// as a key outside the slot of the watermark it would make).
     fn watermark(&self, fence: &Fence) -> Result<String, Error> {
+        validate_prefix(&self.settings.watermark_prefix)?;
         let keys = LockKeys::new(&self.settings.watermark_prefix, fence.name())?;
         Ok(format!("{}:watermark", keys.lock()))
     }
