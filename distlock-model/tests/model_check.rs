@@ -445,6 +445,48 @@ fn a_newcomer_passes_queued_waiters_only_at_a_lock_an_expiry_freed() {
     );
 }
 
+/// Issue 48: a client that crashes with waiters queued (and a waiter its releases carry) costs
+/// a live waiter behind them one grant window at most, and none once their entries lapsed.
+/// Clients 0 and 1 are one process, which crashes once; client 2 lives. Deep: a fourth client,
+/// a live holder whose release finds the crashed client's two entries ahead of the live
+/// waiter (`tests/mutations.rs` replays the counterexample without the sweep).
+#[test]
+fn a_crashed_clients_waiters_cost_a_live_waiter_one_window_at_most() {
+    let crashed = Setup {
+        clients: 3,
+        siblings: 2,
+        crashes: 1,
+        pauses: 0,
+        lapse: 4,
+        horizon: 10,
+        ..Setup::default()
+    };
+    let c = holds(
+        "a crashed client's two waiters and a live one",
+        crashed,
+        &[],
+    );
+    assert!(
+        c.found.contains(&"a live waiter served past dead waiters"),
+        "no live waiter served past a crashed client's entries: the check is vacuous"
+    );
+    if deep() {
+        let c = holds(
+            "a crashed client's two waiters behind a live holder, and a live waiter",
+            Setup {
+                clients: 4,
+                siblings: 2,
+                crashes: 1,
+                pauses: 0,
+                horizon: 10,
+                ..Setup::default()
+            },
+            &["fifo, newcomers included"],
+        );
+        assert!(c.found.contains(&"a live waiter served past dead waiters"));
+    }
+}
+
 #[test]
 fn random_walks_beyond_the_exhaustive_depth() {
     let states = if deep() { 3_000_000 } else { 300_000 };
@@ -550,7 +592,7 @@ fn a_release_of_a_lock_taken_past_the_line_leaves_its_waiters_to_their_recheck()
         w = model.next_state(&w, act).expect("a step");
     }
     // Client 1 holds its second acquisition, taken unmarked; client 0 is queued, paused.
-    assert_eq!(w.server.holder(w.now), Some("d2:c1r1"));
+    assert_eq!(w.server.holder(w.now), Some("d2:p1:c1r1"));
     assert!(w.server.queued(w.now, &w.clients[0].value()).is_some());
     assert!(matches!(
         w.clients[0].phase,
@@ -558,7 +600,7 @@ fn a_release_of_a_lock_taken_past_the_line_leaves_its_waiters_to_their_recheck()
     ));
     assert!(!w.history.left_free);
     // Taken by a `SET NX` past the line (the expiry let it in): unmarked.
-    assert_eq!(w.history.taken_past_line.as_deref(), Some("d2:c1r1"));
+    assert_eq!(w.history.taken_past_line.as_deref(), Some("d2:p1:c1r1"));
     // Client 1 releases: nobody marked the lock, so the release deletes it unread and client
     // 0 stays queued at a free lock, with its look again scheduled (not stranded).
     let w = model.next_state(&w, Act(1)).expect("a step");

@@ -3,385 +3,38 @@
 //! counterexample (breadth first: the shortest). A property no mutation breaks would check
 //! nothing; `docs/protocol.md` lists each property with its mutations.
 
+#[path = "mutations/cases.rs"]
+mod cases;
 mod common;
 
-use distlock_model::protocol::{ClientBugs, Hold, Setup};
+use cases::{cases, crashed_behind_a_holder};
+use distlock_model::protocol::{Hold, Setup};
 use distlock_model::scripts::Mutations;
 
-/// One mutation: its name, the model it is checked in, the property it must break.
-struct Case {
-    name: &'static str,
-    setup: Setup,
-    breaks: &'static str,
-}
-
-fn with_mutation(base: Setup, m: Mutations) -> Setup {
-    Setup {
-        mutations: m,
-        ..base
-    }
-}
-
-fn with_bug(base: Setup, b: ClientBugs) -> Setup {
-    Setup { bugs: b, ..base }
-}
-
-/// A lock of a finer grain (ms ticks, a 6 ms lease with a 4 ms grant window), where a bug that
-/// costs a lease less than a window shows.
-fn fine() -> Setup {
-    Setup {
-        rounds: 2,
-        ttl: 6,
-        window: 4,
-        hold: 2,
-        wait: 10,
-        horizon: 14,
-        ..Setup::default()
-    }
-}
-
-fn cases() -> Vec<Case> {
-    let m = Mutations::default;
-    let b = ClientBugs::default;
-    let three = Setup {
-        clients: 3,
-        horizon: 10,
-        ..Setup::default()
-    };
-    let two_rounds = Setup {
-        rounds: 2,
-        ..Setup::default()
-    };
-    let fenced = Setup {
-        fenced: true,
-        ..Setup::default()
-    };
-    let stepped_back = Setup {
-        fenced: true,
-        clock_step: -3,
-        pauses: 0,
-        ..Setup::default()
-    };
-    let failover = Setup {
-        replica: true,
-        min_replicas: true,
-        pauses: 0,
-        ..Setup::default()
-    };
-    vec![
-        Case {
-            name: "ACQUIRE_HANDED skips its queue check",
-            setup: with_mutation(
-                three.clone(),
-                Mutations {
-                    skip_queue_check: true,
-                    ..m()
-                },
-            ),
-            breaks: "fifo",
-        },
-        Case {
-            name: "ACQUIRE_PERMIT in a waiter's turn skips its queue check",
-            setup: with_mutation(
-                Setup {
-                    hold_kind: Hold::Permits(1),
-                    ..three.clone()
-                },
-                Mutations {
-                    permit_skips_queue: true,
-                    ..m()
-                },
-            ),
-            breaks: "fifo",
-        },
-        Case {
-            name: "a reader enters past a writer queued before it",
-            setup: with_mutation(
-                Setup {
-                    hold_kind: Hold::ReadWrite { readers: 2 },
-                    pauses: 0,
-                    ..three.clone()
-                },
-                Mutations {
-                    reader_passes_writer: true,
-                    ..m()
-                },
-            ),
-            breaks: "fifo",
-        },
-        Case {
-            name: "ACQUIRE_HANDED skips its queue check (two writers and a reader)",
-            setup: with_mutation(
-                Setup {
-                    hold_kind: Hold::ReadWrite { readers: 1 },
-                    ..three.clone()
-                },
-                Mutations {
-                    skip_queue_check: true,
-                    ..m()
-                },
-            ),
-            breaks: "fifo",
-        },
-        Case {
-            name: "RENEW without the owner check",
-            setup: with_mutation(
-                Setup {
-                    ttl: 5,
-                    renew: 3,
-                    hold: 6,
-                    wait: 10,
-                    horizon: 14,
-                    ..Setup::default()
-                },
-                Mutations {
-                    renew_without_owner_check: true,
-                    ..m()
-                },
-            ),
-            breaks: "mutual exclusion",
-        },
-        Case {
-            name: "RELEASE without the owner check",
-            setup: with_mutation(
-                two_rounds.clone(),
-                Mutations {
-                    release_without_owner_check: true,
-                    ..m()
-                },
-            ),
-            breaks: "mutual exclusion",
-        },
-        Case {
-            name: "a release hands the lock over for 1 ms, not the waiter's window",
-            setup: with_mutation(
-                fine(),
-                Mutations {
-                    grant_for_ttl: 1,
-                    ..m()
-                },
-            ),
-            breaks: "mutual exclusion",
-        },
-        Case {
-            name: "a lock let go with waiters queued is deleted, not handed over",
-            setup: with_mutation(
-                Setup::default(),
-                Mutations {
-                    let_go_without_handoff: true,
-                    ..m()
-                },
-            ),
-            breaks: "no waiter stranded",
-        },
-        Case {
-            name: "a release deletes its own lock unread even when its waiters marked it",
-            setup: with_mutation(
-                Setup::default(),
-                Mutations {
-                    release_ignores_marks: true,
-                    ..m()
-                },
-            ),
-            breaks: "no waiter stranded",
-        },
-        Case {
-            name: "the token is the server's clock, not raised above the floor",
-            setup: with_mutation(
-                stepped_back.clone(),
-                Mutations {
-                    token_from_clock_only: true,
-                    ..m()
-                },
-            ),
-            breaks: "tokens rise",
-        },
-        Case {
-            name: "the term is the token, not raised above the record's (and the token the clock)",
-            setup: with_mutation(
-                Setup {
-                    leader: true,
-                    ..stepped_back.clone()
-                },
-                Mutations {
-                    term_from_token_only: true,
-                    token_from_clock_only: true,
-                    ..m()
-                },
-            ),
-            breaks: "terms rise",
-        },
-        Case {
-            name: "FENCED_WRITE does not compare with the watermark",
-            setup: with_mutation(
-                fenced.clone(),
-                Mutations {
-                    write_without_watermark: true,
-                    ..m()
-                },
-            ),
-            breaks: "no stale write lands",
-        },
-        Case {
-            name: "ACQUIRE_PERMIT counts one permit too many",
-            setup: with_mutation(
-                Setup {
-                    hold_kind: Hold::Permits(2),
-                    clients: 3,
-                    horizon: 8,
-                    pauses: 0,
-                    ..Setup::default()
-                },
-                Mutations {
-                    permit_off_by_one: true,
-                    ..m()
-                },
-            ),
-            breaks: "mutual exclusion",
-        },
-        Case {
-            name: "a writer is handed the lock with readers inside",
-            setup: with_mutation(
-                Setup {
-                    hold_kind: Hold::ReadWrite { readers: 2 },
-                    clients: 3,
-                    horizon: 10,
-                    pauses: 0,
-                    ..Setup::default()
-                },
-                Mutations {
-                    writer_ignores_readers: true,
-                    ..m()
-                },
-            ),
-            breaks: "mutual exclusion",
-        },
-        Case {
-            name: "ACQUIRE_ALL looks at its first lock only",
-            setup: with_mutation(
-                Setup {
-                    hold_kind: Hold::Sets,
-                    clients: 3,
-                    horizon: 9,
-                    pauses: 0,
-                    ..Setup::default()
-                },
-                Mutations {
-                    set_checks_first_only: true,
-                    ..m()
-                },
-            ),
-            breaks: "mutual exclusion",
-        },
-        Case {
-            name: "belief ends after the release, not before it is sent",
-            setup: with_bug(
-                Setup::default(),
-                ClientBugs {
-                    belief_after_release: true,
-                    ..b()
-                },
-            ),
-            breaks: "mutual exclusion",
-        },
-        Case {
-            name: "the lease counts from the reply, not from the send",
-            setup: with_bug(
-                Setup::default(),
-                ClientBugs {
-                    lease_from_reply: true,
-                    ..b()
-                },
-            ),
-            breaks: "mutual exclusion",
-        },
-        Case {
-            name: "a grant is trusted from its receipt",
-            setup: with_bug(
-                two_rounds.clone(),
-                ClientBugs {
-                    trust_grant_from_receipt: true,
-                    ..b()
-                },
-            ),
-            breaks: "mutual exclusion",
-        },
-        Case {
-            name: "a grant is trusted whichever request it names",
-            setup: with_bug(
-                fine(),
-                ClientBugs {
-                    trust_any_grant: true,
-                    ..b()
-                },
-            ),
-            breaks: "mutual exclusion",
-        },
-        Case {
-            name: "a waiter waits for messages only",
-            setup: with_bug(
-                Setup::default(),
-                ClientBugs {
-                    no_recheck: true,
-                    ..b()
-                },
-            ),
-            breaks: "no waiter stranded",
-        },
-        Case {
-            name: "a lease clock drifting twice the bound (50% slow)",
-            setup: Setup {
-                drift: 50,
-                ..Setup::default()
-            },
-            breaks: "mutual exclusion",
-        },
-        Case {
-            name: "no margin for a lease clock drifting within the bound",
-            setup: Setup {
-                drift: 25,
-                margin: 0,
-                ..Setup::default()
-            },
-            breaks: "mutual exclusion",
-        },
-        Case {
-            name: "a re-entered lock released at the inner hold's exit",
-            setup: with_bug(
-                Setup {
-                    reentry: true,
-                    ..Setup::default()
-                },
-                ClientBugs {
-                    release_at_first_exit: true,
-                    ..b()
-                },
-            ),
-            breaks: "mutual exclusion",
-        },
-        Case {
-            name: "min_replicas believed before the replica acknowledged",
-            setup: with_bug(
-                failover,
-                ClientBugs {
-                    believe_before_replicas: true,
-                    ..b()
-                },
-            ),
-            breaks: "mutual exclusion",
-        },
-    ]
-}
-
+/// A mutation is caught only if the checker finds its property violated *and* the same
+/// configuration without it (`Case::clean`: same horizon) holds that property to the same
+/// depth (every state within as many steps as the counterexample, breadth first): a case whose
+/// clean configuration fails there too would catch nothing.
 #[test]
 fn every_mutation_is_caught() {
     let mut missed = Vec::new();
     for case in cases() {
+        let clean = case.clean();
         let checked = common::check(case.name, case.setup, Some(case.breaks));
-        if !checked.found.contains(&case.breaks) {
+        let Some(&(_, depth)) = checked.lengths.iter().find(|(p, _)| *p == case.breaks) else {
             missed.push(format!(
                 "{} (should break {:?}; found {:?})",
                 case.name, case.breaks, checked.found
+            ));
+            continue;
+        };
+        // The counterexample's last state is `depth` steps past the initial one.
+        let name = format!("{} (clean, to depth {})", case.name, depth + 1);
+        let clean = common::check_to(&name, clean, depth + 1);
+        if common::violated(&clean).contains(&case.breaks) {
+            missed.push(format!(
+                "{}: the configuration without the bug violates {:?} too",
+                case.name, case.breaks
             ));
         }
     }
@@ -456,7 +109,7 @@ fn a_writer_passing_a_queued_reader_is_caught() {
     });
     assert_eq!(
         holder.as_deref(),
-        Some("d2:c2r0"),
+        Some("d2:p2:c2r0"),
         "the writer took the lock"
     );
     assert!(
@@ -466,7 +119,7 @@ fn a_writer_passing_a_queued_reader_is_caught() {
     let (holder, passed) = run(Mutations::default());
     assert_ne!(
         holder.as_deref(),
-        Some("d2:c2r0"),
+        Some("d2:p2:c2r0"),
         "the real script let the writer pass"
     );
     assert!(!passed);
@@ -485,4 +138,93 @@ fn every_safety_property_is_broken_by_some_mutation() {
             "no mutation breaks {property:?}: it checks nothing"
         );
     }
+}
+
+/// "No sweep" in CI: the checker's shortest counterexample in `crashed_behind_a_holder` (found
+/// breadth first there, 1.8 million states: `DISTLOCK_MODEL_DEEP` runs that search), replayed.
+/// Client 2 holds; the crashed client's waiters (0 and 1) are queued, then client 3; client 2's
+/// release grants client 0's entry (dead), whose lapse sweeps client 1's with the scripts as
+/// they are: client 3 holds within a window and its recheck. Without the sweep client 1's
+/// entry is granted too, a second window.
+#[test]
+fn a_crashed_clients_second_entry_is_swept_not_granted() {
+    use distlock_model::protocol::{Act::*, Protocol};
+    use stateright::Model;
+
+    let path = [
+        Act(0),
+        Act(1),
+        Act(2),
+        Act(2),
+        Act(0),
+        Receive(0),
+        Act(0),
+        Act(1),
+        Receive(1),
+        Act(1),
+        Receive(2),
+        Crash,
+        Tick,
+        Tick,
+        Act(3),
+        Act(3),
+        Receive(3),
+        Act(3),
+        Receive(3),
+        Act(2),
+        Receive(2),
+        Hear(3),
+        Tick,
+        Tick,
+        Act(3),
+        Receive(3),
+        Tick,
+        Act(3),
+        Receive(3),
+        Tick,
+        Act(3),
+        Receive(3),
+        Hear(3),
+        Tick,
+        Tick,
+        Tick,
+    ];
+    // The path up to client 2's release, which lets the lock go with the crashed client's two
+    // entries ahead of client 3 (the same with or without the sweep); then every client does
+    // what is due, as soon as it is due, to the horizon.
+    let run = |mutations: Mutations| {
+        let model = Protocol(Setup {
+            mutations,
+            ..crashed_behind_a_holder()
+        });
+        let mut w = model.init_states().remove(0);
+        for act in path.clone() {
+            w = model.next_state(&w, act).expect("a step");
+            if w.history.owed.is_some() {
+                break;
+            }
+        }
+        let owed = w.history.owed.is_some();
+        loop {
+            let mut acts = Vec::new();
+            model.actions(&w, &mut acts);
+            let due = acts
+                .iter()
+                .find(|a| matches!(a, Act(_) | Receive(_) | Hear(_) | Apply(_)))
+                .or_else(|| acts.iter().find(|a| **a == Tick));
+            let Some(act) = due.cloned() else { break };
+            w = model.next_state(&w, act).expect("a step");
+        }
+        (owed, w.history.kept_waiting, w.history.served_past_dead)
+    };
+    let (owed, kept, _) = run(Mutations {
+        no_sweep: true,
+        ..Mutations::default()
+    });
+    assert!(
+        owed && kept,
+        "without the sweep the live waiter is kept waiting"
+    );
+    let (owed, kept, served) = run(Mutations::default());
+    assert!(owed && !kept && served, "the sweep serves it in time");
 }

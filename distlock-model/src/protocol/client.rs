@@ -5,7 +5,8 @@
 
 use crate::scripts::Reply;
 
-use super::requests::{self, confirms, role, ticket, Role};
+use super::apply::apply;
+use super::requests::{self, confirms, Carried};
 use super::server::keys;
 use super::{inner, Setup, World};
 
@@ -22,8 +23,9 @@ pub enum Phase {
         next_at: Option<i64>,
         /// Subscribed and queued in Redis (after its first attempt found the lock held).
         queued: bool,
-        /// The last queued attempt that found the lock held: its request and its send.
-        last_busy: Option<(u8, i64)>,
+        /// The last queued attempt that found the lock held: its request, its send and when
+        /// its reply came (the look the next must follow within the recheck).
+        last_busy: Option<(u8, i64, i64)>,
     },
     /// Holding (believed while `now < until`).
     Holding {
@@ -139,10 +141,15 @@ pub struct Client {
     pub known_term: i64,
     /// Its lease clock's rate, in % of the server's ([`Setup::drift`]).
     pub rate: i64,
+    /// Its process (`client_of` its values: [`Setup::siblings`]).
+    pub process: usize,
+    /// Crashed ([`super::Act::Crash`]): when its queue entry lapses (the last look that
+    /// queued it plus the life it sent; `i64::MAX`: it had none). A crashed client never acts.
+    pub dead: Option<i64>,
 }
 
 impl Client {
-    pub(super) fn new(id: usize) -> Client {
+    pub(super) fn new(id: usize, process: usize) -> Client {
         Client {
             id,
             round: 0,
@@ -154,6 +161,8 @@ impl Client {
             requests: 0,
             known_term: 0,
             rate: 100,
+            process,
+            dead: None,
         }
     }
 
@@ -171,7 +180,7 @@ impl Client {
 
     /// The lock value of its current acquisition.
     pub fn value(&self) -> String {
-        format!("d2:c{}r{}", self.id, self.round)
+        format!("d2:p{}:c{}r{}", self.process, self.id, self.round)
     }
 
     fn request_id(&mut self) -> (u8, String) {
@@ -290,113 +299,61 @@ fn send(
     }
 }
 
-/// The server applies client `c`'s request: its reply is on the way, what it published is
-/// heard by the waiters subscribed, and what the step did is checked against the history.
-pub(super) fn apply(s: &Setup, w: &mut World, c: usize) {
-    let Some(f) = w.clients[c].inflight.as_mut() else {
-        return;
-    };
-    let Some(call) = f.call.take() else { return };
-    let req = f.req.clone();
-    // Held by someone: a holder's string or a set's live members (a writer's release that
-    // hands the lock to readers turns one into the other and lets nothing go; a set whose
-    // last member's deadline passed was freed by time, not by the script that removes it).
-    let holders = w.server.holders(w.now);
-    let line_before = w.server.queue_len(w.now) > 0;
-    let ran = w
-        .server
-        .run(w.now, call.script, &call.keys, &call.argv, &s.mutations);
-    let now_holding = w.server.holders(w.now);
-    if !holders.is_empty() && now_holding.is_empty() && w.server.queue_len(w.now) > 0 {
-        // A hold taken blind past the line was never marked: its release cannot know of the
-        // line, whose waiters look again at the expiry that let the newcomer in.
-        let past_line = w.history.taken_past_line.as_ref();
-        if holders.len() != 1 || past_line != Some(&holders[0]) {
-            w.history.left_free = true;
-        }
+/// The waiter a release by client `c` carries (`NextWaiter`, `client::waiting::cohort`): the
+/// first (by ticket) other waiter of its process for the lock, queued, alive; with the
+/// request its grant will name (its last queued attempt's, so it trusts the grant from that
+/// attempt's send, before the release's) and its entry's life. Only a plain lock's release.
+fn carried(st: &Setup, w: &World, c: usize) -> Option<Carried> {
+    let me = &w.clients[c];
+    if st.siblings < 2 || requests::role(st, c) != requests::Role::Writer(&requests::L) {
+        return None;
     }
-    // Every hold the step gave (a take, or grants: a release hands a lock, permits, or a
-    // share to each reader at the head of the line), each checked against the line.
-    // A newcomer's own first attempt, one that does not look at the line (`SET NX`, a lock's
-    // fenced acquire, a permit's): a reader's first attempt serves the line first, so it is
-    // held to the line at any time, and what an attempt hands the line on its way is a grant.
-    let blind = req == (Req::Attempt { queued: false }) && role(s, c) != Role::Reader;
-    let mine = w.clients[c].value();
-    if blind && line_before && now_holding.contains(&mine) && !holders.contains(&mine) {
-        w.history.taken_past_line = Some(mine.clone());
-    }
-    for new in now_holding.iter().filter(|h| !holders.contains(h)) {
-        if passes(s, w, new) {
-            if blind && *new == mine && w.history.freed_by_expiry {
-                w.history.barged = true;
-            } else {
-                w.history.passed = true;
-            }
-        }
-    }
-    if holders != now_holding {
-        w.history.freed_by_expiry = false;
-    }
-    // Tokens are compared in the order the server hands them out (their replies may arrive
-    // in another order), once their holder accepts them (a token of a take that no replica
-    // acknowledged is never handed to the caller).
-    if let (Req::Attempt { .. }, [1, token, ..]) = (&req, inner(&ran.reply).as_slice()) {
-        if s.fenced && *token > 0 {
-            w.history.issued += 1;
-        }
-    }
-    if req == Req::Proclaim {
-        let items = ran
-            .reply
-            .items()
-            .get(1)
-            .map(|r| r.items().to_vec())
-            .unwrap_or_default();
-        if let (Some(Reply::Int(1)), Some(Reply::Bulk(term))) = (items.first(), items.get(1)) {
-            let term = term.parse::<i64>().unwrap_or(0);
-            if term <= w.history.max_term {
-                w.history.term_went_back = true;
-            }
-            w.history.max_term = w.history.max_term.max(term);
-        }
-    }
-    for (_, msg) in &ran.published {
-        for other in w.clients.iter_mut() {
-            if matches!(other.phase, Phase::Waiting { queued: true, .. }) {
-                other.inbox.push(msg.clone());
-            }
-        }
-    }
-    let (seq, epoch, issued) = (w.server.seq, w.server.epoch, w.history.issued);
-    if let Some(f) = w.clients[c].inflight.as_mut() {
-        f.reply = ran.reply;
-        f.seq = seq;
-        f.epoch = epoch;
-        f.issued = issued;
-    }
+    w.clients
+        .iter()
+        .filter(|o| o.id != c && o.process == me.process && o.dead.is_none())
+        .filter_map(|o| match o.phase {
+            Phase::Waiting {
+                started,
+                queued: true,
+                last_busy: Some((id, _, _)),
+                ..
+            } => Some((requests::ticket(st, started), o, id, started)),
+            _ => None,
+        })
+        .min_by_key(|(t, o, _, _)| (*t, o.value()))
+        .map(|(t, o, id, started)| {
+            let life = requests::life(st, started, w.now);
+            (o.value(), t, format!("c{}q{id}", o.id), life)
+        })
 }
 
-/// Whether the hold just taken by (or handed to) `holder` passed a waiter queued in Redis
-/// before it whose hold conflicts with it: one with a lower ticket still in the queue, of a
-/// kind that cannot hold with it (a lock's holder, a permit's: any other; a reader: a writer;
-/// a writer: anyone). Readers passing readers is no conflict: they hold together.
-fn passes(st: &Setup, w: &World, holder: &str) -> bool {
-    let Some(taker) = w.clients.iter().find(|c| c.value() == holder) else {
-        return false;
-    };
-    let Phase::Waiting { started, .. } = taker.phase else {
-        return false;
-    };
-    let mine = ticket(st, started);
-    let reads = |c: usize| role(st, c) == Role::Reader;
-    w.clients.iter().any(|other| {
-        other.id != taker.id
-            && !(reads(taker.id) && reads(other.id))
-            && matches!(other.phase, Phase::Waiting { queued: true, .. })
-            && w.server
-                .queued(w.now, &other.value())
-                .is_some_and(|t| t < mine)
-    })
+/// Client `c`'s process died: it never acts again; its queue entry lapses at its last look
+/// plus the life it sent (`Client::dead`).
+pub(super) fn crash(st: &Setup, w: &mut World, c: usize) {
+    let cl = &mut w.clients[c];
+    let mut lapse = i64::MAX;
+    if let Phase::Waiting {
+        started,
+        queued: true,
+        last_busy,
+        ..
+    } = cl.phase
+    {
+        let applied = cl
+            .inflight
+            .as_ref()
+            .filter(|f| f.req == (Req::Attempt { queued: true }) && f.call.is_none())
+            .map(|f| f.sent);
+        let looked = applied.or(last_busy.map(|(_, sent, _)| sent));
+        if let Some(sent) = looked {
+            lapse = sent + requests::life(st, started, sent);
+        }
+    }
+    cl.dead = Some(lapse);
+    cl.phase = Phase::Done;
+    cl.inflight = None;
+    cl.inbox.clear();
+    cl.paused = false;
 }
 
 /// `a / b` rounded up (`b > 0`).
@@ -442,7 +399,7 @@ pub(super) fn act(st: &Setup, w: &mut World, c: usize) {
         } => {
             let (_, id) = cl.request_id();
             let req = Req::Attempt { queued };
-            let (script, k, argv) = requests::attempt(st, c, (value, id), started, queued);
+            let (script, k, argv) = requests::attempt(st, c, (value, id), (started, now), queued);
             send(st, w, c, req, script, &k, argv);
         }
         Phase::Holding {
@@ -475,14 +432,15 @@ pub(super) fn act(st: &Setup, w: &mut World, c: usize) {
                 }
                 if st.bugs.release_at_first_exit {
                     let (_, id) = cl.request_id();
-                    let (script, k, argv) = requests::release(st, c, (value, id));
+                    let (script, k, argv) = requests::release(st, c, (value, id), None);
                     send(st, w, c, Req::Release, script, &k, argv);
                 }
             } else if release_at <= now {
                 let (_, id) = cl.request_id();
                 let kept = st.bugs.belief_after_release.then_some(until);
                 cl.phase = Phase::Releasing { until: kept };
-                let (script, k, argv) = requests::release(st, c, (value, id));
+                let next = carried(st, w, c);
+                let (script, k, argv) = requests::release(st, c, (value, id), next);
                 send(st, w, c, Req::Release, script, &k, argv);
             } else if st.reentry && entered == Entered::Not {
                 // The re-entry's one round trip: the hold still its own, its expiry extended.
@@ -618,15 +576,12 @@ pub(super) fn receive(st: &Setup, w: &mut World, c: usize) {
                     *next_at = Some(now);
                     return;
                 }
-                *last_busy = Some((f.id, f.sent));
+                *last_busy = Some((f.id, f.sent, now));
                 let at = if st.bugs.no_recheck {
                     give_up
                 } else {
                     (now + pttl.max(1)).min(now + st.recheck).min(give_up)
                 };
-                if at > now + st.recheck {
-                    w.history.stranded = true;
-                }
                 *next_at = Some(at);
             }
         }
@@ -721,7 +676,7 @@ pub(super) fn hear(st: &Setup, w: &mut World, c: usize) {
     }
     let request = |id: u8| format!("c{c}q{id}");
     let from = match last_busy {
-        Some((id, sent)) if named == request(id) || st.bugs.trust_any_grant => Some(sent),
+        Some((id, sent, _)) if named == request(id) || st.bugs.trust_any_grant => Some(sent),
         _ => None,
     };
     let Some(sent) = from else { return wake(w) };

@@ -12,11 +12,15 @@
 //!
 //! **Faults.** Keys expire; clients pause (a budget of pauses); a replica receives the
 //! primary's writes asynchronously ([`Act::Replicate`]) and may be promoted having missed some
-//! ([`Act::FailOver`], once); the server's clock steps (once, by [`Setup::clock_step`]).
+//! ([`Act::FailOver`], once); the server's clock steps (once, by [`Setup::clock_step`]); a
+//! client's process dies ([`Act::Crash`], a budget of [`Setup::crashes`]): its waiters queued,
+//! its holds and its grants left to lapse.
 //!
 //! **What each property means** is in `docs/protocol.md`, with the mutation that breaks it.
 
+mod apply;
 mod client;
+mod liveness;
 pub mod quorum;
 mod requests;
 pub mod server;
@@ -114,6 +118,16 @@ pub struct Setup {
     /// `lock/reenter.rs`): a `RENEW` checks the hold is still its own and extends it, the
     /// holds are counted on the client, and the release goes at the last exit only.
     pub reentry: bool,
+    /// How long a queue entry lives after the look (the attempt, or the carrying release) that
+    /// made it, at most (ms; `ENTRY_LAPSE`, 3 s, three rechecks): a live waiter's next look
+    /// renews it, a crashed one's lapses. Each entry's life is also its waiter's wait left.
+    pub lapse: i64,
+    /// The first `siblings` clients are waiters of one process (`d2:p0:...`, one `client_of`;
+    /// 0 or 1: every client its own process): a release by one carries the next of the others
+    /// queued (`RELEASE`'s next waiter), and they crash together.
+    pub siblings: usize,
+    /// How many times process 0 may crash ([`Act::Crash`]; 0 or 1).
+    pub crashes: u8,
     /// Seeded bugs in the scripts.
     pub mutations: Mutations,
     /// Seeded bugs in the client.
@@ -145,6 +159,9 @@ impl Default for Setup {
             pauses: 1,
             retention: 100,
             reentry: false,
+            lapse: 9,
+            siblings: 0,
+            crashes: 0,
             mutations: Mutations::default(),
             bugs: ClientBugs::default(),
         }
@@ -185,8 +202,16 @@ pub struct History {
     /// release deletes it unread; those waiters look again at their own recheck, due at that
     /// expiry (`stranded` holds them to it).
     pub taken_past_line: Option<String>,
-    /// A waiter left waiting with no look again scheduled.
+    /// Time passed a live, running, queued waiter (no request out) more than the recheck
+    /// after its last look: only a message could still wake it.
     pub stranded: bool,
+    /// A live waiter owed the hold when the lock was let go with only the crashed client's
+    /// entries ahead of it (`liveness`): the waiter, by when, and whether any entry was ahead.
+    pub owed: Option<(usize, i64, bool)>,
+    /// A live waiter kept waiting past what it was owed.
+    pub kept_waiting: bool,
+    /// A live waiter behind the crashed client's entries was served in time (coverage).
+    pub served_past_dead: bool,
     /// A lock was handed to a waiter by a grant (coverage).
     pub handed: bool,
     /// A failover happened.
@@ -213,6 +238,8 @@ pub struct World {
     /// The step being taken sends its request slowly ([`Act::ActSlow`]; never set between
     /// steps).
     pub slow: bool,
+    /// Crashes left.
+    pub crashes: u8,
 }
 
 /// A step.
@@ -242,6 +269,9 @@ pub enum Act {
     FailOver,
     /// The server's clock steps.
     StepClock,
+    /// Process 0 dies (`SIGKILL`): its clients never act again (no attempt, no leaving, no
+    /// release, no renewal); its requests not yet applied are lost.
+    Crash,
 }
 
 /// The model: a [`Setup`].
@@ -288,12 +318,15 @@ impl Model for Protocol {
         let world = World {
             now: 0,
             server: Server::new(s.replica),
-            clients: (0..s.clients).map(Client::new).collect(),
+            clients: (0..s.clients)
+                .map(|c| Client::new(c, if c < s.siblings { 0 } else { c }))
+                .collect(),
             pauses: s.pauses,
             failover_left: s.replica,
             step_left: s.clock_step != 0,
             history: History::default(),
             slow: false,
+            crashes: s.crashes,
         };
         if s.drift == 0 {
             return vec![world];
@@ -319,6 +352,9 @@ impl Model for Protocol {
         let s = &self.0;
         let mut forced = false;
         for (c, client) in w.clients.iter().enumerate() {
+            if client.dead.is_some() {
+                continue;
+            }
             if client.paused {
                 acts.push(Act::Resume(c));
                 continue;
@@ -355,6 +391,10 @@ impl Model for Protocol {
         if w.step_left {
             acts.push(Act::StepClock);
         }
+        let alive = |c: &Client| c.process == 0 && c.dead.is_none() && c.phase != Phase::Done;
+        if w.crashes > 0 && w.clients.iter().any(alive) {
+            acts.push(Act::Crash);
+        }
         if !forced && w.now < s.horizon {
             acts.push(Act::Tick);
         }
@@ -363,16 +403,40 @@ impl Model for Protocol {
     fn next_state(&self, w: &World, act: Act) -> Option<World> {
         let s = &self.0;
         let mut w = w.clone();
+        let waived = matches!(
+            act,
+            Act::Pause(_) | Act::ActSlow(_) | Act::FailOver | Act::StepClock
+        );
+        let ticked = act == Act::Tick;
         match act {
             Act::Tick => {
                 w.now += 1;
                 let at = w.server.clock(w.now);
                 let held = w.server.holders(w.now - 1);
+                let line = w.server.queue(w.now - 1);
                 w.server.primary.purge(at);
-                if expired(&held, &w.server.holders(w.now)) {
+                let after = w.server.holders(w.now);
+                if expired(&held, &after) {
                     w.history.freed_by_expiry = true;
+                    // A crashed client's hold lapsed: the waiters behind dead ones are owed it.
+                    let dead = |h: &String| {
+                        w.clients
+                            .iter()
+                            .any(|c| c.dead.is_some() && c.value() == *h)
+                    };
+                    if held.iter().any(|h| dead(h) && !after.contains(h)) && after.is_empty() {
+                        liveness::let_go(s, &mut w, &line);
+                    }
                 }
                 w.server.store.purge(w.now);
+            }
+            Act::Crash => {
+                w.crashes -= 1;
+                for c in 0..w.clients.len() {
+                    if w.clients[c].process == 0 && w.clients[c].dead.is_none() {
+                        client::crash(s, &mut w, c);
+                    }
+                }
             }
             Act::Act(c) => client::act(s, &mut w, c),
             Act::ActSlow(c) => {
@@ -380,7 +444,7 @@ impl Model for Protocol {
                 client::act(s, &mut w, c);
                 w.slow = false;
             }
-            Act::Apply(c) => client::apply(s, &mut w, c),
+            Act::Apply(c) => apply::apply(s, &mut w, c),
             Act::Receive(c) => client::receive(s, &mut w, c),
             Act::Hear(c) => client::hear(s, &mut w, c),
             Act::Pause(c) => {
@@ -405,6 +469,7 @@ impl Model for Protocol {
                 }
             }
         }
+        liveness::after(s, &mut w, waived, ticked);
         Some(w)
     }
 
@@ -424,6 +489,13 @@ impl Model for Protocol {
             }),
             Property::always("no stale write lands", |_, w: &World| {
                 !w.history.stale_write_landed
+            }),
+            Property::always(
+                "a live waiter is not kept waiting by dead waiters",
+                |_, w: &World| !w.history.kept_waiting,
+            ),
+            Property::sometimes("a live waiter served past dead waiters", |_, w: &World| {
+                w.history.served_past_dead
             }),
             Property::sometimes("a lock handed over", |_, w: &World| w.history.handed),
             Property::sometimes("two holds in turn", |_, w: &World| {

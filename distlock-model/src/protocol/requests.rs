@@ -86,23 +86,30 @@ pub(super) fn ticket(s: &Setup, started: i64) -> i64 {
     started * 1024 + s.window
 }
 
-/// An acquire attempt (`queued`: in its turn, after its first found the hold busy).
+/// The life of a queue entry made at `now` for a waiter whose acquire started at `started`
+/// (`entry_life`): until its wait ends, [`Setup::lapse`] at most, 1 ms at least.
+pub(super) fn life(st: &Setup, started: i64, now: i64) -> i64 {
+    (started + st.wait - now).min(st.lapse).max(1)
+}
+
+/// An acquire attempt at `now` (`queued`: in its turn, after its first found the hold busy).
 pub(super) fn attempt(
     st: &Setup,
     c: usize,
     (value, id): (String, String),
-    started: i64,
+    (started, now): (i64, i64),
     queued: bool,
 ) -> Request {
     let retention = s(if st.fenced { st.retention } else { 0 });
     let ticket = s(ticket(st, started));
+    let life = s(life(st, started, now));
     match role(st, c) {
         Role::Permit(n) => {
             let mut k = vec![L.lock, L.fence];
             let mut argv = vec![value, s(st.ttl), s(n), retention, id];
             if queued {
                 k.extend([L.queue, L.chan, L.ids]);
-                argv.extend([ticket, s("-")]);
+                argv.extend([ticket, s("-"), life]);
             }
             ("ACQUIRE_PERMIT", k, argv)
         }
@@ -116,8 +123,8 @@ pub(super) fn attempt(
                 L.ids,
                 L.until,
             ];
-            let ticket = if queued { ticket } else { s(0) };
-            let argv = vec![value, s(st.ttl), retention, id, ticket, s("-")];
+            let (ticket, life) = if queued { (ticket, life) } else { (s(0), s(0)) };
+            let argv = vec![value, s(st.ttl), retention, id, ticket, s("-"), life];
             ("ACQUIRE_READ", k, argv)
         }
         Role::Set => {
@@ -130,13 +137,13 @@ pub(super) fn attempt(
             }
             let mut argv = vec![value, s(st.ttl), retention, id];
             if queued {
-                argv.extend([ticket, s("-")]);
+                argv.extend([ticket, s("-"), life]);
             }
             ("ACQUIRE_ALL", k, argv)
         }
         Role::Writer(n) if queued => {
             let mut k = vec![n.lock, n.queue, n.chan, n.ids, n.until];
-            let mut argv = vec![value, s(st.ttl), id, ticket, s(st.window), s("-")];
+            let mut argv = vec![value, s(st.ttl), id, ticket, s(st.window), s("-"), life];
             if confirms(st, c) {
                 k.push(n.fence);
                 argv.push(retention);
@@ -180,19 +187,32 @@ pub(super) fn renew(st: &Setup, c: usize, (value, id): (String, String)) -> Requ
     ("RENEW", names.iter().map(|n| n.lock).collect(), argv)
 }
 
-/// The release (a set's: one `RELEASE_MANY`).
-pub(super) fn release(st: &Setup, c: usize, (value, id): (String, String)) -> Request {
+/// A next waiter a release carries (`NextWaiter`): its value, ticket, the request id its
+/// grant will name, and its entry's life.
+pub(super) type Carried = (String, i64, String, i64);
+
+/// The release (a set's: one `RELEASE_MANY`), carrying `next` (a waiter of the same process).
+pub(super) fn release(
+    st: &Setup,
+    c: usize,
+    (value, id): (String, String),
+    next: Option<Carried>,
+) -> Request {
     let names = names(st, c);
     if names.len() == 1 {
         let n = names[0];
         let k = vec![n.lock, n.chan, n.queue, n.ids];
-        return ("RELEASE", k, vec![value, id, s(0), s("-")]);
+        let mut argv = vec![value, id, s(0), s("-")];
+        if let Some((nv, nt, nid, nl)) = next {
+            argv.extend([nv, s(nt), nid, s(nl)]);
+        }
+        return ("RELEASE", k, argv);
     }
     let mut k = Vec::new();
     let mut argv = vec![id, s("-"), s(4)];
     for n in names {
         k.extend([n.lock, n.chan, n.queue, n.ids]);
-        argv.extend([value.clone(), s(0), s(""), s(0), s("")]);
+        argv.extend([value.clone(), s(0), s(""), s(0), s(""), s(0)]);
     }
     ("RELEASE_MANY", k, argv)
 }

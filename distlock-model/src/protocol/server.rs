@@ -190,4 +190,20 @@ impl Server {
             _ => 0,
         }
     }
+
+    /// The lock's queue at real time `now`, in its order (ticket, then value).
+    pub fn queue(&self, now: i64) -> Vec<(String, i64)> {
+        let mut q: Vec<(String, i64)> = match self
+            .primary
+            .peek(keys::QUEUE, self.clock(now))
+            .map(|e| &e.value)
+        {
+            Some(crate::keyspace::Value::ZSet(z)) => {
+                z.iter().map(|(m, &t)| (m.clone(), t)).collect()
+            }
+            _ => Vec::new(),
+        };
+        q.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+        q
+    }
 }

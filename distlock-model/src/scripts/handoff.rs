@@ -17,17 +17,17 @@ fn int2(a: i64, b: i64) -> Vec<Reply> {
 pub(super) fn acquire_handed(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
     let (lock, q, chan, ids, lapses) = (a.k(1), a.k(2), a.k(3), a.k(4), a.k(5));
     let (value, id) = (a.a(1), a.a(3));
-    let confirm = a.arg(7).is_some();
+    let confirm = a.arg(8).is_some();
     let token = |r: &mut Redis| -> Result<i64, Reply> {
         if !confirm {
             return Ok(0);
         }
-        match fence_raise(r, m, a.k(6), a.a(7)) {
+        match fence_raise(r, m, a.k(6), a.a(8)) {
             (_, true) => Err(fence_error(a.k(6), "lock")),
             (t, false) => Ok(t),
         }
     };
-    let queue = |r: &mut Redis, ms: i64| enqueue(r, q, ids, value, a.a(4), id, ms);
+    let queue = |r: &mut Redis, ms: i64| enqueue(r, m, q, ids, value, a.a(4), id, ms, a.arg(7));
     let raw = r.get(lock);
     let mut v = match raw.clone().map(unmark) {
         Ok(v) => v,
@@ -75,7 +75,7 @@ pub(super) fn acquire_handed(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
         }
         let pttl = r.pttl(lock);
         queue(r, pttl.max(0));
-        if let Ok(Some(raw)) = &raw {
+        if let (Ok(Some(raw)), false) = (&raw, m.handed_writes_no_mark) {
             mark(r, lock, raw);
         }
         return with_id(id, int2(0, pttl));

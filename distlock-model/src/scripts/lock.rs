@@ -87,6 +87,7 @@ pub(super) fn release(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
                 value,
                 ticket: a.a(6),
                 id: a.a(7),
+                life: a.arg(8),
             });
             release_lock(r, m, lock, chan, q, v, a.a(1), a.a(3), next)
         }
@@ -97,7 +98,7 @@ pub(super) fn release(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
 /// `RELEASE_MANY`.
 pub(super) fn release_many(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
     let per = num(a.a(3)).max(1) as usize;
-    let stride = if per == 4 { 5 } else { 2 };
+    let stride = if per == 4 { 6 } else { 2 };
     let mut out = Vec::new();
     for i in 1..=a.nkeys() / per {
         let lock = a.k(per * (i - 1) + 1);
@@ -116,6 +117,7 @@ pub(super) fn release_many(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
                     value: nv,
                     ticket: a.a(at + 4),
                     id: a.a(at + 5),
+                    life: a.arg(at + 6),
                 });
                 release_lock(r, m, lock, chan, q, v, value, keep, next)
             }

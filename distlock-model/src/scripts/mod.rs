@@ -101,6 +101,20 @@ pub struct Mutations {
     /// `LEADER_PROCLAIM` writes the hold's token as the term even when it is not above the
     /// last term written.
     pub term_from_token_only: bool,
+    /// A queue entry is recorded without its lapse (`enqueue` ignores the life it is sent, as
+    /// before issue 48): a grant never skips the entry of a waiter that went away.
+    pub entry_without_lapse: bool,
+    /// A lock or permits found free with a lapsed grantee's record are not swept (`sweep`
+    /// does nothing, as before issue 48): that client's other entries are granted in turn.
+    pub no_sweep: bool,
+    /// `ACQUIRE_HANDED` queues a waiter behind a held lock without marking it.
+    pub handed_writes_no_mark: bool,
+    /// `ACQUIRE_ALL` waits at a held lock of its set without marking it.
+    pub set_writes_no_mark: bool,
+    /// `ACQUIRE_READ` queues a reader behind a writer's lock without marking it.
+    pub reader_writes_no_mark: bool,
+    /// `turn_over` sets the lock it hands a writer unmarked.
+    pub grant_writes_no_mark: bool,
 }
 
 /// Every script the model covers: the name of its constant in `distlock::scripts`.

@@ -98,18 +98,46 @@ pub(super) fn wake(r: &mut Redis, chan: &str, msg: &str) {
     r.publish(chan, msg);
 }
 
-/// `enqueue`.
+/// `entry`: a queue entry's record in `queue:ids` read as its lapse (server ms) and its
+/// request id (`"<lapse> <id>"`; a record without the `<digits> ` prefix never lapses).
+pub(super) fn entry(raw: Option<String>) -> (Option<i64>, Option<String>) {
+    let Some(raw) = raw else { return (None, None) };
+    if let Some((at, id)) = raw.split_once(' ') {
+        if !at.is_empty() && at.bytes().all(|b| b.is_ascii_digit()) {
+            return (lua_number(at), Some(id.to_owned()));
+        }
+    }
+    (None, Some(raw))
+}
+
+/// `client_of`: a lock value's client (up to its last `:`; the Lua's `sweep` reads it in
+/// place).
+pub(super) fn client_of(v: &str) -> &str {
+    v.rfind(':').map_or(v, |at| &v[..at])
+}
+
+/// `enqueue` (`life`: the entry's life in ms, recorded as its lapse when above 0; the
+/// mutation `entry_without_lapse` never records it).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn enqueue(
     r: &mut Redis,
+    f: &Mutations,
     q: &str,
     ids: &str,
     value: &str,
     ticket: &str,
     id: &str,
     ms: i64,
+    life: Option<&str>,
 ) {
     r.zadd(q, num(ticket), value, ZAdd::Any);
-    r.hset(ids, value, id);
+    let life = num(life.unwrap_or("0"));
+    if life > 0 && !f.entry_without_lapse {
+        let at = permit_now(r) + life;
+        r.hset(ids, value, &format!("{at} {id}"));
+    } else {
+        r.hset(ids, value, id);
+    }
     let keep = ms.max(0) + num(ticket).rem_euclid(1024).max(1);
     for key in [q, ids] {
         if r.pttl(key) < keep {
@@ -118,19 +146,71 @@ pub(super) fn enqueue(
     }
 }
 
-/// `grant`: the first waiter's entry out, the message naming it; its grant window.
+/// `head` (the Lua reads each record as `entry` does, in place): the first entry of the queue
+/// (with a ticket below `below`, if given) whose lapse has not passed, and its request id; the
+/// lapsed entries met on the way are removed. `now` is the caller's clock, read (`permit_now`)
+/// only when an entry has a lapse.
+pub(super) fn head(
+    r: &mut Redis,
+    (q, ids): (&str, &str),
+    below: Option<i64>,
+    now: &mut Option<i64>,
+) -> Option<((String, i64), Option<String>)> {
+    loop {
+        let first = r.zrange(q, 0, 0).into_iter().next()?;
+        if below.is_some_and(|b| first.1 >= b) {
+            return None;
+        }
+        let (at, id) = entry(r.hget(ids, &first.0));
+        let lapsed = at.is_some_and(|at| at <= *now.get_or_insert_with(|| permit_now(r)));
+        if !lapsed {
+            return Some((first, id));
+        }
+        r.zrem(q, &first.0);
+        r.hdel(ids, &first.0);
+    }
+}
+
+/// `sweep`: every record in `queue:ids` neither queued nor holding (`holds`: a member of a
+/// semaphore's set; none for a lock found free) is a grantee whose hold lapsed: its client is
+/// taken for gone, its record removed, and every queued entry of that client removed. (The
+/// mutation `no_sweep` skips it.)
+pub(super) fn sweep(r: &mut Redis, f: &Mutations, (q, ids): (&str, &str), holds: Option<&str>) {
+    if f.no_sweep {
+        return;
+    }
+    let mut gone = std::collections::BTreeSet::new();
+    for (v, _) in r.hgetall(ids) {
+        let held = holds.is_some_and(|key| r.zscore(key, &v).is_some());
+        if r.zscore(q, &v).is_none() && !held {
+            gone.insert(client_of(&v).to_owned());
+            r.hdel(ids, &v);
+        }
+    }
+    if !gone.is_empty() {
+        for (v, _) in r.zrange(q, 0, -1) {
+            if gone.contains(client_of(&v)) {
+                r.zrem(q, &v);
+                r.hdel(ids, &v);
+            }
+        }
+    }
+}
+
+/// `grant`: the first waiter's entry out of the queue (its record in `queue:ids` stays: the
+/// record of a grant until its holder lets go, see `sweep`), the message naming it; its grant
+/// window.
 pub(super) fn grant(
     r: &mut Redis,
     f: &Mutations,
     chan: &str,
-    (q, ids): (&str, &str),
+    q: &str,
     first: &(String, i64),
     id: Option<String>,
 ) -> i64 {
     r.zrem(q, &first.0);
     match id {
         Some(id) => {
-            r.hdel(ids, &first.0);
             let id = id.strip_prefix("r:").unwrap_or(&id);
             wake(r, chan, &format!("{} {id}", first.0));
         }
@@ -178,7 +258,8 @@ pub(super) struct Line<'k> {
     pub(super) chan: &'k str,
 }
 
-/// `turn_over`: `held` is `Some("string")`, `Some("zset")` or `None` (free).
+/// `turn_over`: `held` is `Some("string")`, `Some("zset")` or `None` (free). A lock found free
+/// by an attempt (`below` given) with someone queued ahead is swept first (`sweep`).
 pub(super) fn turn_over(
     r: &mut Redis,
     f: &Mutations,
@@ -190,18 +271,18 @@ pub(super) fn turn_over(
 ) -> Option<Turned> {
     let mut now: Option<i64> = None;
     let mut out = None;
-    while let Some(first) = r.zrange(line.q, 0, 0).into_iter().next() {
-        if below.is_some_and(|b| first.1 >= b) {
-            break;
-        }
-        let id = r.hget(line.ids, &first.0);
+    let queue = (line.q, line.ids);
+    if held.is_none() && below.is_some() && head(r, queue, below, &mut now).is_some() {
+        sweep(r, f, queue, None);
+    }
+    while let Some((first, id)) = head(r, queue, below, &mut now) {
         if id.as_deref().is_some_and(|i| i.starts_with("r:")) {
             if held == Some("string") {
                 r.del(lock);
             }
             held = Some("zset");
             out = Some(Turned::Readers);
-            let window = grant(r, f, line.chan, (line.q, line.ids), &first, id);
+            let window = grant(r, f, line.chan, line.q, &first, id);
             r.zadd(lock, -1, READERS, ZAdd::Any);
             let t = *now.get_or_insert_with(|| permit_now(r));
             r.zadd(lock, t + window, &first.0, ZAdd::Nx);
@@ -224,8 +305,11 @@ pub(super) fn turn_over(
             if held == Some("zset") {
                 r.del(lock);
             }
-            let window = grant(r, f, line.chan, (line.q, line.ids), &first, id);
-            r.set(lock, &format!("{}+", first.0), Some(window));
+            let window = grant(r, f, line.chan, line.q, &first, id);
+            // The lock handed over is set marked (others may wait behind); the mutation
+            // `grant_writes_no_mark` sets it unmarked.
+            let mark = if f.grant_writes_no_mark { "" } else { "+" };
+            r.set(lock, &format!("{}{mark}", first.0), Some(window));
             return Some(Turned::Handed);
         }
     }
@@ -254,7 +338,7 @@ pub(super) fn let_go(
     wake(r, chan, "1");
 }
 
-/// A releasing client's next waiter (`nv`, `nt`, `nid`).
+/// A releasing client's next waiter (`nv`, `nt`, `nid`, `nl`).
 pub(super) struct Next<'a> {
     /// Its lock value.
     pub(super) value: &'a str,
@@ -262,12 +346,16 @@ pub(super) struct Next<'a> {
     pub(super) ticket: &'a str,
     /// The request id its grant will name.
     pub(super) id: &'a str,
+    /// Its entry's life (ms; `None`: not sent).
+    pub(super) life: Option<&'a str>,
 }
 
 /// `release_lock`: -3 not a `d2` lock, -2 no lock, -1 another's, 0 released (`raw`: the
 /// lock's value as read, marked or not; every comparison reads it through `unmark`). A
 /// release nobody waits for (`unwaited`) deletes the lock and nothing more (no queue read, no
 /// message); any other lets it go (`let_go`: handed to the first waiter, or deleted and woken).
+/// A release that lets go (code 0) removes its own record from `queue:ids` (but not one
+/// nobody waits for); a carried next waiter queued behind another's lock marks it.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn release_lock(
     r: &mut Redis,
@@ -287,15 +375,19 @@ pub(super) fn release_lock(
         }
     }
     let has_next = next.is_some();
-    if let (Some(n), Some((q, ids))) = (&next, queue) {
-        if v.as_deref() != Some(n.value) {
-            let pttl = r.pttl(lock);
-            enqueue(r, q, ids, n.value, n.ticket, n.id, pttl);
-        }
+    let carried = next.as_ref().is_some_and(|n| v.as_deref() != Some(n.value));
+    if let (Some(n), Some((q, ids)), true) = (&next, queue, carried) {
+        let pttl = r.pttl(lock);
+        enqueue(r, f, q, ids, n.value, n.ticket, n.id, pttl, n.life);
     }
     let code = match &v {
         None => -2,
-        Some(v) if v != value && !f.release_without_owner_check => -1,
+        Some(v) if v != value && !f.release_without_owner_check => {
+            if let (true, Some(raw)) = (carried, &raw) {
+                mark(r, lock, raw);
+            }
+            -1
+        }
         Some(_) => {
             if num(keep) > 0 {
                 r.pexpire(lock, num(keep));
@@ -303,15 +395,25 @@ pub(super) fn release_lock(
             0
         }
     };
+    let own_record = |r: &mut Redis| {
+        if let (Some((_, ids)), 0) = (queue, code) {
+            r.hdel(ids, value);
+        }
+    };
     if unwaited(f, raw.as_deref(), value, keep, queue.is_some(), has_next) {
         r.del(lock);
     } else if (code == 0 && num(keep) <= 0) || (code == -2 && has_next) {
+        own_record(r);
         let_go(r, f, lock, chan, queue);
+    } else {
+        own_record(r);
     }
     code
 }
 
-/// `permit_hand`: free permits handed to the waiters in order; (still free, handed).
+/// `permit_hand`: free permits handed to the waiters in order; (still free, handed). An
+/// acquire's (`below` given) that finds permits free with someone queued ahead sweeps first
+/// (`sweep`: a record neither queued nor a member of the set is a lapsed grantee's).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn permit_hand(
     r: &mut Redis,
@@ -327,15 +429,16 @@ pub(super) fn permit_hand(
         held -= 1;
     }
     let (mut free, mut handed) = (n - held, 0);
+    let queue = (line.q, line.ids);
+    let mut clock = Some(now);
+    if below.is_some() && free > 0 && head(r, queue, below, &mut clock).is_some() {
+        sweep(r, f, queue, Some(key));
+    }
     while free > 0 {
-        let Some(first) = r.zrange(line.q, 0, 0).into_iter().next() else {
+        let Some((first, id)) = head(r, queue, below, &mut clock) else {
             break;
         };
-        if below.is_some_and(|b| first.1 >= b) {
-            break;
-        }
-        let id = r.hget(line.ids, &first.0);
-        let window = grant(r, f, line.chan, (line.q, line.ids), &first, id);
+        let window = grant(r, f, line.chan, line.q, &first, id);
         r.zadd(key, -n, PERMITS, ZAdd::Any);
         r.zadd(key, now + window, &first.0, ZAdd::Nx);
         free -= 1;
@@ -364,6 +467,9 @@ pub(super) fn permit_release(
     let now = permit_now(r);
     r.zremrangebyscore(key, Bound::Incl(0), Bound::Incl(now));
     let mut code = -2;
+    if let Some((_, ids)) = queue {
+        r.hdel(ids, value);
+    }
     if r.zscore(key, value).is_some() {
         if num(keep) > 0 {
             r.zadd(key, now + num(keep), value, ZAdd::Xx);

@@ -35,8 +35,13 @@ pub(super) fn acquire_queued(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
     let grace = num(a.a(6));
     let queue = |r: &mut Redis, ms: i64| {
         if ticket > 0 && a.a(7) == "1" {
+            let mut lapse = now + ms + grace;
+            let life = num(a.arg(8).unwrap_or("0"));
+            if life > 0 {
+                lapse = lapse.min(now + life);
+            }
             r.zadd(q, ticket, value, ZAdd::Any);
-            r.zadd(until, now + ms + grace, value, ZAdd::Any);
+            r.zadd(until, lapse, value, ZAdd::Any);
             let last = r.zrange(until, -1, -1).first().map_or(0, |(_, s)| *s);
             let keep = (last - now).max(1);
             r.pexpire(q, keep);

@@ -14,14 +14,14 @@ pub(super) fn acquire_all(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
     let (value, id) = (a.a(1), a.a(4));
     let key = |i: usize, j: usize| a.k(per * (i - 1) + j);
     let busy = |r: &mut Redis, i: usize, ms: i64, raw: Option<&str>| {
-        if let Some(raw) = raw {
+        if let (Some(raw), false) = (raw, m.set_writes_no_mark) {
             mark(r, key(i, 1), raw);
         }
         if turn {
             for j in 1..=n {
                 let (q, ids) = (key(j, 3), key(j, 5));
                 if j == i {
-                    enqueue(r, q, ids, value, a.a(5), id, ms);
+                    enqueue(r, m, q, ids, value, a.a(5), id, ms, a.arg(7));
                 } else {
                     r.zrem(q, value);
                     r.hdel(ids, value);

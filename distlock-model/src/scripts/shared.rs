@@ -49,7 +49,7 @@ pub(super) fn acquire_permit(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
         if turn {
             permit_settle(r, key, now);
             let pttl = r.pttl(key);
-            enqueue(r, a.k(3), a.k(5), value, a.a(6), id, pttl);
+            enqueue(r, m, a.k(3), a.k(5), value, a.a(6), id, pttl, a.arg(8));
         }
         return with_id(id, int2(0, ms));
     }
@@ -76,7 +76,8 @@ pub(super) fn acquire_read(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
     let busy = |r: &mut Redis, ms: i64| {
         if ticket > 0 {
             let pttl = r.pttl(key);
-            enqueue(r, a.k(4), a.k(6), value, a.a(5), &format!("r:{id}"), pttl);
+            let rid = format!("r:{id}");
+            enqueue(r, m, a.k(4), a.k(6), value, a.a(5), &rid, pttl, a.arg(7));
         }
         with_id(id, int2(0, ms))
     };
@@ -88,7 +89,7 @@ pub(super) fn acquire_read(r: &mut Redis, a: &Args, m: &Mutations) -> Reply {
             if !v.starts_with("d2:") {
                 return with_id(id, int2(2, 0));
             }
-            if ticket > 0 {
+            if ticket > 0 && !m.reader_writes_no_mark {
                 mark(r, key, &v);
             }
             let pttl = r.pttl(key);

@@ -14,6 +14,7 @@ pub(crate) const SAFETY: &[&str] = &[
     "fifo, newcomers included",
     "no waiter stranded",
     "no stale write lands",
+    "a live waiter is not kept waiting by dead waiters",
 ];
 
 /// What a check found.
@@ -21,6 +22,8 @@ pub(crate) const SAFETY: &[&str] = &[
 pub(crate) struct Checked {
     pub(crate) unique: usize,
     pub(crate) depth: usize,
+    /// The length of the shortest counterexample of each safety property found.
+    pub(crate) lengths: Vec<(&'static str, usize)>,
     pub(crate) found: Vec<&'static str>,
     pub(crate) shortest: Vec<(&'static str, String)>,
 }
@@ -32,6 +35,12 @@ pub(crate) fn check(name: &str, setup: Setup, stop_at: Option<&'static str>) -> 
     check_model(name, Protocol(setup), stop_at)
 }
 
+/// [`check`] of every state up to `depth` steps (breadth first) only.
+#[allow(dead_code)]
+pub(crate) fn check_to(name: &str, setup: Setup, depth: usize) -> Checked {
+    check_bounded(name, Protocol(setup), None, Some(depth))
+}
+
 /// [`check`] of any of the crate's models (the protocol's, RedLock's).
 pub(crate) fn check_model<M>(name: &str, model: M, stop_at: Option<&'static str>) -> Checked
 where
@@ -39,8 +48,26 @@ where
     M::State: Clone + std::fmt::Debug + std::hash::Hash + Send + Sync + PartialEq,
     M::Action: Clone + std::fmt::Debug + Send + Sync + PartialEq,
 {
+    check_bounded(name, model, stop_at, None)
+}
+
+/// [`check_model`], to `depth` steps only if given.
+fn check_bounded<M>(
+    name: &str,
+    model: M,
+    stop_at: Option<&'static str>,
+    depth: Option<usize>,
+) -> Checked
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Clone + std::fmt::Debug + std::hash::Hash + Send + Sync + PartialEq,
+    M::Action: Clone + std::fmt::Debug + Send + Sync + PartialEq,
+{
     let started = Instant::now();
     let mut checker = model.checker().threads(2);
+    if let Some(depth) = depth {
+        checker = checker.target_max_depth(depth);
+    }
     if let Some(property) = stop_at {
         checker = checker.finish_when(HasDiscoveries::AnyOf([property].into_iter().collect()));
     }
@@ -53,6 +80,11 @@ where
         .filter(|(p, _)| SAFETY.contains(p))
         .map(|(p, path)| (*p, format!("{:?}", path.clone().into_actions())))
         .collect();
+    let lengths = discoveries
+        .iter()
+        .filter(|(p, _)| SAFETY.contains(p))
+        .map(|(p, path)| (*p, path.clone().into_actions().len()))
+        .collect();
     eprintln!(
         "{name}: {} states ({} unique), depth {}, {:.1?}; found: {found:?}",
         c.state_count(),
@@ -63,6 +95,7 @@ where
     Checked {
         unique: c.unique_state_count(),
         depth: c.max_depth(),
+        lengths,
         found,
         shortest,
     }

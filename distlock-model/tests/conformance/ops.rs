@@ -103,7 +103,9 @@ pub(crate) fn channels() -> Vec<String> {
     ["a", "b", "r"].iter().map(|n| keys(n).chan).collect()
 }
 
-const VALUES: &[&str] = &["d2:c1", "d2:c2", "d2:c3", "d2:c4"];
+/// Owners `d2:<client>:<n>`: two waiters of one client (`d2:c1`, whose entries a sweep
+/// removes together), and two clients of one waiter each.
+const VALUES: &[&str] = &["d2:c1:1", "d2:c1:2", "d2:c2:1", "d2:c3:1"];
 const TTLS: &[i64] = &[100, 400, 1000, 3000];
 const WINDOWS: &[i64] = &[1, 100, 400, 1000];
 const STEPS_MS: &[i64] = &[
@@ -168,6 +170,12 @@ impl Gen {
     fn ticket(&mut self, now_ms: i64) -> String {
         let started = now_ms - self.rng.below(3000) as i64;
         s(started * 1024 + self.rng.pick(WINDOWS))
+    }
+
+    /// A queue entry's life (ms, `entry_life`): mostly within the clock's steps, so entries
+    /// lapse between calls; sometimes 0 (an entry without a lapse, as an older client's).
+    fn life(&mut self) -> String {
+        s(*self.rng.pick(&[0, 1, 50, 100, 400, 1000, 1000, 3000, 3000]))
     }
 
     fn keep(&mut self) -> String {
@@ -238,6 +246,7 @@ impl Gen {
                     self.ticket(now_ms),
                     window,
                     self.sharded(),
+                    self.life(),
                 ];
                 if self.rng.chance(30) {
                     keys.push(k.fence);
@@ -253,7 +262,7 @@ impl Gen {
                     keys.extend([k.queue, k.ids]);
                     if self.rng.chance(25) {
                         let nv = s(self.rng.pick(VALUES));
-                        argv.extend([nv, self.ticket(now_ms), self.id()]);
+                        argv.extend([nv, self.ticket(now_ms), self.id(), self.life()]);
                     }
                 }
                 eval("RELEASE", keys, argv)
@@ -270,9 +279,10 @@ impl Gen {
                     if handoff {
                         keys.extend([kk.queue.clone(), kk.ids.clone()]);
                         if self.rng.chance(30) {
-                            argv.extend([s(self.rng.pick(VALUES)), self.ticket(now_ms), self.id()]);
+                            let nv = s(self.rng.pick(VALUES));
+                            argv.extend([nv, self.ticket(now_ms), self.id(), self.life()]);
                         } else {
-                            argv.extend([s(""), s("0"), s("")]);
+                            argv.extend([s(""), s("0"), s(""), s("0")]);
                         }
                     }
                 }
@@ -305,7 +315,7 @@ impl Gen {
                 let mut argv = vec![v, self.ttl(), n, self.retention(), self.id()];
                 if self.rng.chance(70) {
                     keys.extend([k.queue, k.chan, k.ids]);
-                    argv.extend([self.ticket(now_ms), self.sharded()]);
+                    argv.extend([self.ticket(now_ms), self.sharded(), self.life()]);
                 }
                 eval("ACQUIRE_PERMIT", keys, argv)
             }
@@ -323,7 +333,7 @@ impl Gen {
                     } else {
                         s(0)
                     };
-                    argv.extend([ticket, self.sharded()]);
+                    argv.extend([ticket, self.sharded(), self.life()]);
                 }
                 eval("ACQUIRE_READ", keys, argv)
             }
@@ -346,7 +356,7 @@ impl Gen {
                 let v = self.value(ks, &name, now_ms);
                 let mut argv = vec![v, self.ttl(), self.retention(), self.id()];
                 if turn {
-                    argv.extend([self.ticket(now_ms), self.sharded()]);
+                    argv.extend([self.ticket(now_ms), self.sharded(), self.life()]);
                 }
                 eval("ACQUIRE_ALL", keys, argv)
             }
@@ -367,7 +377,7 @@ impl Gen {
                     0
                 };
                 let queue = s(if self.rng.chance(70) { "1" } else { "0" });
-                let argv = vec![
+                let mut argv = vec![
                     v,
                     self.ttl(),
                     self.retention(),
@@ -376,6 +386,10 @@ impl Gen {
                     s(300),
                     queue,
                 ];
+                // The entry's life caps its lapse (absent from an older client).
+                if self.rng.chance(80) {
+                    argv.push(self.life());
+                }
                 Op::Eval {
                     script: "ACQUIRE_QUEUED",
                     keys: vec![k.lock, k.fence, k.queue, k.until],

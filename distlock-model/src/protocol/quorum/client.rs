@@ -284,6 +284,7 @@ fn attempt(s: &QuorumSetup, w: &mut QWorld, c: usize) {
     let id = request_id(w, c);
     let retention = if s.fenced { s.retention } else { 0 };
     let ticket = started * 1000 + c as i64 + 1;
+    let life = (started + s.wait - w.now).min(s.lapse).max(1);
     let argv = vec![
         w.clients[c].value(),
         t(s.ttl),
@@ -292,6 +293,7 @@ fn attempt(s: &QuorumSetup, w: &mut QWorld, c: usize) {
         t(ticket),
         t(s.grace),
         t(if queued { "1" } else { "0" }),
+        t(life),
     ];
     let k = vec![keys::LOCK, keys::FENCE, keys::QUEUE, keys::UNTIL];
     send(w, c, Step::Attempt, ("ACQUIRE_QUEUED", k, argv), None);

@@ -76,6 +76,10 @@ pub struct QuorumSetup {
     pub agreement_rounds: u8,
     /// The grace of the waiters ahead of a caller that found the lock free (ms: `TURN_GRACE`).
     pub grace: i64,
+    /// The longest a queue entry lives after the attempt that made it (ms: `ENTRY_LAPSE`); an
+    /// attempt sends its waiter's wait left, this at most, and `ACQUIRE_QUEUED` caps the
+    /// entry's lapse with it.
+    pub lapse: i64,
     /// Seeded bugs in the scripts.
     pub mutations: Mutations,
     /// Seeded bugs in the client.
@@ -106,6 +110,7 @@ impl Default for QuorumSetup {
             raises: 2,
             agreement_rounds: 2,
             grace: 2,
+            lapse: 9,
             mutations: Mutations::default(),
             bugs: QuorumBugs::default(),
         }
