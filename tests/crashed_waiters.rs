@@ -410,3 +410,84 @@ async fn a_handoff_costs_one_command_more_for_the_entries_lapse() {
     // The GET just sent is counted too.
     assert_eq!(commands_run(&mut conn).await, 8 + 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_release_ends_its_grants_record_so_its_live_client_is_not_taken_for_gone() {
+    // a1 (client a) is handed the lock and releases it only after its grant window (50 ms)
+    // lapsed: its release finds no lock (-2) and still takes its grant's record out, so b's
+    // next attempt does not take client a for gone and pass a2, queued before b.
+    let server = TestRedis::start().unwrap();
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let k = "distlock:{late}";
+    let (chan, queue, ids, until) = (
+        format!("{k}:released"),
+        format!("{k}:queue"),
+        format!("{k}:queue:ids"),
+        format!("{k}:queue:until"),
+    );
+    let _: () = redis::cmd("SET")
+        .arg(k)
+        .arg("d2:h:1")
+        .arg("PX")
+        .arg(10_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // An attempt of `value` with `ticket` (window 50 ms, entry life 3 s): its status.
+    let attempt = |value: &str, ticket: u64| {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(distlock::scripts::ACQUIRE_HANDED)
+            .arg(5)
+            .arg(k)
+            .arg(&queue)
+            .arg(&chan)
+            .arg(&ids)
+            .arg(&until)
+            .arg(value)
+            .arg(10_000)
+            .arg("r")
+            .arg(ticket * 1024 + 50)
+            .arg(50)
+            .arg("-")
+            .arg(3000);
+        cmd
+    };
+    let release = |value: &str| {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(distlock::scripts::RELEASE)
+            .arg(4)
+            .arg(k)
+            .arg(&chan)
+            .arg(&queue)
+            .arg(&ids)
+            .arg(value)
+            .arg("r2")
+            .arg(0)
+            .arg("-");
+        cmd
+    };
+    for (value, ticket) in [("d2:a:1", 1), ("d2:a:2", 2), ("d2:b:1", 3)] {
+        let (_, (status, _)): (String, (i64, i64)) =
+            attempt(value, ticket).query_async(&mut conn).await.unwrap();
+        assert_eq!(status, 0, "{value} queued");
+    }
+    let (_, code): (String, i64) = release("d2:h:1").query_async(&mut conn).await.unwrap();
+    assert_eq!(code, 0, "the holder hands the lock to a1");
+    tokio::time::sleep(Duration::from_millis(150)).await; // a1's 50 ms window lapses
+    let (_, code): (String, i64) = release("d2:a:1").query_async(&mut conn).await.unwrap();
+    assert_eq!(code, -2, "a1's release comes too late: no lock");
+    // b finds the lock free with a2 ahead: a2 is handed it, b waits.
+    let (_, (status, _)): (String, (i64, i64)) =
+        attempt("d2:b:1", 3).query_async(&mut conn).await.unwrap();
+    assert_eq!(status, 0, "b passed a2, queued before it");
+    let value: String = redis::cmd("GET")
+        .arg(k)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(value, "d2:a:2+", "a2 was not handed the lock");
+}

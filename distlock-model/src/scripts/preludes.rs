@@ -395,8 +395,9 @@ pub(super) fn release_lock(
             0
         }
     };
+    // Any release but the unwaited one ends its grant's record, whatever it finds.
     let own_record = |r: &mut Redis| {
-        if let (Some((_, ids)), 0) = (queue, code) {
+        if let Some((_, ids)) = queue {
             r.hdel(ids, value);
         }
     };

@@ -174,8 +174,10 @@ end
 /// * `release_lock`: a `d2` lock's release (`raw`: what the lock key holds, `false` if
 ///   nothing), as [`RELEASE`] returns its code. A release nobody waits for (`unwaited`,
 ///   `marks_prelude!`) deletes the lock and nothing more: the uncontended release costs Redis a
-///   `GET` and a `DEL`. Any other is let go (`let_go`), its own `queue:ids` field (a grant's
-///   record) taken out first, as is a release that keeps the lock for `min_hold`. With a next waiter (`nv`, its ticket `nt` and the id `nid`
+///   `GET` and a `DEL`. Any other takes its own `queue:ids` field (a grant's record) out first,
+///   whatever it finds (a release too late for its lease, or of a lock another owner took, ends
+///   the grant as much as one in time: its record left behind would make a later sweep take its
+///   live client for gone), and a release in time is let go (`let_go`). With a next waiter (`nv`, its ticket `nt` and the id `nid`
 ///   its grant will name: a waiter of the releasing client that waits in the client behind one
 ///   already queued, see `client::waiting::cohort`) the release queues it first (unless the
 ///   lock is that waiter's already: it took it by an attempt of its own), whatever else it
@@ -355,13 +357,13 @@ local function release_lock(lock, chan, q, ids, raw, value, keep, nv, nt, nid, n
   end
   if unwaited(raw, value, keep, q, nv) then
     redis.call('DEL', lock)
-  elseif (code == 0 and tonumber(keep) <= 0) or (code == -2 and nv) then
-    if q and code == 0 then
-      redis.call('HDEL', ids, value)
-    end
-    let_go(lock, chan, q, ids, sharded)
-  elseif q and code == 0 then
+    return code
+  end
+  if q then
     redis.call('HDEL', ids, value)
+  end
+  if (code == 0 and tonumber(keep) <= 0) or (code == -2 and nv) then
+    let_go(lock, chan, q, ids, sharded)
   end
   return code
 end

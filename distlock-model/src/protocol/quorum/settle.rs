@@ -117,8 +117,8 @@ pub(super) fn settle_with(s: &QuorumSetup, w: &mut QWorld, c: usize, late: Optio
                 Outcome::NoQuorum => fail(s, w, c),
             }
         }
-        Step::Proclaim { left, .. } => {
-            match count::proclaimed(a, majority) {
+        Step::Proclaim { left, exact } => {
+            match count::proclaimed_exact(a, majority, exact) {
                 Outcome::Open => {}
                 Outcome::Done(Proclaimed::Agreed(term)) => {
                     w.clients[c].call = None;
@@ -183,6 +183,8 @@ fn decides(s: &QuorumSetup, now: i64, call: &InCall) -> bool {
             let required = if s.bugs.raise_one_master { 1 } else { majority };
             open(count::floor(a, required) == Outcome::Open)
         }
-        Step::Proclaim { .. } => open(count::proclaimed(a, majority) == Outcome::Open),
+        Step::Proclaim { exact, .. } => {
+            open(count::proclaimed_exact(a, majority, exact) == Outcome::Open)
+        }
     }
 }
