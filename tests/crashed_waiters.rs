@@ -79,20 +79,41 @@ fn set(c: Client, wait: Duration) -> Take {
     })
 }
 
-/// One case: `holders` holds taken by a live client, `dead` waiters of a client that crashes
-/// (each `dead_take`, waiting `dead_wait`), a live waiter (`live_take`) behind them, all in
-/// the queue of `queue` (the lock they wait for); the holds released, after `before_release`
-/// once the crash happened. Returns how long after the release the live waiter had its hold.
-#[allow(clippy::too_many_arguments)]
-async fn behind_the_dead(
-    server: &TestRedis,
-    queue: &str,
-    holders: usize,
-    dead: usize,
-    (dead_take, dead_wait): (Taker, Duration),
-    live_take: Taker,
+/// One case: `holds` taken by a live client (the kind, how many), `dead` waiters of a client
+/// that crashes (the kind, how many, their wait), a live waiter (`live`) behind them, all in
+/// the queue of `queue` (the lock they wait for); the holds released `before_release` after
+/// the crash.
+struct Case {
+    queue: &'static str,
+    holds: (Taker, usize),
+    dead: (Taker, usize, Duration),
+    live: Taker,
     before_release: Duration,
-) -> Duration {
+}
+
+impl Case {
+    /// `n` waiters of `kind` (waiting 30 s) behind one hold of `kind`, a live one of `kind`
+    /// behind them, released at once.
+    fn of(queue: &'static str, kind: Taker, n: usize) -> Case {
+        Case {
+            queue,
+            holds: (kind, 1),
+            dead: (kind, n, Duration::from_secs(30)),
+            live: kind,
+            before_release: Duration::ZERO,
+        }
+    }
+}
+
+/// Runs `case`: how long after the release the live waiter had its hold.
+async fn behind_the_dead(server: &TestRedis, case: Case) -> Duration {
+    let Case {
+        queue,
+        holds: (hold_take, holders),
+        dead: (dead_take, dead, dead_wait),
+        live: live_take,
+        before_release,
+    } = case;
     let conn = redis::Client::open(server.url())
         .unwrap()
         .get_multiplexed_async_connection()
@@ -101,7 +122,7 @@ async fn behind_the_dead(
     let holder = server.config().connect().await.unwrap();
     let mut held = Vec::new();
     for _ in 0..holders {
-        held.push(dead_take(holder.clone(), Duration::ZERO).await.unwrap());
+        held.push(hold_take(holder.clone(), Duration::ZERO).await.unwrap());
     }
     let crashed = server.crashable().await.unwrap();
     let doomed: Vec<JoinHandle<Result<LockGuard, Error>>> = (0..dead)
@@ -139,32 +160,14 @@ async fn behind_the_dead(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_crashed_waiters_of_a_lock_cost_one_window() {
     let server = TestRedis::start().unwrap();
-    let delay = behind_the_dead(
-        &server,
-        "crash:lock",
-        1,
-        10,
-        (lock, Duration::from_secs(30)),
-        lock,
-        Duration::ZERO,
-    )
-    .await;
+    let delay = behind_the_dead(&server, Case::of("crash:lock", lock, 10)).await;
     assert!(delay < BOUND, "{delay:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_crashed_waiters_of_a_fenced_lock_cost_one_window() {
     let server = TestRedis::start().unwrap();
-    let delay = behind_the_dead(
-        &server,
-        "crash:fenced",
-        1,
-        10,
-        (fenced, Duration::from_secs(30)),
-        fenced,
-        Duration::ZERO,
-    )
-    .await;
+    let delay = behind_the_dead(&server, Case::of("crash:fenced", fenced, 10)).await;
     assert!(delay < BOUND, "{delay:?}");
 }
 
@@ -173,12 +176,10 @@ async fn twenty_crashed_waiters_of_a_semaphore_of_four_cost_one_window() {
     let server = TestRedis::start().unwrap();
     let delay = behind_the_dead(
         &server,
-        "crash:permits",
-        4,
-        20,
-        (permit, Duration::from_secs(30)),
-        permit,
-        Duration::ZERO,
+        Case {
+            holds: (permit, 4),
+            ..Case::of("crash:permits", permit, 20)
+        },
     )
     .await;
     assert!(delay < BOUND, "{delay:?}");
@@ -189,12 +190,10 @@ async fn a_reader_behind_ten_crashed_writers_waits_one_window() {
     let server = TestRedis::start().unwrap();
     let delay = behind_the_dead(
         &server,
-        "crash:rw",
-        1,
-        10,
-        (write, Duration::from_secs(30)),
-        read,
-        Duration::ZERO,
+        Case {
+            live: read,
+            ..Case::of("crash:rw", write, 10)
+        },
     )
     .await;
     assert!(delay < BOUND, "{delay:?}");
@@ -204,54 +203,18 @@ async fn a_reader_behind_ten_crashed_writers_waits_one_window() {
 async fn a_writer_behind_ten_crashed_readers_waits_one_window() {
     let server = TestRedis::start().unwrap();
     // A writer holds it, so the readers queue; then the live writer behind them.
-    let conn = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let holder = server.config().connect().await.unwrap();
-    let held = write(holder, Duration::ZERO).await.unwrap();
-    let crashed = server.crashable().await.unwrap();
-    let doomed: Vec<_> = (0..10)
-        .map(|_| tokio::spawn(read(crashed.client().clone(), Duration::from_secs(30))))
-        .collect();
-    until_queued(&conn, "crash:rw", 10).await;
-    let live = server.config().connect().await.unwrap();
-    let behind = tokio::spawn(async move {
-        let guard = write(live, Duration::from_secs(30)).await.unwrap();
-        let at = Instant::now();
-        guard.release().await.unwrap();
-        at
-    });
-    until_queued(&conn, "crash:rw", 11).await;
-    crashed.crash().await;
-    for task in &doomed {
-        task.abort();
-    }
-    let released = Instant::now();
-    held.release().await.unwrap();
-    let at = tokio::time::timeout(Duration::from_secs(20), behind)
-        .await
-        .unwrap()
-        .unwrap();
-    let delay = at.saturating_duration_since(released);
-    eprintln!("a writer behind 10 crashed readers had it {delay:?} after the release");
+    let case = Case {
+        dead: (read, 10, Duration::from_secs(30)),
+        ..Case::of("crash:rw", write, 10)
+    };
+    let delay = behind_the_dead(&server, case).await;
     assert!(delay < BOUND, "{delay:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_crashed_waiters_of_a_set_cost_one_window() {
     let server = TestRedis::start().unwrap();
-    let delay = behind_the_dead(
-        &server,
-        "crash:set:a",
-        1,
-        10,
-        (set, Duration::from_secs(30)),
-        set,
-        Duration::ZERO,
-    )
-    .await;
+    let delay = behind_the_dead(&server, Case::of("crash:set:a", set, 10)).await;
     assert!(delay < BOUND, "{delay:?}");
 }
 
@@ -260,16 +223,12 @@ async fn crashed_waiters_whose_wait_ended_are_never_handed_the_lock() {
     let server = TestRedis::start().unwrap();
     // Their waits (3 s) end 1 s before the release: the live waiter is handed the lock by the
     // release itself, no grant window spent on any of them.
-    let delay = behind_the_dead(
-        &server,
-        "crash:lock",
-        1,
-        8,
-        (lock, Duration::from_secs(3)),
-        lock,
-        Duration::from_secs(4),
-    )
-    .await;
+    let case = Case {
+        dead: (lock, 8, Duration::from_secs(3)),
+        before_release: Duration::from_secs(4),
+        ..Case::of("crash:lock", lock, 8)
+    };
+    let delay = behind_the_dead(&server, case).await;
     assert!(delay < Duration::from_millis(500), "{delay:?}");
 }
 
@@ -328,87 +287,118 @@ async fn commands_run(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
         .sum()
 }
 
+/// One lock's keys (default prefix) and the scripts sent to them as the runtime sends them:
+/// the script-level cases.
+struct Scripted {
+    conn: redis::aio::MultiplexedConnection,
+    lock: String,
+}
+
+impl Scripted {
+    async fn new(server: &TestRedis, name: &str) -> Scripted {
+        let conn = redis::Client::open(server.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        Scripted {
+            conn,
+            lock: format!("distlock:{{{name}}}"),
+        }
+    }
+
+    fn key(&self, suffix: &str) -> String {
+        format!("{}{suffix}", self.lock)
+    }
+
+    /// The lock set to `value` for 10 s, as a plain acquire takes it.
+    async fn hold(&mut self, value: &str) {
+        let _: () = redis::cmd("SET")
+            .arg(&self.lock)
+            .arg(value)
+            .arg("PX")
+            .arg(10_000)
+            .query_async(&mut self.conn)
+            .await
+            .unwrap();
+    }
+
+    /// The lock key's value.
+    async fn value(&mut self) -> Option<String> {
+        redis::cmd("GET")
+            .arg(&self.lock)
+            .query_async(&mut self.conn)
+            .await
+            .unwrap()
+    }
+
+    /// A waiter's attempt (`ACQUIRE_HANDED`) of `value`, arrived at `arrival` with a grant
+    /// window of `window` ms, its entry living 3 s: its status (0 queued, 1 ours).
+    async fn attempt(&mut self, value: &str, arrival: u64, window: u64) -> i64 {
+        let (_, (status, _)): (String, (i64, i64)) = redis::cmd("EVAL")
+            .arg(distlock::scripts::ACQUIRE_HANDED)
+            .arg(5)
+            .arg(&self.lock)
+            .arg(self.key(":queue"))
+            .arg(self.key(":released"))
+            .arg(self.key(":queue:ids"))
+            .arg(self.key(":queue:until"))
+            .arg(value)
+            .arg(10_000)
+            .arg("r1")
+            .arg(arrival * 1024 + window)
+            .arg(window)
+            .arg("-")
+            .arg(3000)
+            .query_async(&mut self.conn)
+            .await
+            .unwrap();
+        status
+    }
+
+    /// A release (`RELEASE`, with the queue's keys) of `value`: its code.
+    async fn release(&mut self, value: &str) -> i64 {
+        let (_, code): (String, i64) = redis::cmd("EVAL")
+            .arg(distlock::scripts::RELEASE)
+            .arg(4)
+            .arg(&self.lock)
+            .arg(self.key(":released"))
+            .arg(self.key(":queue"))
+            .arg(self.key(":queue:ids"))
+            .arg(value)
+            .arg("r2")
+            .arg(0)
+            .arg("-")
+            .query_async(&mut self.conn)
+            .await
+            .unwrap();
+        code
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handoff_costs_one_command_more_for_the_entries_lapse() {
     // A release that hands the lock to a queued waiter: GET, its own grant record out (HDEL),
     // the head (ZRANGE, HGET), the server's clock for the head's lapse (TIME: the one more),
     // ZREM, PUBLISH, SET; the grantee's record stays (no HDEL there any more).
     let server = TestRedis::start().unwrap();
-    let mut conn = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let k = "distlock:{count}";
-    let (chan, queue, ids, until) = (
-        format!("{k}:released"),
-        format!("{k}:queue"),
-        format!("{k}:queue:ids"),
-        format!("{k}:queue:until"),
-    );
-    let _: () = redis::cmd("SET")
-        .arg(k)
-        .arg("d2:a:1")
-        .arg("PX")
-        .arg(10_000)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    // The waiter's attempt queues it (and marks the lock), its entry living 3 s.
-    let (_, (status, _)): (String, (i64, i64)) = redis::cmd("EVAL")
-        .arg(distlock::scripts::ACQUIRE_HANDED)
-        .arg(5)
-        .arg(k)
-        .arg(&queue)
-        .arg(&chan)
-        .arg(&ids)
-        .arg(&until)
-        .arg("d2:b:1")
-        .arg(10_000)
-        .arg("r1")
-        .arg(1024 * 1000 + 1000)
-        .arg(1000)
-        .arg("-")
-        .arg(3000)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(status, 0, "busy: queued");
-    let release = distlock::scripts::RELEASE;
-    let _: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(release)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let mut lock = Scripted::new(&server, "count").await;
+    lock.hold("d2:a:1").await;
+    assert_eq!(lock.attempt("d2:b:1", 1000, 1000).await, 0, "b queued");
+    // The script compiled first, so the count below is the release's alone.
+    lock.release("d2:none:1").await;
     let _: () = redis::cmd("CONFIG")
         .arg("RESETSTAT")
-        .query_async(&mut conn)
+        .query_async(&mut lock.conn)
         .await
         .unwrap();
-    let (_, code): (String, i64) = redis::cmd("EVAL")
-        .arg(release)
-        .arg(4)
-        .arg(k)
-        .arg(&chan)
-        .arg(&queue)
-        .arg(&ids)
-        .arg("d2:a:1")
-        .arg("r2")
-        .arg(0)
-        .arg("-")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(code, 0);
-    let value: String = redis::cmd("GET")
-        .arg(k)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(value, "d2:b:1+", "handed over");
-    // The GET just sent is counted too.
-    assert_eq!(commands_run(&mut conn).await, 8 + 1);
+    assert_eq!(lock.release("d2:a:1").await, 0);
+    assert_eq!(commands_run(&mut lock.conn).await, 8);
+    assert_eq!(
+        lock.value().await.as_deref(),
+        Some("d2:b:1+"),
+        "handed over"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -417,77 +407,28 @@ async fn a_late_release_ends_its_grants_record_so_its_live_client_is_not_taken_f
     // lapsed: its release finds no lock (-2) and still takes its grant's record out, so b's
     // next attempt does not take client a for gone and pass a2, queued before b.
     let server = TestRedis::start().unwrap();
-    let mut conn = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let k = "distlock:{late}";
-    let (chan, queue, ids, until) = (
-        format!("{k}:released"),
-        format!("{k}:queue"),
-        format!("{k}:queue:ids"),
-        format!("{k}:queue:until"),
-    );
-    let _: () = redis::cmd("SET")
-        .arg(k)
-        .arg("d2:h:1")
-        .arg("PX")
-        .arg(10_000)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    // An attempt of `value` with `ticket` (window 50 ms, entry life 3 s): its status.
-    let attempt = |value: &str, ticket: u64| {
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(distlock::scripts::ACQUIRE_HANDED)
-            .arg(5)
-            .arg(k)
-            .arg(&queue)
-            .arg(&chan)
-            .arg(&ids)
-            .arg(&until)
-            .arg(value)
-            .arg(10_000)
-            .arg("r")
-            .arg(ticket * 1024 + 50)
-            .arg(50)
-            .arg("-")
-            .arg(3000);
-        cmd
-    };
-    let release = |value: &str| {
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(distlock::scripts::RELEASE)
-            .arg(4)
-            .arg(k)
-            .arg(&chan)
-            .arg(&queue)
-            .arg(&ids)
-            .arg(value)
-            .arg("r2")
-            .arg(0)
-            .arg("-");
-        cmd
-    };
-    for (value, ticket) in [("d2:a:1", 1), ("d2:a:2", 2), ("d2:b:1", 3)] {
-        let (_, (status, _)): (String, (i64, i64)) =
-            attempt(value, ticket).query_async(&mut conn).await.unwrap();
-        assert_eq!(status, 0, "{value} queued");
+    let mut lock = Scripted::new(&server, "late").await;
+    lock.hold("d2:h:1").await;
+    for (value, arrival) in [("d2:a:1", 1), ("d2:a:2", 2), ("d2:b:1", 3)] {
+        assert_eq!(lock.attempt(value, arrival, 50).await, 0, "{value} queued");
     }
-    let (_, code): (String, i64) = release("d2:h:1").query_async(&mut conn).await.unwrap();
-    assert_eq!(code, 0, "the holder hands the lock to a1");
+    assert_eq!(lock.release("d2:h:1").await, 0, "the holder hands it to a1");
     tokio::time::sleep(Duration::from_millis(150)).await; // a1's 50 ms window lapses
-    let (_, code): (String, i64) = release("d2:a:1").query_async(&mut conn).await.unwrap();
-    assert_eq!(code, -2, "a1's release comes too late: no lock");
+    assert_eq!(
+        lock.release("d2:a:1").await,
+        -2,
+        "a1's release comes too late"
+    );
     // b finds the lock free with a2 ahead: a2 is handed it, b waits.
-    let (_, (status, _)): (String, (i64, i64)) =
-        attempt("d2:b:1", 3).query_async(&mut conn).await.unwrap();
-    assert_eq!(status, 0, "b passed a2, queued before it");
-    let value: String = redis::cmd("GET")
-        .arg(k)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(value, "d2:a:2+", "a2 was not handed the lock");
+    assert_eq!(
+        lock.attempt("d2:b:1", 3, 50).await,
+        0,
+        "b passed a2, queued before it"
+    );
+    let value = lock.value().await;
+    assert_eq!(
+        value.as_deref(),
+        Some("d2:a:2+"),
+        "a2 was not handed the lock"
+    );
 }
