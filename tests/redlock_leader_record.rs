@@ -35,21 +35,34 @@ async fn next<S: Stream<Item = Result<Observed, Error>> + Unpin>(s: &mut S) -> O
         .expect("the observer can observe")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_record_a_late_master_wrote_ahead_of_the_majoritys_term_is_not_shown() {
-    let name = "ahead";
+/// The term the last master alone carries, far above the others' clocks.
+const CARRIED: u64 = 5_000_000_000_000_000;
+
+/// A leader of `name` elected over three masters, the last of which carried [`CARRIED`] and
+/// answered the first proclaim late (its answer held back 1.5 s, past the 500 ms timeout), so
+/// its record of this hold is ahead of the majority's term; the first master behind a proxy
+/// the test slows down.
+struct Ahead {
+    _masters: Vec<RedisServer>,
+    slow: Proxy,
+    _late: Proxy,
+    last: redis::aio::MultiplexedConnection,
+    client: Client,
+    leadership: distlock::Leadership,
+    term: u64,
+}
+
+async fn elected_with_a_record_ahead(name: &str) -> Ahead {
     let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-    // The first master answers slowly (later than the others, within the response timeout),
-    // the last one's first proclaim answers after it.
+    // The first master answers slowly when the test says so, the last one's first proclaim
+    // answers after the call's timeout.
     let slow = Proxy::to(&masters[0]).await;
     let late = Proxy::to(&masters[2]).await;
-    // The last master alone remembers a term far above the others' clocks.
-    let carried: u64 = 5_000_000_000_000_000;
     let mut last = masters[2].conn().await;
     let _: () = last
         .hset_multiple(
             format!("distlock:{{{name}}}:leader"),
-            &[("term", carried.to_string()), ("owner", "gone".to_owned())],
+            &[("term", CARRIED.to_string()), ("owner", "gone".to_owned())],
         )
         .await
         .unwrap();
@@ -67,20 +80,50 @@ async fn a_record_a_late_master_wrote_ahead_of_the_majoritys_term_is_not_shown()
         move |args| args.len() > 1 && args[1].eq_ignore_ascii_case(proclaim.as_bytes())
     });
     let urls = [slow.url(), masters[1].url(), late.url()];
-    let c = client(Config::redlock(urls.iter().map(String::as_str))).await;
-    let leadership = c.leader(name).identity("leader").campaign().await.unwrap();
+    let client = client(Config::redlock(urls.iter().map(String::as_str))).await;
+    let leadership = client
+        .leader(name)
+        .identity("leader")
+        .campaign()
+        .await
+        .unwrap();
     let term = leadership.term();
     assert!(late.wait_faulted(1, Duration::from_secs(5)).await);
-    assert!(term < carried, "the majority's term is the token: {term}");
-    // The late master wrote the leader's hold its own term, ahead of the majority's.
+    assert!(term < CARRIED, "the majority's term is the token: {term}");
+    // The held-back answer has passed: the late master wrote the leader's hold its own term,
+    // ahead of the majority's.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
     let recorded: Option<u64> = last
         .hget(format!("distlock:{{{name}}}:leader"), "term")
         .await
         .unwrap();
-    assert_eq!(recorded, Some(carried + 1), "the late master's record");
-    // Its held-back answer has passed; from now on the first master answers last, so a read
-    // has the late master's record and one of the majority's before the third.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(recorded, Some(CARRIED + 1), "the late master's record");
+    Ahead {
+        _masters: masters,
+        slow,
+        _late: late,
+        last,
+        client,
+        leadership,
+        term,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_a_late_master_wrote_ahead_of_the_majoritys_term_is_not_shown() {
+    let name = "ahead";
+    // Every part bound: the servers and proxies live until the test ends.
+    let Ahead {
+        _masters: _servers,
+        slow,
+        _late: _late_proxy,
+        last: _last,
+        client: c,
+        leadership,
+        term,
+    } = elected_with_a_record_ahead(name).await;
+    // From now on the first master answers last, so a read has the late master's record and
+    // one of the majority's before the third.
     slow.set_latency(Duration::from_millis(200));
     for _ in 0..3 {
         let shown = c.leader(name).current().await.unwrap().map(|l| l.term);
@@ -108,43 +151,15 @@ async fn a_record_a_late_master_wrote_ahead_of_the_majoritys_term_is_not_shown()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_proclaims_a_new_identity_over_a_record_ahead_on_a_minority() {
     let name = "ahead-identity";
-    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-    let slow = Proxy::to(&masters[0]).await;
-    let late = Proxy::to(&masters[2]).await;
-    let carried: u64 = 5_000_000_000_000_000;
-    let mut last = masters[2].conn().await;
-    let _: () = last
-        .hset_multiple(
-            format!("distlock:{{{name}}}:leader"),
-            &[("term", carried.to_string()), ("owner", "gone".to_owned())],
-        )
-        .await
-        .unwrap();
-    let _: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(distlock::scripts::LEADER_PROCLAIM)
-        .query_async(&mut last)
-        .await
-        .unwrap();
-    let proclaim = redis::Script::new(distlock::scripts::LEADER_PROCLAIM)
-        .get_hash()
-        .to_owned();
-    late.fault_next_replies(1, ReplyFault::Delay(Duration::from_millis(1_500)), {
-        move |args| args.len() > 1 && args[1].eq_ignore_ascii_case(proclaim.as_bytes())
-    });
-    let urls = [slow.url(), masters[1].url(), late.url()];
-    let c = client(Config::redlock(urls.iter().map(String::as_str))).await;
-    let mut leadership = c.leader(name).identity("leader").campaign().await.unwrap();
-    let term = leadership.term();
-    assert!(late.wait_faulted(1, Duration::from_secs(5)).await);
-    assert!(term < carried, "the majority's term is the token: {term}");
-    // The held-back answer has passed: the late master's record of this hold is ahead.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
-    let recorded: Option<u64> = last
-        .hget(format!("distlock:{{{name}}}:leader"), "term")
-        .await
-        .unwrap();
-    assert_eq!(recorded, Some(carried + 1), "the late master's record");
+    let Ahead {
+        _masters: _servers,
+        slow,
+        _late: _late_proxy,
+        mut last,
+        client: c,
+        mut leadership,
+        term,
+    } = elected_with_a_record_ahead(name).await;
     // Reads until the late master answers again (its held-back answer timed out: it was known
     // to be down, and a call would be decided without it); the first master answers last, so
     // the proclaim counts the late master's answer.
