@@ -4,7 +4,7 @@
 
 use crate::scripts::Reply;
 
-use super::client::{Phase, Req};
+use super::phase::{Phase, Req};
 use super::requests::{role, ticket, Role};
 use super::{inner, liveness, Setup, World};
 

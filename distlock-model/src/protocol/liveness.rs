@@ -11,7 +11,7 @@
 //! request, a failover or a clock step while it is owed waives it (those faults delay anyone).
 //! Nothing is owed before a crash (a configuration without one keeps its state count).
 
-use super::client::Phase;
+use super::phase::Phase;
 use super::requests::ticket;
 use super::{Hold, Setup, World};
 

@@ -21,6 +21,7 @@
 mod apply;
 mod client;
 mod liveness;
+mod phase;
 pub mod quorum;
 mod requests;
 pub mod server;
@@ -29,7 +30,8 @@ use stateright::{Model, Property};
 
 use crate::scripts::{Mutations, Reply};
 
-pub use client::{Call, Client, Entered, Inflight, Phase, Req};
+pub use client::{Call, Client, Inflight};
+pub use phase::{Entered, Phase, Req};
 pub use server::Server;
 
 /// Seeded bugs on the client's side (the runtime's), each off by default.
