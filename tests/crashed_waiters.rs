@@ -105,8 +105,10 @@ impl Case {
     }
 }
 
-/// Runs `case`: how long after the release the live waiter had its hold.
-async fn behind_the_dead(server: &TestRedis, case: Case) -> Duration {
+/// Runs `case` on a server of its own: how long after the release the live waiter had its
+/// hold.
+async fn behind_the_dead(case: Case) -> Duration {
+    let server = &TestRedis::start().unwrap();
     let Case {
         queue,
         holds: (hold_take, holders),
@@ -157,70 +159,58 @@ async fn behind_the_dead(server: &TestRedis, case: Case) -> Duration {
     delay
 }
 
+/// Runs `case`: the live waiter had its hold within one grant window of the release
+/// ([`BOUND`]).
+async fn within_one_window(case: Case) {
+    let delay = behind_the_dead(case).await;
+    assert!(delay < BOUND, "{delay:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_crashed_waiters_of_a_lock_cost_one_window() {
-    let server = TestRedis::start().unwrap();
-    let delay = behind_the_dead(&server, Case::of("crash:lock", lock, 10)).await;
-    assert!(delay < BOUND, "{delay:?}");
+    within_one_window(Case::of("crash:lock", lock, 10)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_crashed_waiters_of_a_fenced_lock_cost_one_window() {
-    let server = TestRedis::start().unwrap();
-    let delay = behind_the_dead(&server, Case::of("crash:fenced", fenced, 10)).await;
-    assert!(delay < BOUND, "{delay:?}");
+    within_one_window(Case::of("crash:fenced", fenced, 10)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_crashed_waiters_of_a_semaphore_of_four_cost_one_window() {
-    let server = TestRedis::start().unwrap();
-    let delay = behind_the_dead(
-        &server,
-        Case {
-            holds: (permit, 4),
-            ..Case::of("crash:permits", permit, 20)
-        },
-    )
+    within_one_window(Case {
+        holds: (permit, 4),
+        ..Case::of("crash:permits", permit, 20)
+    })
     .await;
-    assert!(delay < BOUND, "{delay:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_behind_ten_crashed_writers_waits_one_window() {
-    let server = TestRedis::start().unwrap();
-    let delay = behind_the_dead(
-        &server,
-        Case {
-            live: read,
-            ..Case::of("crash:rw", write, 10)
-        },
-    )
+    within_one_window(Case {
+        live: read,
+        ..Case::of("crash:rw", write, 10)
+    })
     .await;
-    assert!(delay < BOUND, "{delay:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_behind_ten_crashed_readers_waits_one_window() {
-    let server = TestRedis::start().unwrap();
     // A writer holds it, so the readers queue; then the live writer behind them.
     let case = Case {
         dead: (read, 10, Duration::from_secs(30)),
         ..Case::of("crash:rw", write, 10)
     };
-    let delay = behind_the_dead(&server, case).await;
-    assert!(delay < BOUND, "{delay:?}");
+    within_one_window(case).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_crashed_waiters_of_a_set_cost_one_window() {
-    let server = TestRedis::start().unwrap();
-    let delay = behind_the_dead(&server, Case::of("crash:set:a", set, 10)).await;
-    assert!(delay < BOUND, "{delay:?}");
+    within_one_window(Case::of("crash:set:a", set, 10)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashed_waiters_whose_wait_ended_are_never_handed_the_lock() {
-    let server = TestRedis::start().unwrap();
     // Their waits (3 s) end 1 s before the release: the live waiter is handed the lock by the
     // release itself, no grant window spent on any of them.
     let case = Case {
@@ -228,7 +218,7 @@ async fn crashed_waiters_whose_wait_ended_are_never_handed_the_lock() {
         before_release: Duration::from_secs(4),
         ..Case::of("crash:lock", lock, 8)
     };
-    let delay = behind_the_dead(&server, case).await;
+    let delay = behind_the_dead(case).await;
     assert!(delay < Duration::from_millis(500), "{delay:?}");
 }
 

@@ -52,6 +52,18 @@ struct Ahead {
     term: u64,
 }
 
+/// Three reads of `name`'s leader through `c`, each showing `term`, the term the leader holds.
+async fn three_reads_show(c: &Client, name: &str, term: u64) {
+    for _ in 0..3 {
+        let shown = c.leader(name).current().await.unwrap().map(|l| l.term);
+        assert_eq!(
+            shown,
+            Some(term),
+            "current() shows the term the leader holds"
+        );
+    }
+}
+
 async fn elected_with_a_record_ahead(name: &str) -> Ahead {
     let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     // The first master answers slowly when the test says so, the last one's first proclaim
@@ -125,14 +137,7 @@ async fn a_record_a_late_master_wrote_ahead_of_the_majoritys_term_is_not_shown()
     // From now on the first master answers last, so a read has the late master's record and
     // one of the majority's before the third.
     slow.set_latency(Duration::from_millis(200));
-    for _ in 0..3 {
-        let shown = c.leader(name).current().await.unwrap().map(|l| l.term);
-        assert_eq!(
-            shown,
-            Some(term),
-            "current() shows the term the leader holds"
-        );
-    }
+    three_reads_show(&c, name, term).await;
     let mut seen = Box::pin(c.leader(name).observe());
     match next(&mut seen).await {
         Observed::Leader(leader) => assert_eq!(leader.term, term, "observe() shows it too"),
@@ -164,10 +169,7 @@ async fn a_leader_proclaims_a_new_identity_over_a_record_ahead_on_a_minority() {
     // to be down, and a call would be decided without it); the first master answers last, so
     // the proclaim counts the late master's answer.
     slow.set_latency(Duration::from_millis(200));
-    for _ in 0..3 {
-        let shown = c.leader(name).current().await.unwrap().map(|l| l.term);
-        assert_eq!(shown, Some(term));
-    }
+    three_reads_show(&c, name, term).await;
     leadership
         .proclaim("leader-2")
         .await

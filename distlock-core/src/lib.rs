@@ -101,11 +101,11 @@
 //!   there lapsed in a gone client's hands: that client's other entries leave the queue at once
 //!   (so 10 killed waiters of a lock cost a live waiter behind them 1.0 s, not 10; 20 of a
 //!   semaphore of 4, 1.0 s, not 5: `tests/crashed_waiters.rs`, RELIABILITY.md). A paused
-//!   (`SIGSTOP`) process's waiters cost the same as a killed one's (one window per lock, and
-//!   nothing once their entries lapsed); resumed, they queue again at their next look with
-//!   their first ticket, so their turn is still their arrival's. A live client whose hold ran
-//!   out (a stalled body without `renew`) is taken for gone the same way: its other waiters of
-//!   that lock queue again at their next look, within a second. Fenced waiters and waiters that ask for replicas
+//!   (`SIGSTOP`) process's waiters cost the others, while it is stopped, what a killed one's
+//!   cost: to Redis both are silent, so nobody renews their entries and a grant that lapses in
+//!   their hands takes their client for gone (one window per lock, nothing once their entries
+//!   lapsed). Once it resumes, its waiters are not lost: each looks again and queues anew with
+//!   the ticket it came with. Fenced waiters and waiters that ask for replicas
 //!   are handed the lock the same way but confirm the grant with one more attempt, which finds
 //!   the lock theirs and raises its fencing token (or waits for its replicas) then. A
 //!   semaphore's waiters queue the same way (`prefix:{name}:queue`): a release hands the permit
