@@ -34,7 +34,7 @@ pub enum Phase {
         written: bool,
         /// Its term is proclaimed (a leader).
         proclaimed: bool,
-        /// Its re-entry ([`Setup::reentry`]): not yet, inside, or exited.
+        /// Its re-entry ([`Setup::reentry`](super::Setup::reentry)): not yet, inside, or exited.
         entered: Entered,
     },
     /// Its release is in flight; believed until `until` only under the bug that ends belief
