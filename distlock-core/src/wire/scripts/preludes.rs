@@ -288,12 +288,17 @@ local function turn_over(lock, chan, q, ids, held, below, sharded, lapses)
     redis.call('ZREMRANGEBYSCORE', lock, 0, clock())
     return redis.call('ZCARD', lock) > 1
   end
-  local first, id = head(q, ids, below, clock)
-  if first and not held and below then
-    sweep(q, ids, nil)
-    first, id = head(q, ids, below, clock)
+  if not held and below then
+    local first = head(q, ids, below, clock)
+    if first then
+      sweep(q, ids, nil)
+    end
   end
-  while first do
+  while true do
+    local first, id = head(q, ids, below, clock)
+    if not first then
+      break
+    end
     if id and string.sub(id, 1, 2) == 'r:' then
       if held == 'string' then
         redis.call('DEL', lock)
@@ -318,7 +323,6 @@ local function turn_over(lock, chan, q, ids, held, below, sharded, lapses)
       redis.call('SET', lock, first[1] .. '+', 'PX', string.format('%d', window))
       return 'handed'
     end
-    first, id = head(q, ids, below, clock)
   end
   if held == 'zset' and now then
     permit_settle(lock, now)
@@ -407,25 +411,20 @@ local function permit_hand(key, chan, q, ids, now, n, below, sharded)
   local function clock()
     return now
   end
-  if free <= 0 then
-    return free, handed
-  end
-  local first, id = head(q, ids, below, clock)
-  if first and below then
+  if below and free > 0 and head(q, ids, below, clock) then
     sweep(q, ids, function(v)
       return redis.call('ZSCORE', key, v)
     end)
-    first, id = head(q, ids, below, clock)
   end
-  while first do
+  while free > 0 do
+    local first, id = head(q, ids, below, clock)
+    if not first then
+      break
+    end
     local window = grant(chan, q, ids, first, id, sharded)
     redis.call('ZADD', key, string.format('%d', -n), 'd2:permits')
     redis.call('ZADD', key, 'NX', string.format('%d', now + window), first[1])
     free, handed = free - 1, handed + 1
-    if free <= 0 then
-      break
-    end
-    first, id = head(q, ids, below, clock)
   end
   return free, handed
 end
